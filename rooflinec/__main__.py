@@ -1,0 +1,3 @@
+from rooflinec.cli import main
+
+main()

@@ -1,0 +1,124 @@
+"""Numbers enter here: a Program on a device at a workload point becomes a Ledger."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import sympy as sp
+
+from rooflinec import symbols as sym
+from rooflinec.ir import Op, Program
+from rooflinec.symbols import L
+
+_ARGS = tuple(sym.ALPHABET.values())
+
+
+@lru_cache(maxsize=4096)
+def _compiled(expr: sp.Expr):
+    return sp.lambdify(_ARGS, expr, modules="math")
+
+
+def number(expr: sp.Expr, values: dict[sp.Symbol, float]):
+    """Evaluate `expr` at `values` (every alphabet symbol it uses must be given)."""
+    return _compiled(sp.sympify(expr))(*(values.get(s, 0) for s in _ARGS))
+
+
+def point(model, dtype_bytes, workload: dict, bindings: dict) -> dict[sp.Symbol, float]:
+    """Values of every symbol at one workload point; bound symbols (M) follow their binding."""
+    values = {**sym.model_values(model), sym.b: dtype_bytes, **workload}
+    for s, expr in bindings.items():
+        values[s] = number(expr, values)
+    return values
+
+
+@dataclass(frozen=True)
+class Roofline:
+    t_compute: float
+    t_memory: float
+
+    @property
+    def time(self) -> float:
+        return max(self.t_compute, self.t_memory)
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.t_compute >= self.t_memory else "memory"
+
+
+def roofline(flops: float, nbytes: float, peak: float, bandwidth: float) -> Roofline:
+    """t = max(FLOPs / peak, bytes / bandwidth): the lower bound of one kernel's time."""
+    return Roofline(flops / peak, nbytes / bandwidth)
+
+
+def regime(intensity: float, ridge: float) -> str:
+    return "compute-bound" if intensity >= ridge else "memory-bound"
+
+
+@dataclass(frozen=True)
+class Row:
+    op: Op
+    count: int            # launches: L for a layer op over the whole model, else 1
+    flops: float
+    bytes: float
+    traffic: dict         # bytes by traffic class
+    unit_peak: float
+    roof: Roofline
+    flops_share: float = 0.0
+    time_share: float = 0.0
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes
+
+
+@dataclass(frozen=True)
+class Ledger:
+    program: Program
+    device: object
+    dtype: str
+    workload: dict        # symbol name -> number
+    scope: str            # "layer" or "model"
+    rows: tuple[Row, ...]
+
+    @property
+    def flops(self) -> float:
+        return sum(r.flops for r in self.rows)
+
+    @property
+    def bytes(self) -> float:
+        return sum(r.bytes for r in self.rows)
+
+    @property
+    def time(self) -> float:
+        return sum(r.roof.time for r in self.rows)
+
+    def traffic(self, cls: str) -> float:
+        return sum(r.traffic.get(cls, 0) for r in self.rows)
+
+    @property
+    def attainable(self) -> float:
+        """Fraction of the tensor peak the whole ledger can reach: (FLOPs / peak) / time."""
+        return self.flops / self.device.peak("matrix", self.dtype) / self.time
+
+
+def ledger(program: Program, model, device, dtype: str, dtype_bytes, workload: dict,
+           scope: str = "model") -> Ledger:
+    """One row per op; scope "layer" keeps one decoder layer, "model" all L layers + the rest."""
+    values = point(model, dtype_bytes, workload, program.bindings)
+    rows = []
+    for op in program.ops:
+        per_layer = op.repeat == L
+        if scope == "layer" and not per_layer:
+            continue
+        count = int(number(op.repeat, values)) if scope == "model" else 1
+        traffic = {cls: count * number(e, values) for cls, e in op.cost.traffic}
+        flops, nbytes = count * number(op.cost.flops, values), sum(traffic.values())
+        peak = device.peak(op.unit, dtype)
+        rows.append(Row(op, count, flops, nbytes, traffic, peak,
+                        roofline(flops, nbytes, peak, device.bandwidth)))
+    total_f = sum(r.flops for r in rows) or 1
+    total_t = sum(r.roof.time for r in rows) or 1
+    rows = [Row(r.op, r.count, r.flops, r.bytes, r.traffic, r.unit_peak, r.roof,
+                r.flops / total_f, r.roof.time / total_t) for r in rows]
+    return Ledger(program, device, dtype, {s.name: v for s, v in workload.items()}, scope, tuple(rows))

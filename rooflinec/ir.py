@@ -1,0 +1,120 @@
+"""The IR: costs, operators and programs. Symbolic only; numbers enter in evaluate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import sympy as sp
+
+from rooflinec import symbols as sym
+
+# Where an op's bytes go; a report sums traffic by these classes.
+TRAFFIC_CLASSES = ("weights", "kv_cache", "activations", "scores")
+CATEGORIES = ("embedding", "linear", "attention", "attention_matmul", "elementwise",
+              "softmax", "norm", "custom")
+UNITS = ("matrix", "vector")
+
+
+@dataclass(frozen=True)
+class Cost:
+    """FLOPs and HBM traffic of one kernel launch, split by traffic class."""
+
+    flops: sp.Expr
+    traffic: tuple[tuple[str, sp.Expr], ...] = ()
+
+    @staticmethod
+    def of(flops, **traffic) -> Cost:
+        return Cost(sp.sympify(flops), tuple((k, sp.sympify(v)) for k, v in traffic.items() if v != 0))
+
+    @property
+    def bytes(self) -> sp.Expr:
+        return sp.Add(*(e for _, e in self.traffic))
+
+    def bytes_of(self, cls: str) -> sp.Expr:
+        return sp.Add(*(e for c, e in self.traffic if c == cls))
+
+    def __add__(self, other: Cost) -> Cost:
+        merged: dict[str, sp.Expr] = dict(self.traffic)
+        for cls, expr in other.traffic:
+            merged[cls] = merged.get(cls, 0) + expr
+        return Cost(self.flops + other.flops, tuple(merged.items()))
+
+    def __mul__(self, k) -> Cost:
+        return Cost(self.flops * k, tuple((c, e * k) for c, e in self.traffic))
+
+    __rmul__ = __mul__
+
+
+def intensity(cost: Cost) -> sp.Expr:
+    """FLOPs per byte, simplified; zero for pure data movement."""
+    if cost.flops == 0:
+        return sp.Integer(0)
+    return sp.factor(sp.cancel(cost.flops / cost.bytes))
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str            # q_proj, attention, ...
+    formula: str         # the registered formula that built the cost
+    category: str        # one of CATEGORIES
+    unit: str            # matrix units (tensor peak) or vector units
+    cost: Cost
+    repeat: sp.Expr = sp.Integer(1)   # L for per-layer ops, 1 for once-per-model ops
+    shape: str = ""      # shape algebra, e.g. "X[M,d_model] @ W[d_model,n_q*d_head]"
+    crossing: sp.Symbol | None = None  # the workload knob that moves it across the ridge
+
+    def with_cost(self, cost: Cost, **changes) -> Op:
+        return replace(self, cost=cost, **changes)
+
+
+@dataclass(frozen=True)
+class Program:
+    """The ops of one model in one phase and variant; per-layer ops carry repeat = L."""
+
+    model: str
+    phase: str
+    variant: str
+    ops: tuple[Op, ...]
+    bindings: dict = field(default_factory=dict)   # derived symbols, e.g. {M: B} in decode
+    conventions: tuple[tuple[str, str], ...] = ()  # (key, stated choice) pairs for the report
+
+    def op(self, name: str) -> Op:
+        for o in self.ops:
+            if o.name == name:
+                return o
+        raise KeyError(name)
+
+    def total(self) -> Cost:
+        total = Cost.of(0)
+        for o in self.ops:
+            total = total + o.cost * o.repeat
+        return total
+
+
+class IRError(Exception):
+    """A program broke an invariant of the IR: a bug in lowering or a pass, not in a spec."""
+
+
+def verify(program: Program, alphabet: dict[str, sp.Symbol] | None = None) -> Program:
+    """Check a program's invariants; return it unchanged so calls can chain."""
+    allowed = set((alphabet or sym.ALPHABET).values())
+    seen: set[str] = set()
+    for op in program.ops:
+        where = f"{program.model}/{program.phase}/{program.variant}: op {op.name!r}"
+        if op.name in seen:
+            raise IRError(f"{where}: duplicate name")
+        seen.add(op.name)
+        if op.category not in CATEGORIES:
+            raise IRError(f"{where}: unknown category {op.category!r}")
+        if op.unit not in UNITS:
+            raise IRError(f"{where}: unknown unit {op.unit!r}")
+        for cls, _ in op.cost.traffic:
+            if cls not in TRAFFIC_CLASSES:
+                raise IRError(f"{where}: unknown traffic class {cls!r}")
+        for expr in (op.cost.flops, op.cost.bytes, op.repeat):
+            stray = expr.free_symbols - allowed
+            if stray:
+                raise IRError(f"{where}: symbols outside the alphabet: {sorted(map(str, stray))}")
+        if op.cost.bytes == 0:
+            raise IRError(f"{where}: moves no bytes")
+    return program

@@ -1,0 +1,26 @@
+"""Registered operator formulas: small functions from dimensions to a Cost.
+
+`FORMULAS[name](...)` returns a Cost; composite operators call smaller ones so
+"a multiply-add is 2 FLOPs" is written once (in `contraction`).
+"""
+
+from collections.abc import Callable
+
+from rooflinec.ir import Cost
+
+FORMULAS: dict[str, Callable[..., Cost]] = {}
+
+
+def formula(name: str):
+    """Register a cost formula under `name`; registering a name twice is a bug."""
+
+    def register(fn):
+        if name in FORMULAS:
+            raise ValueError(f"formula {name!r} registered twice")
+        FORMULAS[name] = fn
+        return fn
+
+    return register
+
+
+from rooflinec.ops import linear, attention, memory  # noqa: E402,F401  (registers the formulas)

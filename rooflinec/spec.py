@@ -1,0 +1,185 @@
+"""Specs: load (safe YAML) -> validate (JSON Schema + semantic checks) -> frozen dataclasses."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from rooflinec import validate, yamlio
+from rooflinec.errors import Problem, SpecError
+from rooflinec.units import parse_quantity
+
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+
+
+@dataclass(frozen=True)
+class Device:
+    key: str                  # file stem, e.g. "rtx4090"
+    name: str
+    tensor: dict              # dtype -> FLOP/s
+    vector: dict              # dtype -> FLOP/s (may be empty)
+    bandwidth: float          # B/s
+    capacity: int             # B
+    source: str
+    year: int | None = None
+    sm_count: int | None = None
+    sram_per_sm: int | None = None   # B
+    notes: str = ""
+
+    def peak(self, unit: str, dtype: str) -> float | None:
+        """Peak FLOP/s of the matrix or vector units for `dtype` (vector falls back to fp32)."""
+        if unit == "matrix":
+            return self.tensor.get(dtype)
+        return self.vector.get(dtype, self.vector.get("fp32"))
+
+    def vector_dtype(self, dtype: str) -> str | None:
+        return dtype if dtype in self.vector else ("fp32" if "fp32" in self.vector else None)
+
+
+@dataclass(frozen=True)
+class Model:
+    key: str
+    name: str
+    d_model: int
+    n_layers: int
+    vocab: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    mlp_kind: str
+    d_ff: int
+    source: str
+    max_context: int | None = None
+    qkv_bias: bool = False
+    out_bias: bool = False
+    mlp_bias: bool = False
+    norm_kind: str = "rmsnorm"
+    norm_bias: bool = False
+    positions: str = "rope"
+    block: str = "sequential"
+    tied_embeddings: bool = False
+    notes: str = ""
+
+
+@dataclass(frozen=True)
+class Study:
+    file: str
+    stem: str
+    title: str
+    model: Model
+    devices: tuple[Device, ...]
+    dtype: str
+    conventions: dict
+    analyses: dict = field(default_factory=dict)   # name -> params, in the order written
+
+    @property
+    def bytes_per_element(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+
+def _checked(file: str, kind: str) -> yamlio.Located:
+    doc = yamlio.load(file)
+    if not isinstance(doc.data, dict):
+        raise SpecError([doc.problem((), f"expected a mapping of keys for a {kind} spec, "
+                                         f"got {type(doc.data).__name__}")])
+    problems = validate.check(doc, kind)
+    if problems:
+        raise SpecError(problems)
+    return doc
+
+
+def _stem(file: str) -> str:
+    return os.path.splitext(os.path.basename(file))[0]
+
+
+def load_hardware(file: str) -> Device:
+    d = _checked(file, "hardware").data
+    comp, mem, chip = d["compute"], d["memory"], d.get("on_chip") or {}
+    rate = lambda peaks: {k: parse_quantity(v, "flops_rate") for k, v in (peaks or {}).items()}  # noqa: E731
+    return Device(
+        key=_stem(file), name=d["name"], tensor=rate(comp["tensor"]), vector=rate(comp.get("vector")),
+        bandwidth=parse_quantity(mem["bandwidth"], "bandwidth"),
+        capacity=parse_quantity(mem["capacity"], "bytes"), source=d["source"], year=d.get("year"),
+        sm_count=chip.get("sm_count"),
+        sram_per_sm=parse_quantity(chip["sram_per_sm"], "bytes") if chip else None,
+        notes=d.get("notes", ""))
+
+
+def load_model(file: str) -> Model:
+    doc = _checked(file, "model")
+    d = doc.data
+    att, mlp, norm = d["attention"], d["mlp"], d.get("norm") or {}
+    model = Model(
+        key=_stem(file), name=d["name"], d_model=d["d_model"], n_layers=d["n_layers"],
+        vocab=d["vocab"], n_heads=att["n_heads"], n_kv_heads=att.get("n_kv_heads", att["n_heads"]),
+        head_dim=att["head_dim"], mlp_kind=mlp["kind"], d_ff=mlp["d_ff"], source=d["source"],
+        max_context=d.get("max_context"), qkv_bias=att.get("qkv_bias", False),
+        out_bias=att.get("out_bias", False), mlp_bias=mlp.get("bias", False),
+        norm_kind=norm.get("kind", "rmsnorm"), norm_bias=norm.get("bias", False),
+        positions=d.get("positions", "rope"), block=d.get("block", "sequential"),
+        tied_embeddings=d.get("tied_embeddings", False), notes=d.get("notes", ""))
+    problems = []
+    if model.n_heads % model.n_kv_heads:
+        problems.append(doc.problem(("attention", "n_kv_heads"),
+                                    f"{model.n_kv_heads} KV heads do not divide {model.n_heads} query "
+                                    f"heads; each KV head must serve a whole group of query heads"))
+    if model.positions == "learned" and model.max_context is None:
+        problems.append(doc.problem(("positions",), "learned positions need max_context "
+                                                    "(the size of the position table)"))
+    if problems:
+        raise SpecError(problems)
+    return model
+
+
+def _resolve(doc: yamlio.Located, path: tuple, ref: str, folder: str) -> str | Problem:
+    """A reference is a name under `folder`/ beside the study, or a relative .yaml path."""
+    root = os.path.dirname(doc.file) or "."
+    rel = ref if ref.endswith((".yaml", ".yml")) else os.path.join(folder, ref + ".yaml")
+    target = os.path.normpath(os.path.join(root, rel))
+    if os.path.isabs(ref) or os.path.relpath(target, root).startswith(".."):
+        return doc.problem(path, f"'{ref}' points outside the spec tree ({root}); "
+                                 "references must stay inside the study's folder")
+    if not os.path.isfile(target):
+        known = sorted(_stem(f) for f in os.listdir(os.path.join(root, folder))
+                       if f.endswith(".yaml")) if os.path.isdir(os.path.join(root, folder)) else []
+        hint = validate.closest(ref, known)
+        return doc.problem(path, f"no spec '{ref}' (looked for {target}); {hint}"
+                                 f"known {folder} specs: {', '.join(known) or '(none)'}")
+    return target
+
+
+def load_study(file: str) -> Study:
+    """Load a study and everything it references; raise SpecError with every problem found."""
+    doc = _checked(file, "study")
+    d = doc.data
+    problems: list[Problem] = []
+    model, devices = None, []
+    target = _resolve(doc, ("model",), d["model"], "models")
+    if isinstance(target, Problem):
+        problems.append(target)
+    else:
+        try:
+            model = load_model(target)
+        except SpecError as exc:
+            problems.extend(exc.problems)
+    for i, ref in enumerate(d["devices"]):
+        target = _resolve(doc, ("devices", i), ref, "hardware")
+        if isinstance(target, Problem):
+            problems.append(target)
+            continue
+        try:
+            devices.append(load_hardware(target))
+        except SpecError as exc:
+            problems.extend(exc.problems)
+    dtype = d.get("dtype", "bf16")
+    for dev in devices:
+        if dev.peak("matrix", dtype) is None:
+            problems.append(doc.problem(("dtype",) if "dtype" in d else ("devices",),
+                                        f"device '{dev.key}' lists no tensor peak for {dtype}; "
+                                        f"it has: {', '.join(dev.tensor)}"))
+    if problems:
+        raise SpecError(problems)
+    conv = d.get("conventions") or {}
+    title = d.get("title") or f"{model.name}: operator rooflines"
+    return Study(file=file, stem=_stem(file), title=title, model=model, devices=tuple(devices),
+                 dtype=dtype, conventions=conv, analyses=dict(d["analyses"]))

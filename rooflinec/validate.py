@@ -1,0 +1,96 @@
+"""JSON Schema validation that reports every problem, located, with a hint."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from functools import cache
+from importlib import resources
+
+from jsonschema import Draft202012Validator, ValidationError, validators
+
+from rooflinec.errors import Problem
+from rooflinec.units import QuantityError, parse_quantity
+from rooflinec.yamlio import Located
+
+
+def _quantity(validator, dimension, instance, schema):
+    if isinstance(instance, bool) or not isinstance(instance, (int, float, str)):
+        return  # "type" reports it
+    try:
+        parse_quantity(instance, dimension)
+    except QuantityError as exc:
+        yield ValidationError(str(exc))
+
+
+_Validator = validators.extend(Draft202012Validator, {"x-quantity": _quantity})
+
+
+@cache
+def schema(name: str) -> dict:
+    text = resources.files("rooflinec.schemas").joinpath(f"{name}.schema.json").read_text("utf-8")
+    return json.loads(text)
+
+
+@cache
+def _validator(name: str):
+    return _Validator(schema(name))
+
+
+def check(doc: Located, name: str) -> list[Problem]:
+    """Every schema violation in `doc`, as located problems."""
+    problems: list[Problem] = []
+    for err in _validator(name).iter_errors(doc.data):
+        problems.extend(_explain(doc, err))
+    return problems
+
+
+def closest(word: str, choices) -> str:
+    match = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"did you mean '{match[0]}'? " if match else ""
+
+
+_TYPE_NAMES = {"integer": "an integer", "number": "a number", "string": "a string",
+               "boolean": "true or false", "array": "a list", "object": "a mapping", "null": "null"}
+
+
+def _got(instance) -> str:
+    kind = {bool: "boolean", int: "integer", float: "number", str: "string",
+            list: "list", dict: "mapping", type(None): "null"}.get(type(instance), type(instance).__name__)
+    text = json.dumps(instance, default=str) if not isinstance(instance, (dict, list)) else kind
+    return f"got {kind} {text}" if text != kind else f"got a {kind}"
+
+
+def _explain(doc: Located, err: ValidationError) -> list[Problem]:
+    path = tuple(err.absolute_path)
+    kw, inst, sch = err.validator, err.instance, err.schema
+    if kw == "additionalProperties" and isinstance(inst, dict):
+        known = sorted(sch.get("properties", {}))
+        out = []
+        for key in (k for k in inst if k not in known):
+            hint = closest(key, known)
+            out.append(doc.problem(path + (key,), f"unknown key '{key}'; {hint}accepted keys: "
+                                                  f"{', '.join(known) or '(none)'}", at_key=True))
+        return out
+    if kw == "required":
+        missing = err.message.split("'")[1] if "'" in err.message else err.message
+        return [doc.problem(path, f"missing required key '{missing}'")]
+    if kw == "type":
+        wanted = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
+        return [doc.problem(path, f"expected {' or '.join(_TYPE_NAMES.get(w, w) for w in wanted)}, {_got(inst)}")]
+    if kw == "enum":
+        choices = err.validator_value
+        return [doc.problem(path, f"{json.dumps(inst, default=str)} is not accepted; "
+                                  f"{closest(inst, choices)}accepted: {', '.join(map(str, choices))}")]
+    if kw in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[kw]
+        return [doc.problem(path, f"must be {op} {err.validator_value}, {_got(inst)}")]
+    if kw == "propertyNames":
+        return [doc.problem(path, f"key {err.message}")]
+    if kw in ("minItems", "minProperties"):
+        return [doc.problem(path, f"must not be empty (at least {err.validator_value})")]
+    if kw == "uniqueItems":
+        return [doc.problem(path, "items must be unique")]
+    if kw == "pattern":
+        return [doc.problem(path, f"{json.dumps(inst)} is not a spec name or relative .yaml path")]
+    return [doc.problem(path, err.message)]
