@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from dataclasses import dataclass
+from functools import lru_cache
 
 import sympy as sp
 
@@ -18,20 +20,48 @@ class Crossing:
     supremum: sp.Expr     # intensity as the variable grows without bound
 
 
+def limit_at_infinity(f: sp.Expr, var: sp.Symbol) -> sp.Expr:
+    """lim f as var -> oo; for a rational function, from the leading terms (fast and exact)."""
+    num, den = sp.fraction(sp.cancel(f))
+    try:
+        p, q = sp.Poly(num, var), sp.Poly(den, var)
+    except sp.PolynomialError:
+        return sp.limit(f, var, sp.oo)   # not rational in var (ceil, min, ...): ask sympy
+    if p.degree() > q.degree():
+        return sp.oo if (p.LC() / q.LC()).is_positive is not False else -sp.oo
+    if p.degree() < q.degree():
+        return sp.Integer(0)
+    return sp.factor(p.LC() / q.LC())
+
+
+def exact(x) -> sp.Rational:
+    """A float or int as the exact rational it stores (peaks and bandwidths are integral)."""
+    return x if isinstance(x, sp.Rational) else sp.Rational(Fraction(x).numerator, Fraction(x).denominator)
+
+
 def crossing(expr: sp.Expr, var: sp.Symbol, values: dict, ridge) -> Crossing:
     """Smallest integer `var` >= 1 with intensity >= ridge, solved exactly.
 
     Every other symbol is fixed by `values`; the ridge is taken as an exact rational.
     """
-    ridge = sp.nsimplify(ridge, rational=True) if not isinstance(ridge, sp.Rational) else ridge
-    f = sp.cancel(expr.xreplace({s: v for s, v in values.items() if s != var}))
-    sup = sp.limit(f, var, sp.oo)
-    if var not in f.free_symbols:
-        return Crossing(var, 1 if f >= ridge else None, sup)
-    num, den = sp.fraction(sp.cancel(f - ridge))
-    roots = [r for r in sp.Poly(num, var).real_roots() if r > 0]
+    fixed = frozenset((s, v) for s, v in values.items() if s != var and s in expr.free_symbols)
+    return _crossing(expr, var, fixed, exact(ridge))
+
+
+@lru_cache(maxsize=4096)
+def _crossing(expr: sp.Expr, var: sp.Symbol, fixed: frozenset, ridge: sp.Rational) -> Crossing:
+    num, den = (e.xreplace(dict(fixed)) for e in sp.fraction(expr))
+    at_value = lambda x: num.subs(var, x) / den.subs(var, x)  # noqa: E731
+    if var not in (num.free_symbols | den.free_symbols):
+        return Crossing(var, 1 if at_value(1) >= ridge else None, num / den)
+    sup = limit_at_infinity(num / den, var)
+    try:
+        # intensity >= ridge  <=>  num - ridge * den >= 0, since den > 0
+        roots = [r for r in sp.Poly(num - ridge * den, var).real_roots() if r > 0]
+    except sp.PolynomialError:
+        roots = []
     candidates = sorted({1, *(max(1, math.ceil(r)) for r in roots)})
-    at = next((c for c in candidates if f.subs(var, c) >= ridge), None)
+    at = next((c for c in candidates if at_value(c) >= ridge), None)
     return Crossing(var, at, sup)
 
 
@@ -45,9 +75,10 @@ class Derivation:
     limit_S: sp.Expr | None     # intensity as the context S grows, where it depends on S
 
 
+@lru_cache(maxsize=1024)
 def derive(op: Op) -> Derivation:
     flops, nbytes = sp.factor(op.cost.flops), sp.factor(op.cost.bytes)
     simple = intensity(op.cost)
     deps = tuple(sorted(simple.free_symbols, key=lambda s: s.name))
-    limit = sp.factor(sp.limit(simple, S, sp.oo)) if S in simple.free_symbols else None
+    limit = limit_at_infinity(simple, S) if S in simple.free_symbols else None
     return Derivation(op, flops, nbytes, simple, deps, limit)

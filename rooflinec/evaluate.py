@@ -21,7 +21,11 @@ def _compiled(expr: sp.Expr):
 
 def number(expr: sp.Expr, values: dict[sp.Symbol, float]):
     """Evaluate `expr` at `values` (every alphabet symbol it uses must be given)."""
-    return _compiled(sp.sympify(expr))(*(values.get(s, 0) for s in _ARGS))
+    expr = sp.sympify(expr)
+    missing = expr.free_symbols - values.keys()
+    if missing:
+        raise ValueError(f"no value for {sorted(map(str, missing))} in {expr}")
+    return _compiled(expr)(*(values.get(s, 0) for s in _ARGS))
 
 
 def point(model, dtype_bytes, workload: dict, bindings: dict) -> dict[sp.Symbol, float]:

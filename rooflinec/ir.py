@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 import sympy as sp
 
@@ -45,6 +46,7 @@ class Cost:
     __rmul__ = __mul__
 
 
+@lru_cache(maxsize=None)
 def intensity(cost: Cost) -> sp.Expr:
     """FLOPs per byte, simplified; zero for pure data movement."""
     if cost.flops == 0:

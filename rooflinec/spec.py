@@ -71,6 +71,7 @@ class Study:
     dtype: str
     conventions: dict
     analyses: dict = field(default_factory=dict)   # name -> params, in the order written
+    doc: object = field(default=None, compare=False, repr=False)  # the located study file
 
     @property
     def bytes_per_element(self) -> int:
@@ -182,4 +183,4 @@ def load_study(file: str) -> Study:
     conv = d.get("conventions") or {}
     title = d.get("title") or f"{model.name}: operator rooflines"
     return Study(file=file, stem=_stem(file), title=title, model=model, devices=tuple(devices),
-                 dtype=dtype, conventions=conv, analyses=dict(d["analyses"]))
+                 dtype=dtype, conventions=conv, analyses=dict(d["analyses"]), doc=doc)

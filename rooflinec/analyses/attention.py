@@ -1,0 +1,41 @@
+"""Decode and prefill attention intensity at given contexts, two ways of counting bytes."""
+
+import sympy as sp
+
+from rooflinec.analyses import analysis
+from rooflinec.derive import crossing
+from rooflinec.evaluate import number, regime
+from rooflinec.ir import intensity
+from rooflinec.ops import FORMULAS
+from rooflinec.symbols import B, S, b, d_head, n_kv, n_q
+
+# "kv": the tutorial's count, K and V reads only; "io": also reading Q and writing O.
+COUNTS = {"kv": False, "io": True}
+QUERIES = {"decode": 1, "prefill": S}
+
+
+def _intensity(phase: str, io: bool, causal_fraction) -> sp.Expr:
+    cost = FORMULAS["attention"](B, QUERIES[phase], S, n_q, n_kv, d_head, b, io=io,
+                                 causal_fraction=causal_fraction if phase == "prefill" else 1)
+    return intensity(cost)
+
+
+@analysis("attention_intensity", "Attention intensity against context")
+def attention_intensity(ctx, params) -> dict:
+    half = sp.Rational(1, 2) if ctx.conventions.causal_halving else 1
+    cases = []
+    for phase in ("decode", "prefill"):
+        for count, io in COUNTS.items():
+            expr = _intensity(phase, io, half)
+            points = []
+            for s in params["contexts"]:
+                value = number(expr, {**ctx.values, S: s})
+                points.append({"context": s, "intensity": value,
+                               "regime": {d.key: regime(value, ctx.ridge(d)) for d in ctx.devices}})
+            limit = sp.limit(expr, S, sp.oo)
+            cross = {d.key: crossing(expr, S, ctx.values, ctx.ridge(d)).at for d in ctx.devices}
+            cases.append({"phase": phase, "count": count, "formula": expr, "limit": limit,
+                          "depends_on_S": S in expr.free_symbols, "points": points,
+                          "crossing": cross})
+    return {"contexts": params["contexts"], "cases": cases,
+            "causal_halving": ctx.conventions.causal_halving}

@@ -1,0 +1,39 @@
+"""Per-projection GEMM intensity at given token counts, and where each crosses the ridge."""
+
+from rooflinec import symbols as sym
+from rooflinec.analyses import analysis
+from rooflinec.derive import crossing
+from rooflinec.errors import SpecError
+from rooflinec.evaluate import number, regime
+from rooflinec.ir import intensity
+
+
+def _groups(ctx, params, linear):
+    names = [op.name for op in linear]
+    groups = params.get("groups") or [[n] for n in names]
+    problems = [ctx.problem(("analyses", "gemm_intensity", "groups", i, j),
+                            f"no linear op '{name}' in {ctx.model.name}; linear ops: {', '.join(names)}")
+                for i, group in enumerate(groups) for j, name in enumerate(group) if name not in names]
+    if problems:
+        raise SpecError(problems)
+    return groups
+
+
+@analysis("gemm_intensity", "GEMM intensity per projection")
+def gemm_intensity(ctx, params) -> dict:
+    linear = [op for op in ctx.program("decode").ops if op.category == "linear"]
+    by_name = {op.name: op for op in linear}
+    rows = []
+    for group in _groups(ctx, params, linear):
+        ops = [by_name[n] for n in group]
+        points = []
+        for m in params["tokens"]:
+            values = [number(intensity(op.cost), {**ctx.values, op.crossing: m}) for op in ops]
+            points.append({"tokens": m, "intensity": values[0], "spread": max(values) - min(values),
+                           "regime": {d.key: regime(values[0], ctx.ridge(d)) for d in ctx.devices}})
+        cross = {d.key: crossing(intensity(ops[0].cost), ops[0].crossing, ctx.values, ctx.ridge(d)).at
+                 for d in ctx.devices}
+        rows.append({"ops": group, "label": " / ".join(group), "shape": ops[0].shape,
+                     "weight_elements": number(ops[0].cost.bytes_of("weights") / sym.b, ctx.values),
+                     "points": points, "crossing": cross})
+    return {"tokens": params["tokens"], "rows": rows}

@@ -1,0 +1,153 @@
+"""Command line: build, check, explain. `run(argv, stdout, stderr) -> int` is testable in-process."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+from rooflinec.errors import RooflineError, SpecError
+
+EPILOG = """\
+examples:
+  rooflinec build specs/qwen.yaml                  # reports/qwen.md and reports/qwen.json
+  rooflinec build specs/*.yaml --out /tmp/r --format md
+  rooflinec check specs/qwen.yaml                  # validate only; every problem, located
+  rooflinec explain specs/qwen.yaml k_proj         # one op's derivation in the terminal
+
+exit status: 0 built, 1 a spec is wrong (each problem as file:line:col: path: message),
+2 the command line is wrong.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports to the given stream and raises instead of exiting."""
+
+    def __init__(self, *args, stderr=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._stderr = stderr
+
+    def _print_message(self, message, file=None):
+        if message:
+            (self._stderr if file is sys.stderr or file is None else file).write(message)
+
+    def exit(self, status=0, message=None):
+        if message:
+            self._print_message(message, self._stderr)
+        raise _Exit(status)
+
+
+class _Exit(Exception):
+    def __init__(self, status: int):
+        self.status = status
+
+
+def _parser(stdout, stderr) -> _Parser:
+    p = _Parser(prog="rooflinec", description="Compile YAML model and hardware specs into "
+                "per-operator roofline reports with symbolic derivations.",
+                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, stderr=stderr)
+    p._print_message = lambda m, f=None: (stdout if f is sys.stdout else stderr).write(m or "")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    b = sub.add_parser("build", help="build reports for one or more study specs")
+    b.add_argument("specs", nargs="+", metavar="SPEC", help="study spec files, e.g. specs/qwen.yaml")
+    b.add_argument("--out", default="reports", metavar="DIR", help="output folder (default: reports)")
+    b.add_argument("--format", default="md,json", metavar="LIST",
+                   help="comma-separated formats among: md, json (default: md,json)")
+    c = sub.add_parser("check", help="validate study specs and everything they reference")
+    c.add_argument("specs", nargs="+", metavar="SPEC")
+    e = sub.add_parser("explain", help="print one op's derivation: FLOPs, bytes, intensity, crossings")
+    e.add_argument("spec", metavar="SPEC")
+    e.add_argument("op", metavar="OP", help="op name, e.g. q_proj, attention, lm_head")
+    for sp_ in (b, c, e):
+        sp_._print_message = p._print_message
+        sp_.exit = p.exit
+    return p
+
+
+def _formats(text: str, parser) -> list[str]:
+    from rooflinec.render import FORMATS
+    formats = [f.strip() for f in text.split(",") if f.strip()]
+    bad = [f for f in formats if f not in FORMATS]
+    if bad or not formats:
+        parser.error(f"--format: unknown format {', '.join(bad) or '(empty)'}; choose from {', '.join(FORMATS)}")
+    return formats
+
+
+def _build_all(specs: list[str]) -> list[tuple[str, dict]]:
+    """Load and evaluate every study; raise one SpecError holding every problem."""
+    from rooflinec import report, spec
+    built, problems = [], []
+    for path in specs:
+        try:
+            built.append((path, report.build(spec.load_study(path))))
+        except SpecError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise SpecError(problems)
+    return built
+
+
+def _write_atomically(outputs: dict[str, str]) -> None:
+    """Write every file to a temporary name first; rename into place only when all are written."""
+    staged = []
+    try:
+        for target, text in outputs.items():
+            os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".rooflinec-", dir=os.path.dirname(target) or ".")
+            staged.append((tmp, target))
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+                fh.write(text)
+        for tmp, target in staged:
+            os.replace(tmp, target)
+    finally:
+        for tmp, _ in staged:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+
+def cmd_build(args, stdout, parser) -> int:
+    from rooflinec.render import render
+    formats = _formats(args.format, parser)
+    outputs = {}
+    for path, rep in _build_all(args.specs):
+        stem = os.path.splitext(os.path.basename(path))[0]
+        for fmt in formats:
+            outputs[os.path.join(args.out, f"{stem}.{fmt}")] = render(rep, fmt)
+    _write_atomically(outputs)
+    for target in outputs:
+        stdout.write(f"wrote {target}\n")
+    return 0
+
+
+def cmd_check(args, stdout, parser) -> int:
+    _build_all(args.specs)
+    for path in args.specs:
+        stdout.write(f"{path}: ok\n")
+    return 0
+
+
+def cmd_explain(args, stdout, parser) -> int:
+    from rooflinec.explain import explain
+    stdout.write(explain(args.spec, args.op))
+    return 0
+
+
+COMMANDS = {"build": cmd_build, "check": cmd_check, "explain": cmd_explain}
+
+
+def run(argv: list[str], stdout=None, stderr=None) -> int:
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    parser = _parser(stdout, stderr)
+    try:
+        args = parser.parse_args(argv)
+        return COMMANDS[args.command](args, stdout, parser)
+    except _Exit as exc:
+        return exc.status
+    except RooflineError as exc:
+        stderr.write(f"{exc}\n")
+        return 1
+
+
+def main() -> None:
+    sys.exit(run(sys.argv[1:]))

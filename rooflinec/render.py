@@ -1,0 +1,105 @@
+"""Rendering: one Jinja2 environment, filters in one place; templates only format."""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import cache, lru_cache
+
+import jinja2
+import sympy as sp
+
+FORMATS = ("md", "json")
+
+
+@lru_cache(maxsize=4096)
+def formula(expr) -> str:
+    """A sympy expression as compact text: 2·M·d_model/(b·(M + d_model))."""
+    if expr is None:
+        return "—"
+    expr = sp.sympify(expr)
+    if expr == sp.oo:
+        return "∞"
+    return sp.sstr(expr).replace("**", "^").replace("*", "·")
+
+
+def sig(x, digits: int = 4) -> str:
+    """`digits` significant figures, no exponent for everyday magnitudes."""
+    if x is None:
+        return "—"
+    if x == 0 or not math.isfinite(x):
+        return str(x)
+    mag = math.floor(math.log10(abs(x)))
+    if -4 <= mag < 15:
+        return f"{x:,.{max(digits - 1 - mag, 0)}f}"
+    return f"{x:.{digits - 1}e}"
+
+
+def fixed(x, decimals: int = 1) -> str:
+    return "—" if x is None else f"{x:,.{decimals}f}"
+
+
+def pct(x, decimals: int = 1) -> str:
+    return "—" if x is None else f"{100 * x:.{decimals}f}%"
+
+
+_SI = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def si(x, unit: str = "", digits: int = 4) -> str:
+    """Decimal prefixes: 1.555e12 B/s -> '1.555 TB/s'."""
+    if x is None:
+        return "—"
+    for factor, prefix in _SI:
+        if abs(x) >= factor:
+            return f"{sig(x / factor, digits)} {prefix}{unit}"
+    return f"{sig(x, digits)} {unit}".rstrip()
+
+
+def gib(x, digits: int = 4) -> str:
+    """Binary bytes, the unit memory is sold in: 2^30 B = 1 GiB."""
+    for factor, prefix in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if abs(x) >= factor:
+            return f"{sig(x / factor, digits)} {prefix}"
+    return f"{sig(x, digits)} B"
+
+
+def seconds(x, digits: int = 4) -> str:
+    for factor, unit in ((1, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):
+        if abs(x) >= factor:
+            return f"{sig(x / factor, digits)} {unit}"
+    return f"{sig(x, digits)} s"
+
+
+FILTERS = {"formula": formula, "sig": sig, "fixed": fixed, "pct": pct, "si": si, "gib": gib,
+           "seconds": seconds}
+
+
+@cache
+def environment(autoescape: bool) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("rooflinec", "templates"),
+        autoescape=autoescape, undefined=jinja2.StrictUndefined,
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters.update(FILTERS)
+    return env
+
+
+def markdown(report: dict) -> str:
+    return environment(False).get_template("md/report.md.j2").render(r=report)
+
+
+def _plain(obj):
+    if isinstance(obj, sp.Basic):
+        return "oo" if obj == sp.oo else sp.sstr(obj)
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    raise TypeError(f"cannot put {type(obj).__name__} in a JSON report")
+
+
+def to_json(report: dict) -> str:
+    return json.dumps(report, default=_plain, indent=1, ensure_ascii=False) + "\n"
+
+
+def render(report: dict, fmt: str) -> str:
+    return {"md": markdown, "json": to_json}[fmt](report)

@@ -1,0 +1,45 @@
+"""A study becomes report data: the header every format shares plus one section per analysis."""
+
+from __future__ import annotations
+
+from rooflinec import analyses
+from rooflinec import symbols as sym
+from rooflinec.lower import PHASES, Conventions
+from rooflinec.spec import Study
+
+FORMAT = "rooflinec-report"
+VERSION = 1
+
+
+def _device(dev, dtype: str) -> dict:
+    tensor, vector = dev.peak("matrix", dtype), dev.peak("vector", dtype)
+    return {
+        "key": dev.key, "name": dev.name, "year": dev.year, "tensor_peak": tensor,
+        "vector_peak": vector, "vector_dtype": dev.vector_dtype(dtype),
+        "bandwidth": dev.bandwidth, "capacity": dev.capacity,
+        "ridge_matrix": tensor / dev.bandwidth,
+        "ridge_vector": vector / dev.bandwidth if vector else None,
+        "sm_count": dev.sm_count, "sram_per_sm": dev.sram_per_sm, "source": dev.source,
+    }
+
+
+def _model(m) -> dict:
+    return {
+        "key": m.key, "name": m.name, "d_model": m.d_model, "n_layers": m.n_layers,
+        "n_heads": m.n_heads, "n_kv_heads": m.n_kv_heads, "head_dim": m.head_dim,
+        "mlp": m.mlp_kind, "d_ff": m.d_ff, "vocab": m.vocab, "norm": m.norm_kind,
+        "block": m.block, "tied_embeddings": m.tied_embeddings, "source": m.source,
+    }
+
+
+def build(study: Study) -> dict:
+    conv = Conventions(**study.conventions)
+    return {
+        "format": FORMAT, "version": VERSION, "title": study.title, "study": study.stem,
+        "model": _model(study.model), "dtype": study.dtype,
+        "bytes_per_element": study.bytes_per_element,
+        "devices": [_device(d, study.dtype) for d in study.devices],
+        "conventions": [{"phase": p, "key": k, "choice": v} for p in PHASES for k, v in conv.stated(p)],
+        "symbols": [{"name": s.name, "meaning": m} for s, m in sym.DESCRIPTIONS.items()],
+        "sections": analyses.run(study),
+    }
