@@ -1,0 +1,92 @@
+"""The CLI, in-process: exact exit codes and output, no subprocess."""
+
+import io
+import os
+import shutil
+
+import pytest
+
+from rooflinec.cli import run
+
+
+def call(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = run(list(argv), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A private copy of specs/ that a test may edit."""
+    shutil.copytree("specs", tmp_path / "specs")
+    return tmp_path / "specs"
+
+
+def test_build_writes_md_and_json(tmp_path):
+    code, out, err = call("build", "specs/qwen.yaml", "--out", str(tmp_path), "--format", "md,json")
+    assert code == 0, err
+    assert sorted(os.listdir(tmp_path)) == ["qwen.json", "qwen.md"]
+    assert f"wrote {tmp_path / 'qwen.md'}" in out
+
+
+def test_check_reports_ok():
+    assert call("check", "specs/qwen.yaml") == (0, "specs/qwen.yaml: ok\n", "")
+
+
+def test_explain_prints_the_derivation():
+    code, out, _ = call("explain", "specs/qwen.yaml", "k_proj")
+    assert code == 0
+    assert "k_proj in Qwen2.5-7B-Instruct" in out
+    assert "compute-bound from M = 259" in out      # exact crossing on the RTX 4090
+
+
+def test_explain_unknown_op_lists_the_ops():
+    code, _, err = call("explain", "specs/qwen.yaml", "qproj")
+    assert code == 1 and "no op 'qproj'" in err and "q_proj" in err
+
+
+def test_usage_errors_exit_2():
+    assert call()[0] == 2
+    assert call("frobnicate")[0] == 2
+    code, _, err = call("build", "specs/qwen.yaml", "--format", "pdf")
+    assert code == 2 and "unknown format pdf" in err
+
+
+def test_help_teaches():
+    code, out, _ = call("--help")
+    assert code == 0 and "rooflinec build specs/qwen.yaml" in out and "exit status" in out
+
+
+def test_spec_error_is_located_and_writes_nothing(tree, tmp_path):
+    study = tree / "qwen.yaml"
+    study.write_text(study.read_text().replace("dtype: bf16", "dtype: bf17"))
+    out_dir = tmp_path / "out"
+    code, _, err = call("build", str(study), "--out", str(out_dir))
+    assert code == 1
+    assert f"{study}:6:8: dtype: \"bf17\" is not accepted; did you mean 'bf16'?" in err
+    assert "Traceback" not in err
+    assert not out_dir.exists()
+
+
+def test_unknown_device_lists_known_ones(tree):
+    study = tree / "qwen.yaml"
+    study.write_text(study.read_text().replace("[rtx4090, a100-40gb]", "[rtx4090, a100-40g]"))
+    code, _, err = call("check", str(study))
+    assert code == 1
+    assert "devices[1]: no spec 'a100-40g'" in err and "did you mean 'a100-40gb'?" in err
+    assert "rtx4090" in err
+
+
+def test_added_device_appears_with_no_code_change(tree, tmp_path):
+    """The README's worked example: copy a device file, edit two numbers, list it in the study."""
+    mine = (tree / "hardware" / "rtx4090.yaml").read_text()
+    mine = mine.replace("NVIDIA GeForce RTX 4090", "My GPU").replace("1008 GB/s", "2000 GB/s")
+    mine = mine.replace("bf16: 165.2 TFLOP/s", "bf16: 400 TFLOP/s")
+    (tree / "hardware" / "my-gpu.yaml").write_text(mine)
+    study = tree / "qwen.yaml"
+    study.write_text(study.read_text().replace("[rtx4090, a100-40gb]", "[rtx4090, a100-40gb, my-gpu]"))
+    code, _, err = call("build", str(study), "--out", str(tmp_path / "out"), "--format", "md")
+    assert code == 0, err
+    md = (tmp_path / "out" / "qwen.md").read_text()
+    assert "My GPU (`my-gpu`)" in md
+    assert "my-gpu (ridge 200.0)" in md             # 400e12 / 2000e9

@@ -1,0 +1,65 @@
+"""Hypothesis property tests of the core formulas: each test asserts one law."""
+
+import sympy as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rooflinec.derive import crossing
+from rooflinec.ir import intensity
+from rooflinec.ops import FORMULAS
+from rooflinec.symbols import B, M, S, b, d_head, n_kv, n_q
+
+dims = st.integers(min_value=1, max_value=1 << 16)
+elem_bytes = st.sampled_from([1, 2, 4])
+GEMM_I = intensity(FORMULAS["gemm"](M, sp.Symbol("K", positive=True), sp.Symbol("N", positive=True), b))
+K, N = sorted(GEMM_I.free_symbols - {M, b}, key=str)
+
+
+def gemm_i(m, k, n, nbytes):
+    cost = FORMULAS["gemm"](m, k, n, nbytes)
+    return sp.Rational(cost.flops) / sp.Rational(cost.bytes)
+
+
+@given(dims, dims, dims, elem_bytes)
+def test_gemm_intensity_rises_with_m(m, k, n, nbytes):
+    assert gemm_i(m + 1, k, n, nbytes) > gemm_i(m, k, n, nbytes)
+
+
+@given(dims, dims, dims, elem_bytes)
+def test_gemm_intensity_below_both_bounds(m, k, n, nbytes):
+    i = gemm_i(m, k, n, nbytes)
+    assert i < sp.Rational(2 * m, nbytes)                        # weights alone cap it at 2M/b
+    assert i < sp.Rational(2 * k * n, (k + n) * nbytes)          # infinitely many tokens cap it
+
+
+@given(dims, dims, dims, elem_bytes)
+def test_gemm_intensity_symmetric_in_k_and_n(m, k, n, nbytes):
+    assert gemm_i(m, k, n, nbytes) == gemm_i(m, n, k, nbytes)
+
+
+@given(st.integers(1, 1 << 20), st.integers(1, 1 << 20), st.integers(1, 64), st.integers(1, 8),
+       st.integers(16, 256), elem_bytes)
+def test_decode_attention_intensity_same_for_every_context(s1, s2, kv, group, d, nbytes):
+    def at(s):
+        c = FORMULAS["attention"](1, 1, s, kv * group, kv, d, nbytes, io=False)
+        return sp.Rational(c.flops) / sp.Rational(c.bytes)
+    assert at(s1) == at(s2) == sp.Rational(2 * kv * group, nbytes * kv)
+
+
+@given(dims, dims, st.floats(min_value=1, max_value=2000), elem_bytes)
+@settings(max_examples=60, deadline=None)
+def test_ridge_crossing_is_the_first_compute_bound_m(k, n, ridge, nbytes):
+    c = crossing(GEMM_I, M, {K: k, N: n, b: nbytes}, ridge)
+    ridge = sp.Rational(ridge)
+    if c.at is None:
+        assert sp.Rational(2 * k * n, (k + n) * nbytes) <= ridge    # the supremum never reaches it
+        assert c.supremum == sp.Rational(2 * k * n, (k + n) * nbytes)
+    else:
+        assert gemm_i(c.at, k, n, nbytes) >= ridge
+        assert c.at == 1 or gemm_i(c.at - 1, k, n, nbytes) < ridge
+
+
+def test_attention_reads_kv_heads_not_query_heads():
+    cost = FORMULAS["attention"](B, 1, S, n_q, n_kv, d_head, b)
+    assert cost.bytes_of("kv_cache") == 2 * B * S * n_kv * d_head * b   # GQA: KV heads only
+    assert n_q not in cost.bytes_of("kv_cache").free_symbols
