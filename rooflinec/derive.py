@@ -60,7 +60,7 @@ def _crossing(expr: sp.Expr, var: sp.Symbol, fixed: frozenset, ridge: sp.Rationa
         roots = [r for r in sp.Poly(num - ridge * den, var).real_roots() if r > 0]
     except sp.PolynomialError:
         roots = []
-    candidates = sorted({1, *(max(1, math.ceil(r)) for r in roots)})
+    candidates = sorted({1, *(max(1, int(math.ceil(r))) for r in roots)})
     at = next((c for c in candidates if at_value(c) >= ridge), None)
     return Crossing(var, at, sup)
 

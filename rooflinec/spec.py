@@ -78,12 +78,25 @@ class Study:
         return DTYPE_BYTES[self.dtype]
 
 
-def _checked(file: str, kind: str) -> yamlio.Located:
+_KINDS = {list: "a list", str: "a string", int: "a number", float: "a number",
+          bool: "a boolean", type(None): "nothing (null)"}
+
+
+def _mapping(file: str, kind: str) -> yamlio.Located:
+    """Load `file` as plain YAML whose top level is a mapping."""
     doc = yamlio.load(file)
     if not isinstance(doc.data, dict):
-        raise SpecError([doc.problem((), f"expected a mapping of keys for a {kind} spec, "
-                                         f"got {type(doc.data).__name__}")])
+        got = _KINDS.get(type(doc.data), type(doc.data).__name__)
+        raise SpecError([doc.problem((), f"expected a mapping of keys for a {kind} spec, got {got}")])
+    return doc
+
+
+def _checked(file: str, kind: str, semantic=None) -> yamlio.Located:
+    """Load and schema-check `file`; `semantic(doc)` adds cross-field problems found alongside."""
+    doc = _mapping(file, kind)
     problems = validate.check(doc, kind)
+    if semantic is not None:
+        problems += semantic(doc)
     if problems:
         raise SpecError(problems)
     return doc
@@ -106,8 +119,28 @@ def load_hardware(file: str) -> Device:
         notes=d.get("notes", ""))
 
 
+def _count(section, key: str) -> int | None:
+    value = section.get(key) if isinstance(section, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _model_problems(doc: yamlio.Located) -> list[Problem]:
+    """Cross-field checks, on the raw data, so they are reported with any schema problems."""
+    d, problems = doc.data, []
+    att = d.get("attention")
+    n_heads, n_kv = _count(att, "n_heads"), _count(att, "n_kv_heads")
+    if n_heads and n_kv and n_heads % n_kv:
+        problems.append(doc.problem(("attention", "n_kv_heads"),
+                                    f"{n_kv} KV heads do not divide {n_heads} query heads; each KV "
+                                    "head must serve a whole group of query heads"))
+    if d.get("positions") == "learned" and "max_context" not in d:
+        problems.append(doc.problem(("positions",), "learned positions need max_context "
+                                                    "(the size of the position table)"))
+    return problems
+
+
 def load_model(file: str) -> Model:
-    doc = _checked(file, "model")
+    doc = _checked(file, "model", _model_problems)
     d = doc.data
     att, mlp, norm = d["attention"], d["mlp"], d.get("norm") or {}
     model = Model(
@@ -119,16 +152,6 @@ def load_model(file: str) -> Model:
         norm_kind=norm.get("kind", "rmsnorm"), norm_bias=norm.get("bias", False),
         positions=d.get("positions", "rope"), block=d.get("block", "sequential"),
         tied_embeddings=d.get("tied_embeddings", False), notes=d.get("notes", ""))
-    problems = []
-    if model.n_heads % model.n_kv_heads:
-        problems.append(doc.problem(("attention", "n_kv_heads"),
-                                    f"{model.n_kv_heads} KV heads do not divide {model.n_heads} query "
-                                    f"heads; each KV head must serve a whole group of query heads"))
-    if model.positions == "learned" and model.max_context is None:
-        problems.append(doc.problem(("positions",), "learned positions need max_context "
-                                                    "(the size of the position table)"))
-    if problems:
-        raise SpecError(problems)
     return model
 
 
@@ -137,33 +160,52 @@ def _resolve(doc: yamlio.Located, path: tuple, ref: str, folder: str) -> str | P
     root = os.path.dirname(doc.file) or "."
     rel = ref if ref.endswith((".yaml", ".yml")) else os.path.join(folder, ref + ".yaml")
     target = os.path.normpath(os.path.join(root, rel))
-    if os.path.isabs(ref) or os.path.relpath(target, root).startswith(".."):
+    real_root = os.path.realpath(root)
+    if os.path.isabs(ref) or not _inside(os.path.realpath(target), real_root):
         return doc.problem(path, f"'{ref}' points outside the spec tree ({root}); "
                                  "references must stay inside the study's folder")
+    known = _known(root, folder)
+    listed = f"known {folder} specs: {', '.join(known) or '(none)'}"
     if not os.path.isfile(target):
-        known = sorted(_stem(f) for f in os.listdir(os.path.join(root, folder))
-                       if f.endswith(".yaml")) if os.path.isdir(os.path.join(root, folder)) else []
-        hint = validate.closest(ref, known)
-        return doc.problem(path, f"no spec '{ref}' (looked for {target}); {hint}"
-                                 f"known {folder} specs: {', '.join(known) or '(none)'}")
+        return doc.problem(path, f"no spec '{ref}' (looked for {target}); "
+                                 f"{validate.closest(ref, known)}{listed}")
+    if os.path.realpath(target) == os.path.realpath(doc.file):
+        return doc.problem(path, f"'{ref}' is this study itself; name a spec under {folder}/; {listed}")
     return target
+
+
+def _inside(path: str, root: str) -> bool:
+    try:
+        return os.path.commonpath([path, root]) == root
+    except ValueError:   # different drives
+        return False
+
+
+def _known(root: str, folder: str) -> list[str]:
+    try:
+        return sorted(_stem(f) for f in os.listdir(os.path.join(root, folder)) if f.endswith(".yaml"))
+    except OSError:
+        return []
 
 
 def load_study(file: str) -> Study:
     """Load a study and everything it references; raise SpecError with every problem found."""
-    doc = _checked(file, "study")
+    doc = _mapping(file, "study")
     d = doc.data
-    problems: list[Problem] = []
+    problems: list[Problem] = validate.check(doc, "study")
+    # follow the references that are well formed even when other keys are wrong
+    bad = {p.path.split(".")[0].split("[")[0] for p in problems}
     model, devices = None, []
-    target = _resolve(doc, ("model",), d["model"], "models")
+    target = _resolve(doc, ("model",), d["model"], "models") if "model" in d and "model" not in bad \
+        else None
     if isinstance(target, Problem):
         problems.append(target)
-    else:
+    elif target is not None:
         try:
             model = load_model(target)
         except SpecError as exc:
             problems.extend(exc.problems)
-    for i, ref in enumerate(d["devices"]):
+    for i, ref in enumerate(d["devices"] if "devices" in d and "devices" not in bad else ()):
         target = _resolve(doc, ("devices", i), ref, "hardware")
         if isinstance(target, Problem):
             problems.append(target)
@@ -173,7 +215,7 @@ def load_study(file: str) -> Study:
         except SpecError as exc:
             problems.extend(exc.problems)
     dtype = d.get("dtype", "bf16")
-    for dev in devices:
+    for dev in devices if "dtype" not in bad else ():
         if dev.peak("matrix", dtype) is None:
             problems.append(doc.problem(("dtype",) if "dtype" in d else ("devices",),
                                         f"device '{dev.key}' lists no tensor peak for {dtype}; "

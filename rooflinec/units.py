@@ -171,6 +171,8 @@ _QUANTITY = re.compile(
 )
 _NON_FINITE = re.compile(r"\s*[+-]?\.?(?:nan|inf(?:inity)?)\b", re.IGNORECASE)
 _POSITIVE = "must be a positive finite number"
+_MAX_DIGITS = 64       # digits in a mantissa; a datasheet number has a handful
+_MAX_EXPONENT = 400    # beyond this, 64 digits cannot bring a value back into float range
 
 
 def _fits(dimension: str) -> str:
@@ -182,6 +184,12 @@ def _fits(dimension: str) -> str:
 
 def _expected(dimension: str) -> str:
     return f"expected {_NOUN[dimension][0]}"
+
+
+def _repr(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut short: a message quotes a value, not a whole file."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _type_name(value: object) -> str:
@@ -233,7 +241,7 @@ def _number(value: numbers.Real, text: str, dimension: str) -> Fraction:
 
 def _split(value: str, dimension: str) -> tuple[Fraction, str]:
     """``'1555 GB/s'`` -> ``(Fraction(1555), 'GB/s')``."""
-    shown = repr(value)
+    shown = _repr(value)
     if _NON_FINITE.match(value):
         raise QuantityError(f"{shown} {_POSITIVE}", value, dimension)
     match = _QUANTITY.fullmatch(value)
@@ -245,7 +253,16 @@ def _split(value: str, dimension: str) -> tuple[Fraction, str]:
             value,
             dimension,
         )
-    number = Fraction(match["number"].replace("_", ""))
+    digits = match["number"].replace("_", "")
+    mantissa, _, exponent = digits.lower().partition("e")
+    if len(mantissa) > _MAX_DIGITS:
+        raise QuantityError(f"{shown} has more than {_MAX_DIGITS} digits; {_expected(dimension)}",
+                            value, dimension)
+    power = exponent.lstrip("+-").lstrip("0")
+    if len(power) > 4 or int(power or 0) > _MAX_EXPONENT:  # 1e999999999 would take minutes
+        raise QuantityError(f"{shown} {_POSITIVE}", value, dimension)
+    sign = -1 if exponent.startswith("-") else 1
+    number = Fraction(mantissa) * Fraction(10) ** (sign * int(power or 0))
     unit = "".join(match["unit"].split())  # '238.3k tokens/s' -> 'ktokens/s'
     return number, unit
 
@@ -254,7 +271,7 @@ def _factor(unit: str, value: str, dimension: str) -> Fraction:
     table = _table(dimension)
     if unit in table:
         return table[unit]
-    shown = repr(value)
+    shown = _repr(value)
     owner = _owner(unit, dimension)
     if owner is not None:
         message = f"{shown} is {_NOUN[owner][0]}, {_expected(dimension)}; {_fits(dimension)}"
@@ -290,10 +307,10 @@ def parse_quantity(value: object, dimension: str) -> int | float:
     if isinstance(value, str):
         number, unit = _split(value, dimension)
         result = number * _factor(unit, value, dimension) if unit else number
-        shown = repr(value)
+        shown = _repr(value)
     else:
-        result = _number(value, repr(value), dimension)
-        shown = repr(value)
+        result = _number(value, _repr(value), dimension)
+        shown = _repr(value)
     if result <= 0 or result > Fraction(sys.float_info.max):
         raise QuantityError(f"{shown} {_POSITIVE}", value, dimension)
     out = _exact(result)

@@ -23,7 +23,10 @@ def _quantity(validator, dimension, instance, schema):
         yield ValidationError(str(exc))
 
 
-_Validator = validators.extend(Draft202012Validator, {"x-quantity": _quantity})
+# JSON Schema counts 3584.0 as an integer; a spec field that wants a count wants an int.
+_TYPES = Draft202012Validator.TYPE_CHECKER.redefine(
+    "integer", lambda checker, instance: isinstance(instance, int) and not isinstance(instance, bool))
+_Validator = validators.extend(Draft202012Validator, {"x-quantity": _quantity}, type_checker=_TYPES)
 
 
 @cache
@@ -39,9 +42,13 @@ def _validator(name: str):
 
 def check(doc: Located, name: str) -> list[Problem]:
     """Every schema violation in `doc`, as located problems."""
+    errors = list(_validator(name).iter_errors(doc.data))
+    # a value of the wrong type gets one message, not also "must be >= 1" for -.inf
+    mistyped = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
     problems: list[Problem] = []
-    for err in _validator(name).iter_errors(doc.data):
-        problems.extend(_explain(doc, err))
+    for err in errors:
+        if err.validator == "type" or tuple(err.absolute_path) not in mistyped:
+            problems.extend(_explain(doc, err))
     return problems
 
 
@@ -54,11 +61,22 @@ _TYPE_NAMES = {"integer": "an integer", "number": "a number", "string": "a strin
                "boolean": "true or false", "array": "a list", "object": "a mapping", "null": "null"}
 
 
+def _show(instance, limit: int = 60) -> str:
+    """A value as JSON, cut short: a message quotes a value, not a whole file."""
+    text = json.dumps(instance, default=str)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _got(instance) -> str:
     kind = {bool: "boolean", int: "integer", float: "number", str: "string",
             list: "list", dict: "mapping", type(None): "null"}.get(type(instance), type(instance).__name__)
-    text = json.dumps(instance, default=str) if not isinstance(instance, (dict, list)) else kind
+    text = _show(instance) if not isinstance(instance, (dict, list)) else kind
     return f"got {kind} {text}" if text != kind else f"got a {kind}"
+
+
+def _described(sch: dict, key: str) -> str:
+    text = sch.get("properties", {}).get(key, {}).get("description", "")
+    return f" ({text})" if text else ""
 
 
 def _explain(doc: Located, err: ValidationError) -> list[Problem]:
@@ -72,25 +90,30 @@ def _explain(doc: Located, err: ValidationError) -> list[Problem]:
             out.append(doc.problem(path + (key,), f"unknown key '{key}'; {hint}accepted keys: "
                                                   f"{', '.join(known) or '(none)'}", at_key=True))
         return out
-    if kw == "required":
-        missing = err.message.split("'")[1] if "'" in err.message else err.message
-        return [doc.problem(path, f"missing required key '{missing}'")]
+    if kw == "required" and isinstance(inst, dict):
+        return [doc.problem(path, f"missing required key '{key}'{_described(sch, key)}")
+                for key in err.validator_value if key not in inst]
     if kw == "type":
         wanted = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
         return [doc.problem(path, f"expected {' or '.join(_TYPE_NAMES.get(w, w) for w in wanted)}, {_got(inst)}")]
     if kw == "enum":
         choices = err.validator_value
-        return [doc.problem(path, f"{json.dumps(inst, default=str)} is not accepted; "
-                                  f"{closest(inst, choices)}accepted: {', '.join(map(str, choices))}")]
+        accepted = f"{closest(inst, choices)}accepted: {', '.join(map(str, choices))}"
+        if "propertyNames" in err.relative_schema_path and isinstance(inst, str):
+            return [doc.problem(path + (inst,), f"unknown key '{inst}'; {accepted}", at_key=True)]
+        return [doc.problem(path, f"{_show(inst)} is not accepted; {accepted}")]
     if kw in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
         op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[kw]
         return [doc.problem(path, f"must be {op} {err.validator_value}, {_got(inst)}")]
     if kw == "propertyNames":
         return [doc.problem(path, f"key {err.message}")]
+    if kw == "minLength":
+        return [doc.problem(path, "must not be empty")]
     if kw in ("minItems", "minProperties"):
         return [doc.problem(path, f"must not be empty (at least {err.validator_value})")]
     if kw == "uniqueItems":
         return [doc.problem(path, "items must be unique")]
     if kw == "pattern":
-        return [doc.problem(path, f"{json.dumps(inst)} is not a spec name or relative .yaml path")]
+        return [doc.problem(path, f"{_show(inst)} is not a spec name or relative .yaml path "
+                                  "(letters, digits, '_', '.', '-' and '/')")]
     return [doc.problem(path, err.message)]
