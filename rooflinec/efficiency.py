@@ -220,10 +220,10 @@ def crossover(terms: Terms, context: int) -> Crossover:
     m = sp.Poly(terms.memory.xreplace({S: context}), B)
     c0, c1 = c.coeff_monomial(1), c.coeff_monomial(B)
     m0, m1 = m.coeff_monomial(1), m.coeff_monomial(B)
-    ceiling = float(1 / max(c1, m1))
+    ceiling = float(1 / max(c1, m1)) if max(c1, m1) > 0 else math.inf
     if c1 > m1:     # compute grows faster: it overtakes memory where the lines meet
         at = (m0 - c0) / (c1 - m1)
-        return Crossover(context, at, max(1, math.ceil(at)), ceiling)
+        return Crossover(context, at, max(1, int(math.ceil(at))), ceiling)
     first = 1 if (c1 == m1 and c0 >= m0) else None   # parallel lines, or memory pulls away
     return Crossover(context, None, first, ceiling)
 

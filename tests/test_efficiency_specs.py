@@ -127,3 +127,28 @@ def test_a_vector_op_with_flops_needs_a_vector_peak():
     assert (exc.value.op, exc.value.unit) == ("norm", "vector")
     terms = E.step_terms(program, {}, {"matrix": 1e12, "vector": 10**12}, 10**9)
     assert terms.compute == sp.Rational(5, 10**12) * B
+
+
+def test_measured_step_gives_mbu_and_mfu(tree):
+    from rooflinec import report, spec
+    study = tree / "measured.yaml"
+    study.write_text(textwrap.dedent("""\
+        model: qwen2.5-7b
+        devices: [a100-40gb]
+        analyses:
+          serving:
+            batch: [1]
+            contexts: [1024]
+            measured:
+              - {batch: 1, context: 1024, time_per_token: 18.27 ms, source: a test}
+        """), encoding="utf-8")
+    s = report.build(spec.load_study(str(study)))["sections"][0]
+    m, step = s["measured"][0], s["steps"][0]
+    a100 = step["devices"][0]
+    # B = 1, S = 1024 is memory-bound: its bound is bytes / 1555 GB/s (about 9.135 ms), so a
+    # measured 18.27 ms moves the step's bytes at about half the bandwidth
+    assert a100["bound"] == "memory"
+    assert m["mbu"] == pytest.approx(step["bytes"] / 18.27e-3 / 1555e9)
+    assert m["mbu"] == pytest.approx(a100["time_s"] / 18.27e-3)
+    assert m["mfu"] == pytest.approx(step["flops"] / 18.27e-3 / 312e12)
+    assert m["tokens_per_s"] == pytest.approx(1 / 18.27e-3)
