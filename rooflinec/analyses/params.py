@@ -3,7 +3,7 @@
 from rooflinec import params as P
 from rooflinec.analyses import analysis
 from rooflinec.evaluate import number
-from rooflinec.symbols import L, b
+from rooflinec.symbols import L
 
 
 def _row(ctx, c) -> dict:
@@ -35,4 +35,4 @@ def params(ctx, _params) -> dict:
     ]
     return {"rows": rows, "totals": totals, "per_layer": counted.per_layer,
             "per_layer_count": int(number(counted.per_layer, ctx.values)),
-            "layers": int(number(L, ctx.values)), "bytes_symbol": str(b)}
+            "layers": int(number(L, ctx.values))}

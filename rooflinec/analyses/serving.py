@@ -49,6 +49,7 @@ def _steps(ctx, terms, batches, contexts, weight_bytes, kv_token) -> list[dict]:
     rows = []
     for batch in batches:
         for context in contexts:
+            # FLOPs and bytes are the device's to time, not to change: any device's terms do
             flops, nbytes = _size(terms[ctx.devices[0].key], batch, context)
             need = weight_bytes + batch * context * kv_token
             rows.append({"batch": batch, "context": context, "flops": flops, "bytes": nbytes,
