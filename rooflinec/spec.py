@@ -188,6 +188,14 @@ def _known(root: str, folder: str) -> list[str]:
         return []
 
 
+def load_model_ref(doc: yamlio.Located, path: tuple, ref: str) -> Model:
+    """A model a study names somewhere other than its `model` key, resolved the same way."""
+    target = _resolve(doc, path, ref, "models")
+    if isinstance(target, Problem):
+        raise SpecError([target])
+    return load_model(target)
+
+
 def load_study(file: str) -> Study:
     """Load a study and everything it references; raise SpecError with every problem found."""
     doc = _mapping(file, "study")

@@ -78,3 +78,4 @@ def run(study: Study) -> list[dict]:
 
 
 from rooflinec.analyses import attention, decode_view, derivations, gemm  # noqa: E402,F401
+from rooflinec.analyses import params, published, serving, training  # noqa: E402,F401

@@ -1,0 +1,38 @@
+"""Parameter count per component, from the architecture, with the three totals."""
+
+from rooflinec import params as P
+from rooflinec.analyses import analysis
+from rooflinec.evaluate import number
+from rooflinec.symbols import L
+
+
+def _row(ctx, c) -> dict:
+    return {"name": c.name, "group": c.group, "per": c.per, "repeat": c.repeat,
+            "copies": int(number(c.repeat, ctx.values)), "count": int(number(c.count, ctx.values)),
+            "matmul": c.matmul, "embedding": c.embedding, "note": c.note}
+
+
+def _total(ctx, label: str, expr, meaning: str) -> dict:
+    n = int(number(expr, ctx.values))
+    return {"label": label, "formula": expr, "count": n, "bytes": n * ctx.study.bytes_per_element,
+            "meaning": meaning}
+
+
+@analysis("params", "Parameters")
+def params(ctx, _params) -> dict:
+    counted = P.count(ctx.model)
+    rows = [_row(ctx, c) for c in counted.components]
+    total = sum(r["count"] for r in rows)
+    for r in rows:
+        r["share"] = r["count"] / total
+    totals = [
+        _total(ctx, "total", counted.total, "every parameter: what a checkpoint stores, the N of 6N"),
+        _total(ctx, "non-embedding", counted.non_embedding,
+               "without the token-embedding table and learned positions (Kaplan et al. 2020)"),
+        _total(ctx, "in matmuls", counted.matmul,
+               "weights of matrix products every token pays for (norms, biases and an untied "
+               "input table left out)"),
+    ]
+    return {"rows": rows, "totals": totals, "per_layer": counted.per_layer,
+            "per_layer_count": int(number(counted.per_layer, ctx.values)),
+            "layers": int(number(L, ctx.values))}

@@ -1,0 +1,122 @@
+"""Serving bounds: the most a device can do when this model decodes and prefills.
+
+A step's lower bound is max(compute, memory) over the whole step, where compute sums each
+op's FLOPs over its unit's peak and memory is every byte over the bandwidth: perfect overlap
+of ops, so no kernel can beat it (decode_view sums per-op maxima instead, a tighter estimate
+that assumes no overlap between ops). Memory fit counts weights and the KV cache only.
+"""
+
+from __future__ import annotations
+
+from rooflinec import efficiency as E
+from rooflinec import params as P
+from rooflinec.analyses import analysis
+from rooflinec.analyses.training import device_named
+from rooflinec.errors import SpecError
+from rooflinec.evaluate import number
+from rooflinec.symbols import B, S
+from rooflinec.units import parse_quantity
+
+
+def _terms(ctx, phase: str) -> dict:
+    """Each device's step terms for one phase; a located problem if a needed peak is missing."""
+    program, out, problems = ctx.program(phase), {}, []
+    for dev in ctx.devices:
+        peaks = {"matrix": ctx.peak(dev, "matrix"), "vector": ctx.peak(dev, "vector")}
+        try:
+            out[dev.key] = E.step_terms(program, ctx.values, peaks, dev.bandwidth)
+        except E.MissingPeak as exc:
+            problems.append(ctx.problem(("devices",), f"device '{dev.key}' lists no {exc.unit} "
+                                        f"peak, and the {phase} op '{exc.op}' has FLOPs there"))
+    if problems:
+        raise SpecError(problems)
+    return out
+
+
+def _bound(terms, batch, context) -> dict:
+    compute, memory = terms.at(batch, context)
+    time = max(compute, memory)
+    return {"compute_s": compute, "memory_s": memory, "time_s": time,
+            "bound": "compute" if compute >= memory else "memory", "tokens_per_s": batch / time}
+
+
+def _size(terms, batch, context) -> tuple[float, float]:
+    point = {B: batch, S: context}
+    return float(terms.flops.xreplace(point)), float(terms.bytes.xreplace(point))
+
+
+def _steps(ctx, terms, batches, contexts, weight_bytes, kv_token) -> list[dict]:
+    rows = []
+    for batch in batches:
+        for context in contexts:
+            # FLOPs and bytes are the device's to time, not to change: any device's terms do
+            flops, nbytes = _size(terms[ctx.devices[0].key], batch, context)
+            need = weight_bytes + batch * context * kv_token
+            rows.append({"batch": batch, "context": context, "flops": flops, "bytes": nbytes,
+                         "kv_bytes": batch * context * kv_token, "memory_needed": need,
+                         "devices": [{"device": d.key, "fits": need <= d.capacity,
+                                      **_bound(terms[d.key], batch, context)} for d in ctx.devices]})
+    return rows
+
+
+def _crossovers(ctx, terms, contexts, weight_bytes, kv_token) -> list[dict]:
+    rows = []
+    for context in contexts:
+        per = []
+        for d in ctx.devices:
+            c = E.crossover(terms[d.key], context)
+            fit = E.max_batch(d.capacity, weight_bytes, kv_token, context)
+            at_fit = _bound(terms[d.key], fit, context) if fit >= 1 else None
+            per.append({"device": d.key, "at": None if c.at is None else float(c.at),
+                        "first": c.first, "ceiling": c.ceiling, "max_batch": fit,
+                        "at_max_batch": at_fit,
+                        "reachable": c.first is not None and c.first <= fit})
+        rows.append({"context": context, "devices": per})
+    return rows
+
+
+def _prefill(ctx, prompts) -> list[dict]:
+    terms = _terms(ctx, "prefill")
+    rows = []
+    for prompt in prompts:
+        flops, nbytes = _size(terms[ctx.devices[0].key], 1, prompt)
+        rows.append({"prompt": prompt, "flops": flops, "bytes": nbytes,
+                     "devices": [{"device": d.key, **_bound(terms[d.key], 1, prompt)}
+                                 for d in ctx.devices]})
+    return rows
+
+
+def _measured(ctx, terms, entries) -> list[dict]:
+    rows = []
+    for i, m in enumerate(entries):
+        dev = device_named(ctx, ("analyses", "serving", "measured", i, "device"), m.get("device"))
+        t = parse_quantity(m["time_per_token"], "time")
+        flops, nbytes = _size(terms[dev.key], m["batch"], m["context"])
+        bound = _bound(terms[dev.key], m["batch"], m["context"])
+        rows.append({"device": dev.key, "batch": m["batch"], "context": m["context"],
+                     "time_s": t, "tokens_per_s": m["batch"] / t, "source": m["source"],
+                     "bound_s": bound["time_s"], "of_bound": bound["time_s"] / t,
+                     "mbu": E.bandwidth_utilisation(nbytes, t, dev.bandwidth),
+                     "mfu": flops / t / ctx.peak(dev, "matrix")})
+    return rows
+
+
+@analysis("serving", "Serving bounds")
+def serving(ctx, params) -> dict:
+    counted = P.count(ctx.model)
+    weight_bytes = int(number(counted.total, ctx.values)) * ctx.study.bytes_per_element
+    kv_expr = E.kv_bytes_per_token()
+    kv_token = int(number(kv_expr, ctx.values))
+    terms = _terms(ctx, "decode")
+    contexts = params["contexts"]
+    return {
+        "weight_bytes": weight_bytes, "kv_formula": kv_expr, "kv_per_token": kv_token,
+        "kv_per_sequence": [{"context": s, "bytes": s * kv_token} for s in contexts],
+        "memory": [{"device": d.key, "capacity": d.capacity, "weights_fit": weight_bytes <= d.capacity,
+                    "kv_tokens": E.fit_tokens(d.capacity, weight_bytes, kv_token)}
+                   for d in ctx.devices],
+        "steps": _steps(ctx, terms, params["batch"], contexts, weight_bytes, kv_token),
+        "crossovers": _crossovers(ctx, terms, contexts, weight_bytes, kv_token),
+        "prefill": _prefill(ctx, params.get("prompts", contexts)),
+        "measured": _measured(ctx, terms, params.get("measured", [])),
+    }

@@ -1,0 +1,89 @@
+"""A training run: FLOPs per token two ways, MFU and HFU, and its timeline in chip time."""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from rooflinec import efficiency as E
+from rooflinec import params as P
+from rooflinec.analyses import analysis
+from rooflinec.errors import SpecError
+from rooflinec.evaluate import number
+from rooflinec.lower import Conventions, lower
+from rooflinec.symbols import S
+from rooflinec.units import parse_quantity
+
+N = sp.Symbol("N", positive=True, integer=True)   # every parameter, as the convention writes it
+DAY = 86400
+
+
+def device_named(ctx, path: tuple, key: str | None):
+    """One of the study's devices by key; with no key, the study's only device."""
+    keys = [d.key for d in ctx.devices]
+    if key is None and len(keys) == 1:
+        return ctx.devices[0]
+    if key in keys:
+        return ctx.devices[keys.index(key)]
+    what = "name the device this uses" if key is None else f"'{key}' is not a device of this study"
+    raise SpecError([ctx.problem(path, f"{what}; the study's devices: {', '.join(keys)}")])
+
+
+def _account_row(acc, value, tokens_per_s, chips, peak, policy) -> dict:
+    model, hardware = value(acc.model), value(acc.hardware(policy))
+    return {"name": acc.name, "formula": sp.expand(acc.model), "forward": value(acc.forward),
+            "backward": value(acc.backward), "model": model, "hardware": hardware,
+            "mfu": E.utilisation(tokens_per_s, model, chips, peak),
+            "hfu": E.utilisation(tokens_per_s, hardware, chips, peak)}
+
+
+def _policies(accounts, value, tokens_per_s, chips, peak) -> list[dict]:
+    rows = []
+    for policy, (_, _, meaning) in E.RECOMPUTE.items():
+        per = [{"recomputed": value(a.recomputed(policy)), "hardware": value(a.hardware(policy)),
+                "hfu": E.utilisation(tokens_per_s, value(a.hardware(policy)), chips, peak)}
+               for a in accounts]
+        rows.append({"policy": policy, "meaning": meaning, "accounts": per})
+    return rows
+
+
+def _timeline(params, tokens_per_s, chips, model_flops, peak) -> dict | None:
+    if "token_budget" not in params or "spent" not in params:
+        return None
+    budget = parse_quantity(params["token_budget"], "count")
+    spent = [(seg["chips"], parse_quantity(seg["time"], "time")) for seg in params["spent"]]
+    t = E.timeline(budget, tokens_per_s, chips, spent)
+    return {"token_budget": budget, "ideal_days": t.ideal_s / DAY,
+            "segments": [{"chips": c, "hours": s / 3600} for c, s in spent],
+            "chip_days": t.chip_s / DAY, "spent_days": t.spent_s / DAY, "ratio": t.ratio,
+            "effective_mfu": budget * model_flops / (t.chip_s * peak)}
+
+
+@analysis("training", "Training efficiency: MFU and HFU")
+def training(ctx, params) -> dict:
+    device = device_named(ctx, ("analyses", "training", "device"), params.get("device"))
+    peak = ctx.peak(device, "matrix")
+    chips, seq = params["chips"], params["sequence"]
+    tokens_per_s = parse_quantity(params["tokens_per_s"], "tokens_rate")
+    policy = params.get("recompute", "none")
+    counted = P.count(ctx.model)
+    n_params = int(number(counted.total, ctx.values))
+    conv = Conventions(causal_halving=ctx.conventions.causal_halving, logits="all")
+    program = lower(ctx.model, "prefill", conv)
+    values = {**ctx.values, S: seq}
+    value = lambda e: float(number(sp.sympify(e).xreplace({N: counted.total}), values))  # noqa: E731
+    palm = E.palm_account(N)
+    accounts = [palm.without_attention(), palm, E.ledger_account(program)]
+    rows = [_account_row(a, value, tokens_per_s, chips, peak, policy) for a in accounts]
+    terms = E.difference(E.palm_account(counted.total), accounts[2], counted.total)
+    for t in terms:
+        t["value"] = value(t["flops"])
+    terms[0]["params_count"] = int(value(terms[0]["params"]))
+    return {
+        "device": {"key": device.key, "name": device.name, "peak": peak},
+        "chips": chips, "tokens_per_s": tokens_per_s, "sequence": seq, "policy": policy,
+        "policy_meaning": E.RECOMPUTE[policy][2], "n_params": n_params, "n_formula": counted.total,
+        "program_conventions": list(conv.stated("prefill")), "variant": program.variant,
+        "accounts": rows, "policies": _policies(accounts[1:], value, tokens_per_s, chips, peak),
+        "difference": terms, "difference_total": rows[1]["model"] - rows[2]["model"],
+        "timeline": _timeline(params, tokens_per_s, chips, rows[1]["model"], peak),
+    }

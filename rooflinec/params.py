@@ -1,0 +1,139 @@
+"""Parameter counts from the architecture, per component, as sympy expressions.
+
+Counts are written over the dimension alphabet (d_model, n_q, n_kv, d_head, d_ff, V, L);
+the spec's booleans (biases, tied embeddings, MLP kind, block layout) choose which
+components exist. Only a learned position table uses a number (its size, max_context),
+since the alphabet has no symbol for a model constant that is not a workload.
+
+Three totals:
+- total: every parameter (what a checkpoint stores, the N of PaLM's 6N);
+- non-embedding: without the token-embedding table and learned positions (Kaplan et al.
+  2020); with tied embeddings the table is also the LM head, and it is excluded all the same;
+- matmul: the weights of matrix products every token pays for (the ledger's 2 FLOPs per
+  parameter per token): norms, biases and an untied input table (a gather) are left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from rooflinec.symbols import L, V, d_ff, d_head, d_model, n_kv, n_q
+
+ONE = sp.Integer(1)
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str            # matches the lowered op name where one exists (q_proj, lm_head, ...)
+    group: str           # embedding, attention, mlp, norm, head
+    per: sp.Expr         # parameters in one copy
+    repeat: sp.Expr      # L for per-layer components, 1 otherwise
+    matmul: bool         # its weights enter a matrix product for every token
+    embedding: bool      # left out of the non-embedding count
+    note: str = ""
+
+    @property
+    def count(self) -> sp.Expr:
+        return self.per * self.repeat
+
+
+@dataclass(frozen=True)
+class Params:
+    model: str
+    components: tuple[Component, ...]
+
+    def _sum(self, keep) -> sp.Expr:
+        """Per-layer parts gathered under one factor L, so the formula reads as the layer."""
+        layer = sp.Add(*(c.per for c in self.components if keep(c) and c.repeat == L))
+        once = sp.Add(*(c.count for c in self.components if keep(c) and c.repeat != L))
+        return L * layer + once
+
+    @property
+    def total(self) -> sp.Expr:
+        return self._sum(lambda c: True)
+
+    @property
+    def non_embedding(self) -> sp.Expr:
+        return self._sum(lambda c: not c.embedding)
+
+    @property
+    def matmul(self) -> sp.Expr:
+        return self._sum(lambda c: c.matmul)
+
+    @property
+    def per_layer(self) -> sp.Expr:
+        return sp.Add(*(c.per for c in self.components if c.repeat == L))
+
+    def component(self, name: str) -> Component:
+        for c in self.components:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+
+def _layer(name, group, per, matmul=True, note="") -> Component:
+    return Component(name, group, per, L, matmul, False, note)
+
+
+def _attention(model) -> list[Component]:
+    # X[., d_model] @ W_q[d_model, n_q*d_head]; K and V have n_kv heads (GQA / MQA)
+    parts = [_layer("q_proj", "attention", d_model * n_q * d_head),
+             _layer("k_proj", "attention", d_model * n_kv * d_head),
+             _layer("v_proj", "attention", d_model * n_kv * d_head),
+             _layer("o_proj", "attention", n_q * d_head * d_model)]
+    if model.qkv_bias:
+        parts.append(_layer("qkv_bias", "attention", (n_q + 2 * n_kv) * d_head, matmul=False))
+    if model.out_bias:
+        parts.append(_layer("o_bias", "attention", d_model, matmul=False))
+    return parts
+
+
+# MLP kind -> (up-side matrices, note); the down matrix is common to both
+_MLP = {"swiglu": (("gate_proj", "up_proj"), "SiLU(X W_gate) * (X W_up), then W_down"),
+        "gelu": (("up_proj",), "GELU(X W_up), then W_down")}
+
+
+def _mlp(model) -> list[Component]:
+    ups, note = _MLP[model.mlp_kind]
+    parts = [_layer(n, "mlp", d_model * d_ff, note=note) for n in ups]
+    parts.append(_layer("down_proj", "mlp", d_ff * d_model))
+    if model.mlp_bias:
+        parts.append(_layer("mlp_bias", "mlp", len(ups) * d_ff + d_model, matmul=False))
+    return parts
+
+
+# block layout -> norms per layer
+_NORMS_PER_LAYER = {"sequential": 2, "parallel": 1}
+
+
+def _norms(model) -> list[Component]:
+    width = d_model * (2 if model.norm_bias else 1)        # scale, and shift if it has one
+    k = _NORMS_PER_LAYER[model.block]
+    what = f"{model.norm_kind}, {'scale and shift' if model.norm_bias else 'scale only'}"
+    return [_layer("norms", "norm", k * width, matmul=False,
+                   note=f"{k} per layer ({model.block} block), {what}"),
+            Component("final_norm", "norm", width, ONE, False, False, what)]
+
+
+def _embeddings(model) -> list[Component]:
+    tied = model.tied_embeddings
+    parts = [Component("embedding", "embedding", V * d_model, ONE, tied, True,
+                       "tied: also the LM head's matrix" if tied else "input table (a gather)")]
+    if model.positions == "learned":
+        parts.append(Component("positions", "embedding", sp.Integer(model.max_context) * d_model,
+                               ONE, False, True, f"learned, {model.max_context} positions"))
+    return parts
+
+
+def _head(model) -> list[Component]:
+    if model.tied_embeddings:
+        return []
+    return [Component("lm_head", "head", d_model * V, ONE, True, False, "untied output matrix")]
+
+
+def count(model) -> Params:
+    """Every parameter of the model, one component per kind of tensor."""
+    parts = _embeddings(model) + _attention(model) + _mlp(model) + _norms(model) + _head(model)
+    return Params(model.name, tuple(parts))
