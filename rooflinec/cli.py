@@ -11,7 +11,7 @@ from rooflinec.errors import RooflineError, SpecError
 
 EPILOG = """\
 examples:
-  rooflinec build specs/qwen.yaml                  # reports/qwen.md and reports/qwen.json
+  rooflinec build specs/qwen.yaml                  # reports/qwen.{md,html,json}, charts in reports/qwen/
   rooflinec build specs/*.yaml --out /tmp/r --format md
   rooflinec check specs/qwen.yaml                  # validate only; every problem, located
   rooflinec explain specs/qwen.yaml k_proj         # one op's derivation in the terminal
@@ -52,8 +52,9 @@ def _parser(stdout, stderr) -> _Parser:
     b = sub.add_parser("build", help="build reports for one or more study specs")
     b.add_argument("specs", nargs="+", metavar="SPEC", help="study spec files, e.g. specs/qwen.yaml")
     b.add_argument("--out", default="reports", metavar="DIR", help="output folder (default: reports)")
-    b.add_argument("--format", default="md,json", metavar="LIST",
-                   help="comma-separated formats among: md, json (default: md,json)")
+    b.add_argument("--format", default="md,html,json", metavar="LIST",
+                   help="comma-separated formats among: md, html, json (default: md,html,json); "
+                        "md also writes its chart files under <stem>/")
     c = sub.add_parser("check", help="validate study specs and everything they reference")
     c.add_argument("specs", nargs="+", metavar="SPEC")
     e = sub.add_parser("explain", help="print one op's derivation: FLOPs, bytes, intensity, crossings")
@@ -88,6 +89,12 @@ def _build_all(specs: list[str]) -> list[tuple[str, dict]]:
     return built
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _write_atomically(outputs: dict[str, str]) -> None:
     """Write every file to a temporary name first; rename into place only when all are written."""
     staged = []
@@ -98,6 +105,7 @@ def _write_atomically(outputs: dict[str, str]) -> None:
             staged.append((tmp, target))
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
                 fh.write(text)
+            os.chmod(tmp, 0o666 & ~_umask())   # mkstemp makes 0600; reports are for sharing
         for tmp, target in staged:
             os.replace(tmp, target)
     finally:
@@ -107,13 +115,12 @@ def _write_atomically(outputs: dict[str, str]) -> None:
 
 
 def cmd_build(args, stdout, parser) -> int:
-    from rooflinec.render import render
+    from rooflinec.render import render_many
     formats = _formats(args.format, parser)
     outputs = {}
-    for path, rep in _build_all(args.specs):
-        stem = os.path.splitext(os.path.basename(path))[0]
-        for fmt in formats:
-            outputs[os.path.join(args.out, f"{stem}.{fmt}")] = render(rep, fmt)
+    for _, rep in _build_all(args.specs):
+        for rel, text in render_many(rep, formats).items():
+            outputs[os.path.join(args.out, *rel.split("/"))] = text
     _write_atomically(outputs)
     for target in outputs:
         stdout.write(f"wrote {target}\n")

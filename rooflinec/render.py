@@ -9,7 +9,8 @@ from functools import cache, lru_cache
 import jinja2
 import sympy as sp
 
-FORMATS = ("md", "json")
+FORMATS = ("md", "html", "json")
+CHARTED = ("md", "html")   # formats that show charts (drawn once, shared)
 
 
 @lru_cache(maxsize=4096)
@@ -75,6 +76,11 @@ FILTERS = {"formula": formula, "sig": sig, "fixed": fixed, "pct": pct, "si": si,
            "seconds": seconds}
 
 
+def symbol(name: str):
+    """A symbol of the alphabet by name, for typesetting (never parses text)."""
+    return sp.Symbol(name)
+
+
 @cache
 def environment(autoescape: bool) -> jinja2.Environment:
     env = jinja2.Environment(
@@ -82,11 +88,37 @@ def environment(autoescape: bool) -> jinja2.Environment:
         autoescape=autoescape, undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters.update(FILTERS)
+    if autoescape:
+        from rooflinec import mathml
+        env.filters.update({"math": mathml.mathml, "symbol": symbol})
+        env.globals.update({"identity": mathml.identity, "cancelled": mathml.cancelled})
     return env
 
 
-def markdown(report: dict) -> str:
-    return environment(False).get_template("md/report.md.j2").render(r=report)
+def draw_charts(report: dict) -> list[list[dict]]:
+    """Every chart of the report, per section: its file path (under <stem>/), caption and SVG."""
+    from rooflinec import chartdata, charts
+    return [[{"path": f"{report['study']}/{c['name']}.svg", "title": c["title"], "alt": c["alt"],
+              "kind": c["kind"], "svg": charts.draw(c)} for c in section]
+            for section in chartdata.plan(report)]
+
+
+def markdown(report: dict, charts: list[list[dict]] | None = None) -> str:
+    charts = charts if charts is not None else [[] for _ in report["sections"]]
+    return environment(False).get_template("md/report.md.j2").render(r=report, charts=charts)
+
+
+def html(report: dict, charts: list[list[dict]]) -> str:
+    """Self-contained HTML: the charts' SVG inline (ids made unique), formulas as MathML."""
+    from markupsafe import Markup
+
+    from rooflinec.chartdata import slug
+    from rooflinec.charts import DEVICE_COLOURS, inline
+    inlined = [[dict(c, svg=Markup(inline(c["svg"], f"c{i}-{j}-{slug(c['kind'])}")))
+                for j, c in enumerate(section)] for i, section in enumerate(charts)]
+    colours = {d["key"]: DEVICE_COLOURS[i % len(DEVICE_COLOURS)] for i, d in enumerate(report["devices"])}
+    return environment(True).get_template("html/report.html.j2").render(
+        r=report, charts=inlined, colours=colours)
 
 
 def _plain(obj):
@@ -101,5 +133,29 @@ def to_json(report: dict) -> str:
     return json.dumps(report, default=_plain, indent=1, ensure_ascii=False) + "\n"
 
 
-def render(report: dict, fmt: str) -> str:
-    return {"md": markdown, "json": to_json}[fmt](report)
+def render(report: dict, fmt: str, charts: list[list[dict]] | None = None) -> dict[str, str]:
+    """One format's files, as {path relative to the output folder: text}.
+
+    Markdown comes with its chart files (<stem>/<chart>.svg, which it links); HTML inlines
+    the same charts; JSON is one file. Pass `charts` to share one drawing between formats.
+    """
+    stem = report["study"]
+    if fmt in CHARTED and charts is None:
+        charts = draw_charts(report)
+    if fmt == "md":
+        return {f"{stem}.md": markdown(report, charts),
+                **{c["path"]: c["svg"] for section in charts for c in section}}
+    if fmt == "html":
+        return {f"{stem}.html": html(report, charts)}
+    if fmt == "json":
+        return {f"{stem}.json": to_json(report)}
+    raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
+
+
+def render_many(report: dict, formats) -> dict[str, str]:
+    """Several formats' files; charts are drawn once for all of them."""
+    charts = draw_charts(report) if any(f in CHARTED for f in formats) else None
+    out: dict[str, str] = {}
+    for fmt in formats:
+        out.update(render(report, fmt, charts))
+    return out

@@ -25,7 +25,7 @@ def tree(tmp_path):
 def test_build_writes_md_and_json(tmp_path):
     code, out, err = call("build", "specs/qwen.yaml", "--out", str(tmp_path), "--format", "md,json")
     assert code == 0, err
-    assert sorted(os.listdir(tmp_path)) == ["qwen.json", "qwen.md"]
+    assert sorted(os.listdir(tmp_path)) == ["qwen", "qwen.json", "qwen.md"]   # qwen/: the charts
     assert f"wrote {tmp_path / 'qwen.md'}" in out
 
 

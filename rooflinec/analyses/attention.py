@@ -14,10 +14,9 @@ COUNTS = {"kv": False, "io": True}
 QUERIES = {"decode": 1, "prefill": S}
 
 
-def _intensity(phase: str, io: bool, causal_fraction) -> sp.Expr:
-    cost = FORMULAS["attention"](B, QUERIES[phase], S, n_q, n_kv, d_head, b, io=io,
+def _cost(phase: str, io: bool, causal_fraction):
+    return FORMULAS["attention"](B, QUERIES[phase], S, n_q, n_kv, d_head, b, io=io,
                                  causal_fraction=causal_fraction if phase == "prefill" else 1)
-    return intensity(cost)
 
 
 @analysis("attention_intensity", "Attention intensity against context")
@@ -26,7 +25,8 @@ def attention_intensity(ctx, params) -> dict:
     cases = []
     for phase in ("decode", "prefill"):
         for count, io in COUNTS.items():
-            expr = _intensity(phase, io, half)
+            cost = _cost(phase, io, half)
+            expr = intensity(cost)
             points = []
             for s in params["contexts"]:
                 value = number(expr, {**ctx.values, S: s})
@@ -34,7 +34,8 @@ def attention_intensity(ctx, params) -> dict:
                                "regime": {d.key: regime(value, ctx.ridge(d)) for d in ctx.devices}})
             limit = sp.limit(expr, S, sp.oo)
             cross = {d.key: crossing(expr, S, ctx.values, ctx.ridge(d)).at for d in ctx.devices}
-            cases.append({"phase": phase, "count": count, "formula": expr, "limit": limit,
+            cases.append({"phase": phase, "count": count, "flops": cost.flops, "bytes": cost.bytes,
+                          "formula": expr, "limit": limit,
                           "depends_on_S": S in expr.free_symbols, "points": points,
                           "crossing": cross})
     return {"contexts": params["contexts"], "cases": cases,

@@ -35,5 +35,6 @@ def gemm_intensity(ctx, params) -> dict:
                  for d in ctx.devices}
         rows.append({"ops": group, "label": " / ".join(group), "shape": ops[0].shape,
                      "weight_elements": number(ops[0].cost.bytes_of("weights") / sym.b, ctx.values),
-                     "points": points, "crossing": cross})
+                     "points": points, "crossing": cross,
+                     "formula": intensity(ops[0].cost), "variable": ops[0].crossing.name})
     return {"tokens": params["tokens"], "rows": rows}

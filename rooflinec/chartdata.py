@@ -1,0 +1,144 @@
+"""What the charts show, computed from the report dict; drawing lives in charts.py.
+
+A chart point is one small dict, the same for every section:
+
+    {"label": "q_proj / o_proj",   # what the point is (annotated next to the marker)
+     "series": "M = 256",          # one marker and colour per series (a variant, a phase ...)
+     "intensity": 224.0,           # FLOPs / byte
+     "unit": "matrix",             # which roof applies: "matrix" (tensor peak) or "vector"
+     "device": None,               # only on this device's chart; None: on every device's
+     "flops_per_s": None}          # achieved FLOP/s; None: on the roof, min(peak, I x bandwidth)
+
+A section provides points either by carrying a `chart_points` list itself or through an
+extractor registered here for its kind (`@points("ledger")`), so a new analysis plugs into
+the roofline charts without touching the drawing code.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from types import SimpleNamespace
+
+from rooflinec import symbols as sym
+
+EXTRACTORS: dict[str, Callable[[dict, dict], list[dict]]] = {}
+
+
+def points(kind: str):
+    """Register the function that turns a section of `kind` into chart points."""
+    def register(fn):
+        if kind in EXTRACTORS:
+            raise ValueError(f"chart points for {kind!r} registered twice")
+        EXTRACTORS[kind] = fn
+        return fn
+    return register
+
+
+def point(label: str, series: str, intensity: float, unit: str = "matrix",
+          device: str | None = None, flops_per_s: float | None = None) -> dict:
+    return {"label": label, "series": series, "intensity": intensity, "unit": unit,
+            "device": device, "flops_per_s": flops_per_s}
+
+
+@points("gemm_intensity")
+def _gemm(section: dict, report: dict) -> list[dict]:
+    return [point(row["label"], f"M = {p['tokens']}", p["intensity"])
+            for row in section["rows"] for p in row["points"]]
+
+
+@points("attention_intensity")
+def _attention(section: dict, report: dict) -> list[dict]:
+    return [point(f"S = {p['context']}", f"{c['phase']}, {c['count']} bytes", p["intensity"])
+            for c in section["cases"] for p in c["points"]]
+
+
+@points("decode_view")
+def _decode_view(section: dict, report: dict) -> list[dict]:
+    """Whole-model decode steps: achieved FLOP/s (step FLOPs / step time) on each device."""
+    return [point(f"S = {p['context']}", f"decode step, B = {p['batch']}", p["intensity"],
+                  device=d["device"], flops_per_s=p["flops"] / d["time_s"])
+            for p in section["points"] for d in p["devices"]]
+
+
+def section_points(section: dict, report: dict) -> list[dict]:
+    extract = EXTRACTORS.get(section["kind"])
+    return list(section.get("chart_points", [])) + (extract(section, report) if extract else [])
+
+
+def attained(p: dict, device: dict) -> float:
+    """Where a point sits: its achieved FLOP/s, or the roof at its intensity."""
+    if p["flops_per_s"] is not None:
+        return p["flops_per_s"]
+    peak = device["tensor_peak"] if p["unit"] == "matrix" else device["vector_peak"] or device["tensor_peak"]
+    return min(peak, p["intensity"] * device["bandwidth"])
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "x"
+
+
+def _roofline_charts(index: int, section: dict, report: dict) -> list[dict]:
+    pts = section_points(section, report)
+    charts = []
+    for dev in report["devices"]:
+        mine = [dict(p, attained=attained(p, dev)) for p in pts if p["device"] in (None, dev["key"])]
+        if mine:
+            charts.append({"kind": "roofline", "section": index,
+                           "name": f"roofline-{slug(section['kind'])}-{slug(dev['key'])}",
+                           "title": f"{section['title']}: {dev['name']}",
+                           "alt": f"Roofline of {dev['name']} with the points of '{section['title']}'",
+                           "device": dev, "points": mine})
+    return charts
+
+
+def model_values(report: dict) -> dict:
+    """Numbers for the model symbols and bytes per element, from the report's header."""
+    return {**sym.model_values(SimpleNamespace(**report["model"])), sym.b: report["bytes_per_element"]}
+
+
+def sweep_range(crossings: list[int | None], lo: int = 1) -> tuple[int, int]:
+    """Tokens in flight from 1 to a power of two past every crossing (at least 4096)."""
+    top = max([4096, *(2 * c for c in crossings if c is not None)])
+    return lo, 1 << (top - 1).bit_length()
+
+
+def gemm_sweep(index: int, section: dict, report: dict, n: int = 49) -> dict | None:
+    """Intensity of each GEMM row against its workload knob, from the row's formula.
+
+    Evaluated through `evaluate.number`, whose compiled function the analysis already built.
+    """
+    from rooflinec.evaluate import number
+
+    rows = [r for r in section["rows"] if "formula" in r]
+    if not rows:
+        return None
+    values = model_values(report)
+    lo, hi = sweep_range([r["crossing"][d["key"]] for r in rows for d in report["devices"]])
+    xs = [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
+    lines = []
+    for r in rows:
+        var = sym.ALPHABET[r["variable"]]
+        at = lambda x: number(r["formula"], {**values, var: x})  # noqa: E731
+        marks = [{"device": d["key"], "at": r["crossing"][d["key"]], "intensity": at(r["crossing"][d["key"]])}
+                 for d in report["devices"] if r["crossing"][d["key"]] is not None]
+        lines.append({"label": r["label"], "variable": r["variable"], "x": xs,
+                      "y": [at(x) for x in xs], "crossings": marks})
+    return {"kind": "sweep", "section": index, "name": f"{slug(section['kind'])}-sweep",
+            "title": "GEMM intensity against tokens in flight",
+            "alt": "GEMM intensity of each projection against tokens in flight, with each device's ridge",
+            "devices": report["devices"], "lines": lines}
+
+
+SWEEPS = {"gemm_intensity": gemm_sweep}
+
+
+def plan(report: dict) -> list[list[dict]]:
+    """For each section, in order, the charts to draw: rooflines per device, then sweeps."""
+    out = []
+    for i, section in enumerate(report["sections"]):
+        charts = _roofline_charts(i, section, report)
+        sweep = SWEEPS.get(section["kind"])
+        extra = sweep(i, section, report) if sweep else None
+        out.append(charts + ([extra] if extra else []))
+    return out

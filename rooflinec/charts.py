@@ -1,0 +1,196 @@
+"""Charts drawn with matplotlib (Agg, no pyplot) as deterministic SVG text.
+
+Imported only when a report format needs charts. Same input, same bytes: a fixed SVG hash
+salt, no date or creator metadata, text kept as <text> (selectable, scalable, no glyph paths).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+import textwrap
+from functools import cache
+
+SERIES_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
+                  "#e377c2")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+DEVICE_COLOURS = ("#444444", "#b8860b", "#5f9ea0", "#8b008b", "#2e8b57", "#cd5c5c")
+ROOF = "#333333"
+SIZE = (6.4, 4.2)
+
+
+@cache
+def _matplotlib():
+    import matplotlib
+    matplotlib.use("Agg")
+    matplotlib.rcParams.update({
+        "svg.hashsalt": "rooflinec", "svg.fonttype": "none", "text.parse_math": False,
+        "font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8,
+        "xtick.labelsize": 8, "ytick.labelsize": 8, "axes.spines.top": False,
+        "axes.spines.right": False, "axes.grid": True, "grid.color": "#e4e4e4",
+        "grid.linewidth": 0.6, "axes.axisbelow": True,
+    })
+    from matplotlib.figure import Figure
+    return Figure
+
+
+def _figure():
+    """One figure setup for every chart: fixed margins (no layout engine), no minor ticks."""
+    fig = _matplotlib()(figsize=SIZE)
+    fig.subplots_adjust(left=0.11, right=0.98, bottom=0.11, top=0.93)
+    return fig, fig.add_subplot()
+
+
+def _tick(x: float, _pos=None) -> str:
+    """Plain-text decade labels: 0.01, 1, 100, 10k, 1T (no mathtext)."""
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= factor:
+            return f"{x / factor:g}{prefix}"
+    return f"{x:g}"
+
+
+def _decades(lo: float, hi: float) -> list[float]:
+    """Every power of ten from lo to hi (ticks are costly objects: only those in view)."""
+    return [10.0 ** e for e in range(math.ceil(math.log10(lo) - 1e-9), math.floor(math.log10(hi) + 1e-9) + 1)]
+
+
+def _log_axes(ax, xlim: tuple[float, float], ylim: tuple[float, float]) -> None:
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    ax.set(xscale="log", yscale="log", xlim=xlim, ylim=ylim)
+    for axis, (lo, hi) in ((ax.xaxis, xlim), (ax.yaxis, ylim)):
+        axis.set_major_locator(FixedLocator(_decades(lo, hi)))
+        axis.set_major_formatter(FuncFormatter(_tick))
+        axis.set_minor_locator(NullLocator())
+
+
+def _svg(fig) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+    return buf.getvalue()
+
+
+def _si(x: float, unit: str) -> str:
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= factor:
+            return f"{x / factor:.4g} {prefix}{unit}"
+    return f"{x:.4g} {unit}"
+
+
+def _clusters(pts: list[dict], tol: float = 0.03) -> list[list[dict]]:
+    """Points whose markers would overlap (within `tol` decades on both axes) share a label."""
+    groups: list[list[dict]] = []
+    for p in sorted(pts, key=lambda p: (p["intensity"], p["attained"])):
+        x, y = math.log10(p["intensity"]), math.log10(p["attained"])
+        last = groups[-1][-1] if groups else None
+        if last and abs(x - math.log10(last["intensity"])) <= tol \
+                and abs(y - math.log10(last["attained"])) <= tol:
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    return groups
+
+
+def _label(group: list[dict]) -> str:
+    """The labels of overlapping points, once each (the series shows in marker and colour)."""
+    labels = list(dict.fromkeys(p["label"] for p in group))
+    return "\n".join(textwrap.wrap(", ".join(labels), 34))
+
+
+def _annotate(ax, groups: list[list[dict]], xmin: float, xmax: float) -> None:
+    """Label each cluster beside its marker: alternately below and above, leftwards in the
+    right third of the axis so no label runs off the chart."""
+    span = math.log10(xmax / xmin)
+    for k, group in enumerate(groups):
+        p = group[0]
+        right = math.log10(p["intensity"] / xmin) > 0.62 * span
+        below = k % 2 == 0
+        ax.annotate(_label(group), (p["intensity"], p["attained"]), fontsize=6.5, color="#222222",
+                    xytext=(-5 if right else 5, -7 if below else 7), textcoords="offset points",
+                    va="top" if below else "bottom", ha="right" if right else "left")
+
+
+def _roofs(ax, dev: dict, xmin: float, xmax: float) -> None:
+    bw, tensor, vector = dev["bandwidth"], dev["tensor_peak"], dev["vector_peak"]
+    ridge = tensor / bw
+    ax.plot([xmin, ridge, xmax], [xmin * bw, tensor, tensor], color=ROOF, lw=1.8,
+            label=f"matrix roof {_si(tensor, 'FLOP/s')}, {_si(bw, 'B/s')}")
+    if vector:
+        vr = vector / bw
+        ax.plot([vr, xmax], [vector, vector], color=ROOF, lw=1.1, ls="--",
+                label=f"vector roof {_si(vector, 'FLOP/s')}")
+    ax.axvline(ridge, color="#999999", lw=0.8, ls=":")
+    ax.annotate(f"ridge {ridge:.1f}", (ridge, 0), xycoords=("data", "axes fraction"), xytext=(3, 4),
+                textcoords="offset points", rotation=90, fontsize=7.5, color="#555555")
+
+
+def roofline(chart: dict) -> str:
+    """Log-log attainable FLOP/s against intensity: roofs, ridge, and the labelled points."""
+    dev, pts = chart["device"], chart["points"]
+    fig, ax = _figure()
+    ridge = dev["tensor_peak"] / dev["bandwidth"]
+    xs = [p["intensity"] for p in pts]
+    xmin = 10 ** math.floor(math.log10(min(0.5, *xs)))
+    xmax = 10 ** math.ceil(math.log10(max(4 * ridge, *xs) * 1.5))
+    _roofs(ax, dev, xmin, xmax)
+    series = list(dict.fromkeys(p["series"] for p in pts))
+    for i, name in enumerate(series):
+        mine = [p for p in pts if p["series"] == name]
+        # earlier series drawn larger, so a marker hidden under a later one still shows its rim
+        ax.scatter([p["intensity"] for p in mine], [p["attained"] for p in mine],
+                   s=max(44 - 8 * i, 14), zorder=3,
+                   marker=MARKERS[i % len(MARKERS)], color=SERIES_COLOURS[i % len(SERIES_COLOURS)],
+                   edgecolors="white", linewidths=0.5, label=name)
+    _annotate(ax, _clusters(pts), xmin, xmax)
+    _log_axes(ax, (xmin, xmax), (xmin * dev["bandwidth"] / 2, dev["tensor_peak"] * 3))
+    ax.set(title=chart["title"], xlabel="arithmetic intensity (FLOP / byte)",
+           ylabel="attainable FLOP/s")
+    ax.legend(loc="upper left", frameon=False)
+    return _svg(fig)
+
+
+def sweep(chart: dict) -> str:
+    """Intensity against tokens in flight, one line per GEMM, each device's ridge and crossing."""
+    fig, ax = _figure()
+    for i, line in enumerate(chart["lines"]):
+        colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
+        ax.plot(line["x"], line["y"], color=colour, lw=1.4, label=line["label"])
+        for c in line["crossings"]:
+            ax.plot([c["at"]], [c["intensity"]], marker="o", ms=4, color=colour, zorder=3)
+    for j, dev in enumerate(chart["devices"]):
+        colour = DEVICE_COLOURS[j % len(DEVICE_COLOURS)]
+        ridge = dev["tensor_peak"] / dev["bandwidth"]
+        ax.axhline(ridge, color=colour, lw=1, ls="--")
+        ats = [c["at"] for line in chart["lines"] for c in line["crossings"] if c["device"] == dev["key"]]
+        span = f"{min(ats)}" if ats and min(ats) == max(ats) else (f"{min(ats)}–{max(ats)}" if ats else "none")
+        ax.annotate(f"{dev['key']} ridge {ridge:.1f}; crossings at {span}", (0, ridge),
+                    xycoords=("axes fraction", "data"), xytext=(4, 3 + 11 * j),
+                    textcoords="offset points", ha="left", fontsize=7.5, color=colour)
+    xs = [x for line in chart["lines"] for x in line["x"]]
+    ys = [y for line in chart["lines"] for y in line["y"]]
+    ridges = [d["tensor_peak"] / d["bandwidth"] for d in chart["devices"]]
+    _log_axes(ax, (min(xs) / 1.3, max(xs) * 1.3), (min(ys) / 1.5, max(*ys, *ridges) * 1.5))
+    ax.set(title=chart["title"], xlabel="tokens in flight M",
+           ylabel="arithmetic intensity (FLOP / byte)")
+    ax.legend(loc="lower right", frameon=False)
+    return _svg(fig)
+
+
+DRAW = {"roofline": roofline, "sweep": sweep}
+
+
+def draw(chart: dict) -> str:
+    return DRAW[chart["kind"]](chart)
+
+
+_ID = re.compile(r'\bid="([^"]+)"')
+
+
+def inline(svg: str, prefix: str) -> str:
+    """An SVG file's text made fit to sit inside HTML: no XML prolog, ids unique per chart."""
+    svg = svg[svg.index("<svg"):]
+    ids = set(_ID.findall(svg))
+    svg = _ID.sub(lambda m: f'id="{prefix}-{m.group(1)}"', svg)
+    return re.sub(r'(href="#|url\(#)([^")]+)',
+                  lambda m: m.group(1) + (f"{prefix}-{m.group(2)}" if m.group(2) in ids else m.group(2)),
+                  svg)

@@ -1,0 +1,234 @@
+"""Every study's HTML report, opened from disk in headless Chromium (Debian's `chromium`).
+
+Driven over the Chrome DevTools Protocol on --remote-debugging-pipe (NUL-separated JSON on
+file descriptors 3 and 4), so the test needs no package beyond the browser. It checks: no
+console errors, no exceptions, no failed requests and no request leaving the file; tables,
+charts and formulas present and visible (MathML laid out as math, not as text); no
+horizontal overflow on a phone-width screen; and a screenshot that is not blank.
+
+Outside CI a missing browser skips the test; with CI set it fails.
+"""
+
+from __future__ import annotations
+
+import base64
+import glob
+import io
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from rooflinec import chartdata, report, spec
+from rooflinec.cli import run
+
+ROOT = Path(__file__).resolve().parent.parent
+STUDIES = sorted(glob.glob(str(ROOT / "specs" / "*.yaml")))
+SHOTS = os.environ.get("ROOFLINEC_SCREENSHOTS")   # a folder to keep the screenshots in, if set
+
+
+def chromium() -> str:
+    exe = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe:
+        return exe
+    reason = "headless Chromium not found (install Debian's package: apt-get install chromium)"
+    if os.environ.get("CI"):
+        pytest.fail(f"CI is set but {reason}")
+    pytest.skip(reason)
+
+
+class Browser:
+    """Chromium with the DevTools protocol on a pipe; one page (flattened session)."""
+
+    def __init__(self, exe: str, profile: Path):
+        to_child, self._tx = os.pipe()      # we write commands to fd 3 of the child
+        self._rx, from_child = os.pipe()    # the child writes replies and events to fd 4
+        # bash (dash takes one-digit fds only) puts the pipe ends on fds 3 and 4, then becomes the browser
+        shell = ["bash", "-c", f'exec "$@" 3<&{to_child} 4>&{from_child}', "sh"]
+        self.proc = subprocess.Popen(
+            [*shell, exe, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--no-first-run", "--no-default-browser-check", "--hide-scrollbars", "--mute-audio",
+             f"--user-data-dir={profile}", "about:blank"],
+            pass_fds=(to_child, from_child),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(to_child)
+        os.close(from_child)
+        self._buf, self._id, self.events = b"", 0, []
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+
+    def _read(self, deadline: float) -> dict:
+        while b"\0" not in self._buf:
+            if time.monotonic() > deadline:
+                raise TimeoutError("no reply from Chromium")
+            chunk = os.read(self._rx, 1 << 20)
+            if not chunk:
+                raise RuntimeError("Chromium closed the DevTools pipe")
+            self._buf += chunk
+        msg, self._buf = self._buf.split(b"\0", 1)
+        return json.loads(msg)
+
+    def call(self, method: str, session: str | None = None, timeout: float = 30, **params):
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params}
+        if session:
+            msg["sessionId"] = session
+        os.write(self._tx, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            reply = self._read(deadline)
+            if reply.get("id") == self._id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply["result"]
+            self.events.append(reply)
+
+    def page(self, method: str, **params):
+        return self.call(method, session=self.session, **params)
+
+    def wait_for(self, method: str, timeout: float = 30) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            for e in self.events:
+                if e.get("method") == method:
+                    return e
+            self.events.append(self._read(deadline))
+
+    def evaluate(self, expression: str):
+        res = self.page("Runtime.evaluate", expression=expression, returnByValue=True)
+        if "exceptionDetails" in res:
+            raise AssertionError(f"page script failed: {res['exceptionDetails']}")
+        return res["result"]["value"]
+
+    def close(self):
+        try:
+            self.call("Browser.close", timeout=5)
+        except Exception:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self._tx)
+        os.close(self._rx)
+
+
+# What a reader must see: each kind of element, how many are laid out with a visible box.
+CENSUS = """(() => {
+  const visible = el => { const r = el.getBoundingClientRect(), s = getComputedStyle(el);
+    return r.width > 0 && r.height > 0 && s.visibility !== 'hidden' && s.display !== 'none'; };
+  const count = sel => { const all = [...document.querySelectorAll(sel)];
+    return {total: all.length, visible: all.filter(visible).length}; };
+  const frac = document.querySelector('math mfrac');
+  const fracBox = frac ? frac.getBoundingClientRect() : null;
+  const mi = document.querySelector('math mi');
+  return {
+    tables: count('main table'), charts: count('figure.chart svg'), math: count('math'),
+    toc: count('nav.toc a'), scripts: document.querySelectorAll('script').length,
+    // MathML laid out as math: a fraction is taller than one identifier on its own line
+    fraction_height: fracBox ? fracBox.height : 0,
+    identifier_height: mi ? mi.getBoundingClientRect().height : 0,
+    frac_display: frac ? getComputedStyle(frac).display : null,
+    chart_text: [...document.querySelectorAll('figure.chart svg text')].length,
+    overflow: document.documentElement.scrollWidth - window.innerWidth,
+    title: document.title,
+  };
+})()"""
+
+
+def non_blank(png: bytes) -> tuple[float, float]:
+    """(standard deviation of grey levels, fraction of pixels unlike the background)."""
+    import matplotlib.image as mpimg
+    img = mpimg.imread(io.BytesIO(png), format="png")[..., :3].mean(axis=2)
+    background = float(img[0, 0])
+    return float(img.std()), float((abs(img - background) > 0.1).mean())
+
+
+def problems(events: list[dict]) -> list[str]:
+    """Console errors, exceptions, failed requests, requests that leave the file system."""
+    out = []
+    for e in events:
+        m, p = e.get("method"), e.get("params", {})
+        if m == "Runtime.exceptionThrown":
+            out.append(f"exception: {p['exceptionDetails'].get('text')}")
+        elif m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+            out.append(f"console.{p['type']}: {[a.get('value') for a in p.get('args', [])]}")
+        elif m == "Log.entryAdded" and p["entry"]["level"] == "error":
+            out.append(f"log: {p['entry']['text']} {p['entry'].get('url', '')}")
+        elif m == "Network.loadingFailed":
+            out.append(f"request failed: {p.get('errorText')} ({p.get('requestId')})")
+        elif m == "Network.requestWillBeSent" and not p["request"]["url"].startswith(("file:", "data:")):
+            out.append(f"network fetch: {p['request']['url']}")
+        elif m == "Page.javascriptDialogOpening":
+            out.append(f"dialog opened: {p.get('message')}")
+    return out
+
+
+def open_report(browser: Browser, path: Path, width: int, height: int) -> tuple[dict, bytes]:
+    browser.events.clear()
+    browser.page("Emulation.setDeviceMetricsOverride", width=width, height=height,
+                 deviceScaleFactor=1, mobile=width < 600)
+    browser.page("Page.navigate", url=path.as_uri())
+    browser.wait_for("Page.loadEventFired")
+    census = browser.evaluate(CENSUS)
+    shot = browser.page("Page.captureScreenshot", format="png")["data"]
+    return census, base64.b64decode(shot)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    b = Browser(chromium(), tmp_path_factory.mktemp("chromium-profile"))
+    for domain in ("Page", "Runtime", "Log", "Network"):
+        b.page(f"{domain}.enable")
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("reports")
+    assert run(["build", *STUDIES, "--out", str(out), "--format", "html"], io.StringIO(), io.StringIO()) == 0
+    return out
+
+
+@pytest.mark.parametrize("study", [Path(s).stem for s in STUDIES])
+@pytest.mark.parametrize("width, height", [(1280, 900), (390, 844)], ids=["desktop", "phone"])
+def test_report_in_chromium(browser, built, study, width, height):
+    census, png = open_report(browser, built / f"{study}.html", width, height)
+    assert problems(browser.events) == []
+    assert census["scripts"] == 0
+    has_charts = any(chartdata.plan(report.build(spec.load_study(f"specs/{study}.yaml"))))
+    for kind in ("tables", "charts", "math", "toc"):
+        if kind == "charts" and not has_charts:
+            assert census[kind]["total"] == 0
+            continue
+        assert census[kind]["total"] > 0, kind
+        assert census[kind]["visible"] == census[kind]["total"], (kind, census[kind])
+    assert census["chart_text"] > 0 or not has_charts            # SVG text, not glyph paths
+    assert census["frac_display"] in ("math", "block math")              # MathML layout, not inline text
+    assert census["fraction_height"] > 1.5 * census["identifier_height"] > 0
+    assert census["overflow"] <= 0, "the page scrolls sideways; wide content needs a scroll wrapper"
+    spread, inked = non_blank(png)
+    assert spread > 0.02 and inked > 0.01, (spread, inked)
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        (Path(SHOTS) / f"{study}-{width}.png").write_bytes(png)
+
+
+def test_hostile_model_name_stays_text(browser, tmp_path):
+    """A model named like a script tag shows as text and runs nothing."""
+    from test_html import hostile_study
+    study = hostile_study(tmp_path)
+    assert run(["build", str(study), "--out", str(tmp_path / "out"), "--format", "html"],
+               io.StringIO(), io.StringIO()) == 0
+    census, _ = open_report(browser, tmp_path / "out" / f"{study.stem}.html", 1280, 900)
+    assert problems(browser.events) == []
+    assert census["scripts"] == 0
+    text = browser.evaluate("document.querySelector('header').innerText")
+    assert "<script>alert(1)</script>" in text

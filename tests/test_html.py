@@ -1,0 +1,180 @@
+"""HTML reports, charts and MathML: self-contained, deterministic, escaped, typeset by sympy."""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import sympy as sp
+
+from rooflinec import chartdata, mathml, report, spec
+from rooflinec.cli import run
+from rooflinec.render import draw_charts, render, render_many
+from rooflinec.symbols import B, S, b, d_head, n_kv, n_q
+
+ROOT = Path(__file__).resolve().parent.parent
+QWEN = ROOT / "specs" / "qwen.yaml"
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    return report.build(spec.load_study(str(QWEN)))
+
+
+@pytest.fixture(scope="module")
+def files(qwen):
+    return render_many(qwen, ["md", "html", "json"])
+
+
+def hostile_study(tmp_path: Path) -> Path:
+    """A study whose model is named `<script>alert(1)</script>`, in a spec tree under tmp_path."""
+    (tmp_path / "models").mkdir()
+    (tmp_path / "hardware").mkdir()
+    shutil.copy(ROOT / "specs" / "hardware" / "rtx4090.yaml", tmp_path / "hardware")
+    text = (ROOT / "specs" / "models" / "qwen2.5-7b.yaml").read_text()
+    (tmp_path / "models" / "evil.yaml").write_text(
+        re.sub(r"^name: .*$", "name: '<script>alert(1)</script>'", text, flags=re.M))
+    study = tmp_path / "evil.yaml"
+    study.write_text("model: evil\ndevices: [rtx4090]\ndtype: bf16\nanalyses:\n"
+                     "  gemm_intensity: {tokens: [1, 256]}\n"
+                     "  attention_intensity: {contexts: [128, 2048]}\n")
+    return study
+
+
+# --- the render API -------------------------------------------------------------------------
+
+def test_every_format_names_its_files(files):
+    assert {"qwen.md", "qwen.html", "qwen.json"} <= files.keys()
+    svgs = [p for p in files if p.endswith(".svg")]
+    assert svgs and all(p.startswith("qwen/") for p in svgs)
+    # one roofline per device for each section with points, and the GEMM sweep
+    assert "qwen/roofline-gemm-intensity-rtx4090.svg" in svgs
+    assert "qwen/roofline-attention-intensity-a100-40gb.svg" in svgs
+    assert "qwen/gemm-intensity-sweep.svg" in svgs
+
+
+def test_markdown_links_every_chart_file(files):
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", files["qwen.md"])
+    assert sorted(links) == sorted(p for p in files if p.endswith(".svg"))
+
+
+def test_json_alone_draws_no_chart(qwen):
+    assert list(render(qwen, "json")) == ["qwen.json"]
+
+
+def test_same_spec_same_bytes(qwen, files):
+    again = render_many(report.build(spec.load_study(str(QWEN))), ["md", "html", "json"])
+    assert again == files
+
+
+# --- self-contained, safe HTML ----------------------------------------------------------------
+
+def test_html_is_self_contained(files):
+    html = files["qwen.html"]
+    assert "<script" not in html
+    assert not re.search(r"""(src|href)=["'](https?:)?//""", html)   # nothing fetched
+    assert "@import" not in html and "url(http" not in html
+    assert html.count("<svg") == sum(p.endswith(".svg") for p in files)
+    assert "@media print" in html and 'name="viewport"' in html
+
+
+def test_inline_svg_ids_are_unique(files):
+    ids = re.findall(r'\bid="([^"]+)"', files["qwen.html"])
+    assert len(ids) == len(set(ids))
+    for ref in re.findall(r'(?:href="#|url\(#)([^")]+)', files["qwen.html"]):
+        assert ref in ids
+
+
+def test_hostile_model_name_is_escaped(tmp_path):
+    study = hostile_study(tmp_path)
+    assert run(["build", str(study), "--out", str(tmp_path / "out")], io.StringIO(), io.StringIO()) == 0
+    html = (tmp_path / "out" / "evil.html").read_text()
+    assert "<script" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    for svg in (tmp_path / "out" / "evil").glob("*.svg"):
+        assert "<script" not in svg.read_text()
+
+
+# --- MathML -----------------------------------------------------------------------------------
+
+def test_mathml_is_presentation_core():
+    out = str(mathml.mathml(2 * S * n_q / (b * (S * n_kv + n_q))))
+    assert out.startswith("<math>") and out.endswith("</math>")
+    assert "<mfrac>" in out and "<msub><mi>n</mi><mi>q</mi></msub>" in out
+    assert "mfenced" not in out and "&InvisibleTimes;" not in out
+
+
+def test_mfenced_is_rewritten_to_core():
+    assert mathml._core('<mfenced><mi>x</mi></mfenced>') == "<mrow><mo>(</mo><mi>x</mi><mo>)</mo></mrow>"
+    assert mathml._core('<mfenced open="[" close="]"><mn>1</mn></mfenced>') == \
+        "<mrow><mo>[</mo><mn>1</mn><mo>]</mo></mrow>"
+
+
+def test_decode_attention_raw_fraction_loses_S():
+    # decode attention, K and V reads only: 4·B·S·d·n_q FLOPs over 2·B·S·d·n_kv·b bytes
+    flops, nbytes = 4 * B * S * d_head * n_q, 2 * B * S * b * d_head * n_kv
+    simplified = sp.cancel(flops / nbytes)
+    assert simplified == 2 * n_q / (b * n_kv)
+    assert mathml.cancelled(flops, nbytes, simplified) == ("B", "S", "d_head")
+    raw = mathml.raw_fraction(flops, nbytes)
+    assert S in raw.free_symbols and sp.cancel(raw) == simplified        # unsimplified, same value
+    out = str(mathml.identity(flops, nbytes, simplified))
+    assert out.count('<mi class="struck">S</mi>') == 2                  # numerator and denominator
+    assert "<mo>=</mo>" in out
+
+
+def test_attention_section_shows_the_derivation(files, qwen):
+    case = next(c for c in next(s for s in qwen["sections"] if s["kind"] == "attention_intensity")["cases"]
+                if c["phase"] == "decode" and c["count"] == "kv")
+    assert S not in case["formula"].free_symbols
+    assert str(mathml.identity(case["flops"], case["bytes"], case["formula"])) in files["qwen.html"]
+
+
+# --- chart points and charts ------------------------------------------------------------------
+
+def test_chart_points_share_one_shape(qwen):
+    keys = {"label", "series", "intensity", "unit", "device", "flops_per_s"}
+    for section in qwen["sections"]:
+        for p in chartdata.section_points(section, qwen):
+            assert set(p) == keys
+            assert p["unit"] in ("matrix", "vector") and p["intensity"] > 0
+
+
+def test_a_section_may_carry_its_own_points(qwen):
+    section = {"kind": "ledger_of_the_future", "title": "Ledger",
+               "chart_points": [chartdata.point("attention", "flash", 170.9),
+                                chartdata.point("softmax", "unfused", 1.25, unit="vector")]}
+    charts = chartdata.plan(dict(qwen, sections=[section]))[0]
+    assert [c["device"]["key"] for c in charts] == [d["key"] for d in qwen["devices"]]
+    assert {p["series"] for p in charts[0]["points"]} == {"flash", "unfused"}
+
+
+def test_points_sit_on_the_roof(qwen):
+    dev = qwen["devices"][0]
+    ridge = dev["tensor_peak"] / dev["bandwidth"]
+    below, above = chartdata.point("x", "s", ridge / 4), chartdata.point("y", "s", ridge * 4)
+    assert chartdata.attained(below, dev) == pytest.approx(ridge / 4 * dev["bandwidth"])
+    assert chartdata.attained(above, dev) == dev["tensor_peak"]
+    vec = chartdata.point("z", "s", 1e6, unit="vector")
+    assert chartdata.attained(vec, dev) == dev["vector_peak"]
+
+
+def test_gemm_sweep_crosses_the_ridge_where_the_table_says(qwen):
+    index = next(i for i, s in enumerate(qwen["sections"]) if s["kind"] == "gemm_intensity")
+    sweep = chartdata.gemm_sweep(index, qwen["sections"][index], qwen)
+    for line in sweep["lines"]:
+        assert all(y2 > y1 for y1, y2 in zip(line["y"], line["y"][1:]))   # rises with M
+        for c in line["crossings"]:
+            dev = next(d for d in qwen["devices"] if d["key"] == c["device"])
+            assert c["intensity"] >= dev["tensor_peak"] / dev["bandwidth"]
+
+
+def test_charts_are_svg_with_text(qwen):
+    for section in draw_charts(qwen):
+        for c in section:
+            assert c["svg"].lstrip().startswith("<?xml") and "<svg" in c["svg"]
+            assert "<text" in c["svg"] and "Date" not in c["svg"]
+            assert "mathdefault" not in c["svg"]                     # plain tick labels
