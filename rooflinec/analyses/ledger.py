@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from rooflinec import flash
 from rooflinec.analyses import analysis
-from rooflinec.derive import derive
 from rooflinec.errors import SpecError
 from rooflinec.evaluate import Ledger, ledger, number, point
-from rooflinec.ir import TRAFFIC_CLASSES
+from rooflinec.ir import TRAFFIC_CLASSES, intensity
 from rooflinec.lower import PHASES
 from rooflinec.passes import VARIANTS
 from rooflinec.symbols import B, S
@@ -20,10 +19,9 @@ SCOPES = ("layer", "model")
 
 
 def symbolic(op) -> dict:
-    """An op's per-launch FLOPs, bytes and intensity as sympy expressions (the JSON writer
-    prints them as strings)."""
-    d = derive(op)
-    return {"flops": d.flops, "bytes": d.bytes, "intensity": d.intensity}
+    """An op's per-launch FLOPs and bytes as its formulas build them, and its intensity
+    simplified: sympy expressions (the JSON writer prints them as strings)."""
+    return {"flops": op.cost.flops, "bytes": op.cost.bytes, "intensity": intensity(op.cost)}
 
 
 def _row(r) -> dict:
@@ -107,11 +105,26 @@ def _flash_detail(ctx, phase: str, device, workload: dict) -> dict:
     }
 
 
-def _formulas(ctx, phase: str, variant: str, device) -> dict:
-    program = ctx.program(phase, variant, device)
-    return {"phase": phase, "variant": variant, "device": device.key,
-            "ops": [{"op": op.name, "label": op.label, "formula": op.formula, "shape": op.shape,
-                     "repeat": op.repeat, **symbolic(op)} for op in program.ops]}
+def _formulas(ctx, phases, variants, devices) -> list[dict]:
+    """Each distinct program's ops as formulas, once; a program equal on several devices
+    lists them all."""
+    out, seen = [], {}
+    for phase in phases:
+        for variant in variants:
+            for device in devices:
+                program = ctx.program(phase, variant, device)
+                if program.ops in seen:
+                    seen[program.ops]["devices"].append(device.key)
+                    continue
+                seen[program.ops] = {"phase": phase, "variant": variant, "devices": [device.key],
+                                     "ops": [_formula_row(op) for op in program.ops]}
+                out.append(seen[program.ops])
+    return out
+
+
+def _formula_row(op) -> dict:
+    return {"op": op.name, "label": op.label, "formula": op.formula, "shape": op.shape,
+            "repeat": op.repeat, **symbolic(op)}
 
 
 def _devices(ctx, params) -> list:
@@ -152,24 +165,9 @@ def ledger_analysis(ctx, params) -> dict:
                 blocks.extend(_block(ctx, params, phase, device, workload, scope) for scope in scopes)
                 if "flash" in variants:
                     details.append(_flash_detail(ctx, phase, device, workload))
-    formulas = [_formulas(ctx, phase, v, device) for phase in phases for v in variants
-                for device in devices]
     return {"phases": phases, "variants": variants, "scopes": scopes,
             "conventions": [{"phase": p, "key": k, "choice": c}
                             for p in phases for k, c in ctx.program(p).conventions],
             "groups": params.get("groups") or {}, "blocks": blocks, "flash": details,
-            "formulas": _dedupe(formulas)}
+            "formulas": _formulas(ctx, phases, variants, devices)}
 
-
-def _dedupe(formulas: list[dict]) -> list[dict]:
-    """One formula list per distinct program; a program equal on several devices is listed once."""
-    out, seen = [], {}
-    for f in formulas:
-        key = (f["phase"], f["variant"], repr(f["ops"]))
-        if key in seen:
-            seen[key]["devices"].append(f["device"])
-            continue
-        entry = {"phase": f["phase"], "variant": f["variant"], "devices": [f["device"]], "ops": f["ops"]}
-        seen[key] = entry
-        out.append(entry)
-    return out
