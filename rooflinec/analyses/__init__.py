@@ -51,8 +51,10 @@ class Context:
         prefill tiles come from `device`."""
         key = (phase, variant, device.key if device is not None else None)
         if key not in self._programs:
-            base = self._programs.get((phase, "unfused", None)) or lower(self.model, phase, self.conventions)
-            self._programs[(phase, "unfused", None)] = base
+            naive = (phase, "unfused", None)
+            if naive not in self._programs:
+                self._programs[naive] = lower(self.model, phase, self.conventions)
+            base = self._programs[naive]
             target = Target(device, self.conventions, self.model.head_dim, self.study.bytes_per_element)
             try:
                 self._programs[key] = passes.apply(base, variant, target)

@@ -36,7 +36,7 @@ def _problems(ctx, i: int, entry: dict) -> list:
     required, optional = _accepted(name)
     args = entry["args"]
     out = [ctx.problem(path + ("args", k), f"formula '{name}' takes no argument '{k}'; it takes: "
-                                           f"{', '.join(required + optional)}", at_key=True)
+                                           f"{', '.join(required + optional)}")
            for k in args if k not in required + optional]
     out += [ctx.problem(path + ("args",), f"formula '{name}' needs argument '{k}'")
             for k in required if k not in args]
