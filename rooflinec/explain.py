@@ -11,8 +11,10 @@ def explain(path: str, op_name: str) -> str:
     ctx = Context(spec.load_study(path))
     phases = []
     for phase in ("decode", "prefill"):
-        program = ctx.program(phase)
-        names = [op.name for op in program.ops]
+        # an op of the naive program, else of the flash variant (the attention kernel)
+        unfused, fused = ctx.program(phase), ctx.program(phase, "flash", ctx.devices[0])
+        program = unfused if op_name in {op.name for op in unfused.ops} else fused
+        names = list(dict.fromkeys(op.name for op in unfused.ops + fused.ops))
         if op_name not in names:
             raise RooflineError(f"{path}: no op '{op_name}' in {ctx.model.name}; ops: {', '.join(names)}")
         phases.append({"phase": phase, "bindings": program.bindings,

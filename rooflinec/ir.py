@@ -64,6 +64,13 @@ class Op:
     repeat: sp.Expr = sp.Integer(1)   # L for per-layer ops, 1 for once-per-model ops
     shape: str = ""      # shape algebra, e.g. "X[M,d_model] @ W[d_model,n_q*d_head]"
     crossing: sp.Symbol | None = None  # the workload knob that moves it across the ridge
+    into: str = ""       # an elementwise op: the earlier op whose kernel it can run inside
+    epilogue: Cost | None = None       # its cost when it runs inside `into` (the fused variant)
+    absorbed: tuple[str, ...] = ()     # ops a pass folded into this one
+
+    @property
+    def label(self) -> str:
+        return " + ".join((self.name, *self.absorbed))
 
     def with_cost(self, cost: Cost, **changes) -> Op:
         return replace(self, cost=cost, **changes)
@@ -119,4 +126,6 @@ def verify(program: Program, alphabet: dict[str, sp.Symbol] | None = None) -> Pr
                 raise IRError(f"{where}: symbols outside the alphabet: {sorted(map(str, stray))}")
         if op.cost.bytes == 0:
             raise IRError(f"{where}: moves no bytes")
+        if op.into and (op.into not in seen or op.epilogue is None):
+            raise IRError(f"{where}: runs inside {op.into!r}, which must come earlier, with an epilogue cost")
     return program

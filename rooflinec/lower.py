@@ -1,5 +1,9 @@
-"""Lowering: a model spec and a phase become a Program of symbolic ops.
+"""Lowering: a model spec and a phase become the naive (unfused) Program of symbolic ops.
 
+Every kernel a straightforward implementation launches is an op: norms, the GEMMs and
+their bias adds, the activation, residual adds, and attention as QK^T, scale, causal
+mask, softmax and P.V with the score matrix in HBM between steps. Variants (fused
+epilogues, FlashAttention) are passes over this program (rooflinec.passes).
 This module only wires dimensions into registered formulas; it does no arithmetic.
 """
 
@@ -10,10 +14,12 @@ from dataclasses import dataclass
 import sympy as sp
 
 from rooflinec.ir import Op, Program, verify
-from rooflinec.ops import FORMULAS
+from rooflinec.ops import FORMULAS, UNITS
 from rooflinec.symbols import B, L, M, S, V, b, d_ff, d_head, d_model, n_kv, n_q
 
 PHASES = ("decode", "prefill")
+QKV = ("separate", "fused")
+BIAS = ("separate_kernel", "in_gemm")
 
 
 @dataclass(frozen=True)
@@ -22,58 +28,138 @@ class Conventions:
 
     causal_halving: bool = False   # prefill attention skips the masked half of the scores
     logits: str = "last"           # prefill computes logits for the "last" token or "all" tokens
+    qkv: str = "separate"          # q, k, v as three GEMMs, or "fused" into one
+    bias: str = "separate_kernel"  # a bias add is its own kernel, or runs "in_gemm" (epilogue)
 
     def stated(self, phase: str) -> tuple[tuple[str, str], ...]:
+        qkv = ("one fused QKV GEMM reads the normed input once" if self.qkv == "fused"
+               else "q, k and v are three GEMMs, each reading the normed input")
+        bias = ("bias adds run in the GEMM epilogue, even unfused (their FLOPs and bias reads "
+                "are the GEMM's)" if self.bias == "in_gemm"
+                else "each bias add is its own kernel in the unfused program")
+        shared = (("qkv", qkv), ("bias", bias))
         if phase == "decode":
-            return (("logits", "one new token per sequence, so the LM head runs on B tokens"),)
+            return (("logits", "one new token per sequence, so the LM head runs on B tokens"),
+                    *shared)
         causal = ("masked-out scores are skipped: attention FLOPs halved" if self.causal_halving
                   else "every score is computed: attention FLOPs not halved")
         logits = ("logits for every prompt token: the LM head runs on M = B*S tokens"
                   if self.logits == "all" else
                   "logits for the last prompt token only: the LM head runs on B tokens")
-        return (("causal masking", causal), ("logits", logits))
+        return (("causal masking", causal), ("logits", logits), *shared)
 
 
-def _linear(name: str, tokens, k, n, shape: str) -> Op:
-    return Op(name, "gemm", "linear", "matrix", FORMULAS["gemm"](tokens, k, n, b),
-              repeat=L, shape=shape, crossing=M)
+def _op(name, formula, category, *args, repeat=L, shape="", crossing=None, into="", **kw) -> Op:
+    """An op from a registered formula; an op with `into` also carries its epilogue cost."""
+    fn = FORMULAS[formula]
+    epilogue = fn(*args, **kw, epilogue=True) if into else None
+    return Op(name, formula, category, UNITS[formula], fn(*args, **kw), sp.sympify(repeat), shape, crossing,
+              into=into, epilogue=epilogue)
 
 
-def _attention(phase: str, conv: Conventions) -> Op:
-    if phase == "decode":
-        cost = FORMULAS["attention"](B, 1, S, n_q, n_kv, d_head, b)
-        return Op("attention", "attention", "attention", "matrix", cost, repeat=L,
-                  shape="Q[B,n_q,1,d_head] . K,V[B,n_kv,S,d_head]")
-    half = sp.Rational(1, 2) if conv.causal_halving else 1
-    cost = FORMULAS["attention"](B, S, S, n_q, n_kv, d_head, b, causal_fraction=half)
-    return Op("attention", "attention", "attention", "matrix", cost, repeat=L,
-              shape="Q[B,n_q,S,d_head] . K,V[B,n_kv,S,d_head]", crossing=S)
+def _linear(name, tokens, k, n, shape, bias: bool, conv: Conventions, repeat=L) -> list[Op]:
+    gemm = _op(name, "gemm", "linear", tokens, k, n, b, repeat=repeat, shape=shape,
+               crossing=tokens)
+    if not bias:
+        return [gemm]
+    add = _op(name.replace("_proj", "") + "_bias", "bias_add", "elementwise", tokens, n, b,
+              repeat=repeat, shape=f"Y[{tokens},{n}] + bias[{n}]", into=name)
+    if conv.bias == "in_gemm":
+        return [gemm.with_cost(gemm.cost + add.epilogue, formula="gemm+bias_add",
+                               absorbed=(add.name,))]
+    return [gemm, add]
 
 
-def _mlp(model) -> list[Op]:
-    up = ("gate_proj", "up_proj") if model.mlp_kind == "swiglu" else ("up_proj",)
-    ops = [_linear(n, M, d_model, d_ff, "X[M,d_model] @ W[d_model,d_ff]") for n in up]
-    ops.append(_linear("down_proj", M, d_ff, d_model, "X[M,d_ff] @ W[d_ff,d_model]"))
-    return ops
+def _norm(model, name, repeat=L) -> Op:
+    shape = f"norm(X[M,d_model]) * gain[d_model]{' + shift' if model.norm_bias else ''}"
+    if model.norm_kind == "layernorm":
+        return _op(name, "layernorm", "norm", M, d_model, b, repeat=repeat, shape=shape,
+                   shift=model.norm_bias)
+    return _op(name, "rmsnorm", "norm", M, d_model, b, repeat=repeat, shape=shape)
+
+
+def _projections(model, conv: Conventions) -> list[Op]:
+    if conv.qkv == "fused":
+        return _linear("qkv_proj", M, d_model, (n_q + 2 * n_kv) * d_head,
+                       "X[M,d_model] @ W[d_model,(n_q+2*n_kv)*d_head]", model.qkv_bias, conv)
+    return [*_linear("q_proj", M, d_model, n_q * d_head, "X[M,d_model] @ W[d_model,n_q*d_head]",
+                     model.qkv_bias, conv),
+            *_linear("k_proj", M, d_model, n_kv * d_head, "X[M,d_model] @ W[d_model,n_kv*d_head]",
+                     model.qkv_bias, conv),
+            *_linear("v_proj", M, d_model, n_kv * d_head, "X[M,d_model] @ W[d_model,n_kv*d_head]",
+                     model.qkv_bias, conv)]
+
+
+def _attention(phase: str, conv: Conventions) -> list[Op]:
+    """QK^T, scale, mask, softmax, P.V: the score matrix [B, n_q, queries, S] lives in HBM."""
+    queries = 1 if phase == "decode" else S
+    half = sp.Rational(1, 2) if (conv.causal_halving and phase == "prefill") else 1
+    knob = S if phase == "prefill" else None
+    scores = f"[B,n_q,{queries},S]"
+    return [
+        _op("qk_matmul", "qk_matmul", "attention_matmul", B, n_q, n_kv, queries, S, d_head, b,
+            causal_fraction=half, shape=f"Q[B,n_q,{queries},d_head] @ K^T[B,n_kv,d_head,S]",
+            crossing=knob),
+        _op("scale", "scale", "elementwise", B * n_q * queries * S, b, shape=f"S{scores} / sqrt(d_head)"),
+        _op("causal_mask", "causal_mask", "elementwise", B * n_q * queries * S, b,
+            shape=f"where(future, -inf, S{scores})"),
+        _op("softmax", "softmax", "softmax", B * n_q * queries, S, b, shape=f"softmax(S{scores})"),
+        _op("pv_matmul", "pv_matmul", "attention_matmul", B, n_q, n_kv, queries, S, d_head, b,
+            causal_fraction=half, shape=f"P{scores} @ V[B,n_kv,S,d_head]", crossing=knob),
+    ]
+
+
+def _mlp(model, conv: Conventions) -> list[Op]:
+    bias = model.mlp_bias
+    up = _linear("up_proj", M, d_model, d_ff, "X[M,d_model] @ W[d_model,d_ff]", bias, conv)
+    if model.mlp_kind == "swiglu":
+        gate = _linear("gate_proj", M, d_model, d_ff, "X[M,d_model] @ W[d_model,d_ff]", bias, conv)
+        act = [*gate, _op("silu", "silu", "elementwise", M * d_ff, b, into="gate_proj",
+                          shape="silu(G[M,d_ff])"),
+               *up, _op("gate_mul", "gate_mul", "elementwise", M * d_ff, b, into="up_proj",
+                        shape="silu(G[M,d_ff]) * U[M,d_ff]")]
+    else:
+        act = [*up, _op("gelu", "gelu", "elementwise", M * d_ff, b, into="up_proj",
+                        shape="gelu(U[M,d_ff])")]
+    down = _linear("down_proj", M, d_ff, d_model, "X[M,d_ff] @ W[d_ff,d_model]", bias, conv)
+    return [*act, *down]
+
+
+def _residual(name, into, operands=2) -> Op:
+    return _op(name, "add", "elementwise", M * d_model, b, operands=operands, into=into,
+               shape="X[M,d_model] + " + " + ".join(["Y[M,d_model]"] * (operands - 1)))
+
+
+def _layer(model, phase: str, conv: Conventions) -> list[Op]:
+    attn = [*_projections(model, conv), *_attention(phase, conv),
+            *_linear("o_proj", M, n_q * d_head, d_model, "X[M,n_q*d_head] @ W[n_q*d_head,d_model]",
+                     model.out_bias, conv)]
+    if model.block == "parallel":   # PaLM: y = x + attn(norm(x)) + mlp(norm(x))
+        return [_norm(model, "norm"), *attn, *_mlp(model, conv),
+                _residual("residual", "down_proj", operands=3)]
+    return [_norm(model, "attn_norm"), *attn, _residual("attn_residual", "o_proj"),
+            _norm(model, "mlp_norm"), *_mlp(model, conv), _residual("mlp_residual", "down_proj")]
+
+
+def _embedding(model) -> list[Op]:
+    tokens = _op("embedding", "gather", "embedding", M, d_model, b, repeat=1,
+                 shape="E[V,d_model][ids[M]] -> X[M,d_model]")
+    if model.positions != "learned":
+        return [tokens]
+    return [tokens,
+            _op("pos_embedding", "gather", "embedding", M, d_model, b, repeat=1,
+                shape="P[max_context,d_model][positions[M]] -> X[M,d_model]"),
+            _op("embed_add", "add", "elementwise", M * d_model, b, repeat=1,
+                shape="X[M,d_model] + P[M,d_model]")]
 
 
 def lower(model, phase: str, conv: Conventions = Conventions()) -> Program:
-    """The ops of one decoder layer (repeat = L) plus the embedding and the LM head."""
+    """The naive program: embedding, one decoder layer (repeat = L), final norm, LM head."""
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r}")
     logit_tokens = M if (phase == "prefill" and conv.logits == "all") else B
-    ops = [
-        Op("embedding", "gather", "embedding", "vector", FORMULAS["gather"](M, d_model, b),
-           shape="E[V,d_model][ids[M]] -> X[M,d_model]"),
-        _linear("q_proj", M, d_model, n_q * d_head, "X[M,d_model] @ W[d_model,n_q*d_head]"),
-        _linear("k_proj", M, d_model, n_kv * d_head, "X[M,d_model] @ W[d_model,n_kv*d_head]"),
-        _linear("v_proj", M, d_model, n_kv * d_head, "X[M,d_model] @ W[d_model,n_kv*d_head]"),
-        _attention(phase, conv),
-        _linear("o_proj", M, n_q * d_head, d_model, "X[M,n_q*d_head] @ W[n_q*d_head,d_model]"),
-        *_mlp(model),
-        Op("lm_head", "gemm", "linear", "matrix", FORMULAS["gemm"](logit_tokens, d_model, V, b),
-           shape=f"X[{logit_tokens},d_model] @ W[d_model,V]", crossing=logit_tokens),
-    ]
+    ops = [*_embedding(model), *_layer(model, phase, conv), _norm(model, "final_norm", repeat=1),
+           *_linear("lm_head", logit_tokens, d_model, V, f"X[{logit_tokens},d_model] @ W[d_model,V]",
+                    False, conv, repeat=1)]
     bindings = {M: B} if phase == "decode" else {M: B * S}
-    return verify(Program(model.name, phase, "fused-attention", tuple(ops), bindings,
-                          conv.stated(phase)))
+    return verify(Program(model.name, phase, "unfused", tuple(ops), bindings, conv.stated(phase)))

@@ -121,9 +121,14 @@ def html(report: dict, charts: list[list[dict]]) -> str:
         r=report, charts=inlined, colours=colours)
 
 
+@lru_cache(maxsize=8192)
+def _text(expr) -> str:
+    return sp.sstr(expr)
+
+
 def _plain(obj):
     if isinstance(obj, sp.Basic):
-        return "oo" if obj == sp.oo else sp.sstr(obj)
+        return "oo" if obj == sp.oo else _text(obj)
     if isinstance(obj, (set, frozenset, tuple)):
         return list(obj)
     raise TypeError(f"cannot put {type(obj).__name__} in a JSON report")

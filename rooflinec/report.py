@@ -17,7 +17,7 @@ def _device(dev, dtype: str) -> dict:
         "key": dev.key, "name": dev.name, "year": dev.year, "tensor_peak": tensor,
         "vector_peak": vector, "vector_dtype": dev.vector_dtype(dtype),
         "bandwidth": dev.bandwidth, "capacity": dev.capacity,
-        "ridge_matrix": tensor / dev.bandwidth,
+        "ridge_matrix": tensor / dev.bandwidth if tensor else None,
         "ridge_vector": vector / dev.bandwidth if vector else None,
         "sm_count": dev.sm_count, "sram_per_sm": dev.sram_per_sm, "source": dev.source,
     }
@@ -36,7 +36,7 @@ def build(study: Study) -> dict:
     conv = Conventions(**study.conventions)
     return {
         "format": FORMAT, "version": VERSION, "title": study.title, "study": study.stem,
-        "model": _model(study.model), "dtype": study.dtype,
+        "model": _model(study.model) if study.model else None, "dtype": study.dtype,
         "bytes_per_element": study.bytes_per_element,
         "devices": [_device(d, study.dtype) for d in study.devices],
         "conventions": [{"phase": p, "key": k, "choice": v} for p in PHASES for k, v in conv.stated(p)],

@@ -66,7 +66,7 @@ class Study:
     file: str
     stem: str
     title: str
-    model: Model
+    model: Model | None           # None for catalogs of devices or operators
     devices: tuple[Device, ...]
     dtype: str
     conventions: dict
@@ -223,7 +223,8 @@ def load_study(file: str) -> Study:
         except SpecError as exc:
             problems.extend(exc.problems)
     dtype = d.get("dtype", "bf16")
-    for dev in devices if "dtype" not in bad else ():
+    # a model study runs the model on every device at `dtype`; catalogs check what they use
+    for dev in devices if "dtype" not in bad and "model" in d else ():
         if dev.peak("matrix", dtype) is None:
             problems.append(doc.problem(("dtype",) if "dtype" in d else ("devices",),
                                         f"device '{dev.key}' lists no tensor peak for {dtype}; "
@@ -231,6 +232,6 @@ def load_study(file: str) -> Study:
     if problems:
         raise SpecError(problems)
     conv = d.get("conventions") or {}
-    title = d.get("title") or f"{model.name}: operator rooflines"
+    title = d.get("title") or (f"{model.name}: operator rooflines" if model else _stem(file))
     return Study(file=file, stem=_stem(file), title=title, model=model, devices=tuple(devices),
                  dtype=dtype, conventions=conv, analyses=dict(d["analyses"]), doc=doc)

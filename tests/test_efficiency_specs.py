@@ -107,16 +107,27 @@ def test_published_quoted_range_must_be_a_pair_of_fractions(tree):
     assert "analyses.published_efficiency.rows[0].quoted[1]: must be <= 1, got integer 43" in err
 
 
-def test_serving_and_training_run_on_a_device_without_a_vector_peak(tree):
+def test_training_runs_on_a_device_without_a_vector_peak(tree):
     code, err = build(tree, """\
         model: qwen2.5-7b
         devices: [tpu-v4]
         analyses:
           params: {}
-          serving: {batch: [1, 64], contexts: [1024]}
           training: {chips: 8, tokens_per_s: 10k tokens/s, sequence: 4096}
         """)
     assert (code, err) == (0, "")
+
+
+def test_serving_needs_the_vector_peak_its_norms_run_on(tree):
+    # TPU v4's spec has no vector peak; the decode step's RMSNorms have FLOPs on that unit
+    code, err = build(tree, """\
+        model: qwen2.5-7b
+        devices: [tpu-v4]
+        analyses:
+          serving: {batch: [1, 64], contexts: [1024]}
+        """)
+    assert code == 1
+    assert "devices: device 'tpu-v4' lists no vector peak, and the decode op" in err
 
 
 def test_a_vector_op_with_flops_needs_a_vector_peak():

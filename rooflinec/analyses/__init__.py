@@ -12,17 +12,22 @@ from functools import cached_property
 from rooflinec import symbols as sym
 from rooflinec.derive import exact
 from rooflinec.errors import Problem, SpecError
+from rooflinec import passes
 from rooflinec.lower import Conventions, lower
+from rooflinec.passes import Target
 from rooflinec.spec import Study
 
 ANALYSES: dict[str, tuple[str, Callable]] = {}
+MODEL_FREE: set[str] = set()   # analyses that run without a model (catalogs of devices, ops)
 
 
-def analysis(key: str, title: str):
+def analysis(key: str, title: str, needs_model: bool = True):
     def register(fn):
         if key in ANALYSES:
             raise ValueError(f"analysis {key!r} registered twice")
         ANALYSES[key] = (title, fn)
+        if not needs_model:
+            MODEL_FREE.add(key)
         return fn
 
     return register
@@ -41,10 +46,25 @@ class Context:
     def conventions(self) -> Conventions:
         return Conventions(**self.study.conventions)
 
-    def program(self, phase: str):
-        if phase not in self._programs:
-            self._programs[phase] = lower(self.model, phase, self.conventions)
-        return self._programs[phase]
+    def program(self, phase: str, variant: str = "unfused", device=None):
+        """The lowered program of `phase` after the passes of `variant`, cached; FlashAttention's
+        prefill tiles come from `device`."""
+        key = (phase, variant, device.key if device is not None else None)
+        if key not in self._programs:
+            naive = (phase, "unfused", None)
+            if naive not in self._programs:
+                self._programs[naive] = lower(self.model, phase, self.conventions)
+            base = self._programs[naive]
+            target = Target(device, self.conventions, self.model.head_dim, self.study.bytes_per_element)
+            try:
+                self._programs[key] = passes.apply(base, variant, target)
+            except passes.NoOnChipMemory:
+                index = self.devices.index(device) if device in self.devices else 0
+                raise SpecError([self.problem(("devices", index), (
+                    f"device '{getattr(device, 'key', None)}' gives no on_chip.sram_per_sm, which the "
+                    f"'{variant}' variant needs for FlashAttention's tiles in {phase}; add on_chip to "
+                    "its hardware spec or choose the 'fused' variant"))]) from None
+        return self._programs[key]
 
     @cached_property
     def values(self) -> dict:
@@ -68,6 +88,11 @@ def run(study: Study) -> list[dict]:
     sections, problems = [], []
     for key, params in study.analyses.items():
         title, fn = ANALYSES[key]
+        if study.model is None and key not in MODEL_FREE:
+            problems.append(study.doc.problem(("analyses", key), (
+                f"analysis '{key}' needs a model; add 'model: <name under models/>' to the study"),
+                at_key=True))
+            continue
         try:
             sections.append({"kind": key, "title": title, **fn(ctx, params or {})})
         except SpecError as exc:
@@ -79,3 +104,4 @@ def run(study: Study) -> list[dict]:
 
 from rooflinec.analyses import attention, decode_view, derivations, gemm  # noqa: E402,F401
 from rooflinec.analyses import params, published, serving, training  # noqa: E402,F401
+from rooflinec.analyses import accelerators, ledger, operators  # noqa: E402,F401

@@ -7,19 +7,20 @@ from rooflinec.symbols import B, S
 
 @analysis("decode_view", "Whole-model decode step")
 def decode_view(ctx, params) -> dict:
-    program = ctx.program("decode")
+    variant = params.get("variant", "flash")
     points = []
     for batch in params.get("batch", [1]):
         for context in params["contexts"]:
             per_device = []
             for dev in ctx.devices:
-                led = ledger(program, ctx.model, dev, ctx.study.dtype, ctx.study.bytes_per_element,
-                             {B: batch, S: context})
+                led = ledger(ctx.program("decode", variant, dev), ctx.model, dev, ctx.study.dtype,
+                             ctx.study.bytes_per_element, {B: batch, S: context})
                 per_device.append({"device": dev.key, "time_s": led.time,
                                    "tokens_per_s": batch / led.time, "attainable": led.attainable})
             points.append({"batch": batch, "context": context, "flops": led.flops,
                            "bytes": led.bytes, "weight_bytes": led.traffic("weights"),
                            "kv_bytes": led.traffic("kv_cache"),
                            "activation_bytes": led.traffic("activations"),
+                           "score_bytes": led.traffic("scores"),
                            "intensity": led.flops / led.bytes, "devices": per_device})
-    return {"points": points}
+    return {"variant": variant, "points": points}

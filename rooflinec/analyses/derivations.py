@@ -5,31 +5,49 @@ from rooflinec import symbols as sym
 from rooflinec.analyses import analysis
 from rooflinec.derive import crossing, derive
 
+DEFAULT_VARIANT = "flash"
 
-def op_derivation(ctx, op) -> dict:
+
+def op_derivation(ctx, op, devices=None) -> dict:
+    """`devices`: the devices this form of the op runs on (None: all, the op is the same on each)."""
     d = derive(op)
     crossings = []
     if op.crossing is not None and op.cost.flops != 0:
-        for dev in ctx.devices:
+        for dev in devices or ctx.devices:
             c = crossing(d.intensity, op.crossing, ctx.values, ctx.ridge(dev, op.unit))
             crossings.append({"device": dev.key, "variable": c.variable, "at": c.at,
                               "supremum": c.supremum, "ridge": float(ctx.ridge(dev, op.unit))})
     workload = set(sym.WORKLOAD)
     return {
-        "op": op.name, "category": op.category, "unit": op.unit, "shape": op.shape,
-        "repeat": op.repeat, "flops": d.flops, "bytes": d.bytes,
+        "op": op.name, "label": op.label, "category": op.category, "unit": op.unit,
+        "shape": op.shape, "repeat": op.repeat, "flops": d.flops, "bytes": d.bytes,
         "traffic": [{"class": cls, "bytes": expr} for cls, expr in op.cost.traffic],
         "intensity": d.intensity, "depends_on": [s.name for s in d.depends_on],
         "workload_free": not (set(d.depends_on) & workload), "limit_S": d.limit_S,
-        "crossings": crossings,
+        "crossings": crossings, "devices": [dev.key for dev in devices] if devices else None,
     }
+
+
+def program_ops(ctx, phase: str, variant: str) -> list[tuple]:
+    """(op, devices) in program order; an op whose form differs by device (FlashAttention's
+    tiles) appears once per form with the devices it holds on, else once with None."""
+    programs = [(dev, ctx.program(phase, variant, dev)) for dev in ctx.devices]
+    out = []
+    for i, op in enumerate(programs[0][1].ops):
+        forms: dict = {}
+        for dev, program in programs:
+            forms.setdefault(program.ops[i], []).append(dev)
+        out.extend((o, None if len(forms) == 1 else devs) for o, devs in forms.items())
+    return out
 
 
 @analysis("derivations", "Derivations")
 def derivations(ctx, params) -> dict:
     phases = params.get("phases", ["decode", "prefill"])
-    return {"phases": [{"phase": phase,
+    variant = params.get("variant", DEFAULT_VARIANT)
+    return {"variant": variant,
+            "phases": [{"phase": phase,
                         "bindings": {str(k): v for k, v in ctx.program(phase).bindings.items()},
                         "conventions": list(ctx.program(phase).conventions),
-                        "ops": [op_derivation(ctx, op) for op in ctx.program(phase).ops]}
+                        "ops": [op_derivation(ctx, op, devs) for op, devs in program_ops(ctx, phase, variant)]}
                        for phase in phases]}

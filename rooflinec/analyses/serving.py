@@ -18,10 +18,11 @@ from rooflinec.symbols import B, S
 from rooflinec.units import parse_quantity
 
 
-def _terms(ctx, phase: str) -> dict:
+def _terms(ctx, phase: str, variant: str) -> dict:
     """Each device's step terms for one phase; a located problem if a needed peak is missing."""
-    program, out, problems = ctx.program(phase), {}, []
+    out, problems = {}, []
     for dev in ctx.devices:
+        program = ctx.program(phase, variant, dev)
         peaks = {"matrix": ctx.peak(dev, "matrix"), "vector": ctx.peak(dev, "vector")}
         try:
             out[dev.key] = E.step_terms(program, ctx.values, peaks, dev.bandwidth)
@@ -75,8 +76,8 @@ def _crossovers(ctx, terms, contexts, weight_bytes, kv_token) -> list[dict]:
     return rows
 
 
-def _prefill(ctx, prompts) -> list[dict]:
-    terms = _terms(ctx, "prefill")
+def _prefill(ctx, prompts, variant: str) -> list[dict]:
+    terms = _terms(ctx, "prefill", variant)
     rows = []
     for prompt in prompts:
         flops, nbytes = _size(terms[ctx.devices[0].key], 1, prompt)
@@ -107,7 +108,8 @@ def serving(ctx, params) -> dict:
     weight_bytes = int(number(counted.total, ctx.values)) * ctx.study.bytes_per_element
     kv_expr = E.kv_bytes_per_token()
     kv_token = int(number(kv_expr, ctx.values))
-    terms = _terms(ctx, "decode")
+    variant = params.get("variant", "flash")
+    terms = _terms(ctx, "decode", variant)
     contexts = params["contexts"]
     return {
         "weight_bytes": weight_bytes, "kv_formula": kv_expr, "kv_per_token": kv_token,
@@ -117,6 +119,6 @@ def serving(ctx, params) -> dict:
                    for d in ctx.devices],
         "steps": _steps(ctx, terms, params["batch"], contexts, weight_bytes, kv_token),
         "crossovers": _crossovers(ctx, terms, contexts, weight_bytes, kv_token),
-        "prefill": _prefill(ctx, params.get("prompts", contexts)),
+        "prefill": _prefill(ctx, params.get("prompts", contexts), variant), "variant": variant,
         "measured": _measured(ctx, terms, params.get("measured", [])),
     }

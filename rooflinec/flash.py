@@ -1,0 +1,47 @@
+"""FlashAttention: tile sizes from the device's on-chip memory, and the one kernel that
+replaces the unfused attention steps (Dao et al. 2022, Algorithm 1)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rooflinec.ir import Op, Program
+from rooflinec.ops import FORMULAS
+from rooflinec.symbols import B, L, S, b, d_head, n_kv, n_q
+
+
+@dataclass(frozen=True)
+class Blocks:
+    sram_elements: int   # M in Algorithm 1: one SM's on-chip memory, in elements
+    rows: int            # Br = min(ceil(M / 4d), d): query rows per tile
+    cols: int            # Bc = ceil(M / 4d): keys per tile
+
+
+def sram_elements(device, bytes_per_element) -> int | None:
+    """Elements of one SM's SRAM (the seed's A100: 192 KiB // 2 B = 98304)."""
+    if device is None or device.sram_per_sm is None:
+        return None
+    return int(device.sram_per_sm // bytes_per_element)
+
+
+def blocks(sram: int, d: int) -> Blocks:
+    # Algorithm 1, line 1: Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d)
+    cols = math.ceil(sram / (4 * d))
+    return Blocks(sram, min(cols, d), cols)
+
+
+def score_ops(program: Program) -> list[Op]:
+    """The unfused attention steps: every op that writes or reads the score matrix."""
+    return [op for op in program.ops if op.cost.bytes_of("scores") != 0]
+
+
+def kernel(phase: str, causal_fraction, tiles: Blocks | None) -> Op:
+    """The attention kernel: decode reads Q, K, V once and writes O; prefill is Algorithm 1."""
+    if phase == "decode":
+        cost = FORMULAS["attention"](B, 1, S, n_q, n_kv, d_head, b, io=True)
+        return Op("attention", "attention", "attention", "matrix", cost, repeat=L,
+                  shape="Q[B,n_q,1,d_head] . K,V[B,n_kv,S,d_head]")
+    cost = FORMULAS["flash_attention"](B, n_q, S, d_head, b, tiles.cols, causal_fraction=causal_fraction)
+    return Op("attention", "flash_attention", "attention", "matrix", cost,
+              repeat=L, shape=f"Q,K,V[B,n_q,S,d_head] -> O, K/V tiles of Bc = {tiles.cols} keys")

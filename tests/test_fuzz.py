@@ -1,0 +1,178 @@
+"""Fuzzing: hypothesis mutates the shipped specs; loading gives a spec or located problems.
+
+Each example deletes, retypes, renames or changes values of a shipped model, hardware or
+study spec (or splices junk into its text), writes it, and loads it. The outcome must be
+a loaded object or a SpecError whose problems are all located; never another exception.
+
+A longer run: ROOFLINEC_FUZZ_EXAMPLES=5000 python -m pytest tests/test_fuzz.py tests/test_formula.py
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rooflinec.errors import SpecError
+from rooflinec.spec import Device, Model, Study, load_hardware, load_model, load_study
+
+SPECS = Path(__file__).resolve().parent.parent / "specs"
+MODELS = sorted((SPECS / "models").glob("*.yaml"))
+HARDWARE = sorted((SPECS / "hardware").glob("*.yaml"))
+STUDIES = sorted(SPECS.glob("*.yaml"))
+
+EXAMPLES = int(os.environ.get("ROOFLINEC_FUZZ_EXAMPLES", "60"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    """A copy of the spec tree; each example overwrites one file in `scratch/`."""
+    root = tmp_path_factory.mktemp("specs")
+    shutil.copytree(SPECS / "models", root / "models")
+    shutil.copytree(SPECS / "hardware", root / "hardware")
+    return root
+
+
+# --- mutations --------------------------------------------------------------------------
+
+QUANTITY_TEXT = st.sampled_from([
+    "0 GB/s", "-1555 GB/s", "1555 GB", "312 TFLOPs", "1e400 TFLOP/s", "1e99999999 GB/s",
+    "nan GB/s", "inf", ".inf", "40 GiB", "192 KiB", "312e12", "1_555 GB/s", "  ", "GB/s",
+    "9" * 80, "1" + "0" * 400 + " B",
+])
+
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.sampled_from([0, -1, 1, 3, 2**64]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -0.0, 3584.0]),
+    st.text(max_size=20),
+    QUANTITY_TEXT,
+)
+
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+    max_leaves=6,
+)
+
+
+def _paths(node, path=()):
+    """Every path to a value inside `node`."""
+    yield path
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _paths(value, path + (key,))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _paths(value, path + (i,))
+
+
+def _parent(data, path):
+    for part in path[:-1]:
+        data = data[part]
+    return data
+
+
+def _mutate(data, draw) -> None:
+    """One mutation of `data` in place."""
+    path = draw(st.sampled_from([p for p in _paths(data) if p]))
+    parent, last = _parent(data, path), path[-1]
+    op = draw(st.sampled_from(["delete", "retype", "rename", "change"]))
+    if op == "delete":
+        del parent[last]
+    elif op == "rename" and isinstance(parent, dict):
+        new = draw(st.one_of(st.text(max_size=12), st.just(str(last) + "s"),
+                             st.just(str(last)[:-1]), st.just(str(last).upper())))
+        parent[new] = parent.pop(last)
+    elif op == "retype":
+        parent[last] = draw(st.sampled_from([
+            "text", 7, [1, 2], {"k": "v"}, None, True, math.nan, math.inf, -1.5, [], {}]))
+    else:
+        parent[last] = draw(VALUES)
+
+
+def _dump(data) -> str:
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def _check(loader, file: str, kinds) -> None:
+    try:
+        result = loader(file)
+    except SpecError as exc:
+        assert exc.problems
+        for problem in exc.problems:
+            assert problem.line >= 1 and problem.col >= 1 and problem.path and problem.message
+            assert str(problem).startswith(f"{problem.file}:{problem.line}:{problem.col}: ")
+    else:
+        assert isinstance(result, kinds)
+
+
+def _mutated(source: Path, data_strategy) -> str:
+    data = yaml.safe_load(source.read_text(encoding="utf-8"))
+    for _ in range(data_strategy.draw(st.integers(1, 3))):
+        if not data:
+            break
+        _mutate(data, data_strategy.draw)
+    return _dump(data)
+
+
+def _write(tree: Path, name: str, text: str | bytes) -> str:
+    path = tree / name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+# --- properties -------------------------------------------------------------------------
+
+
+@FUZZ
+@given(source=st.sampled_from(MODELS), data=st.data())
+def test_mutated_models_load_or_fail_located(tree, source, data):
+    _check(load_model, _write(tree, "models/fuzzed.yaml", _mutated(source, data)), Model)
+
+
+@FUZZ
+@given(source=st.sampled_from(HARDWARE), data=st.data())
+def test_mutated_hardware_loads_or_fails_located(tree, source, data):
+    _check(load_hardware, _write(tree, "hardware/fuzzed.yaml", _mutated(source, data)), Device)
+
+
+@pytest.mark.skipif(not STUDIES, reason="no shipped study")
+@FUZZ
+@given(source=st.sampled_from(STUDIES or [SPECS]), data=st.data())
+def test_mutated_studies_load_or_fail_located(tree, source, data):
+    _check(load_study, _write(tree, "study.yaml", _mutated(source, data)), Study)
+
+
+@FUZZ
+@given(source=st.sampled_from(MODELS + HARDWARE), at=st.floats(0, 1),
+       junk=st.one_of(st.text(max_size=12), st.binary(max_size=12),
+                      st.sampled_from([": ", "- ", "&a ", "*a", "!!python/object ", "{", "]", "\t",
+                                       "\n  ", "'", '"', "? ", "<<: *a", "%YAML 1.1\n", "---\n"])))
+def test_junk_spliced_into_text_loads_or_fails_located(tree, source, at, junk):
+    raw = source.read_bytes()
+    cut = int(len(raw) * at)
+    blob = raw[:cut] + (junk if isinstance(junk, bytes) else junk.encode("utf-8")) + raw[cut:]
+    loader, kind = (load_model, Model) if source in MODELS else (load_hardware, Device)
+    _check(loader, _write(tree, "fuzzed.yaml", blob), kind)
+
+
+@FUZZ
+@given(text=st.text(max_size=300))
+def test_arbitrary_text_loads_or_fails_located(tree, text):
+    _check(load_model, _write(tree, "arbitrary.yaml", text), Model)
