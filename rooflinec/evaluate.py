@@ -28,6 +28,16 @@ def number(expr: sp.Expr, values: dict[sp.Symbol, float]):
     return _compiled(expr)(*(values.get(s, 0) for s in _ARGS))
 
 
+def vectorised(exprs, args=_ARGS):
+    """One NumPy function computing every expression in `exprs` at once.
+
+    Compiled with a single `sympy.lambdify` (one code generation for the lot); call it with
+    scalars or NumPy arrays for `args` (default: the whole alphabet, in ALPHABET order) and it
+    returns a list, one result per expression, broadcast over the arrays.
+    """
+    return sp.lambdify(args, list(exprs), modules="numpy")
+
+
 def point(model, dtype_bytes, workload: dict, bindings: dict) -> dict[sp.Symbol, float]:
     """Values of every symbol at one workload point; bound symbols (M) follow their binding."""
     values = {**sym.model_values(model), sym.b: dtype_bytes, **workload}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from functools import cache, lru_cache
 
 import jinja2
@@ -97,8 +98,17 @@ def _plain(obj):
     raise TypeError(f"cannot put {type(obj).__name__} in a JSON report")
 
 
+_ITEM = r'(?:-?\d[\d.eE+-]*|"[^"\\\n]*"|null|true|false)'
+_SCALAR_LIST = re.compile(r"\[\n\s*(" + _ITEM + r"(?:,\n\s*" + _ITEM + r")*)\n\s*\]")
+
+
+def _compact(text: str) -> str:
+    """Lists of plain scalars on one line (a sweep's arrays), everything else indented."""
+    return _SCALAR_LIST.sub(lambda m: "[" + ", ".join(re.findall(_ITEM, m.group(1))) + "]", text)
+
+
 def to_json(report: dict) -> str:
-    return json.dumps(report, default=_plain, indent=1, ensure_ascii=False) + "\n"
+    return _compact(json.dumps(report, default=_plain, indent=1, ensure_ascii=False)) + "\n"
 
 
 def render(report: dict, fmt: str) -> str:

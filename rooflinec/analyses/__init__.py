@@ -14,6 +14,7 @@ from rooflinec.derive import exact
 from rooflinec.errors import Problem, SpecError
 from rooflinec.lower import Conventions, lower
 from rooflinec.spec import Study
+from rooflinec.sweep import expand_ranges
 
 ANALYSES: dict[str, tuple[str, Callable]] = {}
 
@@ -68,8 +69,12 @@ def run(study: Study) -> list[dict]:
     sections, problems = [], []
     for key, params in study.analyses.items():
         title, fn = ANALYSES[key]
+        params, found = expand_ranges(params or {}, ("analyses", key), ctx.problem)
+        if found:
+            problems.extend(found)
+            continue
         try:
-            sections.append({"kind": key, "title": title, **fn(ctx, params or {})})
+            sections.append({"kind": key, "title": title, **fn(ctx, params)})
         except SpecError as exc:
             problems.extend(exc.problems)
     if problems:
@@ -77,4 +82,4 @@ def run(study: Study) -> list[dict]:
     return sections
 
 
-from rooflinec.analyses import attention, decode_view, derivations, gemm  # noqa: E402,F401
+from rooflinec.analyses import attention, decode_view, derivations, gemm, sweep  # noqa: E402,F401
