@@ -35,7 +35,10 @@ def vectorised(exprs, args=_ARGS):
     scalars or NumPy arrays for `args` (default: the whole alphabet, in ALPHABET order) and it
     returns a list, one result per expression, broadcast over the arrays.
     """
-    return sp.lambdify(args, list(exprs), modules="numpy")
+    import numpy  # lazily: only sweeps need it
+    # The module object, not the string "numpy": the string makes lambdify run
+    # `from numpy import *`, which loads numpy's lazy submodules (f2py, testing ...), ~0.15 s.
+    return sp.lambdify(args, list(exprs), modules=[numpy])
 
 
 def point(model, dtype_bytes, workload: dict, bindings: dict) -> dict[sp.Symbol, float]:
