@@ -16,7 +16,8 @@ _ARGS = tuple(sym.ALPHABET.values())
 
 @lru_cache(maxsize=4096)
 def _compiled(expr: sp.Expr):
-    return sp.lambdify(_ARGS, expr, modules="math")
+    # docstring_limit=0: no docstring printing the expression a second time (half the cost)
+    return sp.lambdify(_ARGS, expr, modules="math", docstring_limit=0)
 
 
 def number(expr: sp.Expr, values: dict[sp.Symbol, float]):
@@ -38,7 +39,7 @@ def vectorised(exprs, args=_ARGS):
     import numpy  # lazily: only sweeps need it
     # The module object, not the string "numpy": the string makes lambdify run
     # `from numpy import *`, which loads numpy's lazy submodules (f2py, testing ...), ~0.15 s.
-    return sp.lambdify(args, list(exprs), modules=[numpy])
+    return sp.lambdify(args, list(exprs), modules=[numpy], docstring_limit=0)
 
 
 def point(model, dtype_bytes, workload: dict, bindings: dict) -> dict[sp.Symbol, float]:
