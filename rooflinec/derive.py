@@ -22,16 +22,12 @@ class Crossing:
 
 def limit_at_infinity(f: sp.Expr, var: sp.Symbol) -> sp.Expr:
     """lim f as var -> oo; for a rational function, from the leading terms (fast and exact)."""
-    num, den = sp.fraction(sp.cancel(f))
+    num, den = sp.fraction(sp.together(f))
     try:
         p, q = sp.Poly(num, var), sp.Poly(den, var)
     except sp.PolynomialError:
         return sp.limit(f, var, sp.oo)   # not rational in var (ceil, min, ...): ask sympy
-    if p.degree() > q.degree():
-        return sp.oo if (p.LC() / q.LC()).is_positive is not False else -sp.oo
-    if p.degree() < q.degree():
-        return sp.Integer(0)
-    return sp.factor(p.LC() / q.LC())
+    return _leading_ratio(p, q)
 
 
 def exact(x) -> sp.Rational:
@@ -51,18 +47,34 @@ def crossing(expr: sp.Expr, var: sp.Symbol, values: dict, ridge) -> Crossing:
 @lru_cache(maxsize=4096)
 def _crossing(expr: sp.Expr, var: sp.Symbol, fixed: frozenset, ridge: sp.Rational) -> Crossing:
     num, den = (e.xreplace(dict(fixed)) for e in sp.fraction(expr))
-    at_value = lambda x: num.subs(var, x) / den.subs(var, x)  # noqa: E731
     if var not in (num.free_symbols | den.free_symbols):
-        return Crossing(var, 1 if at_value(1) >= ridge else None, num / den)
-    sup = limit_at_infinity(num / den, var)
+        return Crossing(var, 1 if num / den >= ridge else None, num / den)
+    try:
+        p, q = sp.Poly(num, var), sp.Poly(den, var)
+    except sp.PolynomialError:   # not polynomial in var (ceil, min, ...): the general path
+        return _crossing_general(num, den, var, ridge)
     try:
         # intensity >= ridge  <=>  num - ridge * den >= 0, since den > 0
-        roots = [r for r in sp.Poly(num - ridge * den, var).real_roots() if r > 0]
+        roots = [r for r in (p - q * ridge).real_roots() if r > 0]
     except sp.PolynomialError:
         roots = []
     candidates = sorted({1, *(max(1, int(math.ceil(r))) for r in roots)})
-    at = next((c for c in candidates if at_value(c) >= ridge), None)
-    return Crossing(var, at, sup)
+    at = next((c for c in candidates if p.eval(c) / q.eval(c) >= ridge), None)
+    return Crossing(var, at, _leading_ratio(p, q))
+
+
+def _leading_ratio(p: sp.Poly, q: sp.Poly) -> sp.Expr:
+    """lim p/q at infinity from the leading terms; common factors do not change it."""
+    if p.degree() > q.degree():
+        return sp.oo if (p.LC() / q.LC()).is_positive is not False else -sp.oo
+    if p.degree() < q.degree():
+        return sp.Integer(0)
+    return sp.factor(p.LC() / q.LC())
+
+
+def _crossing_general(num: sp.Expr, den: sp.Expr, var: sp.Symbol, ridge: sp.Rational) -> Crossing:
+    at_value = lambda x: num.subs(var, x) / den.subs(var, x)  # noqa: E731
+    return Crossing(var, 1 if at_value(1) >= ridge else None, limit_at_infinity(num / den, var))
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ _ARGS = tuple(sym.ALPHABET.values())
 
 @lru_cache(maxsize=4096)
 def _compiled(expr: sp.Expr):
-    return sp.lambdify(_ARGS, expr, modules="math")
+    # docstring_limit=0: no docstring printing the expression a second time (half the cost)
+    return sp.lambdify(_ARGS, expr, modules="math", docstring_limit=0)
 
 
 def number(expr: sp.Expr, values: dict[sp.Symbol, float]):
@@ -26,6 +27,19 @@ def number(expr: sp.Expr, values: dict[sp.Symbol, float]):
     if missing:
         raise ValueError(f"no value for {sorted(map(str, missing))} in {expr}")
     return _compiled(expr)(*(values.get(s, 0) for s in _ARGS))
+
+
+def vectorised(exprs, args=_ARGS):
+    """One NumPy function computing every expression in `exprs` at once.
+
+    Compiled with a single `sympy.lambdify` (one code generation for the lot); call it with
+    scalars or NumPy arrays for `args` (default: the whole alphabet, in ALPHABET order) and it
+    returns a list, one result per expression, broadcast over the arrays.
+    """
+    import numpy  # lazily: only sweeps need it
+    # The module object, not the string "numpy": the string makes lambdify run
+    # `from numpy import *`, which loads numpy's lazy submodules (f2py, testing ...), ~0.15 s.
+    return sp.lambdify(args, list(exprs), modules=[numpy], docstring_limit=0)
 
 
 def point(model, dtype_bytes, workload: dict, bindings: dict) -> dict[sp.Symbol, float]:

@@ -51,7 +51,7 @@ def intensity(cost: Cost) -> sp.Expr:
     """FLOPs per byte, simplified; zero for pure data movement."""
     if cost.flops == 0:
         return sp.Integer(0)
-    return sp.factor(sp.cancel(cost.flops / cost.bytes))
+    return sp.factor(cost.flops / cost.bytes)   # factor cancels common factors itself
 
 
 @dataclass(frozen=True)

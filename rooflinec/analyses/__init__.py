@@ -16,6 +16,7 @@ from rooflinec import passes
 from rooflinec.lower import Conventions, lower
 from rooflinec.passes import Target
 from rooflinec.spec import Study
+from rooflinec.sweep import expand_ranges
 
 ANALYSES: dict[str, tuple[str, Callable]] = {}
 MODEL_FREE: set[str] = set()   # analyses that run without a model (catalogs of devices, ops)
@@ -93,8 +94,12 @@ def run(study: Study) -> list[dict]:
                 f"analysis '{key}' needs a model; add 'model: <name under models/>' to the study"),
                 at_key=True))
             continue
+        params, found = expand_ranges(params or {}, ("analyses", key), ctx.problem)
+        if found:
+            problems.extend(found)
+            continue
         try:
-            sections.append({"kind": key, "title": title, **fn(ctx, params or {})})
+            sections.append({"kind": key, "title": title, **fn(ctx, params)})
         except SpecError as exc:
             problems.extend(exc.problems)
     if problems:
@@ -102,6 +107,6 @@ def run(study: Study) -> list[dict]:
     return sections
 
 
-from rooflinec.analyses import attention, decode_view, derivations, gemm  # noqa: E402,F401
+from rooflinec.analyses import attention, decode_view, derivations, gemm, sweep  # noqa: E402,F401
 from rooflinec.analyses import params, published, serving, training  # noqa: E402,F401
 from rooflinec.analyses import accelerators, ledger, operators  # noqa: E402,F401

@@ -3,7 +3,7 @@
 import sympy as sp
 
 from rooflinec.analyses import analysis
-from rooflinec.derive import crossing
+from rooflinec.derive import crossing, limit_at_infinity
 from rooflinec.evaluate import number, regime
 from rooflinec.ir import intensity
 from rooflinec.ops import FORMULAS
@@ -32,7 +32,7 @@ def attention_intensity(ctx, params) -> dict:
                 value = number(expr, {**ctx.values, S: s})
                 points.append({"context": s, "intensity": value,
                                "regime": {d.key: regime(value, ctx.ridge(d)) for d in ctx.devices}})
-            limit = sp.limit(expr, S, sp.oo)
+            limit = limit_at_infinity(expr, S)
             cross = {d.key: crossing(expr, S, ctx.values, ctx.ridge(d)).at for d in ctx.devices}
             cases.append({"phase": phase, "count": count, "flops": cost.flops, "bytes": cost.bytes,
                           "formula": expr, "limit": limit,

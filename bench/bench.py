@@ -1,0 +1,181 @@
+"""rooflinec benchmark: build time against the import floor, sweep throughput and memory,
+compile time against depth. Prints figures and PASS/FAIL against the targets.
+
+    python bench/bench.py            # from the repository root; about a minute
+    python bench/bench.py --runs 7   # more runs per median
+
+Not a test: timings depend on the machine. Targets (a 2-core machine):
+  build specs/qwen.yaml       <= 1.5 x the import floor (a Python that only imports the
+                                 runtime dependencies)
+  10^6-point ledger sweep      < 2 s and < 500 MB peak RSS (all ops, one device, one variant)
+  compile at 1000 layers       within 10% of 24 layers
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IMPORT_NAMES = {"pyyaml": "yaml"}   # distribution name -> module name where they differ
+# Bytecode caching on, as in a normal install: the dependencies' .pyc files already exist,
+# so the floor and rooflinec are compared on equal terms (one warm-up run writes rooflinec's).
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"PYTHONPATH": ROOT}
+SWEEP_SIDE = 1000                    # batch 1..1000 x context 1..1000 = 10^6 points
+
+
+def runtime_modules() -> list[str]:
+    """The modules of pyproject's runtime dependencies (matplotlib included if listed)."""
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
+        deps = tomllib.load(fh)["project"]["dependencies"]
+    names = [d.split(";")[0].split("[")[0].split("<")[0].split(">")[0].split("=")[0].strip()
+             for d in deps]
+    return [IMPORT_NAMES.get(n.lower(), n.lower().replace("-", "_")) for n in names]
+
+
+def wall(argv: list[str], runs: int) -> tuple[float, float, float]:
+    """Best and median wall time of a subprocess, and its best CPU time (user + sys), in s.
+
+    Best-of-N is the run least disturbed by other processes; CPU time shows the work itself
+    on a busy machine. Both the floor and the builds are measured the same way.
+    """
+    import resource
+    walls, cpus = [], []
+    env = ENV
+    subprocess.run(argv, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)   # warm-up
+    for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        subprocess.run(argv, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+        walls.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return min(walls), statistics.median(walls), min(cpus)
+
+
+def studies() -> list[str]:
+    """Shipped studies: the YAML files directly under specs/ (hardware and models are below)."""
+    return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "specs", "*.yaml")))
+
+
+def child(mode: str) -> dict:
+    """Run this script's `mode` in a fresh interpreter; it prints one JSON line."""
+    out = subprocess.run([sys.executable, __file__, "--child", mode], cwd=ROOT, check=True,
+                         env=ENV, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# --- children ------------------------------------------------------------------------
+
+def _qwen():
+    from rooflinec import spec
+    return spec.load_study(os.path.join(ROOT, "specs", "qwen.yaml"))
+
+
+def child_sweep() -> dict:
+    import resource
+
+    import numpy as np
+
+    from rooflinec import sweep
+    from rooflinec.lower import lower
+    from rooflinec.symbols import B, S
+    study = _qwen()
+    device = study.devices[0]
+    kernel = sweep.compile_program(lower(study.model, "decode"))
+    axes = {B: np.arange(1, SWEEP_SIDE + 1), S: np.arange(1, SWEEP_SIDE + 1)}
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    totals = sweep.run(kernel, study.model, axes, [device], study.dtype, study.bytes_per_element)
+    seconds = time.perf_counter() - start
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss   # KiB on Linux
+    points = totals[device.key].time.size
+    return {"points": points, "ops": len(kernel.ops), "device": device.key, "seconds": seconds,
+            "rss_mib": rss / 1024, "rss_growth_mib": (rss - rss_before) / 1024}
+
+
+def child_compile() -> dict:
+    """Lower + verify + compile at 24 and at 1000 layers, alternating, caches cleared each time."""
+    from dataclasses import replace
+
+    from sympy.core.cache import clear_cache
+
+    from rooflinec import sweep
+    from rooflinec.evaluate import _compiled
+    from rooflinec.ir import intensity
+    from rooflinec.lower import lower
+    model = _qwen().model
+    times = {24: [], 1000: []}
+    ops = {}
+    for _ in range(7):
+        for layers in times:
+            clear_cache(), _compiled.cache_clear(), intensity.cache_clear()
+            deep = replace(model, n_layers=layers)
+            start = time.perf_counter()
+            kernel = sweep.compile_program(lower(deep, "decode"))
+            kernel.fn(*[1] * 11)
+            times[layers].append(time.perf_counter() - start)
+            ops[layers] = len(kernel.ops)
+    return {str(k): {"seconds": statistics.median(v), "ops": ops[k]} for k, v in times.items()}
+
+
+# --- report --------------------------------------------------------------------------
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=5, help="runs per median (default 5)")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        print(json.dumps({"sweep": child_sweep, "compile": child_compile}[args.child]()))
+        return 0
+    ok = True
+    modules = runtime_modules()
+    floor, floor_med, floor_cpu = wall([sys.executable, "-c", "import " + ", ".join(modules)],
+                                       args.runs)
+    print(f"import floor ({', '.join(modules)}): best {floor:.3f} s, median {floor_med:.3f} s, "
+          f"cpu {floor_cpu:.3f} s ({args.runs} runs)")
+    with tempfile.TemporaryDirectory() as out:
+        for study in studies():
+            t, med, cpu = wall([sys.executable, "-m", "rooflinec", "build", study, "--out", out],
+                               args.runs)
+            line = (f"build {study}: best {t:.3f} s = {t / floor:.2f} x floor (median {med:.3f} s"
+                    f" = {med / floor_med:.2f} x; cpu {cpu:.3f} s = {cpu / floor_cpu:.2f} x)")
+            if study == os.path.join("specs", "qwen.yaml"):
+                passed = t <= 1.5 * floor
+                ok &= passed
+                line += f"  [target best <= 1.5 x best floor: {verdict(passed)}]"
+            print(line)
+    s = child("sweep")
+    fast, small = s["seconds"] < 2, s["rss_mib"] < 500
+    ok &= fast and small
+    print(f"ledger sweep: {s['points']:,} points x {s['ops']} ops on {s['device']}: "
+          f"{s['seconds']:.3f} s = {s['points'] / s['seconds']:,.0f} points/s  "
+          f"[target < 2 s: {verdict(fast)}]")
+    print(f"peak memory (process maxrss): {s['rss_mib']:.0f} MiB, of which the sweep added "
+          f"{s['rss_growth_mib']:.0f} MiB  [target < 500 MB: {verdict(small)}]")
+    c = child("compile")
+    shallow, deep = c["24"]["seconds"], c["1000"]["seconds"]
+    flat = deep <= 1.1 * shallow
+    ok &= flat
+    print(f"compile (lower + verify + lambdify), median of 7: 24 layers {shallow * 1e3:.1f} ms, "
+          f"1000 layers {deep * 1e3:.1f} ms = {deep / shallow:.3f} x; ops {c['24']['ops']} "
+          f"and {c['1000']['ops']}  [target <= 1.10 x: {verdict(flat)}]")
+    print("all targets met" if ok else "some targets missed")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""A whole-model ledger swept over workload axes, devices, dtypes and variants.
+
+Lowered and compiled once per (phase, variant); every point evaluated vectorised
+(rooflinec.sweep). The section carries every point as compact arrays, one series per
+fixed combination of the other axes, and tables of chosen points for reading.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import product
+
+from rooflinec.analyses import analysis
+from rooflinec.errors import SpecError
+from rooflinec.passes import VARIANTS
+from rooflinec.spec import DTYPE_BYTES
+from rooflinec import sweep as sw
+
+MAX_POINTS = 100_000   # a report carries every point; bench/bench.py sweeps far more
+KEY = "sweep"
+
+
+DEFAULT_VARIANT = "flash"   # the best implementation rooflinec models: a lower bound
+
+
+def _problem(ctx, key, message):
+    return ctx.problem(("analyses", KEY) + ((key,) if key else ()), message)
+
+
+def _categorical(ctx, params) -> tuple:
+    """Devices, dtypes and variants to sweep, each checked against what the study has."""
+    problems = []
+    known = {d.key: d for d in ctx.devices}
+    names = params.get("devices") or list(known)
+    problems += [_problem(ctx, "devices", f"device '{n}' is not among the study's devices: "
+                                          f"{', '.join(known)}") for n in names if n not in known]
+    dtypes = params.get("dtype") or [ctx.study.dtype]
+    problems += [_problem(ctx, "dtype", f"device '{d.key}' lists no tensor peak for {t}; "
+                                        f"it has: {', '.join(d.tensor)}")
+                 for t in dtypes for n, d in known.items() if n in names and d.peak("matrix", t) is None]
+    chosen = params.get("variant") or [DEFAULT_VARIANT]
+    problems += [_problem(ctx, "variant", f"no variant '{v}'; available: {', '.join(VARIANTS)}")
+                 for v in chosen if v not in VARIANTS]
+    numeric = [a for a in sw.AXES if a in params]
+    if not numeric:
+        problems.append(_problem(ctx, None, "give at least one workload axis: "
+                                            f"{', '.join(sw.AXES)}"))
+    return [known[n] for n in names if n in known], dtypes, chosen, numeric, problems
+
+
+def _check_size(ctx, params, numeric, devices, dtypes, chosen) -> list:
+    n = math.prod(len(params[a]) for a in numeric) * len(devices) * len(dtypes) * len(chosen)
+    if n > MAX_POINTS:
+        return [_problem(ctx, None, f"the sweep has {n} points; a report carries every point, "
+                                    f"so a study may sweep at most {MAX_POINTS}")]
+    return []
+
+
+def chosen_rows(xs: list, crossings) -> list[int]:
+    """Indices worth a table row: the first, the last, every power of 2, every crossing."""
+    keep = {0, len(xs) - 1}
+    keep |= {i for i, x in enumerate(xs) if x & (x - 1) == 0}
+    keep |= {xs.index(c) for c in crossings if c is not None}
+    return sorted(keep)
+
+
+def _crossing(xs, bound) -> int | None:
+    """The first x at which the step turns compute-bound after being memory-bound."""
+    for i in range(1, len(xs)):
+        if bound[i] == "compute" and bound[i - 1] == "memory":
+            return xs[i]
+    return None
+
+
+def _series(tot, numeric, params, x_axis, labels):
+    """One series per fixed value of the other numeric axes: arrays over the x axis."""
+    import numpy as np
+    x_pos = numeric.index(x_axis)
+    others = [a for a in numeric if a != x_axis]
+    time = np.moveaxis(tot.time, x_pos, -1)
+    tokens = np.moveaxis(tot.tokens, x_pos, -1)
+    bound = np.moveaxis(tot.bound, x_pos, -1)
+    out = []
+    for idx in product(*(range(len(params[a])) for a in others)):
+        t, b = time[idx], bound[idx].tolist()
+        out.append({**labels, "fixed": {a: params[a][i] for a, i in zip(others, idx)},
+                    "x": params[x_axis], "time_s": t.tolist(),
+                    "tokens_per_s": (tokens[idx] / t).tolist(), "bound": b,
+                    "crossing": _crossing(params[x_axis], b)})
+    return out
+
+
+def _table(series: list, labels: dict) -> dict:
+    xs = series[0]["x"]
+    rows = chosen_rows(xs, [s["crossing"] for s in series])
+    return {**labels, "columns": [s["fixed"] for s in series],
+            "crossed": [{"fixed": s["fixed"], "at": s["crossing"]} for s in series
+                        if s["crossing"] is not None],
+            "never": [s["fixed"] for s in series if s["crossing"] is None],
+            "rows": [{"x": xs[i], "cells": [{"time_s": s["time_s"][i],
+                                             "tokens_per_s": s["tokens_per_s"][i],
+                                             "bound": s["bound"][i]} for s in series]}
+                     for i in rows]}
+
+
+@analysis(KEY, "Sweep: the whole model over workload, devices and variants")
+def sweep(ctx, params) -> dict:
+    phase, scope = params.get("phase", "decode"), params.get("scope", "model")
+    devices, dtypes, chosen, numeric, problems = _categorical(ctx, params)
+    problems += _check_size(ctx, params, numeric, devices, dtypes, chosen) if numeric else []
+    x_axis = params.get("x", numeric[0] if numeric else None)
+    if x_axis is not None and x_axis not in numeric:
+        problems.append(_problem(ctx, "x", f"'{x_axis}' is not swept here; swept: {', '.join(numeric)}"))
+    if problems:
+        raise SpecError(problems)
+    axes = {sw.AXES[a]: params[a] for a in numeric}
+    series, tables = [], []
+    for variant in chosen:
+        for dev in devices:   # FlashAttention's tiles depend on the device's SRAM
+            try:
+                kernel = sw.compile_program(ctx.program(phase, variant, dev), given=axes, scope=scope)
+            except sw.AxisError as exc:
+                raise SpecError([_problem(ctx, None, str(exc))]) from None
+            for dtype in dtypes:
+                totals = sw.run(kernel, ctx.model, axes, [dev], dtype, DTYPE_BYTES[dtype])
+                labels = {"device": dev.key, "dtype": dtype, "variant": variant}
+                found = _series(totals[dev.key], numeric, params, x_axis, labels)
+                series += found
+                tables.append(_table(found, labels))
+    return {"phase": phase, "scope": scope, "x": x_axis, "axes": {a: params[a] for a in numeric},
+            "points": math.prod(len(params[a]) for a in numeric) * len(tables),
+            "series": series, "tables": tables}
