@@ -103,16 +103,6 @@ def test_qwen_decode_at_batch_1_is_bound_by_reading_the_weights(qwen):
     assert 7_070_285_824 * 2 / 1555e9 < a100["time_s"] < 1.01 * 7_070_285_824 * 2 / 1555e9
 
 
-@pytest.mark.parametrize("stem", ["palm", "published", "qwen"])
-def test_committed_report_is_fresh(stem, tmp_path):
-    """reports/<stem>.md and .json are what the spec builds today (regenerate: rooflinec build)."""
-    assert cli.run(["build", str(ROOT / "specs" / f"{stem}.yaml"), "--out", str(tmp_path)],
-                   io.StringIO(), io.StringIO()) == 0
-    for ext in ("md", "json"):
-        committed = (ROOT / "reports" / f"{stem}.{ext}").read_text(encoding="utf-8")
-        assert (tmp_path / f"{stem}.{ext}").read_text(encoding="utf-8") == committed
-
-
 def test_palm_report_shows_the_reproduced_figures(tmp_path):
     out = io.StringIO()
     assert cli.run(["build", str(ROOT / "specs/palm.yaml"), "--out", str(tmp_path), "--format", "md"], out,
