@@ -106,7 +106,8 @@ def environment(autoescape: bool) -> jinja2.Environment:
     env.filters.update(FILTERS)
     if autoescape:
         from rooflinec import mathml
-        env.filters.update({"math": mathml.mathml, "symbol": symbol})
+        from rooflinec.chartdata import slug
+        env.filters.update({"math": mathml.mathml, "symbol": symbol, "slug": slug})
         env.globals.update({"identity": mathml.identity, "cancelled": mathml.cancelled})
     return env
 
