@@ -61,6 +61,56 @@ def _decode_view(section: dict, report: dict) -> list[dict]:
             for p in section["points"] for d in p["devices"]]
 
 
+def _ledger_blocks(section: dict) -> list[dict]:
+    """One block per (phase, device): the whole model's where the section has it (it holds
+    every op a layer has, at the same intensities), else the one layer's."""
+    chosen: dict[tuple, dict] = {}
+    for blk in section["blocks"]:
+        key = (blk["phase"], blk["device"])
+        if key not in chosen or blk["scope"] == "model":
+            chosen[key] = blk
+    return list(chosen.values())
+
+
+@points("ledger")
+def _ledger(section: dict, report: dict) -> list[dict]:
+    """Every op of every variant's ledger on its device's roof; one series per variant (and
+    phase, where the section has both). Ops without arithmetic (gathers) have no place on a
+    log axis and are left out; the table lists them."""
+    phased = len(section["phases"]) > 1
+    out, seen = [], set()
+    for blk in _ledger_blocks(section):
+        for led in blk["ledgers"]:
+            series = f"{blk['phase']}, {led['variant']}" if phased else led["variant"]
+            for row in led["rows"]:
+                key = (blk["device"], series, row["label"])
+                if row["intensity"] > 0 and key not in seen:
+                    seen.add(key)
+                    out.append(point(row["label"], series, row["intensity"], row["unit"], blk["device"]))
+    return out
+
+
+def _args(args: dict) -> str:
+    vals = list(args.values())
+    if len(set(vals)) == 1 and len(vals) > 1:
+        return f"{'='.join(args)} = {_short(vals[0])}"
+    return ", ".join(f"{k}={_short(v)}" for k, v in args.items())
+
+
+def _short(v) -> str:
+    for factor, suffix in ((1 << 20, "M"), (1 << 10, "k")):
+        if isinstance(v, int) and v >= factor and v % factor == 0:
+            return f"{v // factor}{suffix}"
+    return str(v)
+
+
+@points("operators")
+def _operators(section: dict, report: dict) -> list[dict]:
+    """Each operator at each of its argument sets; one series per operator."""
+    return [point(_args(p["args"]), row["label"], p["intensity"], row["unit"])
+            for row in section["rows"] for p in row["points"] if p["intensity"] > 0]
+
+
 def section_points(section: dict, report: dict) -> list[dict]:
     extract = EXTRACTORS.get(section["kind"])
     return list(section.get("chart_points", [])) + (extract(section, report) if extract else [])
@@ -130,7 +180,38 @@ def gemm_sweep(index: int, section: dict, report: dict, n: int = 49) -> dict | N
             "devices": report["devices"], "lines": lines}
 
 
-SWEEPS = {"gemm_intensity": gemm_sweep}
+AXIS_NAMES = {"batch": "B", "context": "S", "tokens": "M"}
+AXIS_WORDS = {"batch": "batch B", "context": "context S", "tokens": "tokens in flight M"}
+
+
+def _fixed(fixed: dict) -> str:
+    return ", ".join(f"{AXIS_NAMES[a]} = {v}" for a, v in fixed.items()) or "all"
+
+
+def throughput_sweep(index: int, section: dict, report: dict) -> dict | None:
+    """Tokens/s against the swept axis: a line per series (the other axes fixed) per device,
+    variant and dtype; where a series turns compute-bound, a mark."""
+    groups = list(dict.fromkeys((s["device"], s["dtype"], s["variant"]) for s in section["series"]))
+    lines = []
+    for s in section["series"]:
+        cross = None
+        if s["crossing"] is not None and s["crossing"] in s["x"]:
+            cross = {"at": s["crossing"], "tokens_per_s": s["tokens_per_s"][s["x"].index(s["crossing"])]}
+        lines.append({"label": _fixed(s["fixed"]), "group": groups.index((s["device"], s["dtype"], s["variant"])),
+                      "x": s["x"], "y": s["tokens_per_s"], "crossing": cross})
+    if not lines:
+        return None
+    return {"kind": "throughput", "section": index, "name": f"{slug(section['kind'])}-{section['x']}",
+            "title": f"{section['phase'].capitalize()} tokens/s against {AXIS_WORDS[section['x']]}",
+            "alt": f"Tokens per second of the {section['phase']} step against {AXIS_WORDS[section['x']]}, "
+                   "one line per series and device, each crossing into compute-bound marked",
+            "xlabel": AXIS_WORDS[section["x"]], "ylabel": "tokens/s (roofline bound)",
+            "groups": [f"{d}, {v}" + (f", {t}" if len({g[1] for g in groups}) > 1 else "")
+                       for d, t, v in groups],
+            "lines": lines}
+
+
+SWEEPS = {"gemm_intensity": gemm_sweep, "sweep": throughput_sweep}
 
 
 def plan(report: dict) -> list[list[dict]]:

@@ -106,7 +106,8 @@ def environment(autoescape: bool) -> jinja2.Environment:
     env.filters.update(FILTERS)
     if autoescape:
         from rooflinec import mathml
-        env.filters.update({"math": mathml.mathml, "symbol": symbol})
+        from rooflinec.chartdata import slug
+        env.filters.update({"math": mathml.mathml, "symbol": symbol, "slug": slug})
         env.globals.update({"identity": mathml.identity, "cancelled": mathml.cancelled})
     return env
 
@@ -114,9 +115,11 @@ def environment(autoescape: bool) -> jinja2.Environment:
 def draw_charts(report: dict) -> list[list[dict]]:
     """Every chart of the report, per section: its file path (under <stem>/), caption and SVG."""
     from rooflinec import chartdata, charts
+    plan = chartdata.plan(report)
+    svgs = iter(charts.draw_all([c for section in plan for c in section]))
     return [[{"path": f"{report['study']}/{c['name']}.svg", "title": c["title"], "alt": c["alt"],
-              "kind": c["kind"], "svg": charts.draw(c)} for c in section]
-            for section in chartdata.plan(report)]
+              "kind": c["kind"], "svg": next(svgs)} for c in section]
+            for section in plan]
 
 
 def markdown(report: dict, charts: list[list[dict]] | None = None) -> str:

@@ -178,3 +178,51 @@ def test_charts_are_svg_with_text(qwen):
             assert c["svg"].lstrip().startswith("<?xml") and "<svg" in c["svg"]
             assert "<text" in c["svg"] and "Date" not in c["svg"]
             assert "mathdefault" not in c["svg"]                     # plain tick labels
+
+
+# --- every section kind, the new charts, parallel drawing ------------------------------------
+
+def test_every_analysis_has_an_html_and_a_markdown_template():
+    from rooflinec.analyses import ANALYSES
+    from rooflinec.render import environment
+    assert len(ANALYSES) >= 12
+    for kind in ANALYSES:
+        environment(True).get_template(f"html/{kind}.html.j2")
+        environment(False).get_template(f"md/{kind}.md.j2")
+
+
+def test_ledger_chart_shows_each_variant_and_phase_per_device(qwen):
+    index = next(i for i, s in enumerate(qwen["sections"]) if s["kind"] == "ledger")
+    section = qwen["sections"][index]
+    charts = chartdata.plan(qwen)[index]
+    rooflines = [c for c in charts if c["kind"] == "roofline"]
+    assert [c["device"]["key"] for c in rooflines] == [d["key"] for d in qwen["devices"]]
+    want = {f"{ph}, {v}" for ph in section["phases"] for v in section["variants"]}
+    for c in rooflines:
+        assert {p["series"] for p in c["points"]} == want
+        assert all(p["intensity"] > 0 for p in c["points"])
+    flash = {p["label"] for p in rooflines[0]["points"] if p["series"].endswith("flash")}
+    assert "attention" in flash
+
+
+def test_sweep_chart_marks_each_crossing(qwen):
+    index = next(i for i, s in enumerate(qwen["sections"]) if s["kind"] == "sweep")
+    section = qwen["sections"][index]
+    chart = next(c for c in chartdata.plan(qwen)[index] if c["kind"] == "throughput")
+    assert len(chart["lines"]) == len(section["series"])
+    for line, s in zip(chart["lines"], section["series"]):
+        assert line["y"] == s["tokens_per_s"]
+        assert (line["crossing"] or {}).get("at") == s["crossing"]
+
+
+def test_operators_chart_has_every_point():
+    rep = report.build(spec.load_study(str(ROOT / "specs" / "operators.yaml")))
+    charts = chartdata.plan(rep)[0]
+    n = sum(len(r["points"]) for r in rep["sections"][0]["rows"])
+    assert [len(c["points"]) for c in charts] == [n] * len(rep["devices"])
+
+
+def test_parallel_drawing_gives_the_same_bytes(qwen):
+    from rooflinec import charts
+    plan = [c for section in chartdata.plan(qwen) for c in section][:4]
+    assert charts.draw_all(plan, parallel=True) == charts.draw_all(plan, parallel=False)
