@@ -18,6 +18,7 @@ SERIES_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17bec
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 DEVICE_COLOURS = ("#444444", "#b8860b", "#5f9ea0", "#8b008b", "#2e8b57", "#cd5c5c")
 ROOF = "#333333"
+CHARTED = ("md", "html")   # report formats that show charts (drawn once, shared)
 SIZE = (6.4, 4.2)
 
 
@@ -285,6 +286,61 @@ def draw_all(charts: list[dict], parallel: bool = True) -> list[str]:
     out: list[str] = [""] * len(charts)
     out[0::2], out[1::2] = mine, got
     return out
+
+
+class Painter:
+    """A forked process that imports matplotlib while the caller computes, then draws.
+
+    `rooflinec build` starts one before it evaluates its studies, so matplotlib's import
+    (about a second) runs on another core; charts come back as SVG text, the same bytes
+    whoever draws them. If the painter fails or dies, the caller draws the charts itself.
+    """
+
+    def __init__(self):
+        import multiprocessing
+        ctx = multiprocessing.get_context("fork")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_paint, args=(child,), daemon=True)
+        self._proc.start()
+        child.close()
+
+    @staticmethod
+    def available() -> bool:
+        import multiprocessing
+        return _cores() >= 2 and "fork" in multiprocessing.get_all_start_methods()
+
+    def draw(self, charts: list[dict]) -> list[str]:
+        try:
+            self._conn.send(charts)
+            status, got = self._conn.recv()
+        except (EOFError, OSError):
+            status, got = "died", None
+        return got if status == "ok" else draw_all(charts)
+
+    def close(self) -> None:
+        try:
+            self._conn.send(None)
+        except OSError:
+            pass
+        self._conn.close()
+        self._proc.join(timeout=5)
+        if self._proc.is_alive():
+            self._proc.terminate()
+
+
+def _paint(conn) -> None:
+    _matplotlib()   # while the parent evaluates
+    while True:
+        try:
+            charts = conn.recv()
+        except EOFError:
+            return
+        if charts is None:
+            return
+        try:
+            conn.send(("ok", draw_all(charts)))
+        except Exception as exc:   # reported to the parent, which draws these itself
+            conn.send(("error", repr(exc)))
 
 
 _ID = re.compile(r'\bid="([^"]+)"')

@@ -115,16 +115,29 @@ def _write_atomically(outputs: dict[str, str]) -> None:
 
 
 def cmd_build(args, stdout, parser) -> int:
-    from rooflinec.render import render_many
+    from rooflinec.charts import CHARTED, Painter
     formats = _formats(args.format, parser)
-    outputs = {}
-    for _, rep in _build_all(args.specs):
-        for rel, text in render_many(rep, formats).items():
-            outputs[os.path.join(args.out, *rel.split("/"))] = text
+    charted = any(f in CHARTED for f in formats)
+    # start matplotlib's import on the other core now; the studies are evaluated meanwhile
+    painter = Painter() if charted and Painter.available() else None
+    try:
+        outputs = _render_all(args, formats, painter)
+    finally:
+        if painter is not None:
+            painter.close()
     _write_atomically(outputs)
     for target in outputs:
         stdout.write(f"wrote {target}\n")
     return 0
+
+
+def _render_all(args, formats, painter) -> dict[str, str]:
+    from rooflinec.render import render_many
+    outputs = {}
+    for _, rep in _build_all(args.specs):
+        for rel, text in render_many(rep, formats, painter).items():
+            outputs[os.path.join(args.out, *rel.split("/"))] = text
+    return outputs
 
 
 def cmd_check(args, stdout, parser) -> int:

@@ -10,8 +10,9 @@ from functools import cache, lru_cache
 import jinja2
 import sympy as sp
 
+from rooflinec.charts import CHARTED
+
 FORMATS = ("md", "html", "json")
-CHARTED = ("md", "html")   # formats that show charts (drawn once, shared)
 
 
 @lru_cache(maxsize=4096)
@@ -112,11 +113,13 @@ def environment(autoescape: bool) -> jinja2.Environment:
     return env
 
 
-def draw_charts(report: dict) -> list[list[dict]]:
-    """Every chart of the report, per section: its file path (under <stem>/), caption and SVG."""
+def draw_charts(report: dict, painter=None) -> list[list[dict]]:
+    """Every chart of the report, per section: its file path (under <stem>/), caption and SVG.
+    A charts.Painter, if given, draws them in its own process."""
     from rooflinec import chartdata, charts
     plan = chartdata.plan(report)
-    svgs = iter(charts.draw_all([c for section in plan for c in section]))
+    flat = [c for section in plan for c in section]
+    svgs = iter(painter.draw(flat) if painter is not None and flat else charts.draw_all(flat))
     return [[{"path": f"{report['study']}/{c['name']}.svg", "title": c["title"], "alt": c["alt"],
               "kind": c["kind"], "svg": next(svgs)} for c in section]
             for section in plan]
@@ -180,9 +183,9 @@ def render(report: dict, fmt: str, charts: list[list[dict]] | None = None) -> di
     raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
 
 
-def render_many(report: dict, formats) -> dict[str, str]:
+def render_many(report: dict, formats, painter=None) -> dict[str, str]:
     """Several formats' files; charts are drawn once for all of them."""
-    charts = draw_charts(report) if any(f in CHARTED for f in formats) else None
+    charts = draw_charts(report, painter) if any(f in CHARTED for f in formats) else None
     out: dict[str, str] = {}
     for fmt in formats:
         out.update(render(report, fmt, charts))
