@@ -16,17 +16,21 @@ _ARGS = tuple(sym.ALPHABET.values())
 
 @lru_cache(maxsize=4096)
 def _compiled(expr: sp.Expr):
+    """`expr` as a function of the alphabet, then of any other symbols it uses (a model's
+    own dimensions), in name order."""
+    args = _ARGS + tuple(sorted(expr.free_symbols - set(_ARGS), key=lambda s: s.name))
     # docstring_limit=0: no docstring printing the expression a second time (half the cost)
-    return sp.lambdify(_ARGS, expr, modules="math", docstring_limit=0)
+    return args, sp.lambdify(args, expr, modules="math", docstring_limit=0)
 
 
 def number(expr: sp.Expr, values: dict[sp.Symbol, float]):
-    """Evaluate `expr` at `values` (every alphabet symbol it uses must be given)."""
+    """Evaluate `expr` at `values` (every symbol it uses must be given)."""
     expr = sp.sympify(expr)
     missing = expr.free_symbols - values.keys()
     if missing:
         raise ValueError(f"no value for {sorted(map(str, missing))} in {expr}")
-    return _compiled(expr)(*(values.get(s, 0) for s in _ARGS))
+    args, fn = _compiled(expr)
+    return fn(*(values.get(s, 0) for s in args))
 
 
 def vectorised(exprs, args=_ARGS):

@@ -102,6 +102,10 @@ def run(study: Study) -> list[dict]:
             sections.append({"kind": key, "title": title, **fn(ctx, params)})
         except SpecError as exc:
             problems.extend(exc.problems)
+        except (OverflowError, ZeroDivisionError) as exc:   # numbers past what a float holds
+            problems.append(study.doc.problem(("analyses", key), (
+                f"analysis '{key}' cannot evaluate its numbers ({exc}); check its workload sizes "
+                "and the operator formulas the model declares"), at_key=True))
     if problems:
         raise SpecError(problems)
     return sections
