@@ -38,11 +38,12 @@ class Declared:
     category: str
     unit: str
     runs: str                  # "per_layer" (repeat L) or "once"
-    after: str | None          # the op it follows; None: the end of the layer / the model
+    after: str | None          # the op it follows; None: see `before`
+    before: str | None         # the op it precedes; both None: the end of the layer / the model
     cost: Cost
     crossing: sp.Symbol | None
     shape: str
-    at: tuple[tuple[str, Problem], ...]   # where its entry, name and after are written
+    at: tuple[tuple[str, Problem], ...]   # where its entry, name, after, before are written
 
     def problem(self, message: str, key: str = "") -> Problem:
         return replace(dict(self.at).get(key) or dict(self.at)[""], message=message)
@@ -118,12 +119,14 @@ def _operator(doc: Located, path: tuple, entry: dict, alphabet) -> tuple[Declare
     knob = KNOBS.get(entry.get("crossing")) if isinstance(entry.get("crossing"), str) else None
     if knob is not None and not problems:
         problems += _knob(doc, path + ("crossing",), cost, knob)
+    if "after" in entry and "before" in entry:
+        problems.append(doc.problem(path + ("before",), "give `after` or `before`, not both"))
     if problems or not isinstance(name, str):
         return None, problems
     at = tuple((key, doc.problem(path + ((key,) if key else ()), ""))
-               for key in ("", "name", "after"))
+               for key in ("", "name", "after", "before"))
     return Declared(name, entry.get("category", "custom"), entry.get("unit", "vector"),
-                    entry.get("runs", "per_layer"), entry.get("after"), cost, knob,
+                    entry.get("runs", "per_layer"), entry.get("after"), entry.get("before"), cost, knob,
                     entry.get("shape") or f"declared in {doc.file}", at), []
 
 
@@ -205,9 +208,10 @@ def place(ops: list[Op], declared, phase: str) -> list[Op]:
             continue
         index = _position(out, d, tail)
         if index is None:
+            key = "after" if d.after is not None else "before"
             names = ", ".join(o.name for o in out)
-            problems.append(d.problem(f"no op '{d.after}' in the {phase} program to place "
-                                      f"'{d.name}' after; ops: {names}", "after"))
+            problems.append(d.problem(f"no op '{getattr(d, key)}' in the {phase} program to place "
+                                      f"'{d.name}' {key}; ops: {names}", key))
             continue
         out.insert(index, d.op())
         tail[d.after] = d.name
@@ -218,6 +222,9 @@ def place(ops: list[Op], declared, phase: str) -> list[Op]:
 
 
 def _position(ops: list[Op], d: Declared, tail: dict) -> int | None:
+    if d.before is not None:   # each op placed before X goes after those placed before X
+        return next((i for i, o in enumerate(ops) if o.name == d.before or d.before in o.absorbed),
+                    None)
     if d.after is None:
         if d.runs == "once":
             return len(ops)
