@@ -61,8 +61,8 @@ def declare(doc: Located) -> tuple[tuple, tuple, list[Problem]]:
     Tolerates a malformed document: what the schema reports is skipped here.
     """
     data = doc.data if isinstance(doc.data, dict) else {}
-    dims, problems = _dimensions(doc, data.get("dimensions"))
-    alphabet = {**sym.ALPHABET, **{name: sym.dimension(name) for name, _ in dims}}
+    dims, names, problems = _dimensions(doc, data.get("dimensions"))
+    alphabet = {**sym.ALPHABET, **{name: sym.dimension(name) for name in names}}
     entries = data.get("operators")
     ops, seen = [], {}
     for i, entry in enumerate(entries if isinstance(entries, list) else ()):
@@ -82,10 +82,12 @@ def declare(doc: Located) -> tuple[tuple, tuple, list[Problem]]:
     return dims, tuple(ops), problems
 
 
-def _dimensions(doc: Located, dims) -> tuple[tuple, list[Problem]]:
+def _dimensions(doc: Located, dims) -> tuple[tuple, list[str], list[Problem]]:
+    """((name, value) pairs, every well-formed name (formulas may use it even while the
+    schema reports its value), problems)."""
     if not isinstance(dims, dict):
-        return (), []
-    good, problems = [], []
+        return (), [], []
+    good, names, problems = [], [], []
     reserved = ", ".join([*sym.ALPHABET, *FUNCTIONS])
     for name, value in dims.items():
         path = ("dimensions", name)
@@ -98,9 +100,11 @@ def _dimensions(doc: Located, dims) -> tuple[tuple, list[Problem]]:
             problems.append(doc.problem(path, f"'{name}' is a built-in name; a model's own "
                                               f"dimension must not be one of: {reserved}",
                                         at_key=True))
-        elif isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-            good.append((name, value))
-    return tuple(good), problems
+        else:
+            names.append(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+                good.append((name, value))
+    return tuple(good), names, problems
 
 
 def _operator(doc: Located, path: tuple, entry: dict, alphabet) -> tuple[Declared | None, list]:
@@ -149,12 +153,11 @@ def _traffic(doc: Located, path: tuple, spec, alphabet, problems: list) -> tuple
     if not isinstance(spec, dict):
         expr = _formula(doc, path + ("bytes",), spec, alphabet, problems)
         return None if expr is None else ((DEFAULT_CLASS, expr),)
-    out = []
-    for cls, text in spec.items():
-        if cls in CLASSES:
-            expr = _formula(doc, path + ("bytes", cls), text, alphabet, problems)
-            out.append((cls, expr))
-    if any(e is None for _, e in out) or not out:
+    if not spec or any(cls not in CLASSES for cls in spec):
+        return None   # the schema reports it
+    out = [(cls, _formula(doc, path + ("bytes", cls), text, alphabet, problems))
+           for cls, text in spec.items()]
+    if any(e is None for _, e in out):
         return None
     return tuple((cls, e) for cls, e in out if e != 0)
 
