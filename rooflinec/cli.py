@@ -119,12 +119,11 @@ def _write_atomically(outputs: dict[str, str]) -> None:
             done.append((target, _set_aside(target)))
             os.replace(tmp, target)
     except BaseException:
-        _undo(done, made)
-        raise
-    finally:
         for tmp, _ in staged:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+        _undo(done, made)
+        raise
     for _, old in done:
         if old:
             os.unlink(old)
@@ -147,7 +146,11 @@ def _set_aside(target: str) -> str | None:
         return None
     fd, old = tempfile.mkstemp(prefix=".rooflinec-old-", dir=os.path.dirname(target) or ".")
     os.close(fd)
-    os.replace(target, old)
+    try:
+        os.replace(target, old)
+    except BaseException:
+        os.unlink(old)
+        raise
     return old
 
 
@@ -157,7 +160,7 @@ def _undo(done: list, made: list) -> None:
             os.replace(old, target)
         elif os.path.exists(target):
             os.unlink(target)
-    for folder in made:          # innermost first, per output; only folders left empty
+    for folder in sorted(made, key=len, reverse=True):   # innermost first; only empty ones
         try:
             os.rmdir(folder)
         except OSError:
