@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from rooflinec import symbols as sym
-from rooflinec.evaluate import vectorised
+from rooflinec.evaluate import NoPeak, vectorised
 from rooflinec.ir import Op, Program
 from rooflinec.symbols import B, L, M, S
 
@@ -148,8 +148,7 @@ def _peaks(kernel: Kernel, device, dtype: str):
     for op in kernel.ops:
         peak = device.peak(op.unit, dtype)
         if peak is None and op.cost.flops != 0:
-            raise ValueError(f"device '{device.key}' has no {op.unit} peak for {dtype} "
-                             f"(op {op.name})")
+            raise NoPeak(device, op.unit, dtype, op.name)
         peaks.append(peak or math.inf)
     return np.array(peaks)[:, None]
 

@@ -36,7 +36,7 @@ MODELS = sorted((SPECS / "models").glob("*.yaml"))
 HARDWARE = sorted((SPECS / "hardware").glob("*.yaml"))
 STUDIES = sorted(SPECS.glob("*.yaml"))
 
-LOCATED = re.compile(r"^.+:\d+:\d+: \S[^:]*: .+$")   # file:line:col: path: message
+LOCATED = re.compile(r"^.+:\d+:\d+: .+: .+$")   # file:line:col: path: message
 EXAMPLES = int(os.environ.get("ROOFLINEC_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
