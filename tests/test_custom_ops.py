@@ -138,7 +138,7 @@ def test_declared_op_in_json_markdown_and_explain(tree, tmp_path):
     assert {"name": "n_experts", "meaning": "declared by the model spec (= 8)"} in rep["symbols"]
     md = (tmp_path / "moe.md").read_text()
     assert "| router | linear | matrix |" in md
-    assert "Operators declared by the model spec: router, router_topk." in md
+    assert "Operators declared by the model spec: router, router_topk. Its own dimensions: n_experts = 8." in md
     code, out, err = call("explain", str(tree / "moe.yaml"), "router")
     assert code == 0, err
     assert "FLOPs      2·M·d_model·n_experts" in out
