@@ -87,10 +87,18 @@ class Derivation:
     limit_S: sp.Expr | None     # intensity as the context S grows, where it depends on S
 
 
+def _limit_S(f: sp.Expr) -> sp.Expr | None:
+    """lim f as S -> oo; None where sympy cannot say (a user formula with min, ceil ...)."""
+    try:
+        return limit_at_infinity(f, S)
+    except (NotImplementedError, ValueError, TypeError):
+        return None
+
+
 @lru_cache(maxsize=1024)
 def derive(op: Op) -> Derivation:
     flops, nbytes = sp.factor(op.cost.flops), sp.factor(op.cost.bytes)
     simple = intensity(op.cost)
     deps = tuple(sorted(simple.free_symbols, key=lambda s: s.name))
-    limit = limit_at_infinity(simple, S) if S in simple.free_symbols else None
+    limit = _limit_S(simple) if S in simple.free_symbols else None
     return Derivation(op, flops, nbytes, simple, deps, limit)

@@ -18,7 +18,16 @@ class Problem:
     message: str    # what is wrong; what is accepted
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.col}: {self.path}: {self.message}"
+        return one_line(f"{self.file}:{self.line}:{self.col}: {self.path}: {self.message}")
+
+
+# control characters a spec may smuggle into a key or value: one problem stays one line
+_CONTROLS = {c: repr(chr(c))[1:-1] for c in (*range(0x20), 0x7f, 0x85, 0x2028, 0x2029)}
+
+
+def one_line(text: str) -> str:
+    """`text` with line breaks and other control characters escaped as in Python (\\n ...)."""
+    return text.translate(_CONTROLS)
 
 
 class SpecError(RooflineError):

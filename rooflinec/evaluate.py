@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -16,17 +17,21 @@ _ARGS = tuple(sym.ALPHABET.values())
 
 @lru_cache(maxsize=4096)
 def _compiled(expr: sp.Expr):
+    """`expr` as a function of the alphabet, then of any other symbols it uses (a model's
+    own dimensions), in name order."""
+    args = _ARGS + tuple(sorted(expr.free_symbols - set(_ARGS), key=lambda s: s.name))
     # docstring_limit=0: no docstring printing the expression a second time (half the cost)
-    return sp.lambdify(_ARGS, expr, modules="math", docstring_limit=0)
+    return args, sp.lambdify(args, expr, modules="math", docstring_limit=0)
 
 
 def number(expr: sp.Expr, values: dict[sp.Symbol, float]):
-    """Evaluate `expr` at `values` (every alphabet symbol it uses must be given)."""
+    """Evaluate `expr` at `values` (every symbol it uses must be given)."""
     expr = sp.sympify(expr)
     missing = expr.free_symbols - values.keys()
     if missing:
         raise ValueError(f"no value for {sorted(map(str, missing))} in {expr}")
-    return _compiled(expr)(*(values.get(s, 0) for s in _ARGS))
+    args, fn = _compiled(expr)
+    return fn(*(values.get(s, 0) for s in args))
 
 
 def vectorised(exprs, args=_ARGS):
@@ -120,6 +125,16 @@ class Ledger:
         return self.flops / self.device.peak("matrix", self.dtype) / self.time
 
 
+class NoPeak(ValueError):
+    """A device gives no peak for the units an op runs on (e.g. no `compute.vector`)."""
+
+    def __init__(self, device, unit: str, dtype: str, op: str):
+        super().__init__(f"device '{device.key}' lists no {unit} peak for {dtype} (nor fp32), which "
+                         f"op '{op}' runs on; add compute.{'tensor' if unit == 'matrix' else 'vector'} "
+                         "to its hardware spec")
+        self.device = device
+
+
 def ledger(program: Program, model, device, dtype: str, dtype_bytes, workload: dict,
            scope: str = "model") -> Ledger:
     """One row per op; scope "layer" keeps one decoder layer, "model" all L layers + the rest."""
@@ -133,6 +148,9 @@ def ledger(program: Program, model, device, dtype: str, dtype_bytes, workload: d
         traffic = {cls: count * number(e, values) for cls, e in op.cost.traffic}
         flops, nbytes = count * number(op.cost.flops, values), sum(traffic.values())
         peak = device.peak(op.unit, dtype)
+        if peak is None and flops:
+            raise NoPeak(device, op.unit, dtype, op.name)
+        peak = peak or math.inf   # pure data movement needs no peak
         rows.append(Row(op, count, flops, nbytes, traffic, peak,
                         roofline(flops, nbytes, peak, device.bandwidth)))
     total_f = sum(r.flops for r in rows) or 1

@@ -86,6 +86,7 @@ class Program:
     ops: tuple[Op, ...]
     bindings: dict = field(default_factory=dict)   # derived symbols, e.g. {M: B} in decode
     conventions: tuple[tuple[str, str], ...] = ()  # (key, stated choice) pairs for the report
+    symbols: tuple[sp.Symbol, ...] = ()            # the model's own dimensions beyond the alphabet
 
     def op(self, name: str) -> Op:
         for o in self.ops:
@@ -106,7 +107,7 @@ class IRError(Exception):
 
 def verify(program: Program, alphabet: dict[str, sp.Symbol] | None = None) -> Program:
     """Check a program's invariants; return it unchanged so calls can chain."""
-    allowed = set((alphabet or sym.ALPHABET).values())
+    allowed = set((alphabet or sym.ALPHABET).values()) | set(program.symbols)
     seen: set[str] = set()
     for op in program.ops:
         where = f"{program.model}/{program.phase}/{program.variant}: op {op.name!r}"

@@ -29,6 +29,7 @@ def _model(m) -> dict:
         "n_heads": m.n_heads, "n_kv_heads": m.n_kv_heads, "head_dim": m.head_dim,
         "mlp": m.mlp_kind, "d_ff": m.d_ff, "vocab": m.vocab, "norm": m.norm_kind,
         "block": m.block, "tied_embeddings": m.tied_embeddings, "source": m.source,
+        "dimensions": dict(m.dimensions), "operators": [d.name for d in m.operators],
     }
 
 
@@ -40,6 +41,8 @@ def build(study: Study) -> dict:
         "bytes_per_element": study.bytes_per_element,
         "devices": [_device(d, study.dtype) for d in study.devices],
         "conventions": [{"phase": p, "key": k, "choice": v} for p in PHASES for k, v in conv.stated(p)],
-        "symbols": [{"name": s.name, "meaning": m} for s, m in sym.DESCRIPTIONS.items()],
+        "symbols": [{"name": s.name, "meaning": m} for s, m in sym.DESCRIPTIONS.items()]
+        + [{"name": name, "meaning": f"declared by the model spec (= {value})"}
+           for name, value in (study.model.dimensions if study.model else ())],
         "sections": analyses.run(study),
     }

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from rooflinec import validate, yamlio
+from rooflinec import custom, validate, yamlio
 from rooflinec.errors import Problem, SpecError
 from rooflinec.units import parse_quantity
 
@@ -59,6 +59,8 @@ class Model:
     block: str = "sequential"
     tied_embeddings: bool = False
     notes: str = ""
+    dimensions: tuple = ()    # (name, value) pairs: the model's own symbols (rooflinec.custom)
+    operators: tuple = ()     # custom.Declared ops, placed by lowering
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,7 @@ def _model_problems(doc: yamlio.Located) -> list[Problem]:
     if d.get("positions") == "learned" and "max_context" not in d:
         problems.append(doc.problem(("positions",), "learned positions need max_context "
                                                     "(the size of the position table)"))
-    return problems
+    return problems + custom.declare(doc)[2]
 
 
 def load_model(file: str) -> Model:
@@ -152,7 +154,8 @@ def load_model(file: str) -> Model:
         norm_kind=norm.get("kind", "rmsnorm"), norm_bias=norm.get("bias", False),
         positions=d.get("positions", "rope"), block=d.get("block", "sequential"),
         tied_embeddings=d.get("tied_embeddings", False), notes=d.get("notes", ""))
-    return model
+    dims, ops, _ = custom.declare(doc)
+    return replace(model, dimensions=dims, operators=ops) if (dims or ops) else model
 
 
 def _resolve(doc: yamlio.Located, path: tuple, ref: str, folder: str) -> str | Problem:

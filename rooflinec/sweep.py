@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from rooflinec import symbols as sym
-from rooflinec.evaluate import vectorised
+from rooflinec.evaluate import NoPeak, vectorised
 from rooflinec.ir import Op, Program
 from rooflinec.symbols import B, L, M, S
 
@@ -97,8 +97,9 @@ class Kernel:
     scope: str
     ops: tuple[Op, ...]
     slots: tuple[tuple[int, str], ...]   # (op index, "flops" or a traffic class) per output
-    fn: Callable                          # alphabet values (scalars or arrays) -> outputs
+    fn: Callable                          # values of `args` (scalars or arrays) -> outputs
     tokens: sp.Expr                       # tokens through the model per step (M, bound)
+    args: tuple = tuple(sym.ALPHABET.values())   # the alphabet, then the model's own dimensions
 
 
 def compile_program(program: Program, given: Iterable[sp.Symbol] = (B, S),
@@ -120,7 +121,8 @@ def compile_program(program: Program, given: Iterable[sp.Symbol] = (B, S),
     if free - given:
         raise AxisError(f"the {program.phase} program needs {', '.join(sorted(map(str, free - given)))}; "
                         f"sweep that axis too ({', '.join(f'{k} gives {v}' for k, v in AXES.items())})")
-    return Kernel(program, scope, ops, tuple(slots), vectorised([*exprs, tokens]), tokens)
+    args = (*sym.ALPHABET.values(), *program.symbols)
+    return Kernel(program, scope, ops, tuple(slots), vectorised([*exprs, tokens], args), tokens, args)
 
 
 @dataclass
@@ -146,8 +148,7 @@ def _peaks(kernel: Kernel, device, dtype: str):
     for op in kernel.ops:
         peak = device.peak(op.unit, dtype)
         if peak is None and op.cost.flops != 0:
-            raise ValueError(f"device '{device.key}' has no {op.unit} peak for {dtype} "
-                             f"(op {op.name})")
+            raise NoPeak(device, op.unit, dtype, op.name)
         peaks.append(peak or math.inf)
     return np.array(peaks)[:, None]
 
@@ -177,7 +178,7 @@ def run(kernel: Kernel, model, axes: dict, devices, dtype: str, dtype_bytes,
     fixed = {**sym.model_values(model), sym.b: dtype_bytes}
     peaks = {d.key: (_peaks(kernel, d, dtype), d.bandwidth) for d in devices}
     out = {k: Totals(*(np.empty(n) for _ in range(5))) for k in peaks}
-    alphabet = tuple(sym.ALPHABET.values())
+    alphabet = kernel.args
     for start in range(0, n, chunk):
         stop = min(n, start + chunk)
         coords = np.unravel_index(np.arange(start, stop), shape)

@@ -44,9 +44,25 @@ ALPHABET: dict[str, sp.Symbol] = {s.name: s for s in DESCRIPTIONS}
 WORKLOAD = (B, S, M)
 
 
+def dimension(name: str) -> sp.Symbol:
+    """A model's own extra dimension (``n_experts``): a positive integer like the alphabet's."""
+    return _dim(name)
+
+
+def extra_values(model) -> dict[sp.Symbol, int]:
+    """The model's declared extra dimensions (``dimensions:`` in its spec), as symbol values."""
+    return {_dim(name): value for name, value in dict(getattr(model, "dimensions", None) or {}).items()}
+
+
+def model_alphabet(model) -> dict[str, sp.Symbol]:
+    """The alphabet plus the model's extra dimensions: what its operator formulas may use."""
+    return {**ALPHABET, **{s.name: s for s in extra_values(model)}}
+
+
 def model_values(model) -> dict[sp.Symbol, int]:
-    """The numbers a model spec gives the model symbols."""
+    """The numbers a model spec gives the model symbols (its extra dimensions included)."""
     return {
         d_model: model.d_model, n_q: model.n_heads, n_kv: model.n_kv_heads,
         d_head: model.head_dim, d_ff: model.d_ff, V: model.vocab, L: model.n_layers,
+        **extra_values(model),
     }

@@ -31,9 +31,10 @@ _ACCEPTED = "strings, numbers, booleans, null, lists and mappings"
 class Located:
     """A loaded document plus where each of its values and keys was written."""
 
-    def __init__(self, file: str, data, marks: dict, key_marks: dict):
+    def __init__(self, file: str, data, marks: dict, key_marks: dict, plain=frozenset()):
         self.file, self.data = file, data
         self.marks, self.key_marks = marks, key_marks
+        self.plain = plain   # paths of plain (unquoted) one-line scalars: text starts at the mark
 
     def problem(self, path: Path, message: str, at_key: bool = False) -> Problem:
         line, col = self.where(path, at_key)
@@ -122,7 +123,7 @@ def load(file: str, text: str | None = None) -> Located:
     finally:
         if loader is not None:
             loader.dispose()
-    return Located(file, data, walk.marks, walk.key_marks)
+    return Located(file, data, walk.marks, walk.key_marks, frozenset(walk.plain))
 
 
 def _yaml_message(exc: yaml.MarkedYAMLError) -> str:
@@ -155,6 +156,7 @@ class _Walk:
         self.file = file
         self.marks: dict = {}
         self.key_marks: dict = {}
+        self.plain: set = set()
         self.problems: list[Problem] = []
         self.count = 0
         self.stack: set[int] = set()   # ids of the collections being walked
@@ -194,6 +196,8 @@ class _Walk:
         self.stack.discard(id(node))
 
     def _scalar(self, node, path: Path) -> None:
+        if node.style is None and node.start_mark.line == node.end_mark.line:
+            self.plain.add(path)
         if node.tag == _YAML + "timestamp":
             node.tag = _YAML + "str"    # a date is read as the text written
         elif node.tag not in _PLAIN_SCALARS:

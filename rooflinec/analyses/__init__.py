@@ -12,6 +12,7 @@ from functools import cached_property
 from rooflinec import symbols as sym
 from rooflinec.derive import exact
 from rooflinec.errors import Problem, SpecError
+from rooflinec.evaluate import NoPeak
 from rooflinec import passes
 from rooflinec.lower import Conventions, lower
 from rooflinec.passes import Target
@@ -102,6 +103,14 @@ def run(study: Study) -> list[dict]:
             sections.append({"kind": key, "title": title, **fn(ctx, params)})
         except SpecError as exc:
             problems.extend(exc.problems)
+        except NoPeak as exc:
+            where = study.devices.index(exc.device) if exc.device in study.devices else None
+            problems.append(study.doc.problem(("devices", where) if where is not None
+                                              else ("analyses", key), str(exc)))
+        except (OverflowError, ZeroDivisionError) as exc:   # numbers past what a float holds
+            problems.append(study.doc.problem(("analyses", key), (
+                f"analysis '{key}' cannot evaluate its numbers ({exc}); check its workload sizes "
+                "and the operator formulas the model declares"), at_key=True))
     if problems:
         raise SpecError(problems)
     return sections
