@@ -9,7 +9,7 @@ from functools import lru_cache
 
 import sympy as sp
 
-from rooflinec.ir import Op, intensity
+from rooflinec.ir import Op, factored, intensity
 from rooflinec.symbols import S
 
 
@@ -69,7 +69,7 @@ def _leading_ratio(p: sp.Poly, q: sp.Poly) -> sp.Expr:
         return sp.oo if (p.LC() / q.LC()).is_positive is not False else -sp.oo
     if p.degree() < q.degree():
         return sp.Integer(0)
-    return sp.factor(p.LC() / q.LC())
+    return factored(p.LC() / q.LC())
 
 
 def _crossing_general(num: sp.Expr, den: sp.Expr, var: sp.Symbol, ridge: sp.Rational) -> Crossing:
@@ -89,7 +89,7 @@ class Derivation:
 
 @lru_cache(maxsize=1024)
 def derive(op: Op) -> Derivation:
-    flops, nbytes = sp.factor(op.cost.flops), sp.factor(op.cost.bytes)
+    flops, nbytes = factored(op.cost.flops), factored(op.cost.bytes)
     simple = intensity(op.cost)
     deps = tuple(sorted(simple.free_symbols, key=lambda s: s.name))
     limit = limit_at_infinity(simple, S) if S in simple.free_symbols else None

@@ -20,13 +20,66 @@ def _compiled(expr: sp.Expr):
     return sp.lambdify(_ARGS, expr, modules="math", docstring_limit=0)
 
 
+def _integral(expr) -> str | None:
+    """Python source for `expr` if it is a polynomial with integer coefficients, else None."""
+    if expr.is_Integer:
+        return str(int(expr))
+    if expr.is_Symbol:
+        return expr.name
+    if expr.is_Pow:
+        base = _integral(expr.base)
+        ok = base is not None and expr.exp.is_Integer and expr.exp >= 0
+        return f"({base})**{int(expr.exp)}" if ok else None
+    if expr.is_Add or expr.is_Mul:
+        parts = [_integral(a) for a in expr.args]
+        return None if None in parts else "(" + ("+" if expr.is_Add else "*").join(parts) + ")"
+    return None
+
+
+def _exact_source(expr: sp.Expr) -> str | None:
+    """Source computing `expr` bit for bit as its lambdified code does, for integer arguments.
+
+    Integer arithmetic is exact in any order, so only the rounding steps must match: the
+    code printer writes a product with an integer coefficient as `num/den`, one true division
+    of two integers (correctly rounded in Python), which `(num)/(den)` reproduces. Anything
+    else (rational coefficients, functions, nested divisions) returns None: lambdify it.
+    """
+    whole = _integral(expr)
+    if whole is not None or not expr.is_Mul:
+        return whole
+    num, den = [], []
+    for factor in expr.args:
+        if factor.is_Pow and factor.exp.is_Integer and factor.exp < 0:
+            den.append(_integral(sp.Pow(factor.base, -factor.exp, evaluate=False)))
+        else:
+            num.append(_integral(factor))
+    if None in num or None in den or not expr.as_coeff_Mul()[0].is_Integer:
+        return None
+    return f"({'*'.join(num) or '1'})/({'*'.join(den)})"
+
+
+@lru_cache(maxsize=4096)
+def _exact(expr: sp.Expr):
+    """A cheap compile of `expr` for integer arguments, equal to `_compiled`; None if none."""
+    source = _exact_source(expr)
+    if source is None:
+        return None
+    return eval(f"lambda {', '.join(s.name for s in _ARGS)}: {source}", {})  # noqa: S307
+
+
 def number(expr: sp.Expr, values: dict[sp.Symbol, float]):
     """Evaluate `expr` at `values` (every alphabet symbol it uses must be given)."""
     expr = sp.sympify(expr)
-    missing = expr.free_symbols - values.keys()
+    used = expr.free_symbols
+    missing = used - values.keys()
     if missing:
         raise ValueError(f"no value for {sorted(map(str, missing))} in {expr}")
-    return _compiled(expr)(*(values.get(s, 0) for s in _ARGS))
+    args = [values.get(s, 0) for s in _ARGS]
+    if all(type(values[s]) is int for s in used):
+        fast = _exact(expr)
+        if fast is not None:
+            return fast(*args)
+    return _compiled(expr)(*args)
 
 
 def vectorised(exprs, args=_ARGS):
