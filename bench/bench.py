@@ -6,7 +6,8 @@ compile time against depth. Prints figures and PASS/FAIL against the targets.
 
 Not a test: timings depend on the machine. Targets (a 2-core machine):
   build specs/qwen.yaml       <= 1.5 x the import floor (a Python that only imports the
-                                 runtime dependencies)
+                                 runtime dependencies as the build uses them: matplotlib's
+                                 figure and SVG backend, not bare matplotlib); every build cold
   10^6-point ledger sweep      < 2 s and < 500 MB peak RSS (all ops, one device, one variant)
   compile at 1000 layers       within 10% of 24 layers
 """
@@ -133,15 +134,16 @@ def child_compile() -> dict:
     from sympy.core.cache import clear_cache
 
     from rooflinec import sweep
-    from rooflinec.evaluate import _compiled
-    from rooflinec.ir import intensity
+    from rooflinec.evaluate import _compiled, _exact
+    from rooflinec.ir import factored, intensity
     from rooflinec.lower import lower
     model = _qwen().model
     times = {24: [], 1000: []}
     ops = {}
     for _ in range(7):
         for layers in times:
-            clear_cache(), _compiled.cache_clear(), intensity.cache_clear()
+            clear_cache(), _compiled.cache_clear(), _exact.cache_clear()
+            intensity.cache_clear(), factored.cache_clear()
             deep = replace(model, n_layers=layers)
             start = time.perf_counter()
             kernel = sweep.compile_program(lower(deep, "decode"))
