@@ -53,6 +53,8 @@ def _crossing(expr: sp.Expr, var: sp.Symbol, fixed: frozenset, ridge: sp.Rationa
         p, q = sp.Poly(num, var), sp.Poly(den, var)
     except sp.PolynomialError:   # not polynomial in var (ceil, min, ...): the general path
         return _crossing_general(num, den, var, ridge)
+    if p.eval(1) / q.eval(1) >= ridge:   # the first candidate below holds: no roots needed
+        return Crossing(var, 1, _leading_ratio(p, q))
     try:
         # intensity >= ridge  <=>  num - ridge * den >= 0, since den > 0
         roots = [r for r in (p - q * ridge).real_roots() if r > 0]
