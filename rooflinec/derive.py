@@ -9,7 +9,7 @@ from functools import lru_cache
 
 import sympy as sp
 
-from rooflinec.ir import Op, intensity
+from rooflinec.ir import Op, factored, intensity
 from rooflinec.symbols import S
 
 
@@ -53,6 +53,8 @@ def _crossing(expr: sp.Expr, var: sp.Symbol, fixed: frozenset, ridge: sp.Rationa
         p, q = sp.Poly(num, var), sp.Poly(den, var)
     except sp.PolynomialError:   # not polynomial in var (ceil, min, ...): the general path
         return _crossing_general(num, den, var, ridge)
+    if p.eval(1) / q.eval(1) >= ridge:   # the first candidate below holds: no roots needed
+        return Crossing(var, 1, _leading_ratio(p, q))
     try:
         # intensity >= ridge  <=>  num - ridge * den >= 0, since den > 0
         roots = [r for r in (p - q * ridge).real_roots() if r > 0]
@@ -69,7 +71,7 @@ def _leading_ratio(p: sp.Poly, q: sp.Poly) -> sp.Expr:
         return sp.oo if (p.LC() / q.LC()).is_positive is not False else -sp.oo
     if p.degree() < q.degree():
         return sp.Integer(0)
-    return sp.factor(p.LC() / q.LC())
+    return factored(p.LC() / q.LC())
 
 
 def _crossing_general(num: sp.Expr, den: sp.Expr, var: sp.Symbol, ridge: sp.Rational) -> Crossing:
@@ -97,7 +99,7 @@ def _limit_S(f: sp.Expr) -> sp.Expr | None:
 
 @lru_cache(maxsize=1024)
 def derive(op: Op) -> Derivation:
-    flops, nbytes = sp.factor(op.cost.flops), sp.factor(op.cost.bytes)
+    flops, nbytes = factored(op.cost.flops), factored(op.cost.bytes)
     simple = intensity(op.cost)
     deps = tuple(sorted(simple.free_symbols, key=lambda s: s.name))
     limit = _limit_S(simple) if S in simple.free_symbols else None

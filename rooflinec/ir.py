@@ -46,12 +46,18 @@ class Cost:
     __rmul__ = __mul__
 
 
+@lru_cache(maxsize=4096)
+def factored(expr: sp.Expr) -> sp.Expr:
+    """sp.factor, once per expression: phases, variants and analyses share many costs."""
+    return sp.factor(expr)
+
+
 @lru_cache(maxsize=None)
 def intensity(cost: Cost) -> sp.Expr:
     """FLOPs per byte, simplified; zero for pure data movement."""
     if cost.flops == 0:
         return sp.Integer(0)
-    return sp.factor(cost.flops / cost.bytes)   # factor cancels common factors itself
+    return factored(cost.flops / cost.bytes)   # factor cancels common factors itself
 
 
 @dataclass(frozen=True)
