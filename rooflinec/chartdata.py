@@ -214,12 +214,14 @@ def throughput_sweep(index: int, section: dict, report: dict) -> dict | None:
 SWEEPS = {"gemm_intensity": gemm_sweep, "sweep": throughput_sweep}
 
 
+def plan_section(index: int, section: dict, report: dict) -> list[dict]:
+    """The charts of one section: rooflines per device, then its sweep chart if any."""
+    charts = _roofline_charts(index, section, report)
+    sweep = SWEEPS.get(section["kind"])
+    extra = sweep(index, section, report) if sweep else None
+    return charts + ([extra] if extra else [])
+
+
 def plan(report: dict) -> list[list[dict]]:
-    """For each section, in order, the charts to draw: rooflines per device, then sweeps."""
-    out = []
-    for i, section in enumerate(report["sections"]):
-        charts = _roofline_charts(i, section, report)
-        sweep = SWEEPS.get(section["kind"])
-        extra = sweep(i, section, report) if sweep else None
-        out.append(charts + ([extra] if extra else []))
-    return out
+    """For each section, in order, the charts to draw."""
+    return [plan_section(i, section, report) for i, section in enumerate(report["sections"])]

@@ -245,102 +245,80 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _worker(charts: list[dict], conn) -> None:
-    try:
-        conn.send(("ok", [draw(c) for c in charts]))
-    except BaseException as exc:   # reported to the parent, which draws these itself
-        conn.send(("error", repr(exc)))
-    finally:
-        conn.close()
-
-
-def draw_all(charts: list[dict], parallel: bool = True) -> list[str]:
-    """Every chart's SVG, in the order given.
-
-    With two cores or more and at least three charts, a forked worker draws every other
-    chart while this process draws the rest; each imports matplotlib on its own core if it
-    has not yet. The bytes do not depend on who drew what (each chart is its own Figure).
-    A worker that fails or dies leaves its charts to be drawn here, so errors surface as usual.
-    """
-    import multiprocessing
-    if not parallel or len(charts) < 3 or _cores() < 2 \
-            or "fork" not in multiprocessing.get_all_start_methods():
-        return [draw(c) for c in charts]
-    ctx = multiprocessing.get_context("fork")
-    recv, send = ctx.Pipe(duplex=False)
-    theirs = charts[1::2]
-    proc = ctx.Process(target=_worker, args=(theirs, send), daemon=True)
-    proc.start()
-    send.close()
-    try:
-        mine = [draw(c) for c in charts[0::2]]
-        try:
-            status, got = recv.recv()
-        except EOFError:
-            status, got = "died", None
-    finally:
-        recv.close()
-        proc.join()
-    if status != "ok":
-        got = [draw(c) for c in theirs]
-    out: list[str] = [""] * len(charts)
-    out[0::2], out[1::2] = mine, got
-    return out
+def draw_all(charts: list[dict]) -> list[str]:
+    """Every chart's SVG, in the order given (a Painter does this in its own process)."""
+    return [draw(c) for c in charts]
 
 
 class Painter:
     """A forked process that imports matplotlib while the caller computes, then draws.
 
-    `rooflinec build` starts one before it evaluates its studies, so matplotlib's import
-    (about a second) runs on another core; charts come back as SVG text, the same bytes
-    whoever draws them. If the painter fails or dies, the caller draws the charts itself.
+    `rooflinec build` starts one before it evaluates its studies, so matplotlib's import runs
+    on the other core, and hands it each section's charts as soon as the section is
+    evaluated, so drawing overlaps the rest of the evaluation. Charts come back as SVG text,
+    the same bytes whoever draws them; if the painter fails or dies, the caller draws them.
+    Queues, not a bare pipe: their feeder threads keep either side from blocking on a full
+    pipe while the other is busy.
     """
 
     def __init__(self):
         import multiprocessing
         ctx = multiprocessing.get_context("fork")
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_paint, args=(child,), daemon=True)
+        self._jobs, self._results = ctx.Queue(), ctx.Queue()
+        self._proc = ctx.Process(target=_paint, args=(self._jobs, self._results), daemon=True)
         self._proc.start()
-        child.close()
+        self._pending: dict[int, list[dict]] = {}
+        self._done: dict[int, list[str] | None] = {}
 
     @staticmethod
     def available() -> bool:
         import multiprocessing
         return _cores() >= 2 and "fork" in multiprocessing.get_all_start_methods()
 
-    def draw(self, charts: list[dict]) -> list[str]:
-        try:
-            self._conn.send(charts)
-            status, got = self._conn.recv()
-        except (EOFError, OSError):
-            status, got = "died", None
-        return got if status == "ok" else draw_all(charts)
+    def submit(self, charts: list[dict]) -> int:
+        ticket = len(self._pending)
+        self._pending[ticket] = charts
+        self._jobs.put((ticket, charts))
+        return ticket
+
+    def result(self, ticket: int) -> list[str]:
+        import queue
+        while ticket not in self._done:
+            try:
+                done, svgs = self._results.get(timeout=0.5)
+                self._done[done] = svgs
+            except queue.Empty:
+                if not self._proc.is_alive():
+                    break
+        svgs = self._done.get(ticket)
+        return svgs if svgs is not None else draw_all(self._pending[ticket])
 
     def close(self) -> None:
-        try:
-            self._conn.send(None)
-        except OSError:
-            pass
-        self._conn.close()
+        self._jobs.put(None)
         self._proc.join(timeout=5)
         if self._proc.is_alive():
             self._proc.terminate()
+        for q in (self._jobs, self._results):
+            q.cancel_join_thread()
+            q.close()
 
 
-def _paint(conn) -> None:
-    _matplotlib()   # while the parent evaluates
-    while True:
+def _warm_up() -> None:
+    """Draw a throwaway chart: loads the fonts and text layout while the caller computes."""
+    fig, ax = _figure()
+    _title(fig, "warm-up")
+    ax.set_xlabel("intensity")
+    _svg(fig)
+
+
+def _paint(jobs, results) -> None:
+    _warm_up()
+    while (job := jobs.get()) is not None:
+        ticket, charts = job
         try:
-            charts = conn.recv()
-        except EOFError:
-            return
-        if charts is None:
-            return
-        try:
-            conn.send(("ok", draw_all(charts)))
-        except Exception as exc:   # reported to the parent, which draws these itself
-            conn.send(("error", repr(exc)))
+            results.put((ticket, draw_all(charts)))
+        except Exception:   # the caller draws these itself, and any error surfaces there
+            results.put((ticket, None))
 
 
 _ID = re.compile(r'\bid="([^"]+)"')

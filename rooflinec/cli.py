@@ -76,13 +76,19 @@ def _formats(text: str, parser) -> list[str]:
     return formats
 
 
-def _build_all(specs: list[str]) -> list[tuple[str, dict]]:
-    """Load and evaluate every study; raise one SpecError holding every problem."""
-    from rooflinec import report, spec
+def _build_all(specs: list[str], painter=None) -> list[tuple[dict, list | None]]:
+    """Load and evaluate every study; raise one SpecError holding every problem.
+
+    With a painter, each section's charts go to it as soon as the section is evaluated;
+    each report comes with its painter tickets, one per section."""
+    from rooflinec import chartdata, report, spec
     built, problems = [], []
     for path in specs:
+        tickets = [] if painter is not None else None
+        heard = (lambda rep, i, section: tickets.append(
+            painter.submit(chartdata.plan_section(i, section, rep)))) if painter else None
         try:
-            built.append((path, report.build(spec.load_study(path))))
+            built.append((report.build(spec.load_study(path), heard), tickets))
         except SpecError as exc:
             problems.extend(exc.problems)
     if problems:
@@ -191,8 +197,10 @@ def cmd_build(args, stdout, parser) -> int:
 def _render_all(args, formats, painter) -> dict[str, str]:
     from rooflinec.render import render_many
     outputs = {}
-    for _, rep in _build_all(args.specs):
-        for rel, text in render_many(rep, formats, painter).items():
+    for rep, tickets in _build_all(args.specs, painter):
+        svgs = (lambda tickets=tickets: [painter.result(t) for t in tickets]) \
+            if tickets is not None else None
+        for rel, text in render_many(rep, formats, svgs).items():
             outputs[os.path.join(args.out, *rel.split("/"))] = text
     return outputs
 
@@ -227,4 +235,9 @@ def run(argv: list[str], stdout=None, stderr=None) -> int:
 
 
 def main() -> None:
-    sys.exit(run(sys.argv[1:]))
+    code = run(sys.argv[1:])
+    # Leave without tearing the interpreter down: freeing sympy's caches and matplotlib's
+    # state takes a noticeable part of a build and helps no one. Output is flushed first.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -113,34 +113,51 @@ def environment(autoescape: bool) -> jinja2.Environment:
     return env
 
 
-def draw_charts(report: dict, painter=None) -> list[list[dict]]:
-    """Every chart of the report, per section: its file path (under <stem>/), caption and SVG.
-    A charts.Painter, if given, draws them in its own process."""
-    from rooflinec import chartdata, charts
-    plan = chartdata.plan(report)
-    flat = [c for section in plan for c in section]
-    svgs = iter(painter.draw(flat) if painter is not None and flat else charts.draw_all(flat))
+def chart_slots(report: dict) -> list[list[dict]]:
+    """Every chart of the report, per section: its file path (under <stem>/), caption, alt
+    text and the data to draw it from."""
+    from rooflinec import chartdata
     return [[{"path": f"{report['study']}/{c['name']}.svg", "title": c["title"], "alt": c["alt"],
-              "kind": c["kind"], "svg": next(svgs)} for c in section]
-            for section in plan]
+              "kind": c["kind"], "spec": c} for c in section]
+            for section in chartdata.plan(report)]
+
+
+def draw_charts(report: dict) -> list[list[dict]]:
+    """The chart slots with their SVG, drawn here."""
+    from rooflinec.charts import draw
+    return [[dict(c, svg=draw(c["spec"])) for c in section] for section in chart_slots(report)]
 
 
 def markdown(report: dict, charts: list[list[dict]] | None = None) -> str:
+    """Markdown links the chart files; it never holds their SVG."""
     charts = charts if charts is not None else [[] for _ in report["sections"]]
     return environment(False).get_template("md/report.md.j2").render(r=report, charts=charts)
 
 
-def html(report: dict, charts: list[list[dict]]) -> str:
-    """Self-contained HTML: the charts' SVG inline (ids made unique), formulas as MathML."""
+def _token(i: int, j: int) -> str:
+    return f"<!--rooflinec chart {i}.{j}-->"
+
+
+def html_text(report: dict, charts: list[list[dict]]) -> str:
+    """Self-contained HTML, formulas as MathML, with a marker where each chart's SVG goes."""
     from markupsafe import Markup
 
-    from rooflinec.chartdata import slug
-    from rooflinec.charts import DEVICE_COLOURS, inline
-    inlined = [[dict(c, svg=Markup(inline(c["svg"], f"c{i}-{j}-{slug(c['kind'])}")))
-                for j, c in enumerate(section)] for i, section in enumerate(charts)]
+    from rooflinec.charts import DEVICE_COLOURS
+    marked = [[dict(c, svg=Markup(_token(i, j))) for j, c in enumerate(section)]
+              for i, section in enumerate(charts)]
     colours = {d["key"]: DEVICE_COLOURS[i % len(DEVICE_COLOURS)] for i, d in enumerate(report["devices"])}
     return environment(True).get_template("html/report.html.j2").render(
-        r=report, charts=inlined, colours=colours)
+        r=report, charts=marked, colours=colours)
+
+
+def inline_charts(text: str, charts: list[list[dict]], svgs: list[list[str]]) -> str:
+    """The HTML with each chart's SVG in place of its marker (ids made unique per chart)."""
+    from rooflinec.chartdata import slug
+    from rooflinec.charts import inline
+    for i, (section, drawn) in enumerate(zip(charts, svgs)):
+        for j, (c, svg) in enumerate(zip(section, drawn)):
+            text = text.replace(_token(i, j), inline(svg, f"c{i}-{j}-{slug(c['kind'])}"), 1)
+    return text
 
 
 def _plain(obj):
@@ -164,29 +181,36 @@ def to_json(report: dict) -> str:
     return _compact(json.dumps(report, default=_plain, indent=1, ensure_ascii=False)) + "\n"
 
 
-def render(report: dict, fmt: str, charts: list[list[dict]] | None = None) -> dict[str, str]:
-    """One format's files, as {path relative to the output folder: text}.
+def render_many(report: dict, formats, svgs=None) -> dict[str, str]:
+    """Several formats' files, as {path relative to the output folder: text}.
 
-    Markdown comes with its chart files (<stem>/<chart>.svg, which it links); HTML inlines
-    the same charts; JSON is one file. Pass `charts` to share one drawing between formats.
+    Markdown comes with its chart files (<stem>/<chart>.svg, which it links), HTML inlines
+    the same charts, JSON is one file. `svgs`, per section, are charts already drawn, or a
+    callable that waits for a Painter's: every format's text is rendered before it is called,
+    so the painter draws meanwhile. Without either, the charts are drawn here.
     """
     stem = report["study"]
-    if fmt in CHARTED and charts is None:
-        charts = draw_charts(report)
-    if fmt == "md":
-        return {f"{stem}.md": markdown(report, charts),
-                **{c["path"]: c["svg"] for section in charts for c in section}}
-    if fmt == "html":
-        return {f"{stem}.html": html(report, charts)}
-    if fmt == "json":
-        return {f"{stem}.json": to_json(report)}
-    raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
-
-
-def render_many(report: dict, formats, painter=None) -> dict[str, str]:
-    """Several formats' files; charts are drawn once for all of them."""
-    charts = draw_charts(report, painter) if any(f in CHARTED for f in formats) else None
-    out: dict[str, str] = {}
-    for fmt in formats:
-        out.update(render(report, fmt, charts))
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise ValueError(f"unknown format {unknown[0]!r}; choose from {', '.join(FORMATS)}")
+    slots = chart_slots(report) if any(f in CHARTED for f in formats) else []
+    text = {"md": markdown, "html": html_text, "json": lambda r, _: to_json(r)}
+    out = {f"{stem}.{fmt}": text[fmt](report, slots) for fmt in formats}
+    if not slots:
+        return out
+    if callable(svgs):
+        svgs = svgs()
+    if svgs is None:
+        from rooflinec.charts import draw_all
+        svgs = [draw_all([c["spec"] for c in section]) for section in slots]
+    if "html" in formats:
+        out[f"{stem}.html"] = inline_charts(out[f"{stem}.html"], slots, svgs)
+    if "md" in formats:
+        out.update({c["path"]: svg for section, drawn in zip(slots, svgs)
+                    for c, svg in zip(section, drawn)})
     return out
+
+
+def render(report: dict, fmt: str) -> dict[str, str]:
+    """One format's files (see render_many)."""
+    return render_many(report, [fmt])

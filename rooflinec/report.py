@@ -33,9 +33,11 @@ def _model(m) -> dict:
     }
 
 
-def build(study: Study) -> dict:
+def build(study: Study, on_section=None) -> dict:
+    """The report of a study. `on_section(report, index, section)` hears of each section as
+    soon as it is evaluated (the report then holds the header and the sections so far)."""
     conv = Conventions(**study.conventions)
-    return {
+    report = {
         "format": FORMAT, "version": VERSION, "title": study.title, "study": study.stem,
         "model": _model(study.model) if study.model else None, "dtype": study.dtype,
         "bytes_per_element": study.bytes_per_element,
@@ -44,5 +46,13 @@ def build(study: Study) -> dict:
         "symbols": [{"name": s.name, "meaning": m} for s, m in sym.DESCRIPTIONS.items()]
         + [{"name": name, "meaning": f"declared by the model spec (= {value})"}
            for name, value in (study.model.dimensions if study.model else ())],
-        "sections": analyses.run(study),
+        "sections": [],
     }
+
+    def heard(index: int, section: dict) -> None:
+        report["sections"].append(section)
+        on_section(report, index, section)
+
+    sections = analyses.run(study, heard if on_section else None)
+    report["sections"] = sections
+    return report

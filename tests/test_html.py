@@ -180,7 +180,7 @@ def test_charts_are_svg_with_text(qwen):
             assert "mathdefault" not in c["svg"]                     # plain tick labels
 
 
-# --- every section kind, the new charts, parallel drawing ------------------------------------
+# --- every section kind, the new charts ------------------------------------
 
 def test_every_analysis_has_an_html_and_a_markdown_template():
     from rooflinec.analyses import ANALYSES
@@ -220,9 +220,3 @@ def test_operators_chart_has_every_point():
     charts = chartdata.plan(rep)[0]
     n = sum(len(r["points"]) for r in rep["sections"][0]["rows"])
     assert [len(c["points"]) for c in charts] == [n] * len(rep["devices"])
-
-
-def test_parallel_drawing_gives_the_same_bytes(qwen):
-    from rooflinec import charts
-    plan = [c for section in chartdata.plan(qwen) for c in section][:4]
-    assert charts.draw_all(plan, parallel=True) == charts.draw_all(plan, parallel=False)

@@ -84,23 +84,26 @@ class Context:
         return self.study.doc.problem(path, message)
 
 
-def run(study: Study) -> list[dict]:
-    """Every analysis of the study, in the order written, as report sections."""
+def run(study: Study, on_section=None) -> list[dict]:
+    """Every analysis of the study, in the order written, as report sections.
+    `on_section(index, section)` hears of each section as soon as it is evaluated."""
     ctx = Context(study)
     sections, problems = [], []
-    for key, params in study.analyses.items():
+    for key, options in study.analyses.items():
         title, fn = ANALYSES[key]
         if study.model is None and key not in MODEL_FREE:
             problems.append(study.doc.problem(("analyses", key), (
                 f"analysis '{key}' needs a model; add 'model: <name under models/>' to the study"),
                 at_key=True))
             continue
-        params, found = expand_ranges(params or {}, ("analyses", key), ctx.problem)
+        options, found = expand_ranges(options or {}, ("analyses", key), ctx.problem)
         if found:
             problems.extend(found)
             continue
         try:
-            sections.append({"kind": key, "title": title, **fn(ctx, params)})
+            sections.append({"kind": key, "title": title, **fn(ctx, options)})
+            if on_section is not None and not problems:
+                on_section(len(sections) - 1, sections[-1])
         except SpecError as exc:
             problems.extend(exc.problems)
         except NoPeak as exc:
