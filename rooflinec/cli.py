@@ -23,19 +23,20 @@ exit status: 0 built, 1 a spec is wrong (each problem as file:line:col: path: me
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports to the given stream and raises instead of exiting."""
+    """argparse that writes to the given (stdout, stderr) and raises instead of exiting."""
 
-    def __init__(self, *args, stderr=None, **kwargs):
+    def __init__(self, *args, streams, **kwargs):
         super().__init__(*args, **kwargs)
-        self._stderr = stderr
+        self._streams = streams
 
     def _print_message(self, message, file=None):
         if message:
-            (self._stderr if file is sys.stderr or file is None else file).write(message)
+            out, err = self._streams
+            (out if file is sys.stdout else err).write(message)
 
     def exit(self, status=0, message=None):
         if message:
-            self._print_message(message, self._stderr)
+            self._print_message(message, sys.stderr)
         raise _Exit(status)
 
 
@@ -45,25 +46,24 @@ class _Exit(Exception):
 
 
 def _parser(stdout, stderr) -> _Parser:
+    streams = (stdout, stderr)
     p = _Parser(prog="rooflinec", description="Compile YAML model and hardware specs into "
                 "per-operator roofline reports with symbolic derivations.",
-                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, stderr=stderr)
-    p._print_message = lambda m, f=None: (stdout if f is sys.stdout else stderr).write(m or "")
+                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, streams=streams)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    b = sub.add_parser("build", help="build reports for one or more study specs")
+    b = sub.add_parser("build", help="build reports for one or more study specs", streams=streams)
     b.add_argument("specs", nargs="+", metavar="SPEC", help="study spec files, e.g. specs/qwen.yaml")
     b.add_argument("--out", default="reports", metavar="DIR", help="output folder (default: reports)")
     b.add_argument("--format", default="md,html,json", metavar="LIST",
                    help="comma-separated formats among: md, html, json (default: md,html,json); "
                         "md also writes its chart files under <stem>/")
-    c = sub.add_parser("check", help="validate study specs and everything they reference")
+    c = sub.add_parser("check", help="validate study specs and everything they reference",
+                       streams=streams)
     c.add_argument("specs", nargs="+", metavar="SPEC")
-    e = sub.add_parser("explain", help="print one op's derivation: FLOPs, bytes, intensity, crossings")
+    e = sub.add_parser("explain", help="print one op's derivation: FLOPs, bytes, intensity, crossings",
+                       streams=streams)
     e.add_argument("spec", metavar="SPEC")
     e.add_argument("op", metavar="OP", help="op name, e.g. q_proj, attention, lm_head")
-    for sp_ in (b, c, e):
-        sp_._print_message = p._print_message
-        sp_.exit = p.exit
     return p
 
 
