@@ -168,7 +168,7 @@ def _resolve(doc: yamlio.Located, path: tuple, ref: str, folder: str) -> str | P
         return doc.problem(path, f"'{ref}' points outside the spec tree ({root}); "
                                  "references must stay inside the study's folder")
     known = _known(root, folder)
-    listed = f"known {folder} specs: {', '.join(known) or '(none)'}"
+    listed = f"known {folder.rstrip('s')} specs: {', '.join(known) or '(none)'}"
     if not os.path.isfile(target):
         return doc.problem(path, f"no spec '{ref}' (looked for {target}); "
                                  f"{validate.closest(ref, known)}{listed}")
