@@ -105,23 +105,97 @@ def _clusters(pts: list[dict], tol: float = 0.03, roof: float = 1.0) -> list[lis
     return groups
 
 
+MAX_NAMES = 3   # a cluster's label names this many points; the report's tables list them all
+
+
 def _label(group: list[dict]) -> str:
     """The labels of overlapping points, once each (the series shows in marker and colour)."""
     labels = list(dict.fromkeys(p["label"] for p in group))
+    if len(labels) > MAX_NAMES:
+        labels = labels[:MAX_NAMES] + [f"+{len(labels) - MAX_NAMES} more"]
     return "\n".join(textwrap.wrap(", ".join(labels), 34))
 
 
-def _annotate(ax, groups: list[list[dict]], xmin: float, xmax: float) -> None:
-    """Label each cluster beside its marker: alternately below and above, leftwards in the
-    right third of the axis so no label runs off the chart."""
-    span = math.log10(xmax / xmin)
-    for k, group in enumerate(groups):
-        p = group[0]
-        right = math.log10(p["intensity"] / xmin) > 0.62 * span
-        below = p.get("on_roof", False) or k % 2 == 0
-        ax.annotate(_label(group), (p["intensity"], p["attained"]), fontsize=6.5, color="#222222",
-                    xytext=(-5 if right else 5, -7 if below else 7), textcoords="offset points",
-                    va="top" if below else "bottom", ha="right" if right else "left")
+LABEL_PT = 6.5                 # label font size
+CHAR_PT, LINE_PT = 3.6, 8.0    # a label character's average width and a line's height, in points
+
+
+def _annotate(ax, groups: list[list[dict]], xmin: float, xmax: float,
+              legend: tuple[float, float] | None = None, dev: dict | None = None) -> None:
+    """Label each cluster beside its marker, at the first corner (below or above, right or
+    left) where the label's box overlaps no label placed before and stays in the axes. Boxes
+    are estimated from the character count: measuring text would cost more than the chart.
+    `legend`, (height, width) in points, reserves the upper-left corner for the legend."""
+    x_pt, y_pt = _points_per_decade(ax)
+    (y_lo, _), span = ax.get_ylim(), math.log10(xmax / xmin)
+    width_pt, height_pt = span * x_pt, math.log10(ax.get_ylim()[1] / y_lo) * y_pt
+    def at(q: dict) -> tuple[float, float]:
+        return math.log10(q["intensity"] / xmin) * x_pt, math.log10(q["attained"] / y_lo) * y_pt
+
+    # every marker is an obstacle too; a label may not cover another point
+    placed = [(x - 4, y - 4, x + 4, y + 4) for g in groups for x, y in (at(q) for q in g)]
+    if legend is not None:   # (height, width) of an upper-left legend, estimated like the labels
+        placed.append((0, height_pt - legend[0], legend[1], height_pt))
+    roof = None
+    if dev is not None:      # the matrix roof in points: the bandwidth slope, then flat
+        def roof(xp: float) -> float:
+            flops = min(xmin * 10 ** (xp / x_pt) * dev["bandwidth"], dev["tensor_peak"])
+            return math.log10(flops / y_lo) * y_pt
+    for group in groups:
+        p, text = group[0], _label(group)
+        lines = text.split("\n")
+        w, h = CHAR_PT * max(map(len, lines)), LINE_PT * len(lines)
+        x, y = at(p)
+        sides = (1, -1) if x < 0.62 * width_pt else (-1, 1)
+        ups = (-1, 1)   # below first: the roof rises to the right, so below-right is clear
+        # the four corners beside the marker, then the same a few lines further away
+        tries = [(sx, sy, gap) for gap in (7, 7 + LINE_PT * 2, 7 + LINE_PT * 4)
+                 for sx in sides for sy in ups]
+        own = (x - 4, y - 4, x + 4, y + 4)
+
+        def cost(t) -> float:
+            """Area this try would cover of what is placed, plus what falls outside the axes,
+            plus half the label if the matrix roof runs through it."""
+            box = _box(x, y, w, h, *t)
+            outside = w * h - _overlap((0, 0, width_pt, height_pt), box)
+            crossed = w * h / 2 if roof is not None and _crosses(box, roof) else 0
+            return outside + crossed + sum(_overlap(box, other) for other in placed if other != own)
+
+        # the first try that covers nothing, else the one that covers least
+        sx, sy, gap = min(tries, key=lambda t: (cost(t), tries.index(t)))
+        box = _box(x, y, w, h, sx, sy, gap)
+        placed.append(box)
+        ax.annotate(text, (p["intensity"], p["attained"]), fontsize=LABEL_PT, color="#222222",
+                    xytext=(5 * sx, gap * sy), textcoords="offset points",
+                    va="bottom" if sy > 0 else "top", ha="left" if sx > 0 else "right",
+                    arrowprops=None if gap == 7 else {"arrowstyle": "-", "color": "#999999",
+                                                      "lw": 0.5, "shrinkA": 0, "shrinkB": 3})
+
+
+def _box(x, y, w, h, sx, sy, gap) -> tuple[float, float, float, float]:
+    """A label's box, in points, at side sx and height sy of the marker at (x, y)."""
+    left = x + 5 if sx > 0 else x - 5 - w
+    bottom = y + gap if sy > 0 else y - gap - h
+    return left, bottom, left + w, bottom + h
+
+
+def _points_per_decade(ax) -> tuple[float, float]:
+    """How many points one decade spans on each log axis (from the figure's fixed layout)."""
+    box = ax.get_position()
+    fig_w, fig_h = ax.figure.get_size_inches()
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    return (box.width * fig_w * 72 / math.log10(x1 / x0),
+            box.height * fig_h * 72 / math.log10(y1 / y0))
+
+
+def _crosses(box: tuple, line) -> bool:
+    """Whether a rising line y = line(x) passes through the box (left, bottom, right, top)."""
+    return line(box[0]) < box[3] and line(box[2]) > box[1]
+
+
+def _overlap(a: tuple, b: tuple) -> float:
+    """The area two boxes (left, bottom, right, top) share."""
+    return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
 
 
 def _roofs(ax, dev: dict, xmin: float, xmax: float) -> None:
@@ -159,8 +233,12 @@ def roofline(chart: dict) -> str:
                    s=max(44 - 6 * i, 20), zorder=3,
                    marker=MARKERS[i % len(MARKERS)], color=SERIES_COLOURS[i % len(SERIES_COLOURS)],
                    edgecolors="white", linewidths=0.5, label=name)
-    _annotate(ax, _clusters(pts), xmin, xmax)
     _log_axes(ax, (xmin, xmax), (xmin * dev["bandwidth"] / 2, dev["tensor_peak"] * 3))
+    # after the limits, which placement reads; an upper-left legend is kept clear of labels
+    entries = [_si(dev["tensor_peak"], "FLOP/s") + " matrix roof, " + _si(dev["bandwidth"], "B/s"),
+               *series] + (["vector roof"] if dev["vector_peak"] else [])
+    legend = None if below else (len(entries) * 1.45 * 8.0 + 6, 28 + CHAR_PT * 1.2 * max(map(len, entries)))
+    _annotate(ax, _clusters(pts), xmin, xmax, legend, dev)
     _title(fig, chart["title"])
     ax.set(xlabel="arithmetic intensity (FLOP / byte)", ylabel="attainable FLOP/s")
     if below:
