@@ -120,8 +120,8 @@ LABEL_PT = 6.5                 # label font size
 CHAR_PT, LINE_PT = 3.6, 8.0    # a label character's average width and a line's height, in points
 
 
-def _annotate(ax, groups: list[list[dict]], xmin: float, xmax: float,
-              legend: tuple[float, float] | None = None, dev: dict | None = None) -> None:
+def _annotate(ax, groups: list[list[dict]], xmin: float, xmax: float, dev: dict,
+              legend: tuple[float, float] | None = None) -> None:
     """Label each cluster beside its marker, at the first corner (below or above, right or
     left) where the label's box overlaps no label placed before and stays in the axes. Boxes
     are estimated from the character count: measuring text would cost more than the chart.
@@ -136,11 +136,12 @@ def _annotate(ax, groups: list[list[dict]], xmin: float, xmax: float,
     placed = [(x - 4, y - 4, x + 4, y + 4) for g in groups for x, y in (at(q) for q in g)]
     if legend is not None:   # (height, width) of an upper-left legend, estimated like the labels
         placed.append((0, height_pt - legend[0], legend[1], height_pt))
-    roof = None
-    if dev is not None:      # the matrix roof in points: the bandwidth slope, then flat
-        def roof(xp: float) -> float:
-            flops = min(xmin * 10 ** (xp / x_pt) * dev["bandwidth"], dev["tensor_peak"])
-            return math.log10(flops / y_lo) * y_pt
+
+    def roof(xp: float) -> float:
+        """The matrix roof in points: the bandwidth slope, then flat."""
+        flops = min(xmin * 10 ** (xp / x_pt) * dev["bandwidth"], dev["tensor_peak"])
+        return math.log10(flops / y_lo) * y_pt
+
     for group in groups:
         p, text = group[0], _label(group)
         lines = text.split("\n")
@@ -158,7 +159,7 @@ def _annotate(ax, groups: list[list[dict]], xmin: float, xmax: float,
             plus half the label if the matrix roof runs through it."""
             box = _box(x, y, w, h, *t)
             outside = w * h - _overlap((0, 0, width_pt, height_pt), box)
-            crossed = w * h / 2 if roof is not None and _crosses(box, roof) else 0
+            crossed = w * h / 2 if _crosses(box, roof) else 0
             return outside + crossed + sum(_overlap(box, other) for other in placed if other != own)
 
         # the first try that covers nothing, else the one that covers least
@@ -238,7 +239,7 @@ def roofline(chart: dict) -> str:
     entries = [_si(dev["tensor_peak"], "FLOP/s") + " matrix roof, " + _si(dev["bandwidth"], "B/s"),
                *series] + (["vector roof"] if dev["vector_peak"] else [])
     legend = None if below else (len(entries) * 1.45 * 8.0 + 6, 28 + CHAR_PT * 1.2 * max(map(len, entries)))
-    _annotate(ax, _clusters(pts), xmin, xmax, legend, dev)
+    _annotate(ax, _clusters(pts), xmin, xmax, dev, legend)
     _title(fig, chart["title"])
     ax.set(xlabel="arithmetic intensity (FLOP / byte)", ylabel="attainable FLOP/s")
     if below:
