@@ -25,9 +25,35 @@ def limit_at_infinity(f: sp.Expr, var: sp.Symbol) -> sp.Expr:
     num, den = sp.fraction(sp.together(f))
     try:
         p, q = sp.Poly(num, var), sp.Poly(den, var)
-    except sp.PolynomialError:
-        return sp.limit(f, var, sp.oo)   # not rational in var (ceil, min, ...): ask sympy
+    except sp.PolynomialError:   # not rational in var (ceil, min, ...)
+        squeezed = _squeeze_ceilings(num, den, var)
+        return squeezed if squeezed is not None else sp.limit(f, var, sp.oo)
     return _leading_ratio(p, q)
+
+
+def _squeeze_ceilings(num: sp.Expr, den: sp.Expr, var: sp.Symbol) -> sp.Expr | None:
+    """The limit of num/den where ceiling(u) terms (FlashAttention's passes over K/V) appear
+    only in the denominator, linearly, with positive coefficients: num/den is then monotone in
+    each of them, so it lies between its values at ceiling(u) = u and = u + 1, and where those
+    two rational functions share a limit, so does num/den. None where that does not hold."""
+    ceils = sorted((c for c in den.atoms(sp.ceiling) if var in c.free_symbols), key=sp.default_sort_key)
+    if not ceils or num.has(*ceils):
+        return None
+    try:
+        linear = sp.Poly(den, *ceils)
+    except sp.PolynomialError:
+        return None
+    if linear.total_degree() != 1 or not all(c.is_positive for c in linear.coeffs()):
+        return None
+    bounds = []
+    for shift in (0, 1):
+        g = (num / den).xreplace({c: c.args[0] + shift for c in ceils})
+        n, d = sp.fraction(sp.together(g))
+        try:
+            bounds.append(_leading_ratio(sp.Poly(n, var), sp.Poly(d, var)))
+        except sp.PolynomialError:
+            return None
+    return bounds[0] if sp.cancel(bounds[0] - bounds[1]) == 0 else None
 
 
 def exact(x) -> sp.Rational:

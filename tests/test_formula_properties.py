@@ -63,3 +63,12 @@ def test_attention_reads_kv_heads_not_query_heads():
     cost = FORMULAS["attention"](B, 1, S, n_q, n_kv, d_head, b)
     assert cost.bytes_of("kv_cache") == 2 * B * S * n_kv * d_head * b   # GQA: KV heads only
     assert n_q not in cost.bytes_of("kv_cache").free_symbols
+
+
+def test_squeezed_limit_of_flash_attention_matches_sympy():
+    """FlashAttention's intensity has ceiling(S/Bc) passes in its bytes; the squeeze in
+    derive.limit_at_infinity must give sympy's own limit."""
+    from rooflinec.derive import limit_at_infinity
+    for block_cols in (64, 128, 192, 384):
+        f = intensity(FORMULAS["flash_attention"](B, n_q, S, d_head, b, block_cols))
+        assert sp.cancel(limit_at_infinity(f, S) - sp.limit(f, S, sp.oo)) == 0
