@@ -45,3 +45,29 @@ def test_build_is_deterministic(built, tmp_path):
     for fresh in sorted(p for p in built.rglob("*") if p.is_file()):
         again = tmp_path / fresh.relative_to(built)
         assert again.read_bytes() == fresh.read_bytes(), fresh.name
+
+
+def report_schema():
+    from rooflinec.validate import schema
+    return schema("report")
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob("reports/*.json")))
+def test_json_report_follows_its_schema(path):
+    import json
+
+    from jsonschema import Draft202012Validator
+    with open(path, encoding="utf-8") as fh:
+        errors = [e.message for e in Draft202012Validator(report_schema()).iter_errors(json.load(fh))]
+    assert errors == []
+
+
+def test_report_schema_rejects_a_ledger_without_rows():
+    import json
+
+    from jsonschema import Draft202012Validator
+    with open("reports/gpt2-medium.json", encoding="utf-8") as fh:
+        rep = json.load(fh)
+    ledger = next(s for s in rep["sections"] if s["kind"] == "ledger")["blocks"][0]["ledgers"][0]
+    del ledger["rows"]
+    assert not Draft202012Validator(report_schema()).is_valid(rep)

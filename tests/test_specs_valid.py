@@ -82,5 +82,5 @@ def test_every_schema_property_has_a_description():
             for i, child in enumerate(node):
                 walk(child, f"{path}[{i}]")
 
-    for name in ("hardware", "model", "study"):
+    for name in ("hardware", "model", "study", "report"):
         walk(schema(name), name)
