@@ -20,6 +20,7 @@ def _device(dev, dtype: str) -> dict:
         "ridge_matrix": tensor / dev.bandwidth if tensor else None,
         "ridge_vector": vector / dev.bandwidth if vector else None,
         "sm_count": dev.sm_count, "sram_per_sm": dev.sram_per_sm, "source": dev.source,
+        "notes": dev.notes,
     }
 
 
@@ -28,7 +29,7 @@ def _model(m) -> dict:
         "key": m.key, "name": m.name, "d_model": m.d_model, "n_layers": m.n_layers,
         "n_heads": m.n_heads, "n_kv_heads": m.n_kv_heads, "head_dim": m.head_dim,
         "mlp": m.mlp_kind, "d_ff": m.d_ff, "vocab": m.vocab, "norm": m.norm_kind,
-        "block": m.block, "tied_embeddings": m.tied_embeddings, "source": m.source,
+        "block": m.block, "tied_embeddings": m.tied_embeddings, "source": m.source, "notes": m.notes,
         "dimensions": dict(m.dimensions), "operators": [d.name for d in m.operators],
     }
 

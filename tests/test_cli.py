@@ -90,3 +90,12 @@ def test_added_device_appears_with_no_code_change(tree, tmp_path):
     md = (tmp_path / "out" / "qwen.md").read_text()
     assert "My GPU (`my-gpu`)" in md
     assert "my-gpu (ridge 200.0)" in md             # 400e12 / 2000e9
+
+
+def test_spec_notes_appear_in_the_report(tree, tmp_path):
+    hw = tree / "hardware" / "rtx4090.yaml"
+    hw.write_text(hw.read_text() + "notes: boost clock assumed\n")
+    code, _, err = call("build", str(tree / "qwen.yaml"), "--out", str(tmp_path), "--format", "md,html")
+    assert code == 0, err
+    assert "boost clock assumed" in (tmp_path / "qwen.md").read_text()
+    assert "boost clock assumed" in (tmp_path / "qwen.html").read_text()
