@@ -19,8 +19,6 @@ from rooflinec.ops import FORMULAS, UNITS
 from rooflinec.symbols import B, L, M, S, V, b, d_ff, d_head, d_model, n_kv, n_q
 
 PHASES = ("decode", "prefill")
-QKV = ("separate", "fused")
-BIAS = ("separate_kernel", "in_gemm")
 
 
 @dataclass(frozen=True)

@@ -66,12 +66,6 @@ class Params:
     def per_layer(self) -> sp.Expr:
         return sp.Add(*(c.per for c in self.components if c.repeat == L))
 
-    def component(self, name: str) -> Component:
-        for c in self.components:
-            if c.name == name:
-                return c
-        raise KeyError(name)
-
 
 def _layer(name, group, per, matmul=True, note="") -> Component:
     return Component(name, group, per, L, matmul, False, note)

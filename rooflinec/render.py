@@ -122,12 +122,6 @@ def chart_slots(report: dict) -> list[list[dict]]:
             for section in chartdata.plan(report)]
 
 
-def draw_charts(report: dict) -> list[list[dict]]:
-    """The chart slots with their SVG, drawn here."""
-    from rooflinec.charts import draw
-    return [[dict(c, svg=draw(c["spec"])) for c in section] for section in chart_slots(report)]
-
-
 def markdown(report: dict, charts: list[list[dict]] | None = None) -> str:
     """Markdown links the chart files; it never holds their SVG."""
     charts = charts if charts is not None else [[] for _ in report["sections"]]

@@ -54,11 +54,6 @@ def extra_values(model) -> dict[sp.Symbol, int]:
     return {_dim(name): value for name, value in dict(getattr(model, "dimensions", None) or {}).items()}
 
 
-def model_alphabet(model) -> dict[str, sp.Symbol]:
-    """The alphabet plus the model's extra dimensions: what its operator formulas may use."""
-    return {**ALPHABET, **{s.name: s for s in extra_values(model)}}
-
-
 def model_values(model) -> dict[sp.Symbol, int]:
     """The numbers a model spec gives the model symbols (its extra dimensions included)."""
     return {

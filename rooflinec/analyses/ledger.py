@@ -15,8 +15,6 @@ from rooflinec.lower import PHASES
 from rooflinec.passes import VARIANTS
 from rooflinec.symbols import B, S
 
-SCOPES = ("layer", "model")
-
 
 def symbolic(op) -> dict:
     """An op's per-launch FLOPs and bytes as its formulas build them, and its intensity
