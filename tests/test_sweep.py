@@ -100,6 +100,36 @@ def test_number_unchanged_for_scalars():
     assert number(sp.Integer(2) * B * S, {B: 3, S: 5}) == 30
 
 
+# Random formulas over the heads a cost may use (user formulas add min, max, ceil, floor).
+# ceil and floor take an integer polynomial over an integer, as tile counts do, so their
+# value is exact in floats too; elsewhere floats round, hence the tolerance below.
+_symbols = st.sampled_from([B, S, M]) | st.integers(1, 500).map(sp.Integer)
+_polynomials = st.recursive(_symbols, lambda sub: st.tuples(sub, sub).map(
+    lambda ab: ab[0] + ab[1]) | st.tuples(sub, sub).map(lambda ab: ab[0] * ab[1]), max_leaves=4)
+_tiles = st.tuples(_polynomials, st.integers(1, 300)).flatmap(lambda pk: st.sampled_from(
+    [sp.ceiling(pk[0] / pk[1]), sp.floor(pk[0] / pk[1]) + 1]))
+_leaves = _symbols | _tiles | \
+    st.tuples(st.integers(1, 50), st.integers(1, 50)).map(lambda pq: sp.Rational(*pq))
+_formulas = st.recursive(_leaves, lambda sub: st.one_of(
+    st.tuples(sub, sub).map(lambda ab: ab[0] + ab[1]),
+    st.tuples(sub, sub).map(lambda ab: ab[0] * ab[1]),
+    st.tuples(sub, sub).map(lambda ab: ab[0] / ab[1]),
+    st.tuples(sub, st.integers(-2, 3)).map(lambda ae: ae[0] ** ae[1]),
+    st.tuples(sub, sub).map(lambda ab: sp.Max(*ab)),
+    st.tuples(sub, sub).map(lambda ab: sp.Min(*ab))), max_leaves=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_formulas, st.integers(1, 10**6), st.integers(1, 10**6), st.integers(1, 4096))
+def test_number_equals_exact_substitution(expr, bb, ss, mm):
+    """The scalar evaluator (closures over the sympy tree) gives the exact value, rounded:
+    the same number sympy's exact arithmetic gives, to float precision."""
+    values = {B: bb, S: ss, M: mm}
+    exact = expr.xreplace(values)
+    got = number(expr, values)
+    assert math.isclose(got, float(exact), rel_tol=1e-9, abs_tol=1e-300)
+
+
 # --- ranges ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("spec_, want", [
