@@ -67,7 +67,7 @@ def _parser(stdout, stderr) -> _Parser:
 
 
 def _formats(text: str, parser) -> list[str]:
-    from rooflinec.render import FORMATS
+    from rooflinec.formats import FORMATS
     formats = [f.strip() for f in text.split(",") if f.strip()]
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
@@ -96,7 +96,8 @@ def _build_all(specs: list[str], painter=None) -> list[tuple[dict, list | None]]
 
 
 def cmd_build(args, stdout, parser) -> int:
-    from rooflinec.charts import CHARTED, Painter
+    from rooflinec.charts import Painter
+    from rooflinec.formats import CHARTED
     formats = _formats(args.format, parser)
     charted = any(f in CHARTED for f in formats)
     # start matplotlib's import on the other core now; the studies are evaluated meanwhile

@@ -10,9 +10,7 @@ from functools import cache, lru_cache
 import jinja2
 import sympy as sp
 
-from rooflinec.charts import CHARTED
-
-FORMATS = ("md", "html", "json")
+from rooflinec.formats import CHARTED, FORMATS
 
 
 @lru_cache(maxsize=4096)
