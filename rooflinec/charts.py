@@ -148,7 +148,7 @@ def _label(group: list[dict]) -> str:
 
 
 LABEL_PT = 6.5                 # label font size
-CHAR_PT, LINE_PT = 3.6, 8.0    # a label character's average width and a line's height, in points
+CHAR_PT, LINE_PT = 3.9, 8.0    # a label character's average width and a line's height, in points
 
 
 def _annotate(ax, groups: list[list[dict]], xmin: float, xmax: float, dev: dict,
@@ -173,6 +173,15 @@ def _annotate(ax, groups: list[list[dict]], xmin: float, xmax: float, dev: dict,
         flops = min(xmin * 10 ** (xp / x_pt) * dev["bandwidth"], dev["tensor_peak"])
         return math.log10(flops / y_lo) * y_pt
 
+    vector = None   # the vector roof's flat part, (start, height) in points
+    if dev["vector_peak"]:
+        vector = (math.log10(dev["vector_peak"] / dev["bandwidth"] / xmin) * x_pt,
+                  math.log10(dev["vector_peak"] / y_lo) * y_pt)
+
+    def roofs_through(box: tuple) -> int:
+        flat = vector is not None and box[2] > vector[0] and box[1] < vector[1] < box[3]
+        return int(_crosses(box, roof)) + int(flat)   # plain ints: numpy bools would add as "or"
+
     for group in groups:
         p, text = group[0], _label(group)
         lines = text.split("\n")
@@ -186,12 +195,13 @@ def _annotate(ax, groups: list[list[dict]], xmin: float, xmax: float, dev: dict,
         own = (x - 4, y - 4, x + 4, y + 4)
 
         def cost(t) -> float:
-            """Area this try would cover of what is placed, plus what falls outside the axes,
-            plus half the label if the matrix roof runs through it."""
+            """Three times the area this try would cover of what is placed or would leave the
+            axes (text on text is unreadable, text off the figure is cut), plus half the label
+            for each roof that runs through it (a line through text is merely untidy)."""
             box = _box(x, y, w, h, *t)
             outside = w * h - _overlap((0, 0, width_pt, height_pt), box)
-            crossed = w * h / 2 if _crosses(box, roof) else 0
-            return outside + crossed + sum(_overlap(box, other) for other in placed if other != own)
+            crossed = w * h / 2 * roofs_through(box)
+            return 3 * (outside + sum(_overlap(box, other) for other in placed if other != own)) + crossed
 
         # the first try that covers nothing, else the one that covers least
         sx, sy, gap = min(tries, key=lambda t: (cost(t), tries.index(t)))
@@ -244,7 +254,7 @@ def _roofs(ax, dev: dict, xmin: float, xmax: float) -> None:
                 textcoords="offset points", rotation=90, fontsize=7.5, color="#555555")
 
 
-def roofline(chart: dict) -> str:
+def roofline(chart: dict):
     """Log-log attainable FLOP/s against intensity: roofs, ridge, and the labelled points."""
     dev = chart["device"]
     pts = [dict(p, on_roof=p["flops_per_s"] is None and p["attained"] < p["intensity"] * dev["bandwidth"])
@@ -278,10 +288,10 @@ def roofline(chart: dict) -> str:
                   frameon=False, ncols=2)
     else:
         ax.legend(loc="upper left", frameon=False)
-    return _svg(fig)
+    return fig
 
 
-def sweep(chart: dict) -> str:
+def sweep(chart: dict):
     """Intensity against tokens in flight, one line per GEMM, each device's ridge and crossing."""
     fig, ax = _figure()
     for i, line in enumerate(chart["lines"]):
@@ -305,13 +315,13 @@ def sweep(chart: dict) -> str:
               "tokens in flight M", "arithmetic intensity (FLOP / byte)")
     _title(fig, chart["title"])
     ax.legend(loc="lower right", frameon=False)
-    return _svg(fig)
+    return fig
 
 
 LINE_STYLES = ("-", "--", ":", "-.")
 
 
-def throughput(chart: dict) -> str:
+def throughput(chart: dict):
     """Tokens/s against a swept axis: colour per series, line style per device (and variant),
     a ring where the series turns compute-bound."""
     from matplotlib.lines import Line2D
@@ -337,14 +347,14 @@ def throughput(chart: dict) -> str:
               chart["xlabel"], chart["ylabel"])
     _title(fig, chart["title"])
     ax.legend(handles=handles, loc="upper left", frameon=False, ncols=2 if len(handles) > 6 else 1)
-    return _svg(fig)
+    return fig
 
 
 DRAW = {"roofline": roofline, "sweep": sweep, "throughput": throughput}
 
 
 def draw(chart: dict) -> str:
-    return DRAW[chart["kind"]](chart)
+    return _svg(DRAW[chart["kind"]](chart))
 
 
 def _cores() -> int:

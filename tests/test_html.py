@@ -182,6 +182,35 @@ def test_charts_are_svg_with_text(qwen):
             assert "mathdefault" not in svg                          # plain tick labels
 
 
+@pytest.mark.parametrize("study", sorted(p.name for p in (ROOT / "specs").glob("*.yaml")))
+def test_chart_labels_do_not_overlap(study):
+    """Point labels are placed from estimated sizes; measured by matplotlib's renderer, no
+    two texts inside a shipped chart's axes overlap by more than a sliver (2 x 2 px)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+    from rooflinec import charts
+    rep = report.build(spec.load_study(str(ROOT / "specs" / study)))
+    for section in chart_slots(rep):
+        for c in section:
+            if c["spec"]["kind"] != "roofline":
+                continue
+            fig = charts.roofline(c["spec"])
+            canvas = FigureCanvasAgg(fig)
+            canvas.draw()   # places the annotations
+            renderer = canvas.get_renderer()
+            ax = fig.axes[0]
+            inside = ax.get_window_extent(renderer)
+            # Text's own extent: an Annotation's would include its leader line
+            shown = [(t.get_text(), Text.get_window_extent(t, renderer)) for t in ax.texts if t.get_text()]
+            shown = [(t, b) for t, b in shown if b.overlaps(inside)]   # tick labels sit outside
+            texts, boxes = [t for t, _ in shown], [b for _, b in shown]
+            for i, one in enumerate(boxes):
+                for other in boxes[i + 1:]:
+                    w = min(one.x1, other.x1) - max(one.x0, other.x0)
+                    h = min(one.y1, other.y1) - max(one.y0, other.y0)
+                    assert w <= 2 or h <= 2, f"{c['spec']['title']}: {texts[i]!r} and {texts[boxes.index(other)]!r} overlap"
+
+
 # --- every section kind, the new charts ------------------------------------
 
 def test_every_analysis_has_an_html_and_a_markdown_template():
