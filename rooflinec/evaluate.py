@@ -25,7 +25,7 @@ class _Unsupported(Exception):
 
 def _closure(expr: sp.Expr, index: dict):
     """`expr` as nested Python closures over a tuple of values: built from the sympy tree
-    itself (no printing, no code generation), ~50x quicker to make than a lambdify, with
+    itself (no printing, no code generation), ~35x quicker to make than a lambdify, with
     the same arithmetic (integers stay exact, rationals become p / q)."""
     if expr.is_Symbol:
         i = index[expr]
