@@ -13,7 +13,7 @@ leaves = st.sampled_from(NAMES) | st.integers(-40, 400).map(sp.Integer) | \
     st.tuples(st.integers(-9, 9), st.integers(1, 9)).map(lambda pq: sp.Rational(*pq))
 real = lambda e: not e.has(sp.zoo, sp.nan, sp.I)  # noqa: E731  (x/0, (-1)**(1/2): Max refuses them)
 pairs = lambda sub: st.tuples(sub, sub)  # noqa: E731
-formulas = st.recursive(leaves, lambda sub: st.one_of(
+_formulas = st.recursive(leaves, lambda sub: st.one_of(
     pairs(sub).map(lambda ab: ab[0] + ab[1]),
     pairs(sub).map(lambda ab: ab[0] - ab[1]),
     pairs(sub).map(lambda ab: ab[0] * ab[1]),
@@ -25,13 +25,19 @@ formulas = st.recursive(leaves, lambda sub: st.one_of(
     sub.map(sp.ceiling), sub.map(sp.floor)).filter(real), max_leaves=10)
 
 
+@st.composite
+def formulas(draw):
+    """A random formula (composite: hypothesis then names it in one word, not by its tree)."""
+    return draw(_formulas)
+
+
 @settings(max_examples=300, deadline=None)
-@given(formulas)
+@given(formulas())
 def test_same_markup_as_sympy(expr):
     assert mathml._print(expr) == sympy_mathml(expr, printer="presentation")
 
 
-@given(formulas, formulas)
+@given(formulas(), formulas())
 @settings(max_examples=100, deadline=None)
 def test_raw_fraction_same_markup_as_sympy(flops, nbytes):
     """The unevaluated FLOPs / bytes of an identity prints as sympy prints it."""
