@@ -116,14 +116,21 @@ def child_sweep() -> dict:
     study = _qwen()
     device = study.devices[0]
     kernel = sweep.compile_program(lower(study.model, "decode"))
-    axes = {B: np.arange(1, SWEEP_SIDE + 1), S: np.arange(1, SWEEP_SIDE + 1)}
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    start = time.perf_counter()
-    totals = sweep.run(kernel, study.model, axes, [device], study.dtype, study.bytes_per_element)
-    seconds = time.perf_counter() - start
+
+    def timed(contexts: int):
+        axes = {B: np.arange(1, SWEEP_SIDE + 1), S: np.arange(1, contexts + 1)}
+        start = time.perf_counter()
+        totals = sweep.run(kernel, study.model, axes, [device], study.dtype, study.bytes_per_element)
+        return totals, time.perf_counter() - start
+
+    timed(1)   # warm-up: NumPy's and the kernel's first calls
+    _, tenth_seconds = timed(SWEEP_SIDE // 10)   # a tenth of the points: a tenth of the time?
+    totals, seconds = timed(SWEEP_SIDE)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss   # KiB on Linux
     points = totals[device.key].time.size
     return {"points": points, "ops": len(kernel.ops), "device": device.key, "seconds": seconds,
+            "tenth_points": points // 10, "tenth_seconds": tenth_seconds,
             "rss_mib": rss / 1024, "rss_growth_mib": (rss - rss_before) / 1024}
 
 
@@ -199,6 +206,10 @@ def main(argv=None) -> int:
     print(f"ledger sweep: {s['points']:,} points x {s['ops']} ops on {s['device']}: "
           f"{s['seconds']:.3f} s = {s['points'] / s['seconds']:,.0f} points/s  "
           f"[target < 2 s: {verdict(fast)}]")
+    growth = s["seconds"] / s["tenth_seconds"]
+    print(f"  linear in points: {s['tenth_points']:,} points {s['tenth_seconds']:.3f} s, "
+          f"{s['points']:,} points {s['seconds']:.3f} s = {growth:.1f} x the time for 10 x the "
+          f"points ({'at most linear' if growth <= 11 else 'WORSE than linear'})")
     print(f"peak memory (process maxrss): {s['rss_mib']:.0f} MiB, of which the sweep added "
           f"{s['rss_growth_mib']:.0f} MiB  [target < 500 MB: {verdict(small)}]")
     c = child("compile")
