@@ -43,6 +43,7 @@ def kernel(phase: str, causal_fraction, tiles: Blocks | None) -> Op:
         # with S as its knob the report shows it never turns compute-bound, and what it tends to
         return Op("attention", "attention", "attention", "matrix", cost, repeat=L,
                   shape="Q[B,n_q,1,d_head] . K,V[B,n_kv,S,d_head]", crossing=S)
-    cost = FORMULAS["flash_attention"](B, n_q, S, d_head, b, tiles.cols, causal_fraction=causal_fraction)
-    return Op("attention", "flash_attention", "attention", "matrix", cost,
-              repeat=L, shape=f"Q,K,V[B,n_q,S,d_head] -> O, K/V tiles of Bc = {tiles.cols} keys")
+    cost = FORMULAS["flash_attention"](B, n_q, S, d_head, b, tiles.cols, causal_fraction=causal_fraction,
+                                       kv_heads=n_kv)
+    return Op("attention", "flash_attention", "attention", "matrix", cost, repeat=L,
+              shape=f"Q[B,n_q,S,d_head] . K,V[B,n_kv,S,d_head] -> O, K/V tiles of Bc = {tiles.cols} keys")

@@ -65,10 +65,21 @@ def test_attention_reads_kv_heads_not_query_heads():
     assert n_q not in cost.bytes_of("kv_cache").free_symbols
 
 
+def test_flash_attention_reads_kv_heads_not_query_heads():
+    """GQA in FlashAttention: K and V come from the cache once per KV head, like the unfused
+    matmuls; Q, O and the running statistics stay per query head."""
+    gqa = FORMULAS["flash_attention"](B, n_q, S, d_head, b, 128, kv_heads=n_kv)
+    assert gqa.bytes_of("kv_cache") == 2 * B * S * n_kv * d_head * b
+    mha = FORMULAS["flash_attention"](B, n_q, S, d_head, b, 128)
+    assert mha.bytes_of("kv_cache") == 2 * B * S * n_q * d_head * b
+    assert gqa.bytes_of("activations") == mha.bytes_of("activations") and gqa.flops == mha.flops
+
+
 def test_squeezed_limit_of_flash_attention_matches_sympy():
     """FlashAttention's intensity has ceiling(S/Bc) passes in its bytes; the squeeze in
     derive.limit_at_infinity must give sympy's own limit."""
     from rooflinec.derive import limit_at_infinity
     for block_cols in (64, 128, 192, 384):
-        f = intensity(FORMULAS["flash_attention"](B, n_q, S, d_head, b, block_cols))
-        assert sp.cancel(limit_at_infinity(f, S) - sp.limit(f, S, sp.oo)) == 0
+        for kv_heads in (None, n_kv):   # MHA and GQA
+            f = intensity(FORMULAS["flash_attention"](B, n_q, S, d_head, b, block_cols, kv_heads=kv_heads))
+            assert sp.cancel(limit_at_infinity(f, S) - sp.limit(f, S, sp.oo)) == 0

@@ -42,18 +42,21 @@ def pv_matmul(batch, heads, kv_heads, queries, keys, d, b, causal_fraction=1) ->
                    kv_cache=batch * kv_heads * keys * d * b, activations=batch * heads * queries * d * b)
 
 
-# FlashAttention forward, Dao et al. 2022, Algorithm 1, counted literally per head with
+# FlashAttention forward, Dao et al. 2022, Algorithm 1, counted literally per query head with
 # N = sequence length, d = head dim, Bc = column block (keys per on-chip tile):
 #   FLOPs  4 N^2 d (Q K^T and P V) + 5 N^2 (the softmax, as in `softmax`)
-#   HBM    3Nd + 2N (write O, l, m initialised; read K and V once)
+#   HBM    Nd + 2N (write O, l, m initialised) + 2Nd (read K and V once)
 #          + Tc (3Nd + 4N), Tc = ceil(N / Bc) (per K/V block: read Q, O, l, m; write O, l, m)
+# except that K and V are read once per KV head: under GQA a group's query heads share each
+# K/V tile, as in the unfused matmuls above (kv_heads defaults to heads, i.e. MHA).
 FLASH_SOFTMAX_FLOPS = 5
 
 
 @formula("flash_attention")
-def flash_attention(batch, heads, N, d, b, block_cols, causal_fraction=1) -> Cost:
+def flash_attention(batch, heads, N, d, b, block_cols, causal_fraction=1, kv_heads=None) -> Cost:
+    kv_heads = heads if kv_heads is None else kv_heads
     t_c = sp.ceiling(N / block_cols)
     flops = (2 * contraction(N, N, d) + FLASH_SOFTMAX_FLOPS * N * N) * causal_fraction
     per_head_act = N * d + 2 * N + t_c * (3 * N * d + 4 * N)
-    return Cost.of(batch * heads * flops, kv_cache=batch * heads * 2 * N * d * b,
+    return Cost.of(batch * heads * flops, kv_cache=batch * kv_heads * 2 * N * d * b,
                    activations=batch * heads * per_head_act * b)
