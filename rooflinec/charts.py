@@ -158,8 +158,8 @@ def _annotate(ax, groups: list[list[dict]], xmin: float, xmax: float, dev: dict,
     are estimated from the character count: measuring text would cost more than the chart.
     `legend`, (height, width) in points, reserves the upper-left corner for the legend."""
     x_pt, y_pt = _points_per_decade(ax)
-    (y_lo, _), span = ax.get_ylim(), math.log10(xmax / xmin)
-    width_pt, height_pt = span * x_pt, math.log10(ax.get_ylim()[1] / y_lo) * y_pt
+    y_lo, y_hi = map(float, ax.get_ylim())   # plain floats: numpy scalars are slow in the loops below
+    width_pt, height_pt = math.log10(xmax / xmin) * x_pt, math.log10(y_hi / y_lo) * y_pt
     def at(q: dict) -> tuple[float, float]:
         return math.log10(q["intensity"] / xmin) * x_pt, math.log10(q["attained"] / y_lo) * y_pt
 
@@ -180,7 +180,7 @@ def _annotate(ax, groups: list[list[dict]], xmin: float, xmax: float, dev: dict,
 
     def roofs_through(box: tuple) -> int:
         flat = vector is not None and box[2] > vector[0] and box[1] < vector[1] < box[3]
-        return int(_crosses(box, roof)) + int(flat)   # plain ints: numpy bools would add as "or"
+        return int(_crosses(box, roof)) + int(flat)   # ints: bools would add as "or" if numpy's
 
     for group in groups:
         p, text = group[0], _label(group)
@@ -226,8 +226,8 @@ def _points_per_decade(ax) -> tuple[float, float]:
     box = ax.get_position()
     fig_w, fig_h = ax.figure.get_size_inches()
     (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
-    return (box.width * fig_w * 72 / math.log10(x1 / x0),
-            box.height * fig_h * 72 / math.log10(y1 / y0))
+    return (float(box.width * fig_w * 72 / math.log10(x1 / x0)),
+            float(box.height * fig_h * 72 / math.log10(y1 / y0)))
 
 
 def _crosses(box: tuple, line) -> bool:
