@@ -11,24 +11,29 @@ from rooflinec.symbols import ALPHABET
 NAMES = [*ALPHABET.values(), sp.Symbol("alpha"), sp.Symbol("x_1"), sp.Symbol("t_k_v"), sp.Symbol("w__2")]
 leaves = st.sampled_from(NAMES) | st.integers(-40, 400).map(sp.Integer) | \
     st.tuples(st.integers(-9, 9), st.integers(1, 9)).map(lambda pq: sp.Rational(*pq))
-real = lambda e: not e.has(sp.zoo, sp.nan, sp.I)  # noqa: E731  (x/0, (-1)**(1/2): Max refuses them)
-pairs = lambda sub: st.tuples(sub, sub)  # noqa: E731
-_formulas = st.recursive(leaves, lambda sub: st.one_of(
-    pairs(sub).map(lambda ab: ab[0] + ab[1]),
-    pairs(sub).map(lambda ab: ab[0] - ab[1]),
-    pairs(sub).map(lambda ab: ab[0] * ab[1]),
-    pairs(sub).map(lambda ab: ab[0] / ab[1]),
-    st.tuples(sub, st.sampled_from([-3, -1, 2, 3, sp.Rational(1, 2), sp.Rational(-1, 2),
-                                    sp.Rational(1, 3), sp.Rational(3, 2), sp.Rational(-2, 3)]))
-    .map(lambda ae: ae[0] ** ae[1]),
-    pairs(sub).map(lambda ab: sp.Max(*ab)), pairs(sub).map(lambda ab: sp.Min(*ab)),
-    sub.map(sp.ceiling), sub.map(sp.floor)).filter(real), max_leaves=10)
+EXPONENTS = [sp.Rational(*pq) for pq in ((-3, 1), (-1, 1), (2, 1), (3, 1), (1, 2), (-1, 2),
+                                         (1, 3), (3, 2), (-2, 3))]
+BINARY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+          "/": lambda a, b: a / b, "max": sp.Max, "min": sp.Min}
 
 
 @st.composite
-def formulas(draw):
-    """A random formula (composite: hypothesis then names it in one word, not by its tree)."""
-    return draw(_formulas)
+def formulas(draw, depth: int = 3):
+    """A random formula over the heads costs use, built bottom-up. Fractional powers take
+    positive bases only, so every value stays real; a subtree that divides by zero is
+    replaced by a leaf (Max and Min refuse zoo and nan)."""
+    if depth == 0 or draw(st.integers(0, 3)) == 0:
+        return draw(leaves)
+    head = draw(st.sampled_from([*BINARY, "pow", "ceiling", "floor"]))
+    a = draw(formulas(depth - 1))
+    if head in ("ceiling", "floor"):
+        expr = getattr(sp, head)(a)
+    elif head == "pow":
+        exponent = draw(st.sampled_from(EXPONENTS))
+        expr = a ** (exponent if exponent.is_integer or a.is_positive else 2)
+    else:
+        expr = BINARY[head](a, draw(formulas(depth - 1)))
+    return draw(leaves) if expr.has(sp.zoo, sp.nan) else expr
 
 
 @settings(max_examples=300, deadline=None)
