@@ -193,8 +193,8 @@ def step_terms(program: Program, values: dict, peaks: dict, bandwidth) -> Terms:
     """
     flops = nbytes = compute = sp.Integer(0)
     for op in program.ops:
-        f = (op.cost.flops * op.repeat).subs(program.bindings).xreplace(values)
-        nbytes += (op.cost.bytes * op.repeat).subs(program.bindings).xreplace(values)
+        f = (op.cost.flops * op.repeat).xreplace(program.bindings).xreplace(values)
+        nbytes += (op.cost.bytes * op.repeat).xreplace(program.bindings).xreplace(values)
         if f != 0:
             if peaks.get(op.unit) is None:
                 raise MissingPeak(op.name, op.unit)
