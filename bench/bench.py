@@ -181,16 +181,18 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as out:
         build = lambda study, formats: [sys.executable, "-m", "rooflinec", "build", study,  # noqa: E731
                                         "--out", out, "--format", formats]
-        # The target's two figures are measured in turn, so that load falls on both alike.
-        (floor, floor_med, floor_cpu), target = paired([floor_argv, build(qwen, FULL)], args.runs)
+        # The floor and the qwen builds are measured in turn, so that load falls on all alike.
+        qwen_formats = (FULL, "md,json", NO_CHARTS)
+        (floor, floor_med, floor_cpu), *measured = paired(
+            [floor_argv, *(build(qwen, f) for f in qwen_formats)], args.runs)
+        qwen_runs = dict(zip(qwen_formats, measured))
         print(f"import floor: python -c 'import {', '.join(modules)}'\n"
               f"  best {floor:.3f} s, median {floor_med:.3f} s, cpu {floor_cpu:.3f} s "
-              f"({args.runs} runs, in turn with the qwen build)")
+              f"({args.runs} runs, in turn with the qwen builds)")
         for study in studies():
             # qwen draws charts: also with md's charts only, and with none (json)
-            for formats in (FULL, "md,json", NO_CHARTS) if study == qwen else (FULL,):
-                t, med, cpu = target if (study, formats) == (qwen, FULL) else \
-                    wall(build(study, formats), args.runs)
+            for formats in qwen_formats if study == qwen else (FULL,):
+                t, med, cpu = qwen_runs[formats] if study == qwen else wall(build(study, formats), args.runs)
                 tag = " (no charts)" if formats == NO_CHARTS else ""
                 line = (f"build {study} --format {formats}{tag}: best {t:.3f} s = {t / floor:.2f} x"
                         f" floor (median {med:.3f} s = {med / floor_med:.2f} x; cpu {cpu:.3f} s ="
