@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import re
 import shutil
 from pathlib import Path
@@ -203,12 +204,10 @@ def test_chart_labels_do_not_overlap(study):
             # Text's own extent: an Annotation's would include its leader line
             shown = [(t.get_text(), Text.get_window_extent(t, renderer)) for t in ax.texts if t.get_text()]
             shown = [(t, b) for t, b in shown if b.overlaps(inside)]   # tick labels sit outside
-            texts, boxes = [t for t, _ in shown], [b for _, b in shown]
-            for i, one in enumerate(boxes):
-                for other in boxes[i + 1:]:
-                    w = min(one.x1, other.x1) - max(one.x0, other.x0)
-                    h = min(one.y1, other.y1) - max(one.y0, other.y0)
-                    assert w <= 2 or h <= 2, f"{c['spec']['title']}: {texts[i]!r} and {texts[boxes.index(other)]!r} overlap"
+            for (text, one), (other_text, other) in itertools.combinations(shown, 2):
+                w = min(one.x1, other.x1) - max(one.x0, other.x0)
+                h = min(one.y1, other.y1) - max(one.y0, other.y0)
+                assert w <= 2 or h <= 2, f"{c['spec']['title']}: {text!r} and {other_text!r} overlap"
 
 
 # --- every section kind, the new charts ------------------------------------
