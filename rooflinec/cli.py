@@ -120,11 +120,15 @@ def cmd_build(args, stdout, parser) -> int:
 def _render_all(args, formats, painter) -> dict[str, str]:
     from rooflinec.render import render_many
     outputs = {}
-    for rep, tickets in _build_all(args.specs, painter):
+    for path, (rep, tickets) in zip(args.specs, _build_all(args.specs, painter)):
         svgs = (lambda tickets=tickets: [painter.result(t) for t in tickets]) \
             if tickets is not None else None
         for rel, text in render_many(rep, formats, svgs).items():
-            outputs[os.path.join(args.out, *rel.split("/"))] = text
+            target = os.path.join(args.out, *rel.split("/"))
+            if target in outputs:
+                raise RooflineError(f"{path}: its reports would overwrite those of another spec with "
+                                    f"the same file name ({target}); build them with different --out")
+            outputs[target] = text
     return outputs
 
 

@@ -45,6 +45,28 @@ def test_explain_unknown_op_lists_the_ops():
     assert code == 1 and "no op 'qproj'" in err and "q_proj" in err
 
 
+def test_explain_works_where_the_first_device_has_no_sram():
+    """PaLM's TPU gives no SRAM figure: FlashAttention cannot be tiled there, but q_proj, an
+    op of the naive program, needs no tiles."""
+    code, out, err = call("explain", "specs/palm.yaml", "q_proj")
+    assert code == 0, err
+    assert "q_proj in PaLM 540B" in out
+
+
+def test_explain_without_a_model_says_so():
+    code, _, err = call("explain", "specs/accelerators.yaml", "q_proj")
+    assert code == 1 and "explain needs a study with a model" in err
+
+
+def test_two_specs_with_one_file_name_are_refused(tree, tmp_path):
+    other = tmp_path / "elsewhere"
+    shutil.copytree(tree, other)
+    out = tmp_path / "out"
+    code, _, err = call("build", str(tree / "qwen.yaml"), str(other / "qwen.yaml"), "--out", str(out))
+    assert code == 1 and "would overwrite" in err and "qwen.md" in err
+    assert not out.exists()
+
+
 def test_usage_errors_exit_2():
     assert call()[0] == 2
     assert call("frobnicate")[0] == 2
