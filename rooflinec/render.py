@@ -11,6 +11,7 @@ import jinja2
 import sympy as sp
 
 from rooflinec.formats import CHARTED, FORMATS
+from rooflinec.ir import CATEGORIES
 
 
 @lru_cache(maxsize=4096)
@@ -107,7 +108,8 @@ def environment(autoescape: bool) -> jinja2.Environment:
         from rooflinec import mathml
         from rooflinec.chartdata import slug
         env.filters.update({"math": mathml.mathml, "symbol": symbol, "slug": slug})
-        env.globals.update({"identity": mathml.identity, "cancelled": mathml.cancelled})
+        env.globals.update({"identity": mathml.identity, "cancelled": mathml.cancelled,
+                            "categories": CATEGORIES})
     return env
 
 

@@ -145,6 +145,16 @@ def test_an_operator_with_a_wrong_argument_is_located(tmp_path):
     assert "analyses.operators.ops[0].args: formula 'gemm' needs argument 'n'" in err
 
 
+def test_a_vector_op_on_a_device_without_a_vector_peak_is_located(tmp_path):
+    path = _tree(tmp_path, "devices: [a100-40gb]\nanalyses:\n  operators:\n    ops:\n"
+                           "      - {label: x, formula: softmax, args: {rows: 8, cols: 8}}\n")
+    hw = tmp_path / "hardware" / "a100-40gb.yaml"
+    hw.write_text("\n".join(line for line in hw.read_text().splitlines() if "vector" not in line) + "\n")
+    code, err = _run("check", path)
+    assert code == 1 and "Traceback" not in err
+    assert "lists no vector peak" in err and "softmax" in err
+
+
 def test_symbolic_intensity_of_a_formula_cancels_dimensions():
     n = sp.Symbol("n", positive=True)
     assert intensity(FORMULAS["softmax"](n, n, b)) == sp.Rational(5, 2) / b

@@ -210,6 +210,19 @@ def test_chart_labels_do_not_overlap(study):
                 assert w <= 2 or h <= 2, f"{c['spec']['title']}: {text!r} and {other_text!r} overlap"
 
 
+def test_every_category_class_has_a_colour(files):
+    """The ledger legend and rows use category classes; each must be styled."""
+    html = files["qwen.html"]
+    used = set(re.findall(r'class="(?:cat )?(cat-[a-z-]+)"', html))
+    styled = set(re.findall(r"\.(cat-[a-z-]+) \{", html))
+    assert {"cat-attention-matmul", "cat-custom"} <= used
+    assert used <= styled
+
+
+def test_html_derivation_headings_name_what_a_kernel_absorbed(files):
+    assert "<h4>o_proj + attn_residual <span" in files["qwen.html"]
+
+
 # --- every section kind, the new charts ------------------------------------
 
 def test_every_analysis_has_an_html_and_a_markdown_template():
