@@ -191,23 +191,23 @@ def test_chart_labels_do_not_overlap(study):
     from matplotlib.text import Text
     from rooflinec import charts
     rep = report.build(spec.load_study(str(ROOT / "specs" / study)))
-    for section in chart_slots(rep):
-        for c in section:
-            if c["spec"]["kind"] != "roofline":
-                continue
-            fig = charts.roofline(c["spec"])
-            canvas = FigureCanvasAgg(fig)
-            canvas.draw()   # places the annotations
-            renderer = canvas.get_renderer()
-            ax = fig.axes[0]
-            inside = ax.get_window_extent(renderer)
-            # Text's own extent: an Annotation's would include its leader line
-            shown = [(t.get_text(), Text.get_window_extent(t, renderer)) for t in ax.texts if t.get_text()]
-            shown = [(t, b) for t, b in shown if b.overlaps(inside)]   # tick labels sit outside
-            for (text, one), (other_text, other) in itertools.combinations(shown, 2):
-                w = min(one.x1, other.x1) - max(one.x0, other.x0)
-                h = min(one.y1, other.y1) - max(one.y0, other.y0)
-                assert w <= 2 or h <= 2, f"{c['spec']['title']}: {text!r} and {other_text!r} overlap"
+    rooflines = [c["spec"] for section in chart_slots(rep) for c in section if c["spec"]["kind"] == "roofline"]
+    if not rooflines:
+        pytest.skip(f"{study} draws no roofline chart")
+    for chart in rooflines:
+        fig = charts.roofline(chart)
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()   # places the annotations
+        renderer = canvas.get_renderer()
+        ax = fig.axes[0]
+        inside = ax.get_window_extent(renderer)
+        # Text's own extent: an Annotation's would include its leader line
+        shown = [(t.get_text(), Text.get_window_extent(t, renderer)) for t in ax.texts if t.get_text()]
+        shown = [(t, b) for t, b in shown if b.overlaps(inside)]   # tick labels sit outside
+        for (text, one), (other_text, other) in itertools.combinations(shown, 2):
+            w = min(one.x1, other.x1) - max(one.x0, other.x0)
+            h = min(one.y1, other.y1) - max(one.y0, other.y0)
+            assert w <= 2 or h <= 2, f"{chart['title']}: {text!r} and {other_text!r} overlap"
 
 
 def test_every_category_class_has_a_colour(files):

@@ -12,8 +12,10 @@ pytestmark = pytest.mark.skipif(not charts.Painter.available(), reason="needs fo
 
 @pytest.fixture(scope="module")
 def plan():
-    rep = report.build(spec.load_study("specs/gpt3.yaml"))
-    return [c for section in chartdata.plan(rep) for c in section]
+    rep = report.build(spec.load_study("specs/qwen.yaml"))
+    charts_ = [c for section in chartdata.plan(rep) for c in section]
+    assert len(charts_) >= 4   # two tickets of at least two charts each
+    return charts_
 
 
 def test_painter_draws_the_same_bytes(plan):
@@ -22,6 +24,8 @@ def test_painter_draws_the_same_bytes(plan):
         first, second = painter.submit(plan[:2]), painter.submit(plan[2:])
         assert painter.result(second) == charts.draw_all(plan[2:])
         assert painter.result(first) == charts.draw_all(plan[:2])
+        # drawn by the painter, not by result()'s fallback in this process
+        assert painter._done[first] is not None and painter._done[second] is not None
     finally:
         painter.close()
 
