@@ -100,9 +100,35 @@ def _leading_ratio(p: sp.Poly, q: sp.Poly) -> sp.Expr:
     return factored(p.LC() / q.LC())
 
 
+SEARCH_DOUBLINGS = 40   # a declared op's knob is searched up to 2^40
+
+
 def _crossing_general(num: sp.Expr, den: sp.Expr, var: sp.Symbol, ridge: sp.Rational) -> Crossing:
-    at_value = lambda x: num.subs(var, x) / den.subs(var, x)  # noqa: E731
-    return Crossing(var, 1 if at_value(1) >= ridge else None, limit_at_infinity(num / den, var))
+    """Intensity not rational in `var` (a declared op's min, max, ceil): doubling finds a power
+    of two at which it is compute-bound, bisection the first value after the last power that
+    is not (the smallest crossing wherever intensity rises with `var`), all evaluated exactly."""
+    bound = lambda x: num.xreplace({var: x}) / den.xreplace({var: x}) >= ridge  # noqa: E731
+    supremum = _limit(num / den, var)
+    if bound(1):
+        return Crossing(var, 1, supremum)
+    lo = 1   # not compute-bound here
+    for k in range(1, SEARCH_DOUBLINGS + 1):
+        hi = 2 ** k
+        if bound(hi):
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if bound(mid) else (mid, hi)
+            return Crossing(var, hi, supremum)
+        lo = hi
+    return Crossing(var, None, supremum)
+
+
+def _limit(f: sp.Expr, var: sp.Symbol) -> sp.Expr | None:
+    """lim f as var -> oo; None where sympy cannot say (a user formula with min, max ...)."""
+    try:
+        return limit_at_infinity(f, var)
+    except (NotImplementedError, ValueError, TypeError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -115,12 +141,6 @@ class Derivation:
     limit_S: sp.Expr | None     # intensity as the context S grows, where it depends on S
 
 
-def _limit_S(f: sp.Expr) -> sp.Expr | None:
-    """lim f as S -> oo; None where sympy cannot say (a user formula with min, ceil ...)."""
-    try:
-        return limit_at_infinity(f, S)
-    except (NotImplementedError, ValueError, TypeError):
-        return None
 
 
 @lru_cache(maxsize=1024)
@@ -128,5 +148,5 @@ def derive(op: Op) -> Derivation:
     flops, nbytes = factored(op.cost.flops), factored(op.cost.bytes)
     simple = intensity(op.cost)
     deps = tuple(sorted(simple.free_symbols, key=lambda s: s.name))
-    limit = _limit_S(simple) if S in simple.free_symbols else None
+    limit = _limit(simple, S) if S in simple.free_symbols else None
     return Derivation(op, flops, nbytes, simple, deps, limit)

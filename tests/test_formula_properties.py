@@ -83,3 +83,23 @@ def test_squeezed_limit_of_flash_attention_matches_sympy():
         for kv_heads in (None, n_kv):   # MHA and GQA
             f = intensity(FORMULAS["flash_attention"](B, n_q, S, d_head, b, block_cols, kv_heads=kv_heads))
             assert sp.cancel(limit_at_infinity(f, S) - sp.limit(f, S, sp.oo)) == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([1024, 4096, 8192]), st.sampled_from([64, 128, 256]), st.integers(20, 400))
+def test_crossing_through_a_ceiling_is_the_first_compute_bound_value(d, tile, ridge):
+    """A declared op whose bytes count whole tiles, ceil(M / tile): not rational in M, so the
+    crossing is searched; it must be the first M at which intensity reaches the ridge."""
+    d_, b_ = sp.Symbol("d", positive=True), sp.Symbol("b", positive=True)
+    f = 2 * M * d_ ** 2 / (b_ * (d_ ** 2 + tile * sp.ceiling(M / tile) * d_))
+    at = crossing(f, M, {d_: d, b_: 2}, ridge).at
+    value = lambda m: sp.Rational(2 * m * d * d, 2 * (d * d + tile * -(-m // tile) * d))  # noqa: E731
+    first = next((m for m in range(1, 1 << 14) if value(m) >= ridge), None)
+    assert at == first
+
+
+def test_crossing_through_max_has_no_known_supremum_but_still_a_crossing():
+    """sympy cannot take the limit of Max(M, 64); the crossing is found all the same."""
+    d_ = sp.Symbol("d", positive=True)
+    c = crossing(2 * M * d_ / (b * (sp.Max(M, 64) + 8)), M, {d_: 4096, b: 2}, 153)
+    assert c.at == 3 and c.supremum is None   # 2*3*4096 / (2*72) = 170.7 >= 153 > 113.8 at M = 2
