@@ -47,9 +47,10 @@ def _core(text: str) -> str:
     return text
 
 
-def _print(expr: sp.Basic) -> str:
-    """`expr` as presentation MathML, as sympy's printer writes it (ASCII, character references)."""
-    return _tree(expr).encode("ascii", "xmlcharrefreplace").decode()
+def _print(expr: sp.Basic, strike: frozenset = frozenset()) -> str:
+    """`expr` as presentation MathML, as sympy's printer writes it (ASCII, character references);
+    the symbols named in `strike` carry the CSS class `struck`."""
+    return _tree(expr, strike).encode("ascii", "xmlcharrefreplace").decode()
 
 
 def _mrow(*parts: str) -> str:
@@ -57,37 +58,38 @@ def _mrow(*parts: str) -> str:
 
 
 @lru_cache(maxsize=8192)
-def _tree(e) -> str:
+def _tree(e, strike: frozenset = frozenset()) -> str:
     """One node, following sympy's MathMLPresentationPrinter case by case."""
     if isinstance(e, int):
         return f"<mn>{e}</mn>"
     if e.is_Symbol:
-        return _symbol(e.name)
+        return _symbol(e.name, e.name in strike)
     if e.is_Rational:
         if e.q == 1:
             return f"<mn>{e.p}</mn>"
         frac = f"<mfrac><mn>{abs(e.p)}</mn><mn>{e.q}</mn></mfrac>"
         return _mrow(_MINUS, frac) if e.p < 0 else frac
     if e.is_Mul:
-        return _mrow(_MINUS, _product(-e)) if e.could_extract_minus_sign() else _mrow(_product(e))
+        return _mrow(_MINUS, _product(-e, strike)) if e.could_extract_minus_sign() else _mrow(_product(e, strike))
     if e.is_Add:
-        return _sum(e)
+        return _sum(e, strike)
     if e.is_Pow:
-        return _power(e)
+        return _power(e, strike)
     if e is sp.oo:
         return "<mi>&#x221E;</mi>"
     if e.func in _BRACKETS:
         left, right = _BRACKETS[e.func]
-        return _mrow(f"<mo>{left}</mo>", _tree(e.args[0]), f"<mo>{right}</mo>")
+        return _mrow(f"<mo>{left}</mo>", _tree(e.args[0], strike), f"<mo>{right}</mo>")
     if e.func in (sp.Max, sp.Min):
         args = sorted(e.args, key=default_sort_key)
         return _mrow(f"<mo>{e.func.__name__.lower()}</mo>",
-                     _mrow("<mo>(</mo>", "<mo>,</mo>".join(map(_tree, args)), "<mo>)</mo>"))
+                     _mrow("<mo>(</mo>", "<mo>,</mo>".join(_tree(a, strike) for a in args), "<mo>)</mo>"))
     return _sympy_print(e, printer="presentation")
 
 
-def _symbol(name: str) -> str:
-    """d_model -> d with subscript model; Greek names as their letters."""
+def _symbol(name: str, struck: bool = False) -> str:
+    """d_model -> d with subscript model; Greek names as their letters; `struck`: the whole
+    identifier gets the CSS class `struck`."""
     def text(part: str) -> str:
         return html.escape(greek_unicode.get(part, part))
 
@@ -97,69 +99,60 @@ def _symbol(name: str) -> str:
         return _mrow("<mo> </mo>".join(f"<mi>{text(i)}</mi>" for i in items))
 
     base, supers, subs = split_super_sub(name)
+    mark = ' class="struck"' if struck else ""
+    if not supers and not subs:
+        return f"<mi{mark}>{text(base)}</mi>"
     mi = f"<mi>{text(base)}</mi>"
     if supers and subs:
-        return f"<msubsup>{mi}{join(subs)}{join(supers)}</msubsup>"
+        return f"<msubsup{mark}>{mi}{join(subs)}{join(supers)}</msubsup>"
     if supers:
-        return f"<msup>{mi}{join(supers)}</msup>"
-    return f"<msub>{mi}{join(subs)}</msub>" if subs else mi
+        return f"<msup{mark}>{mi}{join(supers)}</msup>"
+    return f"<msub{mark}>{mi}{join(subs)}</msub>"
 
 
-def _product(e: sp.Expr) -> str:
+def _product(e: sp.Expr, strike: frozenset) -> str:
     numerator, denominator = sp.fraction(e)
     if denominator is not sp.S.One:
-        return f"<mfrac>{_tree(numerator)}{_tree(denominator)}</mfrac>"
+        return f"<mfrac>{_tree(numerator, strike)}{_tree(denominator, strike)}</mfrac>"
     coeff, terms = e.as_coeff_mul()
     if coeff is sp.S.One and len(terms) == 1:
-        return _tree(terms[0])
+        return _tree(terms[0], strike)
     terms = sp.Mul._from_args(terms).as_ordered_factors()
-    factors = _TIMES.join(_parenthesize(term, PRECEDENCE["Mul"]) for term in terms)
-    return _tree(coeff) + _TIMES + factors if coeff != 1 else factors
+    factors = _TIMES.join(_parenthesize(term, PRECEDENCE["Mul"], strike) for term in terms)
+    return _tree(coeff, strike) + _TIMES + factors if coeff != 1 else factors
 
 
-def _sum(e: sp.Expr) -> str:
+def _sum(e: sp.Expr, strike: frozenset) -> str:
     terms = e.as_ordered_terms()
-    parts = [_tree(terms[0])]
+    parts = [_tree(terms[0], strike)]
     for term in terms[1:]:
-        parts += [_MINUS, _tree(-term)] if term.could_extract_minus_sign() else ["<mo>+</mo>", _tree(term)]
+        parts += [_MINUS, _tree(-term, strike)] if term.could_extract_minus_sign() else ["<mo>+</mo>", _tree(term, strike)]
     return _mrow(*parts)
 
 
-def _power(e: sp.Expr) -> str:
+def _power(e: sp.Expr, strike: frozenset) -> str:
     base, exp = e.base, e.exp
     if exp.is_Rational and abs(exp.p) == 1 and exp.q != 1:
-        root = f"<msqrt>{_tree(base)}</msqrt>" if exp.q == 2 else f"<mroot>{_tree(base)}{_tree(exp.q)}</mroot>"
+        root = f"<msqrt>{_tree(base, strike)}</msqrt>" if exp.q == 2 else f"<mroot>{_tree(base, strike)}{_tree(exp.q, strike)}</mroot>"
         return f"<mfrac><mn>1</mn>{root}</mfrac>" if exp.p == -1 else root
     if exp.is_Rational and exp.q != 1:
-        sup = f"<msup>{_parenthesize(base, PRECEDENCE['Pow'])}{_tree(abs(exp))}</msup>"
+        sup = f"<msup>{_parenthesize(base, PRECEDENCE['Pow'], strike)}{_tree(abs(exp), strike)}</msup>"
         return f"<mfrac><mn>1</mn>{sup}</mfrac>" if exp.is_negative else sup
     if exp.is_negative:
-        below = _tree(base) if exp == -1 else f"<msup>{_parenthesize(base, PRECEDENCE['Pow'])}{_tree(-exp)}</msup>"
+        below = _tree(base, strike) if exp == -1 else f"<msup>{_parenthesize(base, PRECEDENCE['Pow'], strike)}{_tree(-exp, strike)}</msup>"
         return f"<mfrac><mn>1</mn>{below}</mfrac>"
-    return f"<msup>{_parenthesize(base, PRECEDENCE['Pow'])}{_tree(exp)}</msup>"
+    return f"<msup>{_parenthesize(base, PRECEDENCE['Pow'], strike)}{_tree(exp, strike)}</msup>"
 
 
-def _parenthesize(e: sp.Expr, level: int) -> str:
+def _parenthesize(e: sp.Expr, level: int, strike: frozenset) -> str:
     if precedence_traditional(e) <= level:
-        return _mrow("<mo>(</mo>", _tree(e), "<mo>)</mo>")
-    return _tree(e)
-
-
-def _strike(text: str, names: tuple[str, ...]) -> str:
-    """Mark the identifiers in `names` as struck out (CSS class `struck`)."""
-    for name in names:
-        base, _, sub = name.partition("_")
-        if sub:
-            text = text.replace(f"<msub><mi>{base}</mi><mi>{sub}</mi></msub>",
-                                f'<msub class="struck"><mi>{base}</mi><mi>{sub}</mi></msub>')
-        else:
-            text = text.replace(f"<mi>{name}</mi>", f'<mi class="struck">{name}</mi>')
-    return text
+        return _mrow("<mo>(</mo>", _tree(e, strike), "<mo>)</mo>")
+    return _tree(e, strike)
 
 
 @lru_cache(maxsize=4096)
 def _math(expr: sp.Basic, display: bool, strike: tuple[str, ...]) -> str:
-    body = _strike(_core(_print(expr)), strike)
+    body = _core(_print(expr, frozenset(strike)))
     block = ' display="block"' if display else ""
     return f'<math{block}>{body}</math>'
 
@@ -193,5 +186,5 @@ def _identity(flops: sp.Expr, nbytes: sp.Expr, simplified: sp.Expr) -> str:
     right = _core(_print(simplified))
     if not struck and sp.fraction(simplified) == (flops, nbytes):
         return f'<math>{right}</math>'   # already in lowest terms as counted
-    left = _strike(_core(_print(raw_fraction(flops, nbytes))), struck)
+    left = _core(_print(raw_fraction(flops, nbytes), frozenset(struck)))
     return f'<math><mrow>{left}<mo>=</mo>{right}</mrow></math>'

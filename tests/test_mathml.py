@@ -57,3 +57,14 @@ def test_infinity_same_markup_as_sympy():
 
 def test_names_are_escaped():
     assert "&lt;" in mathml._print(sp.Symbol("a<b"))
+
+
+def test_strike_marks_whole_identifiers_only():
+    """A declared dimension may be any identifier: `d` struck leaves d_model alone; Greek
+    names and names with two subscripts are struck too."""
+    d, d_model, alpha, top_k = sp.symbols("d d_model alpha n_top_k", positive=True)
+    out = str(mathml.mathml(d * d_model * alpha * top_k, strike=("d", "alpha", "n_top_k")))
+    assert '<mi class="struck">d</mi>' in out and "<msub><mi>d</mi><mi>model</mi></msub>" in out
+    assert '<mi class="struck">&#945;</mi>' in out
+    assert '<msub class="struck"><mi>n</mi><mrow><mi>top</mi>' in out
+    assert out.count("struck") == 3
