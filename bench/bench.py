@@ -154,7 +154,7 @@ def child_compile() -> dict:
             deep = replace(model, n_layers=layers)
             start = time.perf_counter()
             kernel = sweep.compile_program(lower(deep, "decode"))
-            kernel.fn(*[1] * 11)
+            kernel.fn(*[1] * len(kernel.args))
             times[layers].append(time.perf_counter() - start)
             ops[layers] = len(kernel.ops)
     return {str(k): {"seconds": statistics.median(v), "ops": ops[k]} for k, v in times.items()}

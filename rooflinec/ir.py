@@ -100,12 +100,6 @@ class Program:
                 return o
         raise KeyError(name)
 
-    def total(self) -> Cost:
-        total = Cost.of(0)
-        for o in self.ops:
-            total = total + o.cost * o.repeat
-        return total
-
 
 class IRError(Exception):
     """A program broke an invariant of the IR: a bug in lowering or a pass, not in a spec."""

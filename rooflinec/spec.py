@@ -167,13 +167,14 @@ def _resolve(doc: yamlio.Located, path: tuple, ref: str, folder: str) -> str | P
     if os.path.isabs(ref) or not _inside(os.path.realpath(target), real_root):
         return doc.problem(path, f"'{ref}' points outside the spec tree ({root}); "
                                  "references must stay inside the study's folder")
-    known = _known(root, folder)
-    listed = f"known {folder.rstrip('s')} specs: {', '.join(known) or '(none)'}"
+    def listed() -> str:   # the folder is read only when a reference is wrong
+        return f"known {folder.rstrip('s')} specs: {', '.join(_known(root, folder)) or '(none)'}"
+
     if not os.path.isfile(target):
         return doc.problem(path, f"no spec '{ref}' (looked for {target}); "
-                                 f"{validate.closest(ref, known)}{listed}")
+                                 f"{validate.closest(ref, _known(root, folder))}{listed()}")
     if os.path.realpath(target) == os.path.realpath(doc.file):
-        return doc.problem(path, f"'{ref}' is this study itself; name a spec under {folder}/; {listed}")
+        return doc.problem(path, f"'{ref}' is this study itself; name a spec under {folder}/; {listed()}")
     return target
 
 

@@ -84,3 +84,14 @@ def test_every_schema_property_has_a_description():
 
     for name in ("hardware", "model", "study", "report"):
         walk(schema(name), name)
+
+
+def test_every_dtype_a_study_may_name_has_a_byte_width():
+    """The study schema lists dtypes twice (the study's, the sweep's); each must be one that
+    spec.DTYPE_BYTES sizes, or a valid spec would fail with a KeyError."""
+    import json
+    from importlib.resources import files
+    schema = json.loads(files("rooflinec").joinpath("schemas/study.schema.json").read_text())
+    study = schema["properties"]["dtype"]["enum"]
+    sweep = schema["properties"]["analyses"]["properties"]["sweep"]["properties"]["dtype"]["items"]["enum"]
+    assert set(study) == set(sweep) == set(spec.DTYPE_BYTES)
