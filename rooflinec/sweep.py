@@ -94,12 +94,10 @@ class Kernel:
     """A Program compiled for vectorised evaluation at one scope ("model" or "layer")."""
 
     program: Program
-    scope: str
     ops: tuple[Op, ...]
     slots: tuple[tuple[int, str], ...]   # (op index, "flops" or a traffic class) per output
-    fn: Callable                          # values of `args` (scalars or arrays) -> outputs
-    tokens: sp.Expr                       # tokens through the model per step (M, bound)
-    args: tuple = tuple(sym.ALPHABET.values())   # the alphabet, then the model's own dimensions
+    fn: Callable                          # values of `args` -> outputs, then the tokens per step (M)
+    args: tuple                           # the alphabet, then the model's own dimensions
 
 
 def compile_program(program: Program, given: Iterable[sp.Symbol] = (B, S),
@@ -122,7 +120,7 @@ def compile_program(program: Program, given: Iterable[sp.Symbol] = (B, S),
         raise AxisError(f"the {program.phase} program needs {', '.join(sorted(map(str, free - given)))}; "
                         f"sweep that axis too ({', '.join(f'{k} gives {v}' for k, v in AXES.items())})")
     args = (*sym.ALPHABET.values(), *program.symbols)
-    return Kernel(program, scope, ops, tuple(slots), vectorised([*exprs, tokens], args), tokens, args)
+    return Kernel(program, ops, tuple(slots), vectorised([*exprs, tokens], args), args)
 
 
 @dataclass
