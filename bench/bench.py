@@ -113,15 +113,17 @@ def child_sweep() -> dict:
     from rooflinec import sweep
     from rooflinec.lower import lower
     from rooflinec.symbols import B, S
+    from rooflinec.workbench import Workbench
     study = _qwen()
     device = study.devices[0]
     kernel = sweep.compile_program(lower(study.model, "decode"))
+    bench = Workbench(study)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
     def timed(contexts: int):
         axes = {B: np.arange(1, SWEEP_SIDE + 1), S: np.arange(1, contexts + 1)}
         start = time.perf_counter()
-        totals = sweep.run(kernel, study.model, axes, [device], study.dtype, study.bytes_per_element)
+        totals = sweep.run(kernel, bench, axes, [device], study.dtype)
         return totals, time.perf_counter() - start
 
     timed(1)   # warm-up: NumPy's and the kernel's first calls

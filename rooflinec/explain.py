@@ -1,14 +1,14 @@
 """`rooflinec explain SPEC OP`: one op's derivation, as text for a terminal."""
 
 from rooflinec import spec
-from rooflinec.analyses import Context
+from rooflinec.workbench import Workbench
 from rooflinec.analyses.derivations import op_derivation
-from rooflinec.errors import RooflineError, SpecError
+from rooflinec.errors import DeviceLacks, RooflineError
 from rooflinec.render import environment
 
 
 def explain(path: str, op_name: str) -> str:
-    ctx = Context(spec.load_study(path))
+    ctx = Workbench(spec.load_study(path))
     if ctx.model is None:
         raise RooflineError(f"{path}: explain needs a study with a model; this one lists devices or ops only")
     phases = []
@@ -31,5 +31,5 @@ def _flash(ctx, phase: str):
     """The flash program on the first device; None where that device has no SRAM figure."""
     try:
         return ctx.program(phase, "flash", ctx.devices[0])
-    except SpecError:
+    except DeviceLacks:
         return None

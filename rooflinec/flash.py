@@ -46,4 +46,5 @@ def kernel(phase: str, causal_fraction, tiles: Blocks | None) -> Op:
     cost = FORMULAS["flash_attention"](B, n_q, S, d_head, b, tiles.cols, causal_fraction=causal_fraction,
                                        kv_heads=n_kv)
     return Op("attention", "flash_attention", "attention", "matrix", cost, repeat=L,
-              shape=f"Q[B,n_q,S,d_head] . K,V[B,n_kv,S,d_head] -> O, K/V tiles of Bc = {tiles.cols} keys")
+              shape=f"Q[B,n_q,S,d_head] . K,V[B,n_kv,S,d_head] -> O, K/V tiles of Bc = {tiles.cols} keys",
+              tiles=tiles)

@@ -73,6 +73,7 @@ class Op:
     into: str = ""       # an elementwise op: the earlier op whose kernel it can run inside
     epilogue: Cost | None = None       # its cost when it runs inside `into` (the fused variant)
     absorbed: tuple[str, ...] = ()     # ops a pass folded into this one
+    tiles: object = None                # FlashAttention's tile sizes, where the pass chose them
 
     @property
     def label(self) -> str:

@@ -30,6 +30,11 @@ class Conventions:
     qkv: str = "separate"          # q, k, v as three GEMMs, or "fused" into one
     bias: str = "separate_kernel"  # a bias add is its own kernel, or runs "in_gemm" (epilogue)
 
+    def causal_fraction(self, phase: str) -> sp.Expr:
+        """Share of the score matrix attention computes: 1/2 in prefill when the masked half
+        is skipped, else all of it (decode's one query sees every cached key)."""
+        return sp.Rational(1, 2) if (self.causal_halving and phase == "prefill") else sp.Integer(1)
+
     def stated(self, phase: str) -> tuple[tuple[str, str], ...]:
         qkv = ("one fused QKV GEMM reads the normed input once" if self.qkv == "fused"
                else "q, k and v are three GEMMs, each reading the normed input")
@@ -92,7 +97,7 @@ def _projections(model, conv: Conventions) -> list[Op]:
 def _attention(phase: str, conv: Conventions) -> list[Op]:
     """QK^T, scale, mask, softmax, P.V: the score matrix [B, n_q, queries, S] lives in HBM."""
     queries = 1 if phase == "decode" else S
-    half = sp.Rational(1, 2) if (conv.causal_halving and phase == "prefill") else 1
+    half = conv.causal_fraction(phase)
     knob = S if phase == "prefill" else None
     scores = f"[B,n_q,{queries},S]"
     return [

@@ -1,4 +1,4 @@
-"""Variants are passes: a table from variant name to Program -> Program rewrites (STYLE 7).
+"""Variants are passes: a table from variant name to Program -> Program rewrites.
 
 unfused  the naive program as lowered
 fused    bias, activation and residual run in the epilogue of the GEMM that produces their
@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import sympy as sp
-
 from rooflinec import flash
+from rooflinec.errors import DeviceLacks
 from rooflinec.ir import Program, verify
 from rooflinec.lower import Conventions
 
@@ -48,23 +47,24 @@ def fuse_epilogues(program: Program, target: Target) -> Program:
     return replace(program, ops=tuple(ops))
 
 
-class NoOnChipMemory(ValueError):
-    """The flash variant in prefill needs the device's SRAM per SM."""
-
-
 def flash_attention(program: Program, target: Target) -> Program:
     """Replace the unfused attention steps (every op touching the score matrix) by one kernel."""
     steps = flash.score_ops(program)
     if not steps:
         return program
-    if program.phase == "prefill" and target.tiles is None:
-        raise NoOnChipMemory(getattr(target.device, "key", "no device"))
-    half = sp.Rational(1, 2) if target.conventions.causal_halving else 1
-    attention = flash.kernel(program.phase, half, target.tiles)
+    tiles = target.tiles if program.phase == "prefill" else None
+    if program.phase == "prefill" and tiles is None:
+        if target.device is None:
+            raise ValueError("the flash variant in prefill needs a device for its tiles")
+        raise DeviceLacks(target.device, "on_chip.sram_per_sm", "on_chip",
+                          "FlashAttention's prefill tiles (the 'flash' variant; 'fused' needs none)")
+    attention = flash.kernel(program.phase, target.conventions.causal_fraction(program.phase), tiles)
     first = program.ops.index(steps[0])
     kept = [op for op in program.ops if op not in steps]
     return replace(program, ops=tuple(kept[:first]) + (attention,) + tuple(kept[first:]))
 
+
+DEFAULT_VARIANT = "flash"   # the best implementation rooflinec models: figures are lower bounds
 
 VARIANTS = {
     "unfused": (),

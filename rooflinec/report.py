@@ -6,6 +6,7 @@ from rooflinec import analyses
 from rooflinec import symbols as sym
 from rooflinec.lower import PHASES, Conventions
 from rooflinec.spec import Study
+from rooflinec.workbench import ridge
 
 FORMAT = "rooflinec-report"
 VERSION = 1
@@ -17,8 +18,8 @@ def _device(dev, dtype: str) -> dict:
         "key": dev.key, "name": dev.name, "year": dev.year, "tensor_peak": tensor,
         "vector_peak": vector, "vector_dtype": dev.vector_dtype(dtype),
         "bandwidth": dev.bandwidth, "capacity": dev.capacity,
-        "ridge_matrix": tensor / dev.bandwidth if tensor else None,
-        "ridge_vector": vector / dev.bandwidth if vector else None,
+        "ridge_matrix": ridge(tensor, dev.bandwidth),
+        "ridge_vector": ridge(vector, dev.bandwidth),
         "sm_count": dev.sm_count, "sram_per_sm": dev.sram_per_sm, "source": dev.source,
         "notes": dev.notes,
     }

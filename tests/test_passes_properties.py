@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rooflinec import cli, flash
-from rooflinec.evaluate import ledger, number, point
+from rooflinec.evaluate import number
+from rooflinec.workbench import Workbench
 from rooflinec.lower import Conventions, lower
 from rooflinec.ops import FORMULAS
 from rooflinec.passes import Target, apply
@@ -51,8 +52,8 @@ cases = st.tuples(st.sampled_from(MODELS), st.sampled_from(("decode", "prefill")
 
 def _ledger(case, w):
     key, phase, variant, scope = case
-    return ledger(program(key, phase, variant), model(key), device(), "bf16", 2,
-                  {B: w["B"], S: w["S"]}, scope)
+    return Workbench.of(model(key)).ledger(program(key, phase, variant), device(),
+                                           {B: w["B"], S: w["S"]}, scope)
 
 
 @settings(max_examples=40, deadline=None)
@@ -102,7 +103,7 @@ def test_flash_keeps_every_flop_outside_attention_and_every_contraction(key, pha
     contractions = sp.expand(sum(op.cost.flops for op in steps if op.category == "attention_matmul"))
     everything = sp.expand(sum(op.cost.flops for op in steps))
     for s_val in (1, 128, 4096):
-        at = point(model(key), 2, {B: 3, S: s_val}, {})
+        at = Workbench.of(model(key)).at({B: 3, S: s_val}, {})
         assert number(contractions, at) <= number(kernel, at) <= number(everything, at)
 
 
@@ -126,7 +127,7 @@ def test_flash_traffic_falls_as_sram_grows(n, d, small, big):
 
 @pytest.mark.parametrize(("key", "batch", "seq"), [("gpt2-medium", 8, 1024), ("gpt3-175b", 1, 2048)])
 def test_flash_traffic_is_below_the_unfused_attention_for_the_seeds_shapes(key, batch, seq):
-    at = point(model(key), 2, {B: batch, S: seq}, {})
+    at = Workbench.of(model(key)).at({B: batch, S: seq}, {})
     conv = Conventions(qkv="fused", bias="in_gemm")
     kernel = program(key, "prefill", "flash", conv).op("attention").cost.bytes
     unfused = sum(op.cost.bytes for op in flash.score_ops(program(key, "prefill", "unfused", conv)))

@@ -12,13 +12,15 @@ import sympy as sp
 from hypothesis import given, settings, strategies as st
 
 from rooflinec import cli, spec, sweep
-from rooflinec.evaluate import ledger, number
+from rooflinec.evaluate import number
+from rooflinec.workbench import Workbench
 from rooflinec.lower import Conventions, lower
 from rooflinec.symbols import B, M, S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPECS = os.path.join(ROOT, "specs")
 QWEN = spec.load_study(os.path.join(SPECS, "qwen.yaml"))
+BENCH = Workbench(QWEN)
 PROGRAMS = {(ph, c): lower(QWEN.model, ph, Conventions(causal_halving=c))
             for ph in ("decode", "prefill") for c in (False, True)}
 KERNELS = {k: sweep.compile_program(p) for k, p in PROGRAMS.items()}
@@ -35,14 +37,13 @@ def test_sweep_equals_scalar_ledger(pts, key):
     """Every point of a vectorised sweep has the time, FLOPs and bytes of the scalar ledger."""
     kernel = KERNELS[key]
     batches, contexts = sorted({b for b, _ in pts}), sorted({s for _, s in pts})
-    totals = sweep.run(kernel, QWEN.model, {B: batches, S: contexts}, QWEN.devices, QWEN.dtype,
-                       QWEN.bytes_per_element, chunk=3)   # tiny chunks: the seams are tested too
+    totals = sweep.run(kernel, BENCH, {B: batches, S: contexts}, QWEN.devices, QWEN.dtype,
+                       chunk=3)   # tiny chunks: the seams are tested too
     for dev in QWEN.devices:
         tot = totals[dev.key]
         for i, bb in enumerate(batches):
             for j, ss in enumerate(contexts):
-                led = ledger(kernel.program, QWEN.model, dev, QWEN.dtype, QWEN.bytes_per_element,
-                             {B: bb, S: ss})
+                led = BENCH.ledger(kernel.program, dev, {B: bb, S: ss})
                 assert math.isclose(tot.time[i, j], led.time, rel_tol=REL)
                 assert math.isclose(tot.flops[i, j], led.flops, rel_tol=REL)
                 assert math.isclose(tot.bytes[i, j], led.bytes, rel_tol=REL)
@@ -89,9 +90,9 @@ def test_compile_does_not_depend_on_depth():
 def test_tokens_axis_replaces_the_binding():
     kernel = sweep.compile_program(PROGRAMS[("decode", False)], given=(B, S, M))
     dev = QWEN.devices[0]
-    tot = sweep.run(kernel, QWEN.model, {B: [4], S: [512], M: [12]}, [dev], QWEN.dtype, 2)[dev.key]
+    tot = sweep.run(kernel, BENCH, {B: [4], S: [512], M: [12]}, [dev], QWEN.dtype)[dev.key]
     unbound = replace(PROGRAMS[("decode", False)], bindings={})   # the scalar path, M as given
-    led = ledger(unbound, QWEN.model, dev, QWEN.dtype, 2, {B: 4, S: 512, M: 12})
+    led = BENCH.ledger(unbound, dev, {B: 4, S: 512, M: 12})
     assert math.isclose(tot.time[0, 0, 0], led.time, rel_tol=REL)
     assert tot.tokens[0, 0, 0] == 12
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rooflinec.analyses import analysis
 from rooflinec.errors import SpecError
+from rooflinec.workbench import ridge
 
 
 def _tensor(dev, dtypes):
@@ -18,8 +19,8 @@ def _row(dev, dtypes) -> dict:
     return {
         "key": dev.key, "name": dev.name, "year": dev.year, "dtype": dtype,
         "tensor_peak": tensor, "vector_peak": vector, "bandwidth": dev.bandwidth,
-        "capacity": dev.capacity, "ridge_tensor": tensor / dev.bandwidth,
-        "ridge_vector": vector / dev.bandwidth if vector else None,
+        "capacity": dev.capacity, "ridge_tensor": ridge(tensor, dev.bandwidth),
+        "ridge_vector": ridge(vector, dev.bandwidth),
         "vector_over_tensor": vector / tensor if vector else None,
         "sm_count": dev.sm_count, "sram_per_sm": dev.sram_per_sm, "sram_total": sram,
         "capacity_over_sram": dev.capacity / sram if sram else None,

@@ -1,20 +1,19 @@
 """The whole model's decode step: weight bytes against KV-cache bytes, and the average intensity."""
 
 from rooflinec.analyses import analysis
-from rooflinec.evaluate import ledger
+from rooflinec.passes import DEFAULT_VARIANT
 from rooflinec.symbols import B, S
 
 
 @analysis("decode_view", "Whole-model decode step")
 def decode_view(ctx, params) -> dict:
-    variant = params.get("variant", "flash")
+    variant = params.get("variant", DEFAULT_VARIANT)
     points = []
     for batch in params.get("batch", [1]):
         for context in params["contexts"]:
             per_device = []
             for dev in ctx.devices:
-                led = ledger(ctx.program("decode", variant, dev), ctx.model, dev, ctx.study.dtype,
-                             ctx.study.bytes_per_element, {B: batch, S: context})
+                led = ctx.ledger(ctx.program("decode", variant, dev), dev, {B: batch, S: context})
                 per_device.append({"device": dev.key, "time_s": led.time,
                                    "tokens_per_s": batch / led.time, "attainable": led.attainable})
             points.append({"batch": batch, "context": context, "flops": led.flops,

@@ -4,8 +4,7 @@ its limit as the context grows, and the exact ridge crossing on each device."""
 from rooflinec import symbols as sym
 from rooflinec.analyses import analysis
 from rooflinec.derive import crossing, derive
-
-DEFAULT_VARIANT = "flash"
+from rooflinec.passes import DEFAULT_VARIANT
 
 
 def op_derivation(ctx, op, devices=None) -> dict:

@@ -4,8 +4,9 @@ from rooflinec import symbols as sym
 from rooflinec.analyses import analysis
 from rooflinec.derive import crossing
 from rooflinec.errors import SpecError
-from rooflinec.evaluate import number, regime
+from rooflinec.evaluate import number
 from rooflinec.ir import intensity
+from rooflinec.workbench import regime
 
 
 def _groups(ctx, params, linear):

@@ -12,7 +12,6 @@ from rooflinec import efficiency as E
 from rooflinec import params as P
 from rooflinec import symbols as sym
 from rooflinec.analyses import analysis
-from rooflinec.analyses.training import device_named
 from rooflinec.errors import SpecError
 from rooflinec.evaluate import number
 from rooflinec.spec import load_model_ref
@@ -71,7 +70,7 @@ def _row(ctx, i: int, row: dict) -> dict:
             raise SpecError([ctx.problem(path, "a row needs `quoted` (the published percentage) "
                                          f"or an input to recompute it from: {', '.join(RECOMPUTE)}")])
         return {**out, "kind": "quoted", "value": None}
-    device = device_named(ctx, path + ("device",), row.get("device"))
+    device = ctx.device(path + ("device",), row.get("device"))
     peak = ctx.peak(device, "matrix")
     return {**out, "kind": given[0], "device": device.key, "peak": peak,
             **RECOMPUTE[given[0]](ctx, row, path, peak)}

@@ -11,34 +11,21 @@ from __future__ import annotations
 from rooflinec import efficiency as E
 from rooflinec import params as P
 from rooflinec.analyses import analysis
-from rooflinec.analyses.training import device_named
-from rooflinec.errors import SpecError
 from rooflinec.evaluate import number
+from rooflinec.passes import DEFAULT_VARIANT
 from rooflinec.symbols import B, S
 from rooflinec.units import parse_quantity
 
 
 def _terms(ctx, phase: str, variant: str) -> dict:
-    """Each device's step terms for one phase; a located problem if a needed peak is missing."""
-    out, problems = {}, []
-    for dev in ctx.devices:
-        program = ctx.program(phase, variant, dev)
-        peaks = {"matrix": ctx.peak(dev, "matrix"), "vector": ctx.peak(dev, "vector")}
-        try:
-            out[dev.key] = E.step_terms(program, ctx.values, peaks, dev.bandwidth)
-        except E.MissingPeak as exc:
-            problems.append(ctx.problem(("devices",), f"device '{dev.key}' lists no {exc.unit} "
-                                        f"peak, and the {phase} op '{exc.op}' has FLOPs there"))
-    if problems:
-        raise SpecError(problems)
-    return out
+    """Each device's step terms for one phase (the workbench locates a missing peak)."""
+    return {dev.key: ctx.step_terms(phase, variant, dev) for dev in ctx.devices}
 
 
 def _bound(terms, batch, context) -> dict:
-    compute, memory = terms.at(batch, context)
-    time = max(compute, memory)
-    return {"compute_s": compute, "memory_s": memory, "time_s": time,
-            "bound": "compute" if compute >= memory else "memory", "tokens_per_s": batch / time}
+    roof = terms.roof(batch, context)
+    return {"compute_s": roof.t_compute, "memory_s": roof.t_memory, "time_s": roof.time,
+            "bound": roof.bound, "tokens_per_s": batch / roof.time}
 
 
 def _size(terms, batch, context) -> tuple[float, float]:
@@ -90,7 +77,7 @@ def _prefill(ctx, prompts, variant: str) -> list[dict]:
 def _measured(ctx, terms, entries) -> list[dict]:
     rows = []
     for i, m in enumerate(entries):
-        dev = device_named(ctx, ("analyses", "serving", "measured", i, "device"), m.get("device"))
+        dev = ctx.device(("analyses", "serving", "measured", i, "device"), m.get("device"))
         t = parse_quantity(m["time_per_token"], "time")
         flops, nbytes = _size(terms[dev.key], m["batch"], m["context"])
         bound = _bound(terms[dev.key], m["batch"], m["context"])
@@ -108,7 +95,7 @@ def serving(ctx, params) -> dict:
     weight_bytes = int(number(counted.total, ctx.values)) * ctx.study.bytes_per_element
     kv_expr = E.kv_bytes_per_token()
     kv_token = int(number(kv_expr, ctx.values))
-    variant = params.get("variant", "flash")
+    variant = params.get("variant", DEFAULT_VARIANT)
     terms = _terms(ctx, "decode", variant)
     contexts = params["contexts"]
     return {

@@ -12,15 +12,13 @@ from itertools import product
 
 from rooflinec.analyses import analysis
 from rooflinec.errors import SpecError
-from rooflinec.passes import VARIANTS
-from rooflinec.spec import DTYPE_BYTES
+from rooflinec.passes import DEFAULT_VARIANT, VARIANTS
 from rooflinec import sweep as sw
 
 MAX_POINTS = 100_000   # a report carries every point; bench/bench.py sweeps far more
 KEY = "sweep"
 
 
-DEFAULT_VARIANT = "flash"   # the best implementation rooflinec models: a lower bound
 
 
 def _problem(ctx, key, message):
@@ -122,7 +120,7 @@ def sweep(ctx, params) -> dict:
             except sw.AxisError as exc:
                 raise SpecError([_problem(ctx, None, str(exc))]) from None
             for dtype in dtypes:
-                totals = sw.run(kernel, ctx.model, axes, [dev], dtype, DTYPE_BYTES[dtype])
+                totals = sw.run(kernel, ctx, axes, [dev], dtype)
                 labels = {"device": dev.key, "dtype": dtype, "variant": variant}
                 found = _series(totals[dev.key], numeric, params, x_axis, labels)
                 series += found

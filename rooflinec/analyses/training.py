@@ -7,7 +7,6 @@ import sympy as sp
 from rooflinec import efficiency as E
 from rooflinec import params as P
 from rooflinec.analyses import analysis
-from rooflinec.errors import SpecError
 from rooflinec.evaluate import number
 from rooflinec.lower import Conventions, lower
 from rooflinec.symbols import S
@@ -15,17 +14,6 @@ from rooflinec.units import parse_quantity
 
 N = sp.Symbol("N", positive=True, integer=True)   # every parameter, as the convention writes it
 DAY = 86400
-
-
-def device_named(ctx, path: tuple, key: str | None):
-    """One of the study's devices by key; with no key, the study's only device."""
-    keys = [d.key for d in ctx.devices]
-    if key is None and len(keys) == 1:
-        return ctx.devices[0]
-    if key in keys:
-        return ctx.devices[keys.index(key)]
-    what = "name the device this uses" if key is None else f"'{key}' is not a device of this study"
-    raise SpecError([ctx.problem(path, f"{what}; the study's devices: {', '.join(keys)}")])
 
 
 def _account_row(acc, value, tokens_per_s, chips, peak, policy) -> dict:
@@ -60,7 +48,7 @@ def _timeline(params, tokens_per_s, chips, model_flops, peak) -> dict | None:
 
 @analysis("training", "Training efficiency: MFU and HFU")
 def training(ctx, params) -> dict:
-    device = device_named(ctx, ("analyses", "training", "device"), params.get("device"))
+    device = ctx.device(("analyses", "training", "device"), params.get("device"))
     peak = ctx.peak(device, "matrix")
     chips, seq = params["chips"], params["sequence"]
     tokens_per_s = parse_quantity(params["tokens_per_s"], "tokens_rate")
