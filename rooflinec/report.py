@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rooflinec import analyses
 from rooflinec import symbols as sym
-from rooflinec.lower import PHASES, Conventions
+from rooflinec.lower import PHASES
 from rooflinec.spec import Study
-from rooflinec.workbench import ridge
+from rooflinec.workbench import Workbench, ridge
 
 FORMAT = "rooflinec-report"
 VERSION = 1
@@ -38,7 +38,8 @@ def _model(m) -> dict:
 def build(study: Study, on_section=None) -> dict:
     """The report of a study. `on_section(report, index, section)` hears of each section as
     soon as it is evaluated (the report then holds the header and the sections so far)."""
-    conv = Conventions(**study.conventions)
+    bench = Workbench(study)
+    conv = bench.conventions
     report = {
         "format": FORMAT, "version": VERSION, "title": study.title, "study": study.stem,
         "model": _model(study.model) if study.model else None, "dtype": study.dtype,
@@ -55,6 +56,6 @@ def build(study: Study, on_section=None) -> dict:
         report["sections"].append(section)
         on_section(report, index, section)
 
-    sections = analyses.run(study, heard if on_section else None)
+    sections = analyses.run(study, heard if on_section else None, bench)
     report["sections"] = sections
     return report

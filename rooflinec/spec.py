@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 
 from rooflinec import custom, validate, yamlio
 from rooflinec.errors import Problem, SpecError
+from rooflinec.options import study_default
 from rooflinec.units import parse_quantity
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
@@ -226,7 +227,7 @@ def load_study(file: str) -> Study:
             devices.append(load_hardware(target))
         except SpecError as exc:
             problems.extend(exc.problems)
-    dtype = d.get("dtype", "bf16")
+    dtype = d.get("dtype", study_default("dtype"))
     # a model study runs the model on every device at `dtype`; catalogs check what they use
     for dev in devices if "dtype" not in bad and "model" in d else ():
         if dev.peak("matrix", dtype) is None:

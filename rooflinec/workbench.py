@@ -20,6 +20,7 @@ from rooflinec.errors import DeviceLacks, Problem, SpecError
 from rooflinec.evaluate import number
 from rooflinec.ir import Op, Program
 from rooflinec.lower import Conventions, lower
+from rooflinec.options import convention_defaults
 from rooflinec.spec import DTYPE_BYTES
 from rooflinec.symbols import L
 
@@ -168,7 +169,7 @@ class Workbench:
 
     @cached_property
     def conventions(self) -> Conventions:
-        return Conventions(**self.study.conventions)
+        return Conventions(**{**convention_defaults(), **self.study.conventions})
 
     @property
     def bytes_per_element(self) -> int:

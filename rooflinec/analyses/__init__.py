@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rooflinec.errors import DeviceLacks, SpecError
+from rooflinec.options import parse as parse_options
 from rooflinec.spec import Study
 from rooflinec.sweep import expand_ranges
 from rooflinec.workbench import Workbench
@@ -29,10 +30,10 @@ def analysis(key: str, title: str, needs_model: bool = True):
     return register
 
 
-def run(study: Study, on_section=None) -> list[dict]:
+def run(study: Study, on_section=None, bench: Workbench | None = None) -> list[dict]:
     """Every analysis of the study, in the order written, as report sections.
     `on_section(index, section)` hears of each section as soon as it is evaluated."""
-    ctx = Workbench(study)
+    ctx = bench or Workbench(study)
     sections, problems = [], []
     for key, options in study.analyses.items():
         title, fn = ANALYSES[key]
@@ -46,7 +47,7 @@ def run(study: Study, on_section=None) -> list[dict]:
             problems.extend(found)
             continue
         try:
-            sections.append({"kind": key, "title": title, **fn(ctx, options)})
+            sections.append({"kind": key, "title": title, **fn(ctx, parse_options(key, options))})
             if on_section is not None and not problems:
                 on_section(len(sections) - 1, sections[-1])
         except SpecError as exc:

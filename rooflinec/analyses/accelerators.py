@@ -50,8 +50,8 @@ def _check(ctx, dtypes, pairs) -> None:
 
 @analysis("accelerators", "Accelerators", needs_model=False)
 def accelerators(ctx, params) -> dict:
-    dtypes = params.get("dtypes") or [ctx.study.dtype]
-    pairs = params.get("compare") or []
+    dtypes = params.dtypes or [ctx.study.dtype]
+    pairs = params.compare or []
     _check(ctx, dtypes, pairs)
     rows = {d.key: _row(d, dtypes) for d in ctx.devices}
     return {"dtypes": dtypes, "rows": list(rows.values()),

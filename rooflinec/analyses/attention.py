@@ -26,7 +26,7 @@ def attention_intensity(ctx, params) -> dict:
             cost = _cost(phase, io, ctx.conventions.causal_fraction(phase))
             expr = intensity(cost)
             points = []
-            for s in params["contexts"]:
+            for s in params.contexts:
                 value = number(expr, {**ctx.values, S: s})
                 points.append({"context": s, "intensity": value,
                                "regime": {d.key: regime(value, ctx.ridge(d)) for d in ctx.devices}})
@@ -36,5 +36,5 @@ def attention_intensity(ctx, params) -> dict:
                           "formula": expr, "limit": limit,
                           "depends_on_S": S in expr.free_symbols, "points": points,
                           "crossing": cross})
-    return {"contexts": params["contexts"], "cases": cases,
+    return {"contexts": params.contexts, "cases": cases,
             "causal_halving": ctx.conventions.causal_halving}

@@ -1,16 +1,15 @@
 """The whole model's decode step: weight bytes against KV-cache bytes, and the average intensity."""
 
 from rooflinec.analyses import analysis
-from rooflinec.passes import DEFAULT_VARIANT
 from rooflinec.symbols import B, S
 
 
 @analysis("decode_view", "Whole-model decode step")
 def decode_view(ctx, params) -> dict:
-    variant = params.get("variant", DEFAULT_VARIANT)
+    variant = params.variant
     points = []
-    for batch in params.get("batch", [1]):
-        for context in params["contexts"]:
+    for batch in params.batch:
+        for context in params.contexts:
             per_device = []
             for dev in ctx.devices:
                 led = ctx.ledger(ctx.program("decode", variant, dev), dev, {B: batch, S: context})

@@ -4,7 +4,6 @@ its limit as the context grows, and the exact ridge crossing on each device."""
 from rooflinec import symbols as sym
 from rooflinec.analyses import analysis
 from rooflinec.derive import crossing, derive
-from rooflinec.passes import DEFAULT_VARIANT
 
 
 def op_derivation(ctx, op, devices=None) -> dict:
@@ -42,8 +41,8 @@ def program_ops(ctx, phase: str, variant: str) -> list[tuple]:
 
 @analysis("derivations", "Derivations")
 def derivations(ctx, params) -> dict:
-    phases = params.get("phases", ["decode", "prefill"])
-    variant = params.get("variant", DEFAULT_VARIANT)
+    phases = params.phases
+    variant = params.variant
     return {"variant": variant,
             "phases": [{"phase": phase,
                         "bindings": {str(k): v for k, v in ctx.program(phase).bindings.items()},

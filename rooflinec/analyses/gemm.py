@@ -11,7 +11,7 @@ from rooflinec.workbench import regime
 
 def _groups(ctx, params, linear):
     names = [op.name for op in linear]
-    groups = params.get("groups") or [[n] for n in names]
+    groups = params.groups or [[n] for n in names]
     problems = [ctx.problem(("analyses", "gemm_intensity", "groups", i, j),
                             f"no linear op '{name}' in {ctx.model.name}; linear ops: {', '.join(names)}")
                 for i, group in enumerate(groups) for j, name in enumerate(group) if name not in names]
@@ -28,7 +28,7 @@ def gemm_intensity(ctx, params) -> dict:
     for group in _groups(ctx, params, linear):
         ops = [by_name[n] for n in group]
         points = []
-        for m in params["tokens"]:
+        for m in params.tokens:
             values = [number(intensity(op.cost), {**ctx.values, op.crossing: m}) for op in ops]
             points.append({"tokens": m, "intensity": values[0], "spread": max(values) - min(values),
                            "regime": {d.key: regime(values[0], ctx.ridge(d)) for d in ctx.devices}})
@@ -38,4 +38,4 @@ def gemm_intensity(ctx, params) -> dict:
                      "weight_elements": number(ops[0].cost.bytes_of("weights") / sym.b, ctx.values),
                      "points": points, "crossing": cross,
                      "formula": intensity(ops[0].cost), "variable": ops[0].crossing.name})
-    return {"tokens": params["tokens"], "rows": rows}
+    return {"tokens": params.tokens, "rows": rows}

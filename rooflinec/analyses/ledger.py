@@ -10,8 +10,6 @@ from rooflinec import flash
 from rooflinec.analyses import analysis
 from rooflinec.evaluate import number
 from rooflinec.ir import TRAFFIC_CLASSES, intensity
-from rooflinec.lower import PHASES
-from rooflinec.passes import VARIANTS
 from rooflinec.symbols import B, S
 from rooflinec.workbench import Ledger
 
@@ -124,8 +122,8 @@ def _formula_row(op) -> dict:
 
 
 def _block(ctx, params, phase, device, workload, scope) -> dict:
-    variants = params.get("variants", list(VARIANTS))
-    groups = params.get("groups") or {}
+    variants = params.variants
+    groups = params.groups or {}
     ledgers = [ledger_dict(ctx.ledger(ctx.program(phase, v, device), device, workload, scope), groups)
                for v in variants]
     return {"phase": phase, "device": device.key, "scope": scope,
@@ -135,11 +133,11 @@ def _block(ctx, params, phase, device, workload, scope) -> dict:
 
 @analysis("ledger", "Operator ledgers")
 def ledger_analysis(ctx, params) -> dict:
-    phases = params.get("phases", list(PHASES))
-    variants = params.get("variants", list(VARIANTS))
-    scopes = params.get("scopes", ["model"])
-    devices = ctx.devices_named(("analyses", "ledger", "devices"), params.get("devices"))
-    points = [{B: w["batch"], S: w["context"]} for w in params["workloads"]]
+    phases = params.phases
+    variants = params.variants
+    scopes = params.scopes
+    devices = ctx.devices_named(("analyses", "ledger", "devices"), params.devices)
+    points = [{B: w["batch"], S: w["context"]} for w in params.workloads]
     blocks, details = [], []
     for phase in phases:
         for device in devices:
@@ -150,6 +148,6 @@ def ledger_analysis(ctx, params) -> dict:
     return {"phases": phases, "variants": variants, "scopes": scopes,
             "conventions": [{"phase": p, "key": k, "choice": c}
                             for p in phases for k, c in ctx.program(p).conventions],
-            "groups": params.get("groups") or {}, "blocks": blocks, "flash": details,
+            "groups": params.groups or {}, "blocks": blocks, "flash": details,
             "formulas": _formulas(ctx, phases, variants, devices)}
 

@@ -79,7 +79,7 @@ def _evaluate(ctx, name: str, point: dict, devices) -> dict:
 
 @analysis("operators", "Operator catalog", needs_model=False)
 def operators(ctx, params) -> dict:
-    entries = params["ops"]
+    entries = params.ops
     problems = [p for i, e in enumerate(entries) for p in _problems(ctx, i, e)]
     problems += [ctx.problem(("devices", i), f"device '{d.key}' lists no tensor peak for {ctx.study.dtype}")
                  for i, d in enumerate(ctx.devices) if d.peak("matrix", ctx.study.dtype) is None]

@@ -18,6 +18,7 @@ from rooflinec.spec import load_model_ref
 from rooflinec.units import parse_quantity
 
 ROWS = ("analyses", "published_efficiency", "rows")
+CHIPS = 1   # a throughput is per chip unless the row says (the schema's default too)
 
 
 def _achieved(ctx, row, path, peak) -> dict:
@@ -46,7 +47,7 @@ def _throughput(ctx, row, path, peak) -> dict:
         raise SpecError([ctx.problem(path, "a throughput row needs N: give `params` (the "
                                      "published count) or `model` (a spec under models/)")])
     rate = parse_quantity(row["tokens_per_s"], "tokens_rate")
-    chips = row.get("chips", 1)
+    chips = row.get("chips", CHIPS)
     flops, n, n_from = _flops_per_token(ctx, row, path)
     return {"value": E.utilisation(rate, flops, chips, peak), "tokens_per_s": rate,
             "chips": chips, "flops_per_token": flops, "n_params": n, "n_from": n_from,
@@ -79,7 +80,7 @@ def _row(ctx, i: int, row: dict) -> dict:
 @analysis("published_efficiency", "Published training efficiencies")
 def published_efficiency(ctx, params) -> dict:
     rows, problems = [], []
-    for i, row in enumerate(params["rows"]):
+    for i, row in enumerate(params.rows):
         try:
             rows.append(_row(ctx, i, row))
         except SpecError as exc:

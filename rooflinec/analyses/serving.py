@@ -12,7 +12,6 @@ from rooflinec import efficiency as E
 from rooflinec import params as P
 from rooflinec.analyses import analysis
 from rooflinec.evaluate import number
-from rooflinec.passes import DEFAULT_VARIANT
 from rooflinec.symbols import B, S
 from rooflinec.units import parse_quantity
 
@@ -95,17 +94,17 @@ def serving(ctx, params) -> dict:
     weight_bytes = int(number(counted.total, ctx.values)) * ctx.study.bytes_per_element
     kv_expr = E.kv_bytes_per_token()
     kv_token = int(number(kv_expr, ctx.values))
-    variant = params.get("variant", DEFAULT_VARIANT)
+    variant = params.variant
     terms = _terms(ctx, "decode", variant)
-    contexts = params["contexts"]
+    contexts = params.contexts
     return {
         "weight_bytes": weight_bytes, "kv_formula": kv_expr, "kv_per_token": kv_token,
         "kv_per_sequence": [{"context": s, "bytes": s * kv_token} for s in contexts],
         "memory": [{"device": d.key, "capacity": d.capacity, "weights_fit": weight_bytes <= d.capacity,
                     "kv_tokens": E.fit_tokens(d.capacity, weight_bytes, kv_token)}
                    for d in ctx.devices],
-        "steps": _steps(ctx, terms, params["batch"], contexts, weight_bytes, kv_token),
+        "steps": _steps(ctx, terms, params.batch, contexts, weight_bytes, kv_token),
         "crossovers": _crossovers(ctx, terms, contexts, weight_bytes, kv_token),
-        "prefill": _prefill(ctx, params.get("prompts", contexts), variant), "variant": variant,
-        "measured": _measured(ctx, terms, params.get("measured", [])),
+        "prefill": _prefill(ctx, params.prompts or contexts, variant), "variant": variant,
+        "measured": _measured(ctx, terms, params.measured or []),
     }

@@ -12,7 +12,7 @@ from itertools import product
 
 from rooflinec.analyses import analysis
 from rooflinec.errors import SpecError
-from rooflinec.passes import DEFAULT_VARIANT, VARIANTS
+from rooflinec.passes import VARIANTS
 from rooflinec import sweep as sw
 
 MAX_POINTS = 100_000   # a report carries every point; bench/bench.py sweeps far more
@@ -29,17 +29,17 @@ def _categorical(ctx, params) -> tuple:
     """Devices, dtypes and variants to sweep, each checked against what the study has."""
     problems = []
     known = {d.key: d for d in ctx.devices}
-    names = params.get("devices") or list(known)
+    names = params.devices or list(known)
     problems += [_problem(ctx, "devices", f"device '{n}' is not among the study's devices: "
                                           f"{', '.join(known)}") for n in names if n not in known]
-    dtypes = params.get("dtype") or [ctx.study.dtype]
+    dtypes = params.dtype or [ctx.study.dtype]
     problems += [_problem(ctx, "dtype", f"device '{d.key}' lists no tensor peak for {t}; "
                                         f"it has: {', '.join(d.tensor)}")
                  for t in dtypes for n, d in known.items() if n in names and d.peak("matrix", t) is None]
-    chosen = params.get("variant") or [DEFAULT_VARIANT]
+    chosen = params.variant
     problems += [_problem(ctx, "variant", f"no variant '{v}'; available: {', '.join(VARIANTS)}")
                  for v in chosen if v not in VARIANTS]
-    numeric = [a for a in sw.AXES if a in params]
+    numeric = [a for a in sw.AXES if getattr(params, a) is not None]
     if not numeric:
         problems.append(_problem(ctx, None, "give at least one workload axis: "
                                             f"{', '.join(sw.AXES)}"))
@@ -47,7 +47,7 @@ def _categorical(ctx, params) -> tuple:
 
 
 def _check_size(ctx, params, numeric, devices, dtypes, chosen) -> list:
-    n = math.prod(len(params[a]) for a in numeric) * len(devices) * len(dtypes) * len(chosen)
+    n = math.prod(len(getattr(params, a)) for a in numeric) * len(devices) * len(dtypes) * len(chosen)
     if n > MAX_POINTS:
         return [_problem(ctx, None, f"the sweep has {n} points; a report carries every point, "
                                     f"so a study may sweep at most {MAX_POINTS}")]
@@ -79,12 +79,12 @@ def _series(tot, numeric, params, x_axis, labels):
     tokens = np.moveaxis(tot.tokens, x_pos, -1)
     bound = np.moveaxis(tot.bound, x_pos, -1)
     out = []
-    for idx in product(*(range(len(params[a])) for a in others)):
+    for idx in product(*(range(len(getattr(params, a))) for a in others)):
         t, b = time[idx], bound[idx].tolist()
-        out.append({**labels, "fixed": {a: params[a][i] for a, i in zip(others, idx)},
-                    "x": params[x_axis], "time_s": t.tolist(),
+        out.append({**labels, "fixed": {a: getattr(params, a)[i] for a, i in zip(others, idx)},
+                    "x": getattr(params, x_axis), "time_s": t.tolist(),
                     "tokens_per_s": (tokens[idx] / t).tolist(), "bound": b,
-                    "crossing": _crossing(params[x_axis], b)})
+                    "crossing": _crossing(getattr(params, x_axis), b)})
     return out
 
 
@@ -103,15 +103,15 @@ def _table(series: list, labels: dict) -> dict:
 
 @analysis(KEY, "Sweep: the whole model over workload, devices and variants")
 def sweep(ctx, params) -> dict:
-    phase, scope = params.get("phase", "decode"), params.get("scope", "model")
+    phase, scope = params.phase, params.scope
     devices, dtypes, chosen, numeric, problems = _categorical(ctx, params)
     problems += _check_size(ctx, params, numeric, devices, dtypes, chosen) if numeric else []
-    x_axis = params.get("x", numeric[0] if numeric else None)
+    x_axis = params.x or (numeric[0] if numeric else None)
     if x_axis is not None and x_axis not in numeric:
         problems.append(_problem(ctx, "x", f"'{x_axis}' is not swept here; swept: {', '.join(numeric)}"))
     if problems:
         raise SpecError(problems)
-    axes = {sw.AXES[a]: params[a] for a in numeric}
+    axes = {sw.AXES[a]: getattr(params, a) for a in numeric}
     series, tables = [], []
     for variant in chosen:
         for dev in devices:   # FlashAttention's tiles depend on the device's SRAM
@@ -125,6 +125,6 @@ def sweep(ctx, params) -> dict:
                 found = _series(totals[dev.key], numeric, params, x_axis, labels)
                 series += found
                 tables.append(_table(found, labels))
-    return {"phase": phase, "scope": scope, "x": x_axis, "axes": {a: params[a] for a in numeric},
-            "points": math.prod(len(params[a]) for a in numeric) * len(tables),
+    return {"phase": phase, "scope": scope, "x": x_axis, "axes": {a: getattr(params, a) for a in numeric},
+            "points": math.prod(len(getattr(params, a)) for a in numeric) * len(tables),
             "series": series, "tables": tables}

@@ -35,10 +35,10 @@ def _policies(accounts, value, tokens_per_s, chips, peak) -> list[dict]:
 
 
 def _timeline(params, tokens_per_s, chips, model_flops, peak) -> dict | None:
-    if "token_budget" not in params or "spent" not in params:
+    if params.token_budget is None or params.spent is None:
         return None
-    budget = parse_quantity(params["token_budget"], "count")
-    spent = [(seg["chips"], parse_quantity(seg["time"], "time")) for seg in params["spent"]]
+    budget = parse_quantity(params.token_budget, "count")
+    spent = [(seg["chips"], parse_quantity(seg["time"], "time")) for seg in params.spent]
     t = E.timeline(budget, tokens_per_s, chips, spent)
     return {"token_budget": budget, "ideal_days": t.ideal_s / DAY,
             "segments": [{"chips": c, "hours": s / 3600} for c, s in spent],
@@ -48,11 +48,11 @@ def _timeline(params, tokens_per_s, chips, model_flops, peak) -> dict | None:
 
 @analysis("training", "Training efficiency: MFU and HFU")
 def training(ctx, params) -> dict:
-    device = ctx.device(("analyses", "training", "device"), params.get("device"))
+    device = ctx.device(("analyses", "training", "device"), params.device)
     peak = ctx.peak(device, "matrix")
-    chips, seq = params["chips"], params["sequence"]
-    tokens_per_s = parse_quantity(params["tokens_per_s"], "tokens_rate")
-    policy = params.get("recompute", "none")
+    chips, seq = params.chips, params.sequence
+    tokens_per_s = parse_quantity(params.tokens_per_s, "tokens_rate")
+    policy = params.recompute
     counted = P.count(ctx.model)
     n_params = int(number(counted.total, ctx.values))
     conv = Conventions(causal_halving=ctx.conventions.causal_halving, logits="all")
