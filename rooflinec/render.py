@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import math
 import re
+import zlib
 from functools import cache, lru_cache
 
 import jinja2
 import sympy as sp
 
+from rooflinec import bounds
 from rooflinec.formats import CHARTED, FORMATS
 from rooflinec.ir import CATEGORIES
 
@@ -90,11 +92,36 @@ def symbol(name: str):
 
 def _bytecode_cache():
     """Jinja's own cache of compiled templates (a private per-user temp folder, keyed by the
-    template source's checksum): compiling the templates is ~0.05 s of every build."""
+    template source's checksum): compiling the templates is ~0.05 s of every build. Compiled
+    code depends on which filters take the context too, so the file names carry that."""
+    passes = sorted((name, str(getattr(f, "jinja_pass_arg", ""))) for name, f in
+                    {**FILTERS, **MD_MARKS}.items())
+    key = zlib.crc32(repr(passes).encode())
     try:
-        return jinja2.FileSystemBytecodeCache()
+        return jinja2.FileSystemBytecodeCache(pattern=f"__rooflinec_{key:08x}_%s.cache")
     except (OSError, RuntimeError):
         return None
+
+
+def _mark(fn):
+    """A filter never folded at compile time: the compiled prose is shared by both formats
+    (one bytecode cache), so its marks must be looked up when it renders."""
+    return jinja2.pass_context(lambda _context, text: fn(text))
+
+
+def _html(tag: str):
+    def mark(text):
+        from markupsafe import Markup, escape
+        return Markup(f"<{tag}>{escape(text)}</{tag}>")
+    return mark
+
+
+# Markup in prose written once for both formats (templates/prose/): a term, a variable,
+# a variable with a star (B* where they meet).
+MD_MARKS = {"strong": _mark(lambda text: f"**{text}**"), "var": _mark(str),
+            "star": _mark(lambda text: f"{text}\\*")}
+HTML_MARKS = {"strong": _mark(_html("strong")), "var": _mark(_html("var")),
+              "star": _mark(lambda text: _html("var")(text) + "*")}
 
 
 @cache
@@ -104,6 +131,8 @@ def environment(autoescape: bool) -> jinja2.Environment:
         autoescape=autoescape, undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters.update(FILTERS)
+    env.filters.update(HTML_MARKS if autoescape else MD_MARKS)
+    env.globals["rules"] = bounds.RULES
     if autoescape:
         from rooflinec import mathml
         from rooflinec.chartdata import slug

@@ -24,20 +24,6 @@ from rooflinec.options import convention_defaults
 from rooflinec.spec import DTYPE_BYTES
 from rooflinec.symbols import L
 
-# The three answers to "is it compute-bound?", named once; every section says which it used.
-OP_BOUND = "op bound"
-STEP_OVERLAPPED = "step bound, overlapped"
-STEP_PER_OP = "step bound, per-op sum"
-BOUND_RULES = {
-    OP_BOUND: "one op: compute-bound where its intensity reaches its unit's ridge, "
-              "peak / bandwidth",
-    STEP_OVERLAPPED: "a whole step: max(Σ FLOPs / peak, Σ bytes / bandwidth), every op's compute "
-                     "overlapping every op's memory traffic; the lowest time any schedule reaches",
-    STEP_PER_OP: "a whole step: Σ over ops of max(FLOPs / peak, bytes / bandwidth), ops run one "
-                 "after another; compute-bound where compute-bound ops hold at least half the time",
-}
-
-
 # --- the roofline ---------------------------------------------------------------------
 
 
