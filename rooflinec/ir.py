@@ -9,11 +9,7 @@ import sympy as sp
 
 from rooflinec import symbols as sym
 
-# Where an op's bytes go; a report sums traffic by these classes.
-TRAFFIC_CLASSES = ("weights", "kv_cache", "activations", "scores")
-CATEGORIES = ("embedding", "linear", "attention", "attention_matmul", "elementwise",
-              "softmax", "norm", "custom")
-UNITS = ("matrix", "vector")
+from rooflinec.vocabulary import CATEGORIES, TRAFFIC_CLASSES, UNITS  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)

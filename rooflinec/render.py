@@ -13,7 +13,8 @@ import sympy as sp
 
 from rooflinec import bounds
 from rooflinec.formats import CHARTED, FORMATS
-from rooflinec.ir import CATEGORIES
+from rooflinec.quantities import gib, seconds, si, sig
+from rooflinec.vocabulary import CATEGORIES
 
 
 @lru_cache(maxsize=4096)
@@ -33,52 +34,12 @@ def _sstr(expr) -> str:
     return sp.sstr(expr)
 
 
-def sig(x, digits: int = 4) -> str:
-    """`digits` significant figures, no exponent for everyday magnitudes."""
-    if x is None:
-        return "—"
-    if x == 0 or not math.isfinite(x):
-        return str(x)
-    mag = math.floor(math.log10(abs(x)))
-    if -4 <= mag < 15:
-        return f"{x:,.{max(digits - 1 - mag, 0)}f}"
-    return f"{x:.{digits - 1}e}"
-
-
 def fixed(x, decimals: int = 1) -> str:
     return "—" if x is None else f"{x:,.{decimals}f}"
 
 
 def pct(x, decimals: int = 1) -> str:
     return "—" if x is None else f"{100 * x:.{decimals}f}%"
-
-
-_SI = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
-
-
-def si(x, unit: str = "", digits: int = 4) -> str:
-    """Decimal prefixes: 1.555e12 B/s -> '1.555 TB/s'."""
-    if x is None:
-        return "—"
-    for factor, prefix in _SI:
-        if abs(x) >= factor:
-            return f"{sig(x / factor, digits)} {prefix}{unit}"
-    return f"{sig(x, digits)} {unit}".rstrip()
-
-
-def gib(x, digits: int = 4) -> str:
-    """Binary bytes, the unit memory is sold in: 2^30 B = 1 GiB."""
-    for factor, prefix in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if abs(x) >= factor:
-            return f"{sig(x / factor, digits)} {prefix}"
-    return f"{sig(x, digits)} B"
-
-
-def seconds(x, digits: int = 4) -> str:
-    for factor, unit in ((1, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):
-        if abs(x) >= factor:
-            return f"{sig(x / factor, digits)} {unit}"
-    return f"{sig(x, digits)} s"
 
 
 FILTERS = {"formula": formula, "sig": sig, "fixed": fixed, "pct": pct, "si": si, "gib": gib,
@@ -232,8 +193,3 @@ def render_many(report: dict, formats, svgs=None) -> dict[str, str]:
         out.update({c["path"]: svg for section, drawn in zip(slots, svgs)
                     for c, svg in zip(section, drawn)})
     return out
-
-
-def render(report: dict, fmt: str) -> dict[str, str]:
-    """One format's files (see render_many)."""
-    return render_many(report, [fmt])

@@ -13,7 +13,7 @@ import sympy as sp
 
 from rooflinec import chartdata, mathml, report, spec
 from rooflinec.cli import run
-from rooflinec.render import chart_slots, render, render_many
+from rooflinec.render import chart_slots, render_many
 from rooflinec.symbols import B, S, b, d_head, n_kv, n_q
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,7 +63,7 @@ def test_markdown_links_every_chart_file(files):
 
 
 def test_json_alone_draws_no_chart(qwen):
-    assert list(render(qwen, "json")) == ["qwen.json"]
+    assert list(render_many(qwen, ["json"])) == ["qwen.json"]
 
 
 def test_same_spec_same_bytes(qwen, files):
