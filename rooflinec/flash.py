@@ -19,7 +19,7 @@ class Blocks:
 
 
 def sram_elements(device, bytes_per_element) -> int | None:
-    """Elements of one SM's SRAM (the seed's A100: 192 KiB // 2 B = 98304)."""
+    """Elements of one SM's SRAM (an A100 in bf16: 192 KiB // 2 B = 98304)."""
     if device is None or device.sram_per_sm is None:
         return None
     return int(device.sram_per_sm // bytes_per_element)

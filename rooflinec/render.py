@@ -79,10 +79,22 @@ def _html(tag: str):
 
 # Markup in prose written once for both formats (templates/prose/): a term, a variable,
 # a variable with a star (B* where they meet).
+def _md_sub(base, index):
+    """Markdown writes a one-letter subscript inline (Bc), a longer one after '_' (M_sram)."""
+    return f"{base}{index}" if len(index) == 1 else f"{base}_{index}"
+
+
+def _html_sub(base, index):
+    from markupsafe import Markup, escape
+    return Markup(f"<var>{escape(base)}<sub>{escape(index)}</sub></var>")
+
+
 MD_MARKS = {"strong": _mark(lambda text: f"**{text}**"), "var": _mark(str),
-            "star": _mark(lambda text: f"{text}\\*")}
+            "star": _mark(lambda text: f"{text}\\*"),
+            "sub": jinja2.pass_context(lambda _c, base, index: _md_sub(base, index))}
 HTML_MARKS = {"strong": _mark(_html("strong")), "var": _mark(_html("var")),
-              "star": _mark(lambda text: _html("var")(text) + "*")}
+              "star": _mark(lambda text: _html("var")(text) + "*"),
+              "sub": jinja2.pass_context(lambda _c, base, index: _html_sub(base, index))}
 
 
 @cache

@@ -1,4 +1,4 @@
-"""Issue 6 at the command line: every problem located, exit 1, and nothing written.
+"""Bad input at the command line: every problem located, exit 1, and nothing written.
 
 A failed build leaves an existing reports folder byte for byte as it was and no temporary
 files behind, whether the failure is in a spec (found before anything is written) or in

@@ -1,4 +1,4 @@
-"""User-declared operators (issue 6, item 4): declared in a model spec, placed by lowering,
+"""User-declared operators: declared in a model spec, placed by lowering,
 and shown in ledgers, derivations, explain, sweeps and the reports like a built-in op."""
 
 from __future__ import annotations

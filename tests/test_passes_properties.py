@@ -126,7 +126,7 @@ def test_flash_traffic_falls_as_sram_grows(n, d, small, big):
 
 
 @pytest.mark.parametrize(("key", "batch", "seq"), [("gpt2-medium", 8, 1024), ("gpt3-175b", 1, 2048)])
-def test_flash_traffic_is_below_the_unfused_attention_for_the_seeds_shapes(key, batch, seq):
+def test_flash_traffic_is_below_the_unfused_attention_for_gpt2_and_gpt3_shapes(key, batch, seq):
     at = Workbench.of(model(key)).at({B: batch, S: seq}, {})
     conv = Conventions(qkv="fused", bias="in_gemm")
     kernel = program(key, "prefill", "flash", conv).op("attention").cost.bytes

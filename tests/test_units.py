@@ -27,7 +27,7 @@ from rooflinec.units import (
         ("24 GiB", "bytes", 25769803776),
         # 192 * 2**10 = 196608
         ("192 KiB", "bytes", 196608),
-        # 40 * 2**30 = 42949672960 (the seed lecture's A100)
+        # 40 * 2**30 = 42949672960 (an A100 40GB)
         ("40 GiB", "bytes", 42949672960),
         ("141 GB", "bytes", 141_000_000_000),
         ("1 B", "bytes", 1),
@@ -98,7 +98,7 @@ def test_gb_is_decimal_and_gib_is_binary():
     assert parse_quantity("1 GiB", "bytes") == 2**30
     assert parse_quantity("1 GB/s", "bandwidth") == 10**9
     assert parse_quantity("1 GiB/s", "bandwidth") == 2**30
-    # the seed lecture's "MB" of SRAM is binary: 108 * 192 KiB = 20.25 MiB
+    # an A100's "20 MB" of SRAM is binary: 108 * 192 KiB = 20.25 MiB
     assert 108 * parse_quantity("192 KiB", "bytes") == parse_quantity("20.25 MiB", "bytes")
 
 

@@ -8,7 +8,7 @@ from rooflinec.ops import FORMULAS
 from rooflinec.symbols import B, S, b, d_head, n_kv, n_q
 from rooflinec.workbench import regime
 
-# "kv": the tutorial's count, K and V reads only; "io": also reading Q and writing O.
+# "kv": K and V reads only, the bytes that grow with S; "io": also reading Q and writing O.
 COUNTS = {"kv": False, "io": True}
 QUERIES = {"decode": 1, "prefill": S}
 
