@@ -190,17 +190,19 @@ class Workbench:
         what = "name the device this uses" if key is None else f"'{key}' is not a device of this study"
         raise SpecError([self.problem(path, f"{what}; the study's devices: {', '.join(keys)}")])
 
+    def device_problems(self, path: tuple, keys) -> list[Problem]:
+        """A located problem for each of `keys` (written at `path`) that names no device."""
+        known = [d.key for d in self.devices]
+        return [self.problem(path + (i,), f"'{k}' is not a device of this study; its devices: "
+                                          f"{', '.join(known)}")
+                for i, k in enumerate(keys) if k not in known]
+
     def devices_named(self, path: tuple, keys) -> list:
         """The study's devices named by `keys` (all of them if none), in the study's order."""
-        if not keys:
-            return list(self.devices)
-        known = [d.key for d in self.devices]
-        problems = [self.problem(path + (i,), f"'{k}' is not a device of this study; its devices: "
-                                              f"{', '.join(known)}")
-                    for i, k in enumerate(keys) if k not in known]
+        problems = self.device_problems(path, keys or [])
         if problems:
             raise SpecError(problems)
-        return [d for d in self.devices if d.key in keys]
+        return [d for d in self.devices if not keys or d.key in keys]
 
     def peak(self, device, unit: str, dtype: str | None = None, needed_by: str = "this study"):
         return peak(device, unit, dtype or self.dtype, needed_by)

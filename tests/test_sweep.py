@@ -188,7 +188,7 @@ def _build(path, tmp_path):
     ("  decode_view:\n    contexts: {from: 9, to: 1, geometric: 2}\n",
      "s.yaml:5:15: analyses.decode_view.contexts: 'to' (1) is below 'from' (9)"),
     ("  sweep:\n    batch: [1, 2]\n    devices: [h100-sxm]\n",
-     "analyses.sweep.devices: device 'h100-sxm' is not among the study's devices: rtx4090, a100-40gb"),
+     "analyses.sweep.devices[0]: 'h100-sxm' is not a device of this study; its devices: rtx4090, a100-40gb"),
     ("  sweep:\n    batch: [1, 2]\n    context: [64]\n    variant: [flashy]\n",
      "analyses.sweep.variant: no variant 'flashy'; available: unfused, fused, flash"),
     ("  sweep:\n    batch: [1, 2]\n",

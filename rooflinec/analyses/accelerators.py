@@ -37,13 +37,11 @@ def _pair(rows: dict, old: str, new: str) -> dict:
 
 
 def _check(ctx, dtypes, pairs) -> None:
-    keys = [d.key for d in ctx.devices]
     problems = [ctx.problem(("devices", i), f"device '{d.key}' lists no tensor peak for "
                                             f"{' or '.join(dtypes)}; it has: {', '.join(d.tensor)}")
                 for i, d in enumerate(ctx.devices) if _tensor(d, dtypes)[0] is None]
-    problems += [ctx.problem(("analyses", "accelerators", "compare", i, j),
-                             f"'{k}' is not a device of this study; its devices: {', '.join(keys)}")
-                 for i, pair in enumerate(pairs) for j, k in enumerate(pair) if k not in keys]
+    problems += [p for i, pair in enumerate(pairs)
+                 for p in ctx.device_problems(("analyses", "accelerators", "compare", i), pair)]
     if problems:
         raise SpecError(problems)
 

@@ -30,8 +30,7 @@ def _categorical(ctx, params) -> tuple:
     problems = []
     known = {d.key: d for d in ctx.devices}
     names = params.devices or list(known)
-    problems += [_problem(ctx, "devices", f"device '{n}' is not among the study's devices: "
-                                          f"{', '.join(known)}") for n in names if n not in known]
+    problems += ctx.device_problems(("analyses", KEY, "devices"), names)
     dtypes = params.dtype or [ctx.study.dtype]
     problems += [_problem(ctx, "dtype", f"device '{d.key}' lists no tensor peak for {t}; "
                                         f"it has: {', '.join(d.tensor)}")
