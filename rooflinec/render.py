@@ -51,13 +51,14 @@ def symbol(name: str):
     return sp.Symbol(name)
 
 
-def _bytecode_cache():
+def _bytecode_cache(autoescape: bool):
     """Jinja's own cache of compiled templates (a private per-user temp folder, keyed by the
     template source's checksum): compiling the templates is ~0.05 s of every build. Compiled
-    code depends on which filters take the context too, so the file names carry that."""
+    code also depends on autoescaping (the shared prose compiles to escaping code for HTML
+    only) and on which filters take the context, so the file names carry both."""
     passes = sorted((name, str(getattr(f, "jinja_pass_arg", ""))) for name, f in
                     {**FILTERS, **MD_MARKS}.items())
-    key = zlib.crc32(repr(passes).encode())
+    key = zlib.crc32(repr((autoescape, passes)).encode())
     try:
         return jinja2.FileSystemBytecodeCache(pattern=f"__rooflinec_{key:08x}_%s.cache")
     except (OSError, RuntimeError):
@@ -90,9 +91,11 @@ def _html_sub(base, index):
 
 
 MD_MARKS = {"strong": _mark(lambda text: f"**{text}**"), "var": _mark(str),
+            "code": _mark(lambda text: f"`{text}`"),
             "star": _mark(lambda text: f"{text}\\*"),
             "sub": jinja2.pass_context(lambda _c, base, index: _md_sub(base, index))}
 HTML_MARKS = {"strong": _mark(_html("strong")), "var": _mark(_html("var")),
+              "code": _mark(_html("code")),
               "star": _mark(lambda text: _html("var")(text) + "*"),
               "sub": jinja2.pass_context(lambda _c, base, index: _html_sub(base, index))}
 
@@ -100,7 +103,7 @@ HTML_MARKS = {"strong": _mark(_html("strong")), "var": _mark(_html("var")),
 @cache
 def environment(autoescape: bool) -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("rooflinec", "templates"), bytecode_cache=_bytecode_cache(),
+        loader=jinja2.PackageLoader("rooflinec", "templates"), bytecode_cache=_bytecode_cache(autoescape),
         autoescape=autoescape, undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters.update(FILTERS)

@@ -263,3 +263,14 @@ def test_operators_chart_has_every_point():
     charts = chartdata.plan(rep)[0]
     n = sum(len(r["points"]) for r in rep["sections"][0]["rows"])
     assert [len(c["points"]) for c in charts] == [n] * len(rep["devices"])
+
+
+def test_shared_prose_escapes_in_html_whatever_compiled_it_first():
+    """The prose both formats share compiles per format (autoescape is compiled in): text
+    from a spec is escaped in HTML even when Markdown rendered the same prose first."""
+    from rooflinec.render import environment
+    section = {"layers": "<b>&"}
+    md = environment(False).get_template("prose/sections.j2").module.params_intro(section)
+    html = environment(True).get_template("prose/sections.j2").module.params_intro(section)
+    assert "L = <b>& times" in md
+    assert "<var>L</var> = &lt;b&gt;&amp; times" in html
