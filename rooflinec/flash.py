@@ -36,6 +36,19 @@ def score_ops(program: Program) -> list[Op]:
     return [op for op in program.ops if op.cost.bytes_of("scores") != 0]
 
 
+def ideal_kernel(phase: str, causal_fraction) -> Op:
+    """The least any attention kernel moves: Q read and O written once per query head, K and
+    V read once per KV head, no score matrix; FLOPs are the two matmuls, scaled by the
+    causal fraction (masked tiles skipped). Decode's kernel already moves only this."""
+    if phase == "decode":
+        return kernel(phase, causal_fraction, None)
+    cost = FORMULAS["attention"](B, S, S, n_q, n_kv, d_head, b, io=True,
+                                 causal_fraction=causal_fraction)
+    return Op("attention", "attention", "attention", "matrix", cost, repeat=L,
+              shape="Q[B,n_q,S,d_head] . K,V[B,n_kv,S,d_head] -> O, compulsory traffic only",
+              crossing=S)
+
+
 def kernel(phase: str, causal_fraction, tiles: Blocks | None) -> Op:
     """The attention kernel: decode reads Q, K, V once and writes O; prefill is Algorithm 1."""
     if phase == "decode":

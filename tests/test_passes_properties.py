@@ -47,7 +47,7 @@ def program(key, phase, variant, conv=Conventions(), dev="a100-40gb"):
 
 workloads = st.fixed_dictionaries({"B": st.integers(1, 64), "S": st.integers(1, 8192)})
 cases = st.tuples(st.sampled_from(MODELS), st.sampled_from(("decode", "prefill")),
-                  st.sampled_from(("unfused", "fused", "flash")), st.sampled_from(("layer", "model")))
+                  st.sampled_from(("unfused", "fused", "flash", "ideal")), st.sampled_from(("layer", "model")))
 
 
 def _ledger(case, w):
@@ -105,6 +105,19 @@ def test_flash_keeps_every_flop_outside_attention_and_every_contraction(key, pha
     for s_val in (1, 128, 4096):
         at = Workbench.of(model(key)).at({B: 3, S: s_val}, {})
         assert number(contractions, at) <= number(kernel, at) <= number(everything, at)
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases, workloads)
+def test_ideal_attention_is_a_lower_bound_of_every_variant(case, w):
+    """The ideal kernel moves compulsory traffic only, so no variant moves fewer bytes or
+    takes less roofline time (flash counts more FLOPs too: its softmax)."""
+    key, phase, _, scope = case
+    ideal = _ledger((key, phase, "ideal", scope), w)
+    for variant in ("unfused", "fused", "flash"):
+        other = _ledger((key, phase, variant, scope), w)
+        assert ideal.bytes <= other.bytes * (1 + 1e-12)
+        assert ideal.time <= other.time * (1 + 1e-12)
 
 
 @settings(max_examples=40, deadline=None)
