@@ -178,6 +178,28 @@ class Workbench:
             values[s] = number(expr, values)
         return values
 
+    # memory fit: weights and the KV cache only (activations and workspace left out)
+
+    def weight_bytes(self, dtype: str | None = None) -> int:
+        from rooflinec.params import count
+        return int(number(count(self.model).total, self.values_for(dtype))) * DTYPE_BYTES[dtype or self.dtype]
+
+    def kv_per_token(self, dtype: str | None = None) -> int:
+        from rooflinec.efficiency import kv_bytes_per_token
+        return int(number(kv_bytes_per_token(), self.values_for(dtype)))
+
+    def memory_needed(self, batch, context, dtype: str | None = None):
+        """Bytes of weights plus B·S tokens of KV cache (NumPy arrays work too)."""
+        return self.weight_bytes(dtype) + batch * context * self.kv_per_token(dtype)
+
+    def fits(self, device, batch, context, dtype: str | None = None):
+        return self.memory_needed(batch, context, dtype) <= device.capacity
+
+    def largest_batch(self, device, context: int, dtype: str | None = None) -> int:
+        """Largest batch whose sequences of `context` tokens all fit beside the weights."""
+        from rooflinec.efficiency import max_batch
+        return max_batch(device.capacity, self.weight_bytes(dtype), self.kv_per_token(dtype), context)
+
     # devices
 
     def device(self, path: tuple, key: str | None):

@@ -239,3 +239,17 @@ def test_chosen_rows():
     from rooflinec.analyses.sweep import chosen_rows
     xs = list(range(3, 40))
     assert [xs[i] for i in chosen_rows(xs, [None, 21])] == [3, 4, 8, 16, 21, 32, 39]
+
+
+def test_memory_fit_has_one_owner_and_one_answer():
+    """RTX 4090, Qwen2.5-7B in bf16: 24 GiB = 25,769,803,776 B; weights 7,615,616,512
+    parameters x 2 B = 15,231,233,024 B; KV cache 2 (K, V) x 28 layers x 4 KV heads x 128 x 2 B
+    = 57,344 B per token; (25,769,803,776 - 15,231,233,024) // 57,344 = 183,778 tokens,
+    // 1024 = 179 sequences of S = 1024."""
+    dev = QWEN.devices[0]
+    assert (BENCH.weight_bytes(), BENCH.kv_per_token()) == (15_231_233_024, 57_344)
+    assert BENCH.largest_batch(dev, 1024) == 179
+    for context in (1024, 4096, 32768):
+        top = BENCH.largest_batch(dev, context)
+        assert not BENCH.fits(dev, top + 1, context)
+        assert top == 0 or BENCH.fits(dev, top, context)

@@ -14,6 +14,7 @@ def decode_view(ctx, params) -> dict:
             for dev in ctx.devices:
                 led = ctx.ledger(ctx.program("decode", variant, dev), dev, {B: batch, S: context})
                 per_device.append({"device": dev.key, "time_s": led.time,
+                                   "fits": ctx.fits(dev, batch, context),
                                    "tokens_per_s": batch / led.time, "attainable": led.attainable})
             points.append({"batch": batch, "context": context, "flops": led.flops,
                            "bytes": led.bytes, "weight_bytes": led.traffic("weights"),

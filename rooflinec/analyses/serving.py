@@ -9,9 +9,7 @@ that assumes no overlap between ops). Memory fit counts weights and the KV cache
 from __future__ import annotations
 
 from rooflinec import efficiency as E
-from rooflinec import params as P
 from rooflinec.analyses import analysis
-from rooflinec.evaluate import number
 from rooflinec.symbols import B, S
 from rooflinec.units import parse_quantity
 
@@ -32,27 +30,27 @@ def _size(terms, batch, context) -> tuple[float, float]:
     return float(terms.flops.xreplace(point)), float(terms.bytes.xreplace(point))
 
 
-def _steps(ctx, terms, batches, contexts, weight_bytes, kv_token) -> list[dict]:
+def _steps(ctx, terms, batches, contexts) -> list[dict]:
     rows = []
     for batch in batches:
         for context in contexts:
             # FLOPs and bytes are the device's to time, not to change: any device's terms do
             flops, nbytes = _size(terms[ctx.devices[0].key], batch, context)
-            need = weight_bytes + batch * context * kv_token
+            need = ctx.memory_needed(batch, context)
             rows.append({"batch": batch, "context": context, "flops": flops, "bytes": nbytes,
-                         "kv_bytes": batch * context * kv_token, "memory_needed": need,
+                         "kv_bytes": need - ctx.weight_bytes(), "memory_needed": need,
                          "devices": [{"device": d.key, "fits": need <= d.capacity,
                                       **_bound(terms[d.key], batch, context)} for d in ctx.devices]})
     return rows
 
 
-def _crossovers(ctx, terms, contexts, weight_bytes, kv_token) -> list[dict]:
+def _crossovers(ctx, terms, contexts) -> list[dict]:
     rows = []
     for context in contexts:
         per = []
         for d in ctx.devices:
             c = E.crossover(terms[d.key], context)
-            fit = E.max_batch(d.capacity, weight_bytes, kv_token, context)
+            fit = ctx.largest_batch(d, context)
             at_fit = _bound(terms[d.key], fit, context) if fit >= 1 else None
             per.append({"device": d.key, "at": None if c.at is None else float(c.at),
                         "first": c.first, "ceiling": c.ceiling, "max_batch": fit,
@@ -90,10 +88,8 @@ def _measured(ctx, terms, entries) -> list[dict]:
 
 @analysis("serving", "Serving bounds")
 def serving(ctx, params) -> dict:
-    counted = P.count(ctx.model)
-    weight_bytes = int(number(counted.total, ctx.values)) * ctx.study.bytes_per_element
+    weight_bytes, kv_token = ctx.weight_bytes(), ctx.kv_per_token()
     kv_expr = E.kv_bytes_per_token()
-    kv_token = int(number(kv_expr, ctx.values))
     variant = params.variant
     terms = _terms(ctx, "decode", variant)
     contexts = params.contexts
@@ -103,8 +99,8 @@ def serving(ctx, params) -> dict:
         "memory": [{"device": d.key, "capacity": d.capacity, "weights_fit": weight_bytes <= d.capacity,
                     "kv_tokens": E.fit_tokens(d.capacity, weight_bytes, kv_token)}
                    for d in ctx.devices],
-        "steps": _steps(ctx, terms, params.batch, contexts, weight_bytes, kv_token),
-        "crossovers": _crossovers(ctx, terms, contexts, weight_bytes, kv_token),
+        "steps": _steps(ctx, terms, params.batch, contexts),
+        "crossovers": _crossovers(ctx, terms, contexts),
         "prefill": _prefill(ctx, params.prompts or contexts, variant), "variant": variant,
         "measured": _measured(ctx, terms, params.measured or []),
     }

@@ -69,7 +69,18 @@ def _crossing(xs, bound) -> int | None:
     return None
 
 
-def _series(tot, numeric, params, x_axis, labels):
+def _fits(ctx, device, dtype: str, numeric, params):
+    """Whether each point's weights and KV cache (B·S tokens) fit in the device's memory;
+    None where the sweep does not give both B and S."""
+    if not {"batch", "context"} <= set(numeric):
+        return None
+    import numpy as np
+    grids = dict(zip(numeric, np.meshgrid(*(np.asarray(getattr(params, a), dtype=float)
+                                            for a in numeric), indexing="ij")))
+    return ctx.memory_needed(grids["batch"], grids["context"], dtype) <= device.capacity
+
+
+def _series(tot, fits, numeric, params, x_axis, labels):
     """One series per fixed value of the other numeric axes: arrays over the x axis."""
     import numpy as np
     x_pos = numeric.index(x_axis)
@@ -77,13 +88,17 @@ def _series(tot, numeric, params, x_axis, labels):
     time = np.moveaxis(tot.time, x_pos, -1)
     tokens = np.moveaxis(tot.tokens, x_pos, -1)
     bound = np.moveaxis(tot.bound, x_pos, -1)
+    fit = None if fits is None else np.moveaxis(fits, x_pos, -1)
     out = []
     for idx in product(*(range(len(getattr(params, a))) for a in others)):
-        t, b = time[idx], bound[idx].tolist()
+        t, b, xs = time[idx], bound[idx].tolist(), getattr(params, x_axis)
+        crossing = _crossing(xs, b)
+        f = None if fit is None else fit[idx].tolist()
         out.append({**labels, "fixed": {a: getattr(params, a)[i] for a, i in zip(others, idx)},
-                    "x": getattr(params, x_axis), "time_s": t.tolist(),
-                    "tokens_per_s": (tokens[idx] / t).tolist(), "bound": b,
-                    "crossing": _crossing(getattr(params, x_axis), b)})
+                    "x": xs, "time_s": t.tolist(),
+                    "tokens_per_s": (tokens[idx] / t).tolist(), "bound": b, "fits": f,
+                    "crossing": crossing,
+                    "crossing_fits": None if f is None or crossing is None else f[xs.index(crossing)]})
     return out
 
 
@@ -91,12 +106,14 @@ def _table(series: list, labels: dict) -> dict:
     xs = series[0]["x"]
     rows = chosen_rows(xs, [s["crossing"] for s in series])
     return {**labels, "columns": [s["fixed"] for s in series],
-            "crossed": [{"fixed": s["fixed"], "at": s["crossing"]} for s in series
-                        if s["crossing"] is not None],
+            "crossed": [{"fixed": s["fixed"], "at": s["crossing"], "fits": s["crossing_fits"]}
+                        for s in series if s["crossing"] is not None],
             "never": [s["fixed"] for s in series if s["crossing"] is None],
             "rows": [{"x": xs[i], "cells": [{"time_s": s["time_s"][i],
                                              "tokens_per_s": s["tokens_per_s"][i],
-                                             "bound": s["bound"][i]} for s in series]}
+                                             "bound": s["bound"][i],
+                                             "fits": None if s["fits"] is None else s["fits"][i]}
+                                   for s in series]}
                      for i in rows]}
 
 
@@ -121,7 +138,8 @@ def sweep(ctx, params) -> dict:
             for dtype in dtypes:
                 totals = sw.run(kernel, ctx, axes, [dev], dtype)
                 labels = {"device": dev.key, "dtype": dtype, "variant": variant}
-                found = _series(totals[dev.key], numeric, params, x_axis, labels)
+                fits = _fits(ctx, dev, dtype, numeric, params)
+                found = _series(totals[dev.key], fits, numeric, params, x_axis, labels)
                 series += found
                 tables.append(_table(found, labels))
     return {"phase": phase, "scope": scope, "x": x_axis, "axes": {a: getattr(params, a) for a in numeric},
