@@ -68,7 +68,7 @@ def call(*argv):
 @pytest.fixture
 def tree(tmp_path) -> Path:
     root = tmp_path / "specs"
-    shutil.copytree(ROOT / "specs" / "hardware", root / "hardware")
+    shutil.copytree(ROOT / "rooflinec" / "catalog" / "hardware", root / "hardware")
     (root / "models").mkdir()
     (root / "models" / "moe.yaml").write_text(MOE)
     (root / "moe.yaml").write_text(STUDY)
