@@ -86,18 +86,18 @@ _KINDS = {list: "a list", str: "a string", int: "a number", float: "a number",
           bool: "a boolean", type(None): "nothing (null)"}
 
 
-def _mapping(file: str, kind: str) -> yamlio.Located:
-    """Load `file` as plain YAML whose top level is a mapping."""
-    doc = yamlio.load(file)
+def _mapping(file: str, kind: str, text: str | None = None) -> yamlio.Located:
+    """Load `file` (or `text`, written as if it were `file`) as plain YAML: a mapping at the top."""
+    doc = yamlio.load(file, text)
     if not isinstance(doc.data, dict):
         got = _KINDS.get(type(doc.data), type(doc.data).__name__)
         raise SpecError([doc.problem((), f"expected a mapping of keys for a {kind} spec, got {got}")])
     return doc
 
 
-def _checked(file: str, kind: str, semantic=None) -> yamlio.Located:
+def _checked(file: str, kind: str, semantic=None, text: str | None = None) -> yamlio.Located:
     """Load and schema-check `file`; `semantic(doc)` adds cross-field problems found alongside."""
-    doc = _mapping(file, kind)
+    doc = _mapping(file, kind, text)
     problems = validate.check(doc, kind)
     if semantic is not None:
         problems += semantic(doc)
@@ -143,8 +143,9 @@ def _model_problems(doc: yamlio.Located) -> list[Problem]:
     return problems + custom.declare(doc)[2]
 
 
-def load_model(file: str) -> Model:
-    doc = _checked(file, "model", _model_problems)
+def load_model(file: str, text: str | None = None) -> Model:
+    """A model spec from `file`, or from `text` (an imported config) reported as `file`."""
+    doc = _checked(file, "model", _model_problems, text)
     d = doc.data
     att, mlp, norm = d["attention"], d["mlp"], d.get("norm") or {}
     model = Model(

@@ -120,7 +120,7 @@ def test_a_folder_where_a_report_goes(tree, reports):
     (reports / "qwen.json").unlink()
     (reports / "qwen.json").mkdir()
     before = snapshot(reports)
-    code, _, err = call("build", tree / "qwen.yaml", "--out", reports)
+    code, _, err = call("build", "-q", tree / "qwen.yaml", "--out", reports)
     assert code == 1 and err == f"{reports / 'qwen.json'}: cannot write the reports: a folder is where a report goes\n"
     assert snapshot(reports) == before and not (reports / "qwen").exists()
 
