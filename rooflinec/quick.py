@@ -106,10 +106,17 @@ def _table(rows) -> str:
 # --- import ---------------------------------------------------------------------------
 
 def cmd_import(args, stdout, stderr, parser) -> int:
-    from rooflinec import hfimport
+    from rooflinec import hfimport, params, spec
+    from rooflinec.evaluate import number
+    from rooflinec.symbols import model_values
     text, notes = hfimport.convert(args.config, args.hf_id)
     for note in notes if not args.quiet else ():
         stderr.write(f"{note}\n")
+    # the spec is checked as a study would load it, and its parameters counted
+    model = spec.load_model(args.out or hfimport.config_file(args.config) + " (imported)", text)
+    count = int(number(params.count(model).total, model_values(model)))
+    head, rest = text.split("\n", 1)
+    text = f"{head}\n# {count:,} parameters, as rooflinec counts this spec\n{rest}"
     if args.out is None:
         stdout.write(text)
         return 0
@@ -118,7 +125,7 @@ def cmd_import(args, stdout, stderr, parser) -> int:
         write_all({args.out: text})
     except OSError as exc:
         raise RooflineError(f"{args.out}: cannot write the spec: {exc.strerror or exc}") from None
-    stdout.write(f"wrote {args.out}\n")
+    stdout.write(f"wrote {args.out}: {model.name}, {count:,} parameters\n")
     return 0
 
 

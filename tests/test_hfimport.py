@@ -194,7 +194,7 @@ def test_import_command_writes_a_spec_a_study_can_use(tmp_path):
     out = tmp_path / "models" / "llama.yaml"
     code, stdout, err = call("import", tmp_path / "llama", "--hf-id", "meta-llama/Llama-3.1-8B",
                              "--out", out)
-    assert code == 0 and stdout == f"wrote {out}\n"
+    assert code == 0 and stdout == f"wrote {out}: Llama-3.1-8B, 8,030,261,248 parameters\n"
     assert f"{tmp_path / 'llama' / 'config.json'}:21:3: rope_scaling: not modelled; costs nothing" in err
     (tmp_path / "study.yaml").write_text(
         "model: llama\ndevices: [h100-sxm]\nanalyses:\n  params: {}\n"
@@ -211,3 +211,10 @@ def test_import_command_writes_a_spec_a_study_can_use(tmp_path):
 def test_quiet_import_prints_only_the_spec():
     code, out, err = call("import", "-q", CONFIGS / "gpt2")
     assert code == 0 and err == "" and out.startswith("# A model spec imported")
+
+
+@pytest.mark.parametrize("folder", sorted(PUBLISHED))
+def test_import_command_states_the_count(folder):
+    code, out, err = call("import", "-q", CONFIGS / folder)
+    assert code == 0 and err == ""
+    assert out.splitlines()[1] == f"# {PUBLISHED[folder]:,} parameters, as rooflinec counts this spec"
