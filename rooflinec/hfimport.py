@@ -168,34 +168,26 @@ def _phi3(r: Reader) -> dict:
     return spec
 
 
-def _softcap(name: str, cap, **where) -> dict:
-    return {"name": name, "category": "elementwise", "unit": "vector", **where,
-            "notes": f"cap*tanh(x/cap) with cap = {cap}: divide, tanh, multiply, 3 FLOPs an "
-                     "element (transformers' Gemma2); one read and one write of each element"}
-
-
 def _gemma2(r: Reader) -> dict:
     r.used.add("hidden_act")   # Gemma2 reads hidden_activation; hidden_act is its older alias
     spec = _decoder(r, act_key="hidden_activation", act_default="gelu_pytorch_tanh")
     spec["tied_embeddings"] = bool(r.get("tie_word_embeddings", True))
     spec["norm"]["post"] = True   # a norm before and after each sublayer: four per layer
-    ops = []
-    if r.get("attn_logit_softcapping") is not None:
-        ops.append({**_softcap("attn_softcap", r.data["attn_logit_softcapping"], before="softmax"),
-                    "flops": "3*M*n_q*S", "bytes": "2*M*n_q*S*b",
-                    "shape": "cap*tanh(S[B,n_q,queries,S]/cap)",
-                    "notes_extra": "M*S scores per head: B*S in decode, B*S*S in prefill (not halved "
-                                   "under causal halving); under the flash variant it stays its own "
-                                   "kernel reading the scores, an upper bound"})
-    if r.get("final_logit_softcapping") is not None:
-        ops.append({**_softcap("logit_softcap", r.data["final_logit_softcapping"], runs="once",
-                               after="lm_head"),
-                    "flops": "3*B*V", "bytes": "2*B*V*b", "shape": "cap*tanh(logits[B,V]/cap)",
-                    "notes_extra": "B rows of logits, as under the default logits: last"})
-    for op in ops:
-        op["notes"] += "; " + op.pop("notes_extra")
-    if ops:
-        spec["operators"] = ops
+    cap = r.data.get("attn_logit_softcapping")
+    if cap is not None:   # on chip in FlashAttention kernels, so not an op of its own here
+        per_score = 4 * spec["attention"]["head_dim"]
+        r.note("attn_logit_softcapping", f"the attention soft-cap {cap}*tanh(s/{cap}): 3 FLOPs a "
+                                         f"score beside attention's 4*d_head = {per_score}, and in "
+                                         "the unfused program one more pass over the scores")
+    cap = r.get("final_logit_softcapping")
+    if cap is not None:
+        spec["operators"] = [{
+            "name": "logit_softcap", "category": "elementwise", "unit": "vector", "runs": "once",
+            "after": "lm_head", "flops": "3*B*V", "bytes": "2*B*V*b",
+            "shape": "cap*tanh(logits[B,V]/cap)",
+            "notes": f"final_logit_softcapping: {cap}*tanh(x/{cap}), divide, tanh and multiply, 3 "
+                     "FLOPs a logit (transformers' Gemma2); the logits read and written once; B "
+                     "rows, as under the default convention logits: last"}]
     _window(r, alternating=True)
     r.notes.append(r.doc.problem((), "not modelled; this leaves out Gemma's embedding scale "
                                      "(the gathered rows times sqrt(d_model): one multiply per "

@@ -13,7 +13,7 @@ from rooflinec.cli import run
 from rooflinec.errors import SpecError
 from rooflinec.evaluate import number
 from rooflinec.lower import lower
-from rooflinec.symbols import M, b, d_head, model_values, n_kv, n_q
+from rooflinec.symbols import B, M, V, b, d_head, model_values, n_kv, n_q
 
 CONFIGS = Path(__file__).resolve().parent / "hf_configs"
 
@@ -108,11 +108,14 @@ def test_gemma2_layer():
     assert names[names.index("o_proj"):names.index("mlp_norm") + 1] == \
         ["o_proj", "attn_post_norm", "attn_residual", "mlp_norm"]
     assert "gelu" in names and "silu" not in names                 # tanh-GELU gate
-    assert names.index("attn_softcap") == names.index("softmax") - 1
     assert names[-1] == "logit_softcap"
-    # soft-capping: 3 FLOPs per score and per logit (decode: M = B scores rows of S keys)
+    # the final soft-cap: 3 FLOPs per logit, the logits read and written
     ops = {op.name: op for op in lower(model, "decode").ops}
-    assert str(ops["logit_softcap"].cost.flops) == "3*B*V"
+    assert ops["logit_softcap"].cost.flops == 3 * B * V
+    assert sp_equal(ops["logit_softcap"].cost.bytes, 2 * B * V * b)
+    # the attention soft-cap is FlashAttention's to do on chip: named, with its share
+    capped = [n for n in notes if n.path == "attn_logit_softcapping"]
+    assert len(capped) == 1 and "3 FLOPs a score beside attention's 4*d_head = 1024" in capped[0].message
     window = [n for n in notes if n.path == "sliding_window"]
     assert len(window) == 1 and "every other layer attends to the last 4096 keys" in window[0].message
 
