@@ -68,14 +68,23 @@ class Reader:
         self.used.add(key)
         return self.data.get(key, default)
 
-    def need(self, key: str, kind=int):
+    def need(self, key: str) -> int:
+        """A count the mapping cannot do without: a positive whole number."""
         value = self.get(key)
-        if not isinstance(value, kind) or isinstance(value, bool) or \
-                (kind is int and value < 1):
-            raise SpecError([self.problem(key, f"expected a positive whole number, got "
-                                               f"{json.dumps(value)}" if key in self.data
-                                          else f"missing '{key}', which the mapping needs")])
-        return value
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
+        message = (f"expected a positive whole number, got {json.dumps(value)}" if key in self.data
+                   else f"missing '{key}', which the mapping needs")
+        raise SpecError([self.problem(key, message)])
+
+    def flag(self, key: str, default: bool) -> bool:
+        """A switch: true or false (null or absent: `default`)."""
+        value = self.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool):
+            return value
+        raise SpecError([self.problem(key, f"expected true or false, got {json.dumps(value)}")])
 
     def note(self, key: str, what: str) -> None:
         """`key` is present and not modelled: say what the spec leaves out."""
@@ -100,6 +109,11 @@ class Reader:
         return out
 
 
+def _optional(r: Reader, key: str, default: int) -> int:
+    """A count the config may leave out or set to null, meaning `default`."""
+    return r.need(key) if r.data.get(key) is not None else r.used.add(key) or default
+
+
 def _window(r: Reader, alternating: bool = False) -> None:
     """Sliding-window attention is not in the model schema: say what full attention overstates."""
     window = r.data.get("sliding_window")
@@ -116,22 +130,22 @@ def _window(r: Reader, alternating: bool = False) -> None:
 def _decoder(r: Reader, act_key: str = "hidden_act", act_default: str = "silu") -> dict:
     """The fields every Llama-style decoder shares: RMSNorm, RoPE, a gated MLP."""
     d_model, heads = r.need("hidden_size"), r.need("num_attention_heads")
-    head_dim = r.get("head_dim") or d_model // heads
+    head_dim = r.need("head_dim") if r.data.get("head_dim") is not None else d_model // heads
     act = r.get(act_key, act_default)
     kinds = {"silu": "swiglu", "gelu_pytorch_tanh": "geglu", "gelu": "geglu", "gelu_new": "geglu"}
-    if act not in kinds:
+    if not isinstance(act, str) or act not in kinds:
         raise SpecError([r.problem(act_key, f"activation {json.dumps(act)} is not covered; "
                                             f"covered: {', '.join(kinds)}")])
-    bias = bool(r.get("attention_bias", False))
+    bias = r.flag("attention_bias", False)
     spec = {
         "d_model": d_model, "n_layers": r.need("num_hidden_layers"), "vocab": r.need("vocab_size"),
-        "attention": {"n_heads": heads, "n_kv_heads": r.get("num_key_value_heads") or heads,
+        "attention": {"n_heads": heads, "n_kv_heads": _optional(r, "num_key_value_heads", heads),
                       "head_dim": head_dim, "qkv_bias": bias, "out_bias": bias},
         "mlp": {"kind": kinds[act], "d_ff": r.need("intermediate_size"),
-                "bias": bool(r.get("mlp_bias", False))},
+                "bias": r.flag("mlp_bias", False)},
         "norm": {"kind": "rmsnorm", "bias": False},
         "positions": "rope",
-        "tied_embeddings": bool(r.get("tie_word_embeddings", False)),
+        "tied_embeddings": r.flag("tie_word_embeddings", False),
     }
     if r.data.get("max_position_embeddings") is not None:
         spec["max_context"] = r.need("max_position_embeddings")
@@ -171,7 +185,7 @@ def _phi3(r: Reader) -> dict:
 def _gemma2(r: Reader) -> dict:
     r.used.add("hidden_act")   # Gemma2 reads hidden_activation; hidden_act is its older alias
     spec = _decoder(r, act_key="hidden_activation", act_default="gelu_pytorch_tanh")
-    spec["tied_embeddings"] = bool(r.get("tie_word_embeddings", True))
+    spec["tied_embeddings"] = r.flag("tie_word_embeddings", True)
     spec["norm"]["post"] = True   # a norm before and after each sublayer: four per layer
     cap = r.data.get("attn_logit_softcapping")
     if cap is not None:   # on chip in FlashAttention kernels, so not an op of its own here
@@ -198,7 +212,7 @@ def _gemma2(r: Reader) -> dict:
 def _gpt2(r: Reader) -> dict:
     d_model = r.need("n_embd")
     act = r.get("activation_function", "gelu_new")
-    if act not in ("gelu_new", "gelu", "gelu_pytorch_tanh"):
+    if not isinstance(act, str) or act not in ("gelu_new", "gelu", "gelu_pytorch_tanh"):
         raise SpecError([r.problem("activation_function", f"activation {json.dumps(act)} is not "
                                    "covered; covered: gelu_new, gelu, gelu_pytorch_tanh")])
     return {
@@ -206,10 +220,10 @@ def _gpt2(r: Reader) -> dict:
         "max_context": r.need("n_positions"),
         "attention": {"n_heads": r.need("n_head"), "head_dim": d_model // r.data["n_head"],
                       "qkv_bias": True, "out_bias": True},
-        "mlp": {"kind": "gelu", "d_ff": r.get("n_inner") or 4 * d_model, "bias": True},
+        "mlp": {"kind": "gelu", "d_ff": _optional(r, "n_inner", 4 * d_model), "bias": True},
         "norm": {"kind": "layernorm", "bias": True},
         "positions": "learned",
-        "tied_embeddings": bool(r.get("tie_word_embeddings", True)),
+        "tied_embeddings": r.flag("tie_word_embeddings", True),
     }
 
 
@@ -235,12 +249,12 @@ def convert(path: str, hf_id: str | None = None) -> tuple[str, list[Problem]]:
     r.used.update({"model_type", "_name_or_path"})   # read for the name, or only informative
     archs = r.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs else None
-    if arch not in ARCHITECTURES:
+    if not isinstance(arch, str) or arch not in ARCHITECTURES:
         raise SpecError([doc.problem(("architectures", 0) if arch is not None else (),
                                      f"architecture {json.dumps(arch)} is not covered; covered: "
                                      f"{', '.join(ARCHITECTURES)}")])
     spec = ARCHITECTURES[arch](r)
-    name = (hf_id or r.data.get("_name_or_path") or _folder_name(file)).rsplit("/", 1)[-1]
+    name = str(hf_id or r.data.get("_name_or_path") or _folder_name(file)).rsplit("/", 1)[-1]
     source = f"{hf_id or name} config.json ({arch}), imported by rooflinec import"
     notes = sorted(r.notes + r.leftovers(arch), key=lambda p: (p.line, p.col))
     head = {"name": name, **({"hf_id": hf_id} if hf_id else {})}

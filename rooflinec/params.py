@@ -109,8 +109,8 @@ def _norms(model) -> list[Component]:
     width = d_model * (2 if model.norm_bias else 1)        # scale, and shift if it has one
     k = _NORMS_PER_LAYER[model.block] * (2 if model.post_norms else 1)
     what = f"{model.norm_kind}, {'scale and shift' if model.norm_bias else 'scale only'}"
-    return [_layer("norms", "norm", k * width, matmul=False,
-                   note=f"{k} per layer ({model.block} block{', post-norms' if model.post_norms else ''}), {what}"),
+    layout = model.block + (" block and post-norms" if model.post_norms else " block")
+    return [_layer("norms", "norm", k * width, matmul=False, note=f"{k} per layer ({layout}), {what}"),
             Component("final_norm", "norm", width, ONE, False, False, what)]
 
 

@@ -7,6 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rooflinec import hfimport, params, spec
 from rooflinec.cli import run
@@ -221,3 +223,26 @@ def test_import_command_states_the_count(folder):
     code, out, err = call("import", "-q", CONFIGS / folder)
     assert code == 0 and err == ""
     assert out.splitlines()[1] == f"# {PUBLISHED[folder]:,} parameters, as rooflinec counts this spec"
+
+
+VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 10**6), st.floats(allow_nan=False),
+                   st.text(max_size=8), st.lists(st.integers(), max_size=2))
+
+
+@settings(max_examples=60)
+@given(folder=st.sampled_from(sorted(p.name for p in CONFIGS.iterdir() if p.is_dir())),
+       data=st.data())
+def test_any_field_value_is_imported_or_refused_with_a_located_error(folder, data, tmp_path_factory):
+    """Whatever one field holds, import gives a spec a study loads, or located problems: never
+    another exception."""
+    config = json.loads((CONFIGS / folder / "config.json").read_text())
+    key = data.draw(st.sampled_from(sorted(config)))
+    config[key] = data.draw(VALUES)
+    cfg = tmp_path_factory.mktemp("cfg") / "config.json"
+    cfg.write_text(json.dumps(config, indent=2))
+    code, out, err = call("import", "-q", cfg)
+    assert code in (0, 1) and "Traceback" not in err
+    if code == 1:
+        assert err and all(line.startswith(str(cfg)) for line in err.splitlines()), err
+    else:
+        assert out.startswith("# A model spec imported")
