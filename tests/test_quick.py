@@ -1,6 +1,7 @@
 """The installed catalog and the quick answers: devices, models, serve, --version, -q."""
 
 import io
+import shutil
 import json
 from pathlib import Path
 
@@ -125,3 +126,23 @@ def test_build_reports_its_sections_and_charts(tmp_path, monkeypatch):
     assert lines[:2] == ["specs/gpt2-medium.yaml: evaluated Operator ledgers",
                          "specs/gpt2-medium.yaml: evaluated Derivations"]
     assert any(line.startswith("specs/gpt2-medium.yaml: drew ") for line in lines[2:])
+
+
+def test_readme_config_to_answer_example_runs(tmp_path, monkeypatch):
+    """The README's three lines, as written, in a copy of the folder they name."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = readme.split("From a config.json to an answer", 1)[1].split("```")[1]
+    lines = [line.split("#")[0].split() for line in block.strip().splitlines()]
+    assert len(lines) == 3 and all(argv[0] == "rooflinec" for argv in lines)
+    (tmp_path / "tests").mkdir()
+    shutil.copytree(CONFIGS, tmp_path / "tests" / "hf_configs")
+    monkeypatch.chdir(tmp_path)
+    outputs = []
+    for argv in lines:
+        code, out, err = call(*argv[1:])
+        assert code == 0, err
+        outputs.append(out)
+    assert "h100-sxm" in outputs[0]
+    assert "8,030,261,248 parameters" in outputs[1]
+    assert "Llama-3.1-8B on NVIDIA H100 SXM5 80GB (h100-sxm), bf16" in outputs[2]
+    assert "time to first token (prompt 2,048" in outputs[2] and "decode at context 4,096" in outputs[2]
