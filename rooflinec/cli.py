@@ -7,6 +7,7 @@ import os
 import sys
 
 from rooflinec import quick
+from rooflinec.progress import Progress, drawn
 from rooflinec.errors import RooflineError, SpecError
 from rooflinec.output import write_all
 
@@ -146,7 +147,7 @@ def _render_all(args, formats, painter, progress) -> dict[str, str]:
     from rooflinec.render import render_many
     outputs = {}
     for path, (rep, tickets) in zip(args.specs, _build_all(args.specs, painter, progress)):
-        svgs = (lambda tickets=tickets, path=path: [_drawn(painter.result(t), path, progress)
+        svgs = (lambda tickets=tickets, path=path: [drawn(painter.result(t), path, progress)
                                                     for t in tickets]) \
             if tickets is not None else None
         for rel, text in render_many(rep, formats, svgs).items():
@@ -156,26 +157,6 @@ def _render_all(args, formats, painter, progress) -> dict[str, str]:
                                     f"the same file name ({target}); build them with different --out")
             outputs[target] = text
     return outputs
-
-
-class Progress:
-    """Progress lines on standard error, only once a build has run for about a second."""
-
-    def __init__(self, stream, after_s: float = 1.0):
-        import time
-        self._stream, self._clock = stream, time.monotonic
-        self._start, self._after = self._clock(), after_s
-
-    def __call__(self, message: str) -> None:
-        if self._clock() - self._start >= self._after:
-            self._stream.write(message + "\n")
-            self._stream.flush()
-
-
-def _drawn(svgs, path: str, progress):
-    if progress is not None and svgs:
-        progress(f"{path}: drew {len(svgs)} chart{'s' if len(svgs) != 1 else ''}")
-    return svgs
 
 
 def cmd_check(args, stdout, stderr, parser) -> int:

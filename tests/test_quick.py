@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from rooflinec import catalog
-from rooflinec.cli import Progress, run
+from rooflinec.cli import run
+from rooflinec.progress import Progress
 
 CONFIGS = Path(__file__).resolve().parent / "hf_configs"
 
