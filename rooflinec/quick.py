@@ -240,6 +240,9 @@ def summary(model, device, dtype: str, section: dict) -> str:
                 else "decode stays memory-bound at every batch")
         lines.append(f"{turn}; the largest batch that fits at context {row['context']:,} is "
                      f"{c['max_batch']:,}")
+    longest = max(section["steps"][0]["context"], section["prefill"][0]["prompt"])
+    if model.max_context and longest > model.max_context:
+        lines.append(f"note: {longest:,} tokens is past the model's max_context, {model.max_context:,}")
     return "\n".join(lines) + "\n"
 
 

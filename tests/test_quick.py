@@ -147,3 +147,11 @@ def test_readme_config_to_answer_example_runs(tmp_path, monkeypatch):
     assert "8,030,261,248 parameters" in outputs[1]
     assert "Llama-3.1-8B on NVIDIA H100 SXM5 80GB (h100-sxm), bf16" in outputs[2]
     assert "time to first token (prompt 2,048" in outputs[2] and "decode at context 4,096" in outputs[2]
+
+
+def test_serve_says_when_the_context_is_past_the_model():
+    code, out, _ = call("serve", "gpt2-medium", "--device", "h100-sxm", "--context", "1024")
+    assert code == 0 and out.endswith("note: 2,048 tokens is past the model's max_context, 1,024\n")
+    code, out, _ = call("serve", "gpt2-medium", "--device", "h100-sxm", "--context", "512",
+                        "--prompt", "1024")
+    assert code == 0 and "note:" not in out
