@@ -19,6 +19,7 @@ from rooflinec.ops import FORMULAS, UNITS
 from rooflinec.symbols import B, L, M, S, V, b, d_ff, d_head, d_model, n_kv, n_q
 
 PHASES = ("decode", "prefill")
+GATED = {"swiglu": "silu", "geglu": "gelu"}   # gated MLP kind -> the gate's activation
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,18 @@ def _projections(model, conv: Conventions) -> list[Op]:
                      model.qkv_bias, conv)]
 
 
+def _positions(model) -> list[Op]:
+    """Per-head q/k norms (Qwen3), then rotary positions on q and k, before the scores."""
+    ops = []
+    if getattr(model, "qk_norm", False):
+        ops += [_op("q_norm", "rmsnorm", "norm", M * n_q, d_head, b, shape="rmsnorm(Q[M*n_q,d_head])"),
+                _op("k_norm", "rmsnorm", "norm", M * n_kv, d_head, b, shape="rmsnorm(K[M*n_kv,d_head])")]
+    if model.positions == "rope":
+        ops.append(_op("rope", "rope", "elementwise", M, n_q, n_kv, d_head, b,
+                       shape="rope(Q[M,n_q*d_head]), rope(K[M,n_kv*d_head]) with cos, sin[M,d_head]"))
+    return ops
+
+
 def _attention(phase: str, conv: Conventions) -> list[Op]:
     """QK^T, scale, mask, softmax, P.V: the score matrix [B, n_q, queries, S] lives in HBM."""
     queries = 1 if phase == "decode" else S
@@ -116,12 +129,13 @@ def _attention(phase: str, conv: Conventions) -> list[Op]:
 def _mlp(model, conv: Conventions) -> list[Op]:
     bias = model.mlp_bias
     up = _linear("up_proj", M, d_model, d_ff, "X[M,d_model] @ W[d_model,d_ff]", bias, conv)
-    if model.mlp_kind == "swiglu":
+    if model.mlp_kind in GATED:   # swiglu: SiLU gate; geglu (Gemma): tanh-GELU gate
+        fn = GATED[model.mlp_kind]
         gate = _linear("gate_proj", M, d_model, d_ff, "X[M,d_model] @ W[d_model,d_ff]", bias, conv)
-        act = [*gate, _op("silu", "silu", "elementwise", M * d_ff, b, into="gate_proj",
-                          shape="silu(G[M,d_ff])"),
+        act = [*gate, _op(fn, fn, "elementwise", M * d_ff, b, into="gate_proj",
+                          shape=f"{fn}(G[M,d_ff])"),
                *up, _op("gate_mul", "gate_mul", "elementwise", M * d_ff, b, into="up_proj",
-                        shape="silu(G[M,d_ff]) * U[M,d_ff]")]
+                        shape=f"{fn}(G[M,d_ff]) * U[M,d_ff]")]
     else:
         act = [*up, _op("gelu", "gelu", "elementwise", M * d_ff, b, into="up_proj",
                         shape="gelu(U[M,d_ff])")]
@@ -135,14 +149,17 @@ def _residual(name, into, operands=2) -> Op:
 
 
 def _layer(model, phase: str, conv: Conventions) -> list[Op]:
-    attn = [*_projections(model, conv), *_attention(phase, conv),
+    attn = [*_projections(model, conv), *_positions(model), *_attention(phase, conv),
             *_linear("o_proj", M, n_q * d_head, d_model, "X[M,n_q*d_head] @ W[n_q*d_head,d_model]",
                      model.out_bias, conv)]
     if model.block == "parallel":   # PaLM: y = x + attn(norm(x)) + mlp(norm(x))
         return [_norm(model, "norm"), *attn, *_mlp(model, conv),
                 _residual("residual", "down_proj", operands=3)]
-    return [_norm(model, "attn_norm"), *attn, _residual("attn_residual", "o_proj"),
-            _norm(model, "mlp_norm"), *_mlp(model, conv), _residual("mlp_residual", "down_proj")]
+    # Gemma 2 also normalises each sublayer's output before its residual add
+    post = getattr(model, "post_norms", False)
+    return [_norm(model, "attn_norm"), *attn, *([_norm(model, "attn_post_norm")] if post else []),
+            _residual("attn_residual", "o_proj"), _norm(model, "mlp_norm"), *_mlp(model, conv),
+            *([_norm(model, "mlp_post_norm")] if post else []), _residual("mlp_residual", "down_proj")]
 
 
 def _embedding(model) -> list[Op]:

@@ -121,7 +121,7 @@ def test_one_head_qk_is_memory_bound(operators, d, value):
 
 def _tree(tmp_path, study: str) -> str:
     (tmp_path / "hardware").mkdir()
-    shutil.copy("specs/hardware/a100-40gb.yaml", tmp_path / "hardware")
+    shutil.copy("rooflinec/catalog/hardware/a100-40gb.yaml", tmp_path / "hardware")
     (tmp_path / "study.yaml").write_text(study)
     return str(tmp_path / "study.yaml")
 

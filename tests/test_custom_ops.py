@@ -67,7 +67,7 @@ def call(*argv):
 @pytest.fixture
 def tree(tmp_path) -> Path:
     root = tmp_path / "specs"
-    shutil.copytree(ROOT / "specs" / "hardware", root / "hardware")
+    shutil.copytree(ROOT / "rooflinec" / "catalog" / "hardware", root / "hardware")
     (root / "models").mkdir()
     (root / "models" / "moe.yaml").write_text(MOE)
     (root / "moe.yaml").write_text(STUDY)
@@ -144,7 +144,7 @@ def test_declared_op_in_json_markdown_and_explain(tree, tmp_path):
 
 
 def test_qwen_rope_in_the_shipped_study():
-    """specs/models/qwen2.5-7b.yaml declares RoPE: 3 FLOPs per element of q and k."""
+    """RoPE, built in for `positions: rope`: 3 FLOPs per element of q and k (ops.vector.rope)."""
     rep = json.loads((ROOT / "reports" / "qwen.json").read_text())
     ledger_section = next(s for s in rep["sections"] if s["kind"] == "ledger")
     decode = ledger_section["blocks"][0]["ledgers"][0]

@@ -19,7 +19,7 @@ from rooflinec.lower import Conventions, lower
 from rooflinec.symbols import B, S
 
 ROOT = Path(__file__).resolve().parent.parent
-BASE = spec.load_model(str(ROOT / "specs" / "models" / "qwen2.5-7b.yaml"))
+BASE = spec.load_model(str(ROOT / "rooflinec" / "catalog" / "models" / "qwen2.5-7b.yaml"))
 FEW = settings(max_examples=30, deadline=None)
 
 

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture()
 def tree(tmp_path):
     for sub in ("models", "hardware"):
-        shutil.copytree(ROOT / "specs" / sub, tmp_path / sub)
+        shutil.copytree(ROOT / "rooflinec" / "catalog" / sub, tmp_path / sub)
     return tmp_path
 
 

@@ -34,8 +34,8 @@ def hostile_study(tmp_path: Path) -> Path:
     """A study whose model is named `<script>alert(1)</script>`, in a spec tree under tmp_path."""
     (tmp_path / "models").mkdir()
     (tmp_path / "hardware").mkdir()
-    shutil.copy(ROOT / "specs" / "hardware" / "rtx4090.yaml", tmp_path / "hardware")
-    text = (ROOT / "specs" / "models" / "qwen2.5-7b.yaml").read_text()
+    shutil.copy(ROOT / "rooflinec" / "catalog" / "hardware" / "rtx4090.yaml", tmp_path / "hardware")
+    text = (ROOT / "rooflinec" / "catalog" / "models" / "qwen2.5-7b.yaml").read_text()
     (tmp_path / "models" / "evil.yaml").write_text(
         re.sub(r"^name: .*$", "name: '<script>alert(1)</script>'", text, flags=re.M))
     study = tmp_path / "evil.yaml"

@@ -31,12 +31,12 @@ CONVENTIONS = (Conventions(), Conventions(qkv="fused", bias="in_gemm"),
 
 @cache
 def model(key):
-    return load_model(f"specs/models/{key}.yaml")
+    return load_model(f"rooflinec/catalog/models/{key}.yaml")
 
 
 @cache
 def device(key="a100-40gb"):
-    return load_hardware(f"specs/hardware/{key}.yaml")
+    return load_hardware(f"rooflinec/catalog/hardware/{key}.yaml")
 
 
 @cache
@@ -153,8 +153,8 @@ def test_a_large_head_on_a_small_sram_loses_and_the_report_says_so(tmp_path):
     # the unfused 4*2048*256 + 8*2048^2 = 35,651,584: Algorithm 1 re-reads Q and O 22 times
     for sub in ("hardware", "models"):
         (tmp_path / sub).mkdir()
-    shutil.copy("specs/hardware/a100-40gb.yaml", tmp_path / "hardware")
-    shutil.copy("specs/models/palm-540b.yaml", tmp_path / "models")
+    shutil.copy("rooflinec/catalog/hardware/a100-40gb.yaml", tmp_path / "hardware")
+    shutil.copy("rooflinec/catalog/models/palm-540b.yaml", tmp_path / "models")
     (tmp_path / "palm.yaml").write_text(
         "model: palm-540b\ndevices: [a100-40gb]\nanalyses:\n  ledger:\n    phases: [prefill]\n"
         "    variants: [unfused, flash]\n    scopes: [layer]\n    workloads: [{batch: 1, context: 2048}]\n")

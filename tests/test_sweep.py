@@ -4,7 +4,6 @@ located."""
 import io
 import math
 import os
-import shutil
 from dataclasses import replace
 
 import pytest
@@ -157,8 +156,8 @@ def test_expand_errors(bad, message):
 
 
 def _study(tmp_path, analyses: str) -> str:
-    for folder in ("hardware", "models"):
-        shutil.copytree(os.path.join(SPECS, folder), tmp_path / folder)
+    """A study outside the repository: its names come from the installed catalog."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "s.yaml"
     path.write_text("model: qwen2.5-7b\ndevices: [rtx4090, a100-40gb]\nanalyses:\n" + analyses)
     return str(path)

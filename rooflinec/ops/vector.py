@@ -23,6 +23,8 @@ LAYERNORM_FLOPS = 8   # mean (add), subtract, square, variance (add), times rstd
 RMSNORM_FLOPS = 4     # square, mean-of-squares (add), times rsqrt, gain: LayerNorm without the
                       # mean and the shift
 SOFTMAX_FLOPS = 5     # max, subtract max, exp, sum, divide
+ROPE_FLOPS = 3        # x*cos + rotate_half(x)*sin: two multiplies, one add (transformers'
+                      # apply_rotary_pos_emb); rotate_half's sign flip is a data move
 
 
 def _stream(n, flops_per, operands, b, cls="activations", params=0, epilogue=False) -> Cost:
@@ -94,3 +96,11 @@ def causal_mask(n, b) -> Cost:
 def softmax(rows, cols, b) -> Cost:
     # P[rows,cols] = softmax over each row of S[rows,cols]
     return _stream(rows * cols, SOFTMAX_FLOPS, 1, b, cls="scores")
+
+
+@formula("rope", unit="vector")
+def rope(rows, q_heads, kv_heads, d_head, b) -> Cost:
+    # Q' = Q*cos + rotate_half(Q)*sin, the same for K, in one kernel: q and k are read and
+    # written, and one cos and one sin row [rows, d_head] are read
+    heads = q_heads + kv_heads
+    return Cost.of(ROPE_FLOPS * rows * heads * d_head, activations=(2 * heads + 2) * rows * d_head * b)
