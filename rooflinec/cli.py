@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from rooflinec import serving_cli
 from rooflinec.errors import RooflineError, SpecError
 from rooflinec.output import write_all
 
@@ -15,6 +16,8 @@ examples:
   rooflinec build specs/*.yaml --out /tmp/r --format md
   rooflinec check specs/qwen.yaml                  # validate only; every problem, located
   rooflinec explain specs/qwen.yaml k_proj         # one op's derivation in the terminal
+  rooflinec validate data/measured/serving-visible.csv   # serving model against measured runs
+  rooflinec calibrate data/measured/serving-visible.csv --out my-calibration.yaml
 
 exit status: 0 built, 1 a spec is wrong (each problem as file:line:col: path: message),
 2 the command line is wrong.
@@ -63,6 +66,7 @@ def _parser(stdout, stderr) -> _Parser:
                        streams=streams)
     e.add_argument("spec", metavar="SPEC")
     e.add_argument("op", metavar="OP", help="op name, e.g. q_proj, attention, lm_head")
+    serving_cli.register(sub, streams)
     return p
 
 
@@ -145,7 +149,7 @@ def cmd_explain(args, stdout, parser) -> int:
     return 0
 
 
-COMMANDS = {"build": cmd_build, "check": cmd_check, "explain": cmd_explain}
+COMMANDS = {"build": cmd_build, "check": cmd_check, "explain": cmd_explain, **serving_cli.COMMANDS}
 
 
 def run(argv: list[str], stdout=None, stderr=None) -> int:
