@@ -1,9 +1,13 @@
 """Calibration: the serving model's efficiencies fitted to measured runs.
 
-Least squares on log(predicted / measured) TPOT, one fit per (device, engine) and one over
-all rows (the default for a pair with no fit of its own). The fit is Levenberg-Marquardt
-in NumPy over unbounded coordinates: a fraction f = 1 / (1 + e^-x) stays in (0, 1), a time
-t = 1 us x e^x stays positive. TTFT is not fitted: it is predicted from the same numbers.
+Least squares on log(predicted / measured) TPOT, one fit per (device, engine), one per
+engine and one over all rows: a (device, engine) with no fit of its own takes its engine's,
+else the pooled one. Only the FITTED parameters move; the others keep their bound values
+(datasheet bandwidth, no per-step or per-collective time): with every parameter free the
+fit is no better on its own rows and worse on rows it has not seen (the validation report's
+leave-one-group-out errors). The fit is Levenberg-Marquardt in NumPy over unbounded
+coordinates: a fraction f = 1 / (1 + e^-x) stays in (0, 1), a time t = 1 us x e^x stays
+positive. TTFT is not fitted: it is predicted from the same numbers.
 """
 
 from __future__ import annotations
@@ -16,15 +20,16 @@ import numpy as np
 from rooflinec.serving_model import PARAMETERS, Costs, Efficiency
 
 FRACTIONS = ("bandwidth_fraction", "compute_fraction")
+FITTED = ("compute_fraction", "per_layer_s")
 TIME_UNIT = 1e-6
-START = np.zeros(len(PARAMETERS))        # fractions 0.5, times 1 us
 ITERATIONS = 200
 
 
-def efficiency(x: np.ndarray) -> Efficiency:
+def efficiency(x: np.ndarray, free=PARAMETERS) -> Efficiency:
+    """The Efficiency at coordinates x of the `free` parameters; the others at BOUND's."""
     x = np.clip(x, -30, 30)
     values = {name: (1 / (1 + np.exp(-v)) if name in FRACTIONS else TIME_UNIT * np.exp(v))
-              for name, v in zip(PARAMETERS, x)}
+              for name, v in zip(free, x)}
     return Efficiency(**{k: float(v) for k, v in values.items()})
 
 
@@ -53,11 +58,12 @@ class Steps:
                 + self.collectives * eff.per_collective_s + self.link_s)
 
 
-def fit(costs: list[Costs], measured_tpot_s: list[float]) -> Efficiency:
-    """The Efficiency minimising sum(log(predicted TPOT / measured TPOT)^2)."""
+def fit(costs: list[Costs], measured_tpot_s: list[float], free=PARAMETERS) -> Efficiency:
+    """The Efficiency minimising sum(log(predicted TPOT / measured TPOT)^2) over the `free`
+    parameters."""
     steps, target = Steps.of(costs), np.log(np.asarray(measured_tpot_s, float))
-    residual = lambda x: np.log(steps.time(efficiency(x))) - target   # noqa: E731
-    x, damping = START.copy(), 1e-3
+    residual = lambda x: np.log(steps.time(efficiency(x, free))) - target   # noqa: E731
+    x, damping = np.zeros(len(free)), 1e-3
     r = residual(x)
     for _ in range(ITERATIONS):
         jac = _jacobian(residual, x, r)
@@ -72,7 +78,7 @@ def fit(costs: list[Costs], measured_tpot_s: list[float]) -> Efficiency:
             damping *= 4
             if damping > 1e12:
                 break
-    return efficiency(x)
+    return efficiency(x, free)
 
 
 def _jacobian(residual, x: np.ndarray, r: np.ndarray, h: float = 1e-6) -> np.ndarray:
@@ -118,21 +124,25 @@ def prepare(rows, specs) -> list[Prepared]:
 class Calibration:
     default: Efficiency
     groups: dict               # (device, engine) -> Efficiency
+    engines: dict              # engine -> Efficiency
+    fitted: tuple = FITTED
 
     def of(self, group: tuple[str, str]) -> Efficiency:
-        return self.groups.get(group, self.default)
+        return self.groups.get(group) or self.engines.get(group[1]) or self.default
 
 
-def fit_all(prepared: list[Prepared]) -> Calibration:
-    """One fit per (device, engine) over its predictable rows, and one over all of them."""
+def fit_all(prepared: list[Prepared], free=FITTED) -> Calibration:
+    """One fit per (device, engine), per engine, and over all predictable rows."""
     usable = [p for p in prepared if p.costs is not None]
     if not usable:
         raise ValueError("no predictable rows to fit")
-    groups = {}
-    for g in sorted({p.group for p in usable}):
-        mine = [p for p in usable if p.group == g]
-        groups[g] = fit([p.costs for p in mine], [p.row.tpot_s for p in mine])
-    return Calibration(fit([p.costs for p in usable], [p.row.tpot_s for p in usable]), groups)
+
+    def over(ps):
+        return fit([p.costs for p in ps], [p.row.tpot_s for p in ps], free)
+
+    groups = {g: over([p for p in usable if p.group == g]) for g in sorted({p.group for p in usable})}
+    engines = {e: over([p for p in usable if p.group[1] == e]) for e in sorted({p.group[1] for p in usable})}
+    return Calibration(over(usable), groups, engines, tuple(free))
 
 
 def document(cal: Calibration, prepared: list[Prepared], source: str) -> dict:
@@ -147,8 +157,13 @@ def document(cal: Calibration, prepared: list[Prepared], source: str) -> dict:
 
     return {
         "fitted_on": source,
-        "method": "least squares on log(predicted / measured) TPOT, per (device, engine)",
+        "method": "least squares on log(predicted / measured) TPOT, per (device, engine), per engine "
+                  "and pooled; parameters not fitted keep their bound values",
+        "fitted": list(cal.fitted),
         "default": {"parameters": _params(cal.default), "residuals": residuals(usable)},
+        "engines": [{"engine": e, "parameters": _params(cal.engines[e]),
+                     "residuals": residuals([p for p in usable if p.group[1] == e])}
+                    for e in sorted(cal.engines)],
         "groups": [{"device": d, "engine": e, "parameters": _params(cal.groups[(d, e)]),
                     "residuals": residuals([p for p in usable if p.group == (d, e)])}
                    for d, e in sorted(cal.groups)],
@@ -195,20 +210,28 @@ def load(file: str) -> Calibration:
             problems.append(doc.problem(path + ("parameters", unknown[0]), f"unknown parameter; known: {', '.join(PARAMETERS)}"))
         return values
 
+    def entries(key, names):
+        found = {}
+        items = d.get(key) or []
+        if not isinstance(items, list):
+            problems.append(doc.problem((key,), f"expected a list of {{{', '.join(names)}, parameters}}"))
+            items = []
+        for i, g in enumerate(items):
+            values = eff((key, i), g)
+            if isinstance(g, dict) and not all(isinstance(g.get(k), str) for k in names):
+                problems.append(doc.problem((key, i), f"needs {' and '.join(names)} names"))
+            elif values is not None:
+                found[tuple(g[k] for k in names)] = values
+        return found
+
     if not isinstance(d, dict) or "default" not in d:
-        raise SpecError([doc.problem((), "expected a calibration mapping with 'default' and 'groups'")])
+        raise SpecError([doc.problem((), "expected a calibration mapping with 'default', 'engines' and 'groups'")])
     default = eff(("default",), d["default"])
-    groups = {}
-    entries = d.get("groups") or []
-    if not isinstance(entries, list):
-        problems.append(doc.problem(("groups",), "expected a list of {device, engine, parameters}"))
-        entries = []
-    for i, g in enumerate(entries):
-        values = eff(("groups", i), g)
-        if isinstance(g, dict) and not all(isinstance(g.get(k), str) for k in ("device", "engine")):
-            problems.append(doc.problem(("groups", i), "needs 'device' and 'engine' names"))
-        elif values is not None:
-            groups[(g["device"], g["engine"])] = values
+    groups, engines = entries("groups", ("device", "engine")), entries("engines", ("engine",))
+    fitted = d.get("fitted", list(FITTED))
+    if not (isinstance(fitted, list) and fitted and all(f in PARAMETERS for f in fitted)):
+        problems.append(doc.problem(("fitted",), f"expected a list of parameter names among {', '.join(PARAMETERS)}"))
     if problems:
         raise SpecError(problems)
-    return Calibration(Efficiency(**default), {k: Efficiency(**v) for k, v in groups.items()})
+    return Calibration(Efficiency(**default), {k: Efficiency(**v) for k, v in groups.items()},
+                       {k[0]: Efficiency(**v) for k, v in engines.items()}, tuple(fitted))

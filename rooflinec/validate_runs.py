@@ -24,8 +24,9 @@ ASSUMPTIONS = (
     "bandwidth)), plus a fixed time per layer and per step, plus the all-reduces.",
     f"Tensor parallelism (Megatron-LM): heads, MLP width and vocabulary split over tp; KV heads too, "
     f"replicated when tp exceeds their count; {ALL_REDUCES_PER_LAYER} all-reduces per layer of the "
-    "step's tokens x d_model in bf16, ring model 2(n-1)/n x payload / link bandwidth, plus a fitted "
-    "latency per collective. Communication does not overlap compute.",
+    "step's tokens x d_model in bf16, ring model 2(n-1)/n x payload / link bandwidth (per direction), plus a latency per "
+    "collective (the link's, where its spec states one, and the calibration's). Communication does "
+    "not overlap compute. Pipeline parallelism is not modelled.",
     "Weights and the KV cache are stored in the row's weight dtype (fp8 rows: fp8 GEMMs on the fp8 "
     "tensor peak); activations are bf16. The source does not state the KV-cache dtype.",
     "Sequences in flight: min(C, those whose KV cache at mean context fits in the memory the "
@@ -73,9 +74,10 @@ def _worst(records, key: str) -> list[dict]:
                "predicted_s": r[key.split("_")[0] + "_s"], "error": r[key]} for r in ranked[:WORST]]
 
 
-def holdouts(prepared) -> list[dict]:
-    """Leave one group out: refit on the other rows, predict the group's rows. A (device,
-    engine) the remaining rows do not cover gets the pooled fit over all of them."""
+def holdouts(prepared, free) -> list[dict]:
+    """Leave one group out: refit (the same parameters) on the other rows, predict the
+    group's rows. A (device, engine) the remaining rows do not cover takes its engine's fit,
+    else the pooled one."""
     usable = [p for p in prepared if p.costs is not None]
     out = []
     for column in HOLDOUTS:
@@ -84,11 +86,10 @@ def holdouts(prepared) -> list[dict]:
             train = [p for p in usable if getattr(p.row, column) != value]
             if not train:
                 continue
-            cal = calibrate.fit_all(train)
+            cal = calibrate.fit_all(train, free)
             recs = evaluate(test, cal)
-            covered = {p.group for p in train}
             out.append({"by": column, "held_out": str(value),
-                        "fallback": sorted({f"{p.group[0]}/{p.group[1]}" for p in test} - {f"{d}/{e}" for d, e in covered}),
+                        "fallback": sorted({f"{p.group[0]}/{p.group[1]}" for p in test if p.group not in cal.groups}),
                         "tpot": summary([r["tpot_error"] for r in recs]),
                         "ttft": summary([r["ttft_error"] for r in recs])})
     return out
@@ -105,7 +106,7 @@ def report(csv_file: str, specs_root: str, calibration_file: str | None) -> dict
     cal = calibrate.load(calibration_file) if calibration_file else calibrate.fit_all(prepared)
     records = evaluate(prepared, cal)
     done = [r for r in records if r["predicted"]]
-    ho = holdouts(prepared)
+    ho = holdouts(prepared, cal.fitted)
     violations = [{k: r[k] for k in ("row_id", "model", "engine", "tp", "isl", "osl", "concurrency")}
                   | {"what": what, "bound_s": r[what + "_bound_s"], "measured_s": r["measured_" + what + "_s"]}
                   for r in done for what in ("tpot", "ttft") if r[what + "_bound_s"] > r["measured_" + what + "_s"]]
@@ -114,9 +115,11 @@ def report(csv_file: str, specs_root: str, calibration_file: str | None) -> dict
         "title": "Serving model: predicted against measured",
         "source": os.path.basename(csv_file),
         "calibration": os.path.basename(calibration_file) if calibration_file else "fitted on these rows",
-        "parameters": {"default": vars(cal.default),
+        "parameters": {"fitted": list(cal.fitted), "default": vars(cal.default),
                        "groups": [{"device": d, "engine": e, **vars(cal.groups[(d, e)])}
-                                  for d, e in sorted(cal.groups)]},
+                                  for d, e in sorted(cal.groups)]
+                       + [{"device": "(other devices)", "engine": e, **vars(cal.engines[e])}
+                          for e in sorted(cal.engines)]},
         "assumptions": list(ASSUMPTIONS),
         "rows_total": len(records), "rows_predicted": len(done),
         "tpot": summary([r["tpot_error"] for r in done]),
