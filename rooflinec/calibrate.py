@@ -58,7 +58,7 @@ class Steps:
                 + self.collectives * eff.per_collective_s + self.link_s)
 
 
-def fit(costs: list[Costs], measured_tpot_s: list[float], free=PARAMETERS) -> Efficiency:
+def fit(costs: list[Costs], measured_tpot_s: list[float], free=FITTED) -> Efficiency:
     """The Efficiency minimising sum(log(predicted TPOT / measured TPOT)^2) over the `free`
     parameters."""
     steps, target = Steps.of(costs), np.log(np.asarray(measured_tpot_s, float))
