@@ -125,6 +125,7 @@ def report(csv_file: str, specs_root: str, calibration_file: str | None) -> dict
         "tpot": summary([r["tpot_error"] for r in done]),
         "ttft": summary([r["ttft_error"] for r in done]),
         "tpot_bound_ratio": summary([r["measured_tpot_s"] / r["tpot_bound_s"] - 1 for r in done]),
+        "decode_bound_ratio": summary([r["measured_tpot_s"] / r["decode_bound_s"] - 1 for r in done]),
         "by_group": [{"model": m, "device": d, "engine": e,
                       "tpot": summary([r["tpot_error"] for r in done if (r["model"], r["device"], r["engine"]) == (m, d, e)]),
                       "ttft": summary([r["ttft_error"] for r in done if (r["model"], r["device"], r["engine"]) == (m, d, e)])}
