@@ -40,16 +40,13 @@ class Row:
     ttft_s: float
     tpot_s: float
 
-    def field(self, name: str):
-        return getattr(self, name)
-
 
 def read(file: str) -> list[Row]:
     """Every row of a measurements CSV; every problem located as file:line:col: column: what."""
     try:
         if os.path.getsize(file) > MAX_BYTES:
             raise SpecError([Problem(file, 1, 1, "(file)", f"larger than {MAX_BYTES // 2**20} MiB")])
-        with open(file, encoding="utf-8", newline="") as fh:
+        with open(file, encoding="utf-8-sig", newline="") as fh:   # a spreadsheet's BOM is fine
             lines = list(csv.reader(fh))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise SpecError([Problem(file, 1, 1, "(file)", f"cannot read it as UTF-8 CSV: {exc}")]) from None

@@ -129,14 +129,17 @@ def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float)
     prompts of run.isl tokens (a fraction: chunks of prompts), on one of tp devices."""
     model, dev = shard(run.model, run.tp), run.device
     tokens = decode_seqs + prefill_seqs * run.isl
-    ops = program_costs.op_costs(model, "decode", dev, {B: decode_seqs, S: context}, tokens=tokens)
-    ops += [op for op in program_costs.op_costs(model, "prefill", dev, {B: prefill_seqs, S: run.isl})
+    act = DTYPE_BYTES[ACTIVATION_DTYPE]
+    ops = program_costs.op_costs(model, "decode", dev, {B: decode_seqs, S: context}, tokens, act)
+    ops += [op for op in program_costs.op_costs(model, "prefill", dev, {B: prefill_seqs, S: run.isl},
+                                                bytes_per_element=act)
             if op.category == "attention"]     # the prompts' attention; their GEMMs are above
     matrix_peak = dev.peak("matrix", run.weights)
     if matrix_peak is None:
         raise Unpredictable(f"{dev.key} lists no tensor peak for {run.weights}")
     vector_peak = dev.peak("vector", ACTIVATION_DTYPE)
-    scale = {"weights": DTYPE_BYTES[run.weights] / 2, "kv_cache": DTYPE_BYTES[run.weights] / 2}
+    # costs came at the activations' bytes per element; weights and KV cache are the row's dtype
+    scale = {"weights": DTYPE_BYTES[run.weights] / act, "kv_cache": DTYPE_BYTES[run.weights] / act}
     compute = [op.flops / (matrix_peak if op.unit == "matrix" else vector_peak) for op in ops]
     memory = [sum(v * scale.get(cls, 1) for cls, v in op.traffic.items()) / dev.bandwidth for op in ops]
     collectives, link_s = 0, 0.0

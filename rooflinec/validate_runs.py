@@ -59,6 +59,10 @@ def evaluate(prepared, cal: calibrate.Calibration) -> list[dict]:
     return out
 
 
+def _median(values) -> float | None:
+    return float(np.median(values)) if len(values) else None
+
+
 def summary(errors) -> dict:
     e = np.asarray(errors, float)
     if not len(e):
@@ -67,11 +71,15 @@ def summary(errors) -> dict:
             "signed_median": float(np.median(e)), "p90_abs": float(np.percentile(np.abs(e), 90))}
 
 
-def _worst(records, key: str) -> list[dict]:
-    ranked = sorted(records, key=lambda r: -abs(math.log1p(r[key])))
-    return [{k: r[k] for k in ("row_id", "model", "engine", "tp", "isl", "osl", "concurrency")}
-            | {"measured_s": r["measured_" + key.split("_")[0] + "_s"],
-               "predicted_s": r[key.split("_")[0] + "_s"], "error": r[key]} for r in ranked[:WORST]]
+RUN_KEYS = ("row_id", "model", "engine", "tp", "isl", "osl", "concurrency")
+
+
+def _worst(records, what: str) -> list[dict]:
+    """The rows furthest off in ratio (a 2x over and a 2x under rank alike)."""
+    ranked = sorted(records, key=lambda r: -abs(math.log1p(r[f"{what}_error"])))
+    return [{k: r[k] for k in RUN_KEYS} | {"measured_s": r[f"measured_{what}_s"],
+                                           "predicted_s": r[f"{what}_s"], "error": r[f"{what}_error"]}
+            for r in ranked[:WORST]]
 
 
 def holdouts(prepared, free) -> list[dict]:
@@ -107,9 +115,9 @@ def report(csv_file: str, specs_root: str, calibration_file: str | None) -> dict
     records = evaluate(prepared, cal)
     done = [r for r in records if r["predicted"]]
     ho = holdouts(prepared, cal.fitted)
-    violations = [{k: r[k] for k in ("row_id", "model", "engine", "tp", "isl", "osl", "concurrency")}
-                  | {"what": what, "bound_s": r[what + "_bound_s"], "measured_s": r["measured_" + what + "_s"]}
-                  for r in done for what in ("tpot", "ttft") if r[what + "_bound_s"] > r["measured_" + what + "_s"]]
+    violations = [{k: r[k] for k in RUN_KEYS}
+                  | {"what": what, "bound_s": r[f"{what}_bound_s"], "measured_s": r[f"measured_{what}_s"]}
+                  for r in done for what in ("tpot", "ttft") if r[f"{what}_bound_s"] > r[f"measured_{what}_s"]]
     return {
         "study": STEM,
         "title": "Serving model: predicted against measured",
@@ -124,13 +132,13 @@ def report(csv_file: str, specs_root: str, calibration_file: str | None) -> dict
         "rows_total": len(records), "rows_predicted": len(done),
         "tpot": summary([r["tpot_error"] for r in done]),
         "ttft": summary([r["ttft_error"] for r in done]),
-        "tpot_bound_ratio": summary([r["measured_tpot_s"] / r["tpot_bound_s"] - 1 for r in done]),
-        "decode_bound_ratio": summary([r["measured_tpot_s"] / r["decode_bound_s"] - 1 for r in done]),
+        "tpot_over_bound": _median([r["measured_tpot_s"] / r["tpot_bound_s"] for r in done]),
+        "tpot_over_decode_bound": _median([r["measured_tpot_s"] / r["decode_bound_s"] for r in done]),
         "by_group": [{"model": m, "device": d, "engine": e,
                       "tpot": summary([r["tpot_error"] for r in done if (r["model"], r["device"], r["engine"]) == (m, d, e)]),
                       "ttft": summary([r["ttft_error"] for r in done if (r["model"], r["device"], r["engine"]) == (m, d, e)])}
                      for m, d, e in sorted({(r["model"], r["device"], r["engine"]) for r in done})],
-        "worst_tpot": _worst(done, "tpot_error"), "worst_ttft": _worst(done, "ttft_error"),
+        "worst_tpot": _worst(done, "tpot"), "worst_ttft": _worst(done, "ttft"),
         "holdouts": ho,
         "holdout_worst": {by: worst_holdout(ho, by) for by in HOLDOUTS},
         "violations": violations,
@@ -155,7 +163,7 @@ def chart(rep: dict) -> str:
         ax = fig.add_subplot(1, 2, i + 1)
         xs = [r[f"measured_{what}_s"] * 1e3 for r in done]
         ys = [r[f"{what}_s"] * 1e3 for r in done]
-        lo, hi = min(xs + ys) / 1.5, max(xs + ys) * 1.5
+        lo, hi = (min(xs + ys) / 1.5, max(xs + ys) * 1.5) if done else (1, 1000)   # empty axes if none
         lo, hi = 10 ** math.floor(math.log10(lo)), 10 ** math.ceil(math.log10(hi))
         ax.plot([lo, hi], [lo, hi], color=charts.ROOF, lw=0.8, label="y = x")
         for mi, m in enumerate(models):

@@ -150,6 +150,17 @@ def test_a_bad_cell_is_located_and_nothing_is_written(small_csv, tmp_path, cell,
     assert not (tmp_path / "out").exists()
 
 
+def test_a_file_with_no_predictable_row_still_reports_why(small_csv, tmp_path):
+    lines = small_csv.read_text().splitlines()
+    small_csv.write_text("\n".join([lines[0]] + [l for l in lines if "unknown-model" in l]) + "\n")
+    code, out, err = call("validate", small_csv, "--specs", SPECS, "--out", tmp_path / "out")
+    assert code == 0, err
+    assert "no row predicted" in out
+    assert "unknown-model" in (tmp_path / "out/validation.md").read_text()
+    code, _, err = call("calibrate", small_csv, "--specs", SPECS, "--out", tmp_path / "c.yaml")
+    assert code == 1 and "no predictable rows" in err and not (tmp_path / "c.yaml").exists()
+
+
 def test_a_missing_column_is_named(tmp_path):
     path = tmp_path / "x.csv"
     path.write_text("model,device\nm,d\n")
