@@ -29,7 +29,8 @@ def register(sub, streams) -> None:
     v.add_argument("--calibration", metavar="FILE",
                    help="calibration YAML (default: the shipped one, fitted on the repository's measurements)")
     v.add_argument("--specs", default="specs", metavar="DIR")
-    v.add_argument("--out", default="reports", metavar="DIR", help="output folder (default: reports)")
+    v.add_argument("--out", default="validation", metavar="DIR",
+                   help="output folder (default: validation): serving.md, .html, .json, charts in serving/")
     v.add_argument("--format", default="md,html,json", metavar="LIST",
                    help="comma-separated formats among: md, html, json")
 
@@ -75,8 +76,9 @@ def cmd_validate(args, stdout, parser) -> int:
     outputs = {os.path.join(args.out, *rel.split("/")): text
                for rel, text in validate_runs.render(rep, formats).items()}
     _write(outputs, stdout)
-    t = rep["tpot"]
-    stdout.write(f"TPOT median abs error {100 * t['median_abs']:.1f}% over {t['rows']} rows; "
+    t, f = rep["tpot"], rep["ttft"]
+    stdout.write(f"{t['rows']} of {rep['rows_total']} rows predicted: median abs error TPOT "
+                 f"{100 * t['median_abs']:.1f}%, TTFT {100 * f['median_abs']:.1f}%; "
                  f"{len(rep['violations'])} bound violations\n" if t["rows"] else "no row predicted\n")
     return 0
 

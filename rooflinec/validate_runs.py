@@ -13,7 +13,7 @@ from rooflinec.serving_model import ALL_REDUCES_PER_LAYER, BOUND, bound, predict
 
 WORST = 5
 HOLDOUTS = ("model", "tp", "engine")
-STEM = "validation"
+STEM = "serving"   # <out>/serving.{md,html,json}, chart under <out>/serving/
 
 ASSUMPTIONS = (
     "Aggregated serving, continuous batching, steady state: every step decodes one token for each "
@@ -36,6 +36,9 @@ ASSUMPTIONS = (
     "The uncalibrated TTFT bound is that prompt's prefill alone; the TPOT bound is the steady "
     "step at the datasheet peaks with no overheads.",
     "Today's pure decode bound (the same step without prefill work) is kept beside each row.",
+    "Not modelled: how an engine schedules and queues new requests beyond Little's law (where that "
+    "dominates, the predicted TTFT is far below the measured one), pipeline parallelism, "
+    "communication overlapping compute, and per-kernel effects beyond the fitted time per layer.",
 )
 
 

@@ -105,8 +105,8 @@ def test_calibrate_then_validate_end_to_end(small_csv, tmp_path):
     code, out, err = call("validate", small_csv, "--specs", SPECS, "--calibration", cal,
                           "--out", tmp_path / "out")
     assert code == 0, err
-    assert "TPOT median abs error" in out
-    rep = json.loads((tmp_path / "out/validation.json").read_text())
+    assert "median abs error TPOT" in out
+    rep = json.loads((tmp_path / "out/serving.json").read_text())
     ids = [r["row_id"] for r in rep["rows"]]
     assert len(ids) == len(HANDFUL) + 2
     done = [r for r in rep["rows"] if r["predicted"]]
@@ -117,16 +117,16 @@ def test_calibrate_then_validate_end_to_end(small_csv, tmp_path):
     assert "hf_id" in reasons["unknown-model"] and "int4" in reasons["no-int4-peak"]
     assert {h["by"] for h in rep["holdouts"]} == {"model", "tp", "engine"}
     assert rep["violations"] == []
-    md = (tmp_path / "out/validation.md").read_text()
+    md = (tmp_path / "out/serving.md").read_text()
     assert "## Leave one group out" in md and "unknown-model" in md
-    assert (tmp_path / "out/validation/predicted-vs-measured.svg").read_text().startswith("<?xml")
-    assert "<svg" in (tmp_path / "out/validation.html").read_text()
+    assert (tmp_path / "out/serving/predicted-vs-measured.svg").read_text().startswith("<?xml")
+    assert "<svg" in (tmp_path / "out/serving.html").read_text()
 
 
 def test_validate_defaults_to_the_shipped_calibration(small_csv, tmp_path):
     code, _, err = call("validate", small_csv, "--specs", SPECS, "--out", tmp_path, "--format", "json")
     assert code == 0, err
-    assert json.loads((tmp_path / "validation.json").read_text())["calibration"] == "serving-visible.yaml"
+    assert json.loads((tmp_path / "serving.json").read_text())["calibration"] == "serving-visible.yaml"
 
 
 @pytest.mark.parametrize("cell, value, message", [
@@ -156,7 +156,7 @@ def test_a_file_with_no_predictable_row_still_reports_why(small_csv, tmp_path):
     code, out, err = call("validate", small_csv, "--specs", SPECS, "--out", tmp_path / "out")
     assert code == 0, err
     assert "no row predicted" in out
-    assert "unknown-model" in (tmp_path / "out/validation.md").read_text()
+    assert "unknown-model" in (tmp_path / "out/serving.md").read_text()
     code, _, err = call("calibrate", small_csv, "--specs", SPECS, "--out", tmp_path / "c.yaml")
     assert code == 1 and "no predictable rows" in err and not (tmp_path / "c.yaml").exists()
 
