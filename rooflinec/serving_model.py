@@ -138,6 +138,8 @@ def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float)
     if matrix_peak is None:
         raise Unpredictable(f"{dev.key} lists no tensor peak for {run.weights}")
     vector_peak = dev.peak("vector", ACTIVATION_DTYPE)
+    if vector_peak is None:
+        raise Unpredictable(f"{dev.key} lists no vector peak (compute.vector) for norms and softmax")
     # costs came at the activations' bytes per element; weights and KV cache are the row's dtype
     scale = {"weights": DTYPE_BYTES[run.weights] / act, "kv_cache": DTYPE_BYTES[run.weights] / act}
     compute = [op.flops / (matrix_peak if op.unit == "matrix" else vector_peak) for op in ops]

@@ -179,6 +179,15 @@ def test_tp_needs_an_interconnect():
         sm.step_cost(sm.Run(LLAMA_8B, bare, "bf16", 2, 1024, 128, 8), 8, 1088, 0)
 
 
+def test_a_device_without_a_vector_or_fp8_peak_is_unpredictable():
+    run = sm.Run(LLAMA_8B, replace(H100, vector={}), "bf16", 1, 1024, 128, 8)
+    with pytest.raises(sm.Unpredictable, match="vector peak"):
+        sm.step_cost(run, 8, 1088, 0)
+    run = sm.Run(LLAMA_8B, replace(H100, tensor={"bf16": 989.4e12}), "fp8", 1, 1024, 128, 8)
+    with pytest.raises(sm.Unpredictable, match="no tensor peak for fp8"):
+        sm.step_cost(run, 8, 1088, 0)
+
+
 def test_mean_context():
     assert sm.mean_context(sm.Run(LLAMA_8B, H100, "bf16", 1, 1000, 300, 1)) == 1150
     assert math.isclose(sm.mean_context(sm.Run(LLAMA_8B, H100, "bf16", 1, 1, 1, 1)), 1.5)
