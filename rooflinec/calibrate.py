@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rooflinec.serving_model import PARAMETERS, Costs, Efficiency
+from rooflinec.serving_model import PARAMETERS, Costs, Efficiency, timed
 
 FRACTIONS = ("bandwidth_fraction", "compute_fraction")
 FITTED = ("compute_fraction", "per_layer_s")
@@ -53,9 +53,7 @@ class Steps:
                      np.array([s.collectives for s in steps], float), np.array([s.link_s for s in steps]))
 
     def time(self, eff: Efficiency) -> np.ndarray:
-        kernels = np.maximum(self.compute_s / eff.compute_fraction, self.memory_s / eff.bandwidth_fraction)
-        return (kernels.sum(axis=1) + self.layers * eff.per_layer_s + eff.per_step_s
-                + self.collectives * eff.per_collective_s + self.link_s)
+        return timed(self, eff)
 
 
 def fit(costs: list[Costs], measured_tpot_s: list[float], free=FITTED) -> Efficiency:

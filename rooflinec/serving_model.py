@@ -119,9 +119,14 @@ class StepCost:
     link_s: float              # their ring transfers at the link bandwidth
 
     def time(self, eff: Efficiency) -> float:
-        kernels = np.maximum(self.compute_s / eff.compute_fraction, self.memory_s / eff.bandwidth_fraction)
-        return float(kernels.sum() + self.layers * eff.per_layer_s + eff.per_step_s
-                     + self.collectives * eff.per_collective_s + self.link_s)
+        return float(timed(self, eff))
+
+
+def timed(step, eff: Efficiency):
+    """A step's time under `eff`: one step's fields, or many steps' stacked along axis 0."""
+    kernels = np.maximum(step.compute_s / eff.compute_fraction, step.memory_s / eff.bandwidth_fraction)
+    return (kernels.sum(axis=-1) + step.layers * eff.per_layer_s + eff.per_step_s
+            + step.collectives * eff.per_collective_s + step.link_s)
 
 
 def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float) -> StepCost:
