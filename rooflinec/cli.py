@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from rooflinec import quick
+from rooflinec import quick, serving_cli
 from rooflinec.progress import Progress, drawn
 from rooflinec.errors import RooflineError, SpecError
 from rooflinec.output import write_all
@@ -20,6 +20,8 @@ examples:
   rooflinec devices                                # the installed catalog; also: rooflinec models
   rooflinec import config.json --hf-id meta-llama/Llama-3.1-8B --out models/llama-3.1-8b.yaml
   rooflinec serve llama-3.1-8b.yaml --device h100-sxm --batch 1,8,64 --context 4096
+  rooflinec validate data/measured/serving-visible.csv   # serving model against measured runs
+  rooflinec calibrate data/measured/serving-visible.csv --out my-calibration.yaml
 
 exit status: 0 built, 1 a spec is wrong (each problem as file:line:col: path: message),
 2 the command line is wrong.
@@ -76,6 +78,7 @@ def _parser(stdout, stderr) -> _Parser:
     e.add_argument("spec", metavar="SPEC")
     e.add_argument("op", metavar="OP", help="op name, e.g. q_proj, attention, lm_head")
     quick.register(sub, streams, parents=[quiet])
+    serving_cli.register(sub, streams)
     return p
 
 
@@ -172,7 +175,8 @@ def cmd_explain(args, stdout, stderr, parser) -> int:
     return 0
 
 
-COMMANDS = {"build": cmd_build, "check": cmd_check, "explain": cmd_explain, **quick.COMMANDS}
+COMMANDS = {"build": cmd_build, "check": cmd_check, "explain": cmd_explain, **quick.COMMANDS,
+            **serving_cli.COMMANDS}
 
 
 def run(argv: list[str], stdout=None, stderr=None) -> int:

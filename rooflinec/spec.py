@@ -26,6 +26,9 @@ class Device:
     sm_count: int | None = None
     sram_per_sm: int | None = None   # B
     notes: str = ""
+    link: str = ""                        # scale-up interconnect (NVLink), if declared
+    link_bandwidth: float | None = None   # B/s per device per direction
+    link_latency: float | None = None     # s per collective step
 
     def peak(self, unit: str, dtype: str) -> float | None:
         """Peak FLOP/s of the matrix or vector units for `dtype` (vector falls back to fp32)."""
@@ -62,6 +65,7 @@ class Model:
     qk_norm: bool = False     # per-head RMSNorm of q and k (Qwen3)
     post_norms: bool = False  # a norm on each sublayer's output too (Gemma 2)
     notes: str = ""
+    hf_id: str = ""            # Hugging Face id, how measured runs name the model
     dimensions: tuple = ()    # (name, value) pairs: the model's own symbols (rooflinec.custom)
     operators: tuple = ()     # custom.Declared ops, placed by lowering
 
@@ -121,7 +125,15 @@ def load_hardware(file: str) -> Device:
         capacity=parse_quantity(mem["capacity"], "bytes"), source=d["source"], year=d.get("year"),
         sm_count=chip.get("sm_count"),
         sram_per_sm=parse_quantity(chip["sram_per_sm"], "bytes") if chip else None,
-        notes=d.get("notes", ""))
+        notes=d.get("notes", ""), **_interconnect(d.get("interconnect")))
+
+
+def _interconnect(link: dict | None) -> dict:
+    if not link:
+        return {}
+    latency = link.get("latency")
+    return {"link": link["name"], "link_bandwidth": parse_quantity(link["bandwidth"], "bandwidth"),
+            "link_latency": None if latency is None else parse_quantity(latency, "time")}
 
 
 def _count(section, key: str) -> int | None:
@@ -158,7 +170,8 @@ def load_model(file: str, text: str | None = None) -> Model:
         norm_kind=norm.get("kind", "rmsnorm"), norm_bias=norm.get("bias", False),
         positions=d.get("positions", "rope"), block=d.get("block", "sequential"),
         tied_embeddings=d.get("tied_embeddings", False), qk_norm=att.get("qk_norm", False),
-        post_norms=norm.get("post", False), notes=d.get("notes", ""))
+        post_norms=norm.get("post", False), notes=d.get("notes", ""),
+        hf_id=d.get("hf_id", ""))
     dims, ops, _ = custom.declare(doc)
     return replace(model, dimensions=dims, operators=ops) if (dims or ops) else model
 
