@@ -232,7 +232,7 @@ def _position(ops: list[Op], d: Declared, tail: dict) -> int | None:
         if d.runs == "once":
             return len(ops)
         # the end of the layer: before the first once-per-model op that follows a layer op
-        layer = [i for i, o in enumerate(ops) if o.repeat == sym.L]
+        layer = [i for i, o in enumerate(ops) if o.per_layer]
         return (layer[-1] + 1) if layer else len(ops)
     anchor = tail.get(d.after, d.after)   # after the ops already placed after the same op
     for i, o in enumerate(ops):

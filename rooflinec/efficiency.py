@@ -156,8 +156,12 @@ def timeline(token_budget: float, tokens_per_s: float, chips: int, spent) -> Tim
 # --- serving ----------------------------------------------------------------------------
 
 
-def kv_bytes_per_token() -> sp.Expr:
-    """K and V, per layer, per KV head, d_head elements each."""
+def kv_bytes_per_token(model=None) -> sp.Expr:
+    """K and V, per layer, per KV head, d_head elements each; under latent attention (MLA)
+    the latent and the shared rotary key, r_kv + d_rope elements per layer."""
+    if getattr(model, "mla", None) is not None:
+        from rooflinec.mla import kv_elements_per_token_layer
+        return L * kv_elements_per_token_layer() * b
     return 2 * L * n_kv * d_head * b
 
 

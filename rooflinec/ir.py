@@ -72,6 +72,11 @@ class Op:
     tiles: object = None                # FlashAttention's tile sizes, where the pass chose them
 
     @property
+    def per_layer(self) -> bool:
+        """Runs in decoder layers (repeat L, or L less the dense layers of a MoE model)."""
+        return sym.L in self.repeat.free_symbols
+
+    @property
     def label(self) -> str:
         return " + ".join((self.name, *self.absorbed))
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from rooflinec import custom
+from rooflinec import custom, mla, moe
 from rooflinec.ir import Op, Program, verify
 from rooflinec.ops import FORMULAS, UNITS
 from rooflinec.symbols import B, L, M, S, V, b, d_ff, d_head, d_model, n_kv, n_q
@@ -30,6 +30,7 @@ class Conventions:
     logits: str = "last"           # prefill computes logits for the "last" token or "all" tokens
     qkv: str = "separate"          # q, k, v as three GEMMs, or "fused" into one
     bias: str = "separate_kernel"  # a bias add is its own kernel, or runs "in_gemm" (epilogue)
+    mla: str = "absorbed"          # latent attention in decode: "absorbed" or "naive" (rooflinec.mla)
 
     def causal_fraction(self, phase: str) -> sp.Expr:
         """Share of the score matrix attention computes: 1/2 in prefill when the masked half
@@ -148,18 +149,29 @@ def _residual(name, into, operands=2) -> Op:
                shape="X[M,d_model] + " + " + ".join(["Y[M,d_model]"] * (operands - 1)))
 
 
-def _layer(model, phase: str, conv: Conventions) -> list[Op]:
-    attn = [*_projections(model, conv), *_positions(model), *_attention(phase, conv),
+def _self_attention(model, phase: str, conv: Conventions) -> list[Op]:
+    if model.mla is not None:
+        from rooflinec.mla import attention_ops, d_v
+        linear = lambda name, tokens, k, n, shape: _linear(name, tokens, k, n, shape, False, conv)  # noqa: E731
+        return [*attention_ops(model, phase, conv, _op, linear),
+                *_linear("o_proj", M, n_q * d_v, d_model, "X[M,n_q*d_v] @ W[n_q*d_v,d_model]", False, conv)]
+    return [*_projections(model, conv), *_positions(model), *_attention(phase, conv),
             *_linear("o_proj", M, n_q * d_head, d_model, "X[M,n_q*d_head] @ W[n_q*d_head,d_model]",
                      model.out_bias, conv)]
+
+
+def _layer(model, phase: str, conv: Conventions) -> list[Op]:
+    attn = _self_attention(model, phase, conv)
     if model.block == "parallel":   # PaLM: y = x + attn(norm(x)) + mlp(norm(x))
         return [_norm(model, "norm"), *attn, *_mlp(model, conv),
                 _residual("residual", "down_proj", operands=3)]
     # Gemma 2 also normalises each sublayer's output before its residual add
     post = getattr(model, "post_norms", False)
+    ffn = moe.ffn(model, lambda: _mlp(model, conv), _op) if model.moe else _mlp(model, conv)
     return [_norm(model, "attn_norm"), *attn, *([_norm(model, "attn_post_norm")] if post else []),
-            _residual("attn_residual", "o_proj"), _norm(model, "mlp_norm"), *_mlp(model, conv),
-            *([_norm(model, "mlp_post_norm")] if post else []), _residual("mlp_residual", "down_proj")]
+            _residual("attn_residual", "o_proj"), _norm(model, "mlp_norm"), *ffn,
+            *([_norm(model, "mlp_post_norm")] if post else []),
+            _residual("mlp_residual", ffn[-1].name if model.moe else "down_proj")]
 
 
 def _embedding(model) -> list[Op]:
@@ -184,5 +196,7 @@ def lower(model, phase: str, conv: Conventions = Conventions()) -> Program:
                     False, conv, repeat=1)]
     ops = custom.place(ops, getattr(model, "operators", ()), phase)   # user-declared ops
     bindings = {M: B} if phase == "decode" else {M: B * S}
-    return verify(Program(model.name, phase, "unfused", tuple(ops), bindings, conv.stated(phase),
-                          custom.symbols(model)))
+    stated = conv.stated(phase) + ((("latent attention", mla.FORMS["naive" if phase == "prefill" else conv.mla]),)
+                                   if model.mla else ())
+    return verify(Program(model.name, phase, "unfused", tuple(ops), bindings, stated,
+                          custom.symbols(model) + moe.symbols(model) + mla.symbols(model)))

@@ -33,6 +33,7 @@ class Component:
     matmul: bool         # its weights enter a matrix product for every token
     embedding: bool      # left out of the non-embedding count
     note: str = ""
+    active_per: sp.Expr | None = None   # parameters one token uses, where fewer (routed experts)
 
     @property
     def count(self) -> sp.Expr:
@@ -44,10 +45,11 @@ class Params:
     model: str
     components: tuple[Component, ...]
 
-    def _sum(self, keep) -> sp.Expr:
+    def _sum(self, keep, active: bool = False) -> sp.Expr:
         """Per-layer parts gathered under one factor L, so the formula reads as the layer."""
-        layer = sp.Add(*(c.per for c in self.components if keep(c) and c.repeat == L))
-        once = sp.Add(*(c.count for c in self.components if keep(c) and c.repeat != L))
+        per = (lambda c: c.per if c.active_per is None else c.active_per) if active else (lambda c: c.per)
+        layer = sp.Add(*(per(c) for c in self.components if keep(c) and c.repeat == L))
+        once = sp.Add(*(per(c) * c.repeat for c in self.components if keep(c) and c.repeat != L))
         return L * layer + once
 
     @property
@@ -57,6 +59,11 @@ class Params:
     @property
     def non_embedding(self) -> sp.Expr:
         return self._sum(lambda c: not c.embedding)
+
+    @property
+    def active(self) -> sp.Expr:
+        """Parameters one token's forward pass uses: routed experts count k of E."""
+        return self._sum(lambda c: True, active=True)
 
     @property
     def matmul(self) -> sp.Expr:
@@ -71,7 +78,22 @@ def _layer(name, group, per, matmul=True, note="") -> Component:
     return Component(name, group, per, L, matmul, False, note)
 
 
+def _latent_attention(model) -> list[Component]:
+    """MLA (DeepSeek-V2/V3): low-rank query and KV projections, their norms, the output."""
+    from rooflinec.mla import d_nope, d_rope, d_v, r_kv, r_q
+    q_width = n_q * (d_nope + d_rope)
+    q = ([_layer("q_a_proj", "attention", d_model * r_q), _layer("q_b_proj", "attention", r_q * q_width),
+          _layer("q_a_norm", "norm", r_q, matmul=False)] if model.mla.q_lora_rank
+         else [_layer("q_proj", "attention", d_model * q_width)])
+    return q + [_layer("kv_a_proj", "attention", d_model * (r_kv + d_rope)),
+                _layer("kv_a_norm", "norm", r_kv, matmul=False),
+                _layer("kv_b_proj", "attention", r_kv * n_q * (d_nope + d_v)),
+                _layer("o_proj", "attention", n_q * d_v * d_model)]
+
+
 def _attention(model) -> list[Component]:
+    if model.mla is not None:
+        return _latent_attention(model)
     # X[., d_model] @ W_q[d_model, n_q*d_head]; K and V have n_kv heads (GQA / MQA)
     parts = [_layer("q_proj", "attention", d_model * n_q * d_head),
              _layer("k_proj", "attention", d_model * n_kv * d_head),
@@ -93,11 +115,37 @@ _MLP = {"swiglu": (("gate_proj", "up_proj"), "SiLU(X W_gate) * (X W_up), then W_
 
 
 def _mlp(model) -> list[Component]:
+    if model.moe is not None:
+        return _moe(model)
+    return _dense_mlp(model)
+
+
+def _dense_mlp(model) -> list[Component]:
     ups, note = _MLP[model.mlp_kind]
     parts = [_layer(n, "mlp", d_model * d_ff, note=note) for n in ups]
     parts.append(_layer("down_proj", "mlp", d_ff * d_model))
     if model.mlp_bias:
         parts.append(_layer("mlp_bias", "mlp", len(ups) * d_ff + d_model, matmul=False))
+    return parts
+
+
+def _moe(model) -> list[Component]:
+    """Router, routed experts (k of E active), shared experts; dense layers keep the dense MLP."""
+    from dataclasses import replace
+
+    from rooflinec.moe import E, d_e, d_s, k, repeats
+    moe_repeat, dense = repeats(model)
+    ups, note = _MLP[model.mlp_kind]
+    mats = len(ups) + 1
+    parts = [replace(c, name="dense_" + c.name, repeat=sp.Integer(dense)) for c in _dense_mlp(model)] if dense else []
+    per_expert = mats * d_model * d_e + ((len(ups) * d_e + d_model) if model.mlp_bias else 0)
+    parts += [Component("router", "mlp", d_model * E + (E if model.mlp_bias else 0), moe_repeat, True, False,
+                        "X W_router[d_model,E]" + (" + bias" if model.mlp_bias else "")),
+              Component("experts", "mlp", E * per_expert, moe_repeat, True, False,
+                        f"E experts, each {note}", active_per=k * per_expert)]
+    if model.moe.shared_experts:
+        parts.append(Component("shared_experts", "mlp", mats * d_model * d_s, moe_repeat, True, False,
+                               "every token: " + note))
     return parts
 
 

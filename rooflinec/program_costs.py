@@ -13,7 +13,7 @@ from functools import cache
 from rooflinec.evaluate import number
 from rooflinec.lower import Conventions
 from rooflinec.passes import DEFAULT_VARIANT
-from rooflinec.symbols import L, M, b
+from rooflinec.symbols import M, b
 from rooflinec.workbench import Workbench
 
 # Prefill attention skips the masked half; one logit per sequence; q, k and v as one GEMM
@@ -50,7 +50,7 @@ def op_costs(model, phase: str, device, workload: dict, tokens=None, bytes_per_e
     out = []
     for op in prog.ops:
         count = number(op.repeat, values)
-        out.append(OpCost(op.name, op.category, op.unit, op.repeat == L,
+        out.append(OpCost(op.name, op.category, op.unit, op.per_layer,
                           count * number(op.cost.flops, values),
                           {cls: count * number(e, values) for cls, e in op.cost.traffic}))
     return out

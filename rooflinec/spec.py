@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
-from rooflinec import catalog, custom, validate, yamlio
+from rooflinec import catalog, custom, mla, moe, quant, validate, yamlio
 from rooflinec.errors import Problem, SpecError
 from rooflinec.options import study_default
 from rooflinec.units import parse_quantity
 
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+DTYPE_BYTES = quant.BYTES   # bytes per element by format, block scales included (rooflinec.quant)
 
 
 @dataclass(frozen=True)
@@ -31,9 +31,10 @@ class Device:
     link_latency: float | None = None     # s per collective step
 
     def peak(self, unit: str, dtype: str) -> float | None:
-        """Peak FLOP/s of the matrix or vector units for `dtype` (vector falls back to fp32)."""
+        """Peak FLOP/s of the matrix or vector units for `dtype` (vector falls back to fp32);
+        a block-scaled format runs on its element type's peak (nvfp4 on fp4)."""
         if unit == "matrix":
-            return self.tensor.get(dtype)
+            return self.tensor.get(quant.peak_dtype(dtype))
         return self.vector.get(dtype, self.vector.get("fp32"))
 
     def vector_dtype(self, dtype: str) -> str | None:
@@ -67,6 +68,8 @@ class Model:
     notes: str = ""
     hf_id: str = ""            # Hugging Face id, how measured runs name the model
     dimensions: tuple = ()    # (name, value) pairs: the model's own symbols (rooflinec.custom)
+    moe: object = None        # moe.MoE: routed experts (rooflinec.moe)
+    mla: object = None        # mla.MLA: latent attention (rooflinec.mla)
     operators: tuple = ()     # custom.Declared ops, placed by lowering
 
 
@@ -81,6 +84,7 @@ class Study:
     conventions: dict
     analyses: dict = field(default_factory=dict)   # name -> params, in the order written
     doc: object = field(default=None, compare=False, repr=False)  # the located study file
+    quantization: dict = field(default_factory=dict)   # tensor class -> storage format
 
     @property
     def bytes_per_element(self) -> int:
@@ -171,7 +175,7 @@ def load_model(file: str, text: str | None = None) -> Model:
         positions=d.get("positions", "rope"), block=d.get("block", "sequential"),
         tied_embeddings=d.get("tied_embeddings", False), qk_norm=att.get("qk_norm", False),
         post_norms=norm.get("post", False), notes=d.get("notes", ""),
-        hf_id=d.get("hf_id", ""))
+        hf_id=d.get("hf_id", ""), moe=moe.from_spec(d.get("moe")), mla=mla.from_spec(d.get("mla")))
     dims, ops, _ = custom.declare(doc)
     return replace(model, dimensions=dims, operators=ops) if (dims or ops) else model
 
@@ -255,12 +259,14 @@ def load_study(file: str) -> Study:
     # a model study runs the model on every device at `dtype`; catalogs check what they use
     for dev in devices if "dtype" not in bad and "model" in d else ():
         if dev.peak("matrix", dtype) is None:
+            on = "" if quant.peak_dtype(dtype) == dtype else f" (it runs on the {quant.peak_dtype(dtype)} peak)"
             problems.append(doc.problem(("dtype",) if "dtype" in d else ("devices",),
-                                        f"device '{dev.key}' lists no tensor peak for {dtype}; "
+                                        f"device '{dev.key}' lists no tensor peak for {dtype}{on}; "
                                         f"it has: {', '.join(dev.tensor)}"))
     if problems:
         raise SpecError(problems)
     conv = d.get("conventions") or {}
     title = d.get("title") or (f"{model.name}: operator rooflines" if model else _stem(file))
     return Study(file=file, stem=_stem(file), title=title, model=model, devices=tuple(devices),
-                 dtype=dtype, conventions=conv, analyses=dict(d["analyses"]), doc=doc)
+                 dtype=dtype, conventions=conv, analyses=dict(d["analyses"]), doc=doc,
+                 quantization=dict(d.get("quantization") or {}))

@@ -17,7 +17,7 @@ import sympy as sp
 from rooflinec import symbols as sym
 from rooflinec.evaluate import vectorised
 from rooflinec.ir import Op, Program
-from rooflinec.symbols import B, L, M, S
+from rooflinec.symbols import B, M, S
 from rooflinec.workbench import Roofline
 
 CHUNK = 1 << 16            # points per chunk
@@ -106,7 +106,7 @@ def compile_program(program: Program, given: Iterable[sp.Symbol] = (B, S),
     """One lambdify for all ops; bindings (M = B ...) fill only the symbols not `given`."""
     given = frozenset(given)
     bind = {s: e for s, e in program.bindings.items() if s not in given}
-    ops = tuple(op for op in program.ops if scope == "model" or op.repeat == L)
+    ops = tuple(op for op in program.ops if scope == "model" or op.per_layer)
     exprs, slots = [], []
     for i, op in enumerate(ops):
         count = op.repeat if scope == "model" else 1

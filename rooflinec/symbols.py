@@ -59,5 +59,11 @@ def model_values(model) -> dict[sp.Symbol, int]:
     return {
         d_model: model.d_model, n_q: model.n_heads, n_kv: model.n_kv_heads,
         d_head: model.head_dim, d_ff: model.d_ff, V: model.vocab, L: model.n_layers,
-        **extra_values(model),
+        **extra_values(model), **_block_values(model),
     }
+
+
+def _block_values(model) -> dict:
+    """The symbols of a model's optional blocks (mixture of experts, latent attention)."""
+    from rooflinec import mla, moe
+    return {**moe.values(model), **mla.values(model)}

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from rooflinec import passes
+from rooflinec import passes, quant
 from rooflinec import symbols as sym
 from rooflinec.derive import exact
 from rooflinec.errors import DeviceLacks, Problem, SpecError
@@ -22,7 +22,6 @@ from rooflinec.ir import Op, Program
 from rooflinec.lower import Conventions, lower
 from rooflinec.options import convention_defaults
 from rooflinec.spec import DTYPE_BYTES
-from rooflinec.symbols import L
 
 # --- the roofline ---------------------------------------------------------------------
 
@@ -161,11 +160,17 @@ class Workbench:
     def bytes_per_element(self) -> int:
         return DTYPE_BYTES[self.dtype]
 
+    def storage(self, cls: str, dtype: str | None = None) -> str:
+        """The format tensor class `cls` (weights, kv_cache) is stored in: the study's
+        `quantization` for it, else the compute dtype."""
+        return self.study.quantization.get(cls, dtype or self.dtype)
+
     def values_for(self, dtype: str | None = None) -> dict:
-        """Model dimensions and bytes per element b at `dtype` (the study's by default);
-        the workload symbols stay free."""
+        """Model dimensions and bytes per element at `dtype` (the study's by default): b for
+        activations, b_w and b_kv for weights and KV cache; the workload symbols stay free."""
         model = sym.model_values(self.model) if self.model is not None else {}
-        return {**model, sym.b: DTYPE_BYTES[dtype or self.dtype]}
+        return {**model, sym.b: quant.byte_value(dtype or self.dtype),
+                **{s: quant.byte_value(self.storage(cls, dtype)) for cls, s in quant.CLASS_SYMBOLS.items()}}
 
     @cached_property
     def values(self) -> dict:
@@ -182,11 +187,13 @@ class Workbench:
 
     def weight_bytes(self, dtype: str | None = None) -> int:
         from rooflinec.params import count
-        return int(number(count(self.model).total, self.values_for(dtype))) * DTYPE_BYTES[dtype or self.dtype]
+        n = int(number(count(self.model).total, self.values_for(dtype)))
+        return math.ceil(n * DTYPE_BYTES[self.storage("weights", dtype)])
 
     def kv_per_token(self, dtype: str | None = None) -> int:
         from rooflinec.efficiency import kv_bytes_per_token
-        return int(number(kv_bytes_per_token(), self.values_for(dtype)))
+        values = {**self.values_for(dtype), sym.b: quant.byte_value(self.storage("kv_cache", dtype))}
+        return math.ceil(number(kv_bytes_per_token(self.model), values))
 
     def memory_needed(self, batch, context, dtype: str | None = None):
         """Bytes of weights plus B·S tokens of KV cache (NumPy arrays work too)."""
@@ -250,7 +257,8 @@ class Workbench:
                 self._programs[naive] = lower(self.model, phase, self.conventions)
             target = passes.Target(device, self.conventions, self.model.head_dim,
                                    self.bytes_per_element)
-            self._programs[key] = passes.apply(self._programs[naive], variant, target)
+            self._programs[key] = quant.retype(passes.apply(self._programs[naive], variant, target),
+                                               tuple(self.study.quantization))
         return self._programs[key]
 
     # evaluation
@@ -262,7 +270,7 @@ class Workbench:
         values = self.at(workload, program.bindings, dtype)
         rows = []
         for op in program.ops:
-            if scope == "layer" and op.repeat != L:
+            if scope == "layer" and not op.per_layer:
                 continue
             count = int(number(op.repeat, values)) if scope == "model" else 1
             traffic = {cls: count * number(e, values) for cls, e in op.cost.traffic}

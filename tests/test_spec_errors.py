@@ -318,8 +318,8 @@ def test_five_mistakes_five_problems(tmp_path):
         f"{f}:1:1: (top level): missing required key 'source' (Where the config comes from.)",
         f"{f}:2:10: d_model: expected an integer, got string \"3584 wide\"",
         f"{f}:3:1: n_layer: unknown key 'n_layer'; did you mean 'n_layers'? accepted keys: "
-        "attention, block, d_model, dimensions, hf_id, max_context, mlp, n_layers, name, norm, notes, "
-        "operators, positions, source, tied_embeddings, vocab",
+        "attention, block, d_model, dimensions, hf_id, max_context, mla, mlp, moe, n_layers, name, norm, "
+        "notes, operators, positions, source, tied_embeddings, vocab",
         f"{f}:6:38: attention.n_kv_heads: 5 KV heads do not divide 28 query heads; each KV head "
         "must serve a whole group of query heads",
         f"{f}:7:13: mlp.kind: \"relu\" is not accepted; did you mean 'gelu'? accepted: swiglu, geglu, gelu",
@@ -412,10 +412,11 @@ def test_model_named_as_a_device(tree):
 
 
 def test_dtype_the_device_lacks(tree):
-    f = write(tree, "study.yaml", edit(STUDY, "dtype: bf16", "dtype: int8"))
+    f = write(tree, "study.yaml", edit(STUDY, "dtype: bf16", "dtype: nvfp4"))
     a100, h100 = problems(load_study, f)
-    located(a100, f, 4, 8, "dtype", "device 'a100-40gb' lists no tensor peak for int8; it has: bf16")
-    located(h100, f, 4, 8, "dtype", "device 'h100-sxm' lists no tensor peak for int8")
+    located(a100, f, 4, 8, "dtype", "device 'a100-40gb' lists no tensor peak for nvfp4 (it runs on the "
+                                    "fp4 peak); it has: bf16")
+    located(h100, f, 4, 8, "dtype", "device 'h100-sxm' lists no tensor peak for nvfp4")
 
 
 # --- files that are not specs ---------------------------------------------------------

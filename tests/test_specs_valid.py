@@ -94,4 +94,6 @@ def test_every_dtype_a_study_may_name_has_a_byte_width():
     schema = json.loads(files("rooflinec").joinpath("schemas/study.schema.json").read_text())
     study = schema["properties"]["dtype"]["enum"]
     sweep = schema["properties"]["analyses"]["properties"]["sweep"]["properties"]["dtype"]["items"]["enum"]
-    assert set(study) == set(sweep) == set(spec.DTYPE_BYTES)
+    storage = schema["$defs"]["storage"]["enum"]
+    assert set(study) == set(sweep)
+    assert set(study) | set(storage) <= set(spec.DTYPE_BYTES)

@@ -26,4 +26,4 @@ def formula(name: str, unit: str = "matrix"):
     return register
 
 
-from rooflinec.ops import linear, attention, memory, vector  # noqa: E402,F401  (registers the formulas)
+from rooflinec.ops import linear, attention, memory, vector, moe, mla  # noqa: E402,F401  (registers the formulas)

@@ -1,0 +1,95 @@
+"""Number formats: bytes per element (scales included) and the tensor peak each computes on.
+
+A tensor class (weights, KV cache, activations) is stored in a format; the bytes it moves
+per element come from here and nowhere else. Block-scaled formats carry one scale per block:
+
+  MXFP4 (OCP Microscaling Formats v1.0): FP4 E2M1 elements, one 8-bit E8M0 scale per 32
+        -> (4 + 8/32) / 8 = 17/32 = 0.53125 B per element
+  NVFP4 (NVIDIA Blackwell): FP4 E2M1 elements, one FP8 E4M3 scale per 16 (the tensor's
+        fp32 scale is one number, left out) -> (4 + 8/16) / 8 = 9/16 = 0.5625 B per element
+  int4  weight-only (GPTQ/AWQ-style) with one bf16 scale per group of 128
+        -> (4 + 16/128) / 8 = 33/64 = 0.515625 B per element
+
+A format's compute runs on the device's tensor peak for its `peak` dtype (fp8 on the fp8
+peak, NVFP4 and MXFP4 on the fp4 peak).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import sympy as sp
+
+
+@dataclass(frozen=True)
+class Format:
+    bits: int                 # bits of one element
+    block: int = 0            # elements sharing one scale (0: no block scale)
+    scale_bits: int = 0       # bits of that scale
+    peak: str = ""            # the tensor-peak dtype its arithmetic runs at
+    note: str = ""
+
+    @property
+    def bytes(self) -> Fraction | int:
+        """Bytes per element, its share of the block scale included; whole bytes as int."""
+        bits = Fraction(self.bits) + (Fraction(self.scale_bits, self.block) if self.block else 0)
+        value = bits / 8
+        return int(value) if value.denominator == 1 else value
+
+
+FORMATS: dict[str, Format] = {
+    "fp32": Format(32, peak="fp32"),
+    "tf32": Format(32, peak="tf32", note="stored as fp32; tf32 is the tensor units' precision"),
+    "bf16": Format(16, peak="bf16"),
+    "fp16": Format(16, peak="fp16"),
+    "fp8": Format(8, peak="fp8", note="E4M3; per-tensor scale (one number) left out"),
+    "int8": Format(8, peak="int8"),
+    "int4": Format(4, 128, 16, peak="int4", note="one bf16 scale per group of 128"),
+    "mxfp4": Format(4, 32, 8, peak="fp4", note="OCP MX: E2M1, one E8M0 scale per 32"),
+    "nvfp4": Format(4, 16, 8, peak="fp4", note="E2M1, one E4M3 scale per 16"),
+}
+
+# as plain numbers: every one is a multiple of 1/64, so the float is exact
+BYTES: dict[str, float | int] = {name: f.bytes if isinstance(f.bytes, int) else float(f.bytes)
+                                 for name, f in FORMATS.items()}
+
+# tensor classes a study may store in their own format, and the symbol their bytes take
+b_w = sp.Symbol("b_w", positive=True)     # bytes per weight element
+b_kv = sp.Symbol("b_kv", positive=True)   # bytes per KV-cache element
+CLASS_SYMBOLS = {"weights": b_w, "kv_cache": b_kv}
+DESCRIPTIONS = {b_w: "bytes per weight element", b_kv: "bytes per KV-cache element"}
+
+
+def peak_dtype(name: str) -> str:
+    """The dtype whose tensor peak a computation in format `name` runs on."""
+    fmt = FORMATS.get(name)
+    return fmt.peak if fmt else name
+
+
+def byte_value(name: str):
+    """Bytes per element as a plain number (an int for whole bytes)."""
+    return BYTES[name]
+
+
+def retype(program, classes):
+    """`program` with the bytes of each traffic class in `classes` written over that class's
+    own symbol (b_w for weights, b_kv for the KV cache) instead of b: a class stored in a
+    format other than the activations'. The FLOPs do not change."""
+    from dataclasses import replace
+
+    from rooflinec.ir import Cost
+    from rooflinec.symbols import b
+    swap = {cls: CLASS_SYMBOLS[cls] for cls in classes}
+    if not swap:
+        return program
+
+    def cost(c):
+        if c is None:
+            return None
+        return Cost(c.flops, tuple((cls, e.xreplace({b: swap[cls]}) if cls in swap else e)
+                                   for cls, e in c.traffic))
+
+    ops = tuple(replace(op, cost=cost(op.cost), epilogue=cost(op.epilogue)) for op in program.ops)
+    extra = tuple(s for s in swap.values() if s not in program.symbols)
+    return replace(program, ops=ops, symbols=program.symbols + extra)

@@ -1,0 +1,170 @@
+"""Mixture of experts, latent attention and quantized formats: published counts and the laws
+the formulas obey."""
+
+from __future__ import annotations
+
+import textwrap
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rooflinec import params as P
+from rooflinec import quant, spec
+from rooflinec import symbols as sym
+from rooflinec.errors import SpecError
+from rooflinec.evaluate import number
+from rooflinec.ops.moe import distinct_experts
+from rooflinec.symbols import B, M, S
+from rooflinec.workbench import Workbench
+
+ROOT = Path(__file__).resolve().parent.parent
+CATALOG = ROOT / "rooflinec" / "catalog"
+
+
+def model(key: str):
+    return spec.load_model(str(CATALOG / "models" / f"{key}.yaml"))
+
+
+def device(key: str):
+    return spec.load_hardware(str(CATALOG / "hardware" / f"{key}.yaml"))
+
+
+def counts(m) -> tuple[int, int]:
+    p, values = P.count(m), sym.model_values(m)
+    return int(number(p.total, values)), int(number(p.active, values))
+
+
+def test_mixtral_8x7b_has_46_70b_total_and_12_88b_active_parameters():
+    # Jiang et al. 2024, "Mixtral of Experts": 46.7B total, 12.9B active (13B in the abstract);
+    # config.json: d 4096, 32 layers, 32 heads / 8 KV heads of 128, 8 experts, top-2, 14336 wide.
+    # Per layer: q, o 4096*4096 = 16,777,216 each; k, v 4096*1024 = 4,194,304 each -> 41,943,040
+    #   router 4096*8 = 32,768; two norms 8,192; one expert 3*4096*14336 = 176,160,768
+    #   total: 41,943,040 + 32,768 + 8,192 + 8*176,160,768 = 1,451,270,144; x32 = 46,440,644,608
+    #   active: 41,943,040 + 32,768 + 8,192 + 2*176,160,768 = 394,305,536; x32 = 12,617,777,152
+    # + embeddings 2*32000*4096 = 262,144,000 + final norm 4096
+    total, active = counts(model("mixtral-8x7b"))
+    assert total == 46_702_792_704
+    assert active == 12_879_925_248
+
+
+def test_deepseek_v3_has_671b_total_and_37b_activated_parameters():
+    # DeepSeek-V3 README: "671B total parameters with 37B activated for each token" (the 14B
+    # multi-token-prediction module excluded). config.json: d 7168, 61 layers (3 dense, d_ff 18432),
+    # 128 heads, MLA q_lora 1536, kv_lora 512, nope 128, rope 64, v 128; 256 experts of 2048, top-8,
+    # 1 shared. MLA per layer: 7168*1536 + 1536*128*192 + 7168*576 + 512*128*256 + 128*128*7168
+    #   = 11,010,048 + 37,748,736 + 4,128,768 + 16,777,216 + 117,440,512 = 187,105,280 (+ norms)
+    # MoE layer: 256*3*7168*2048 = 11,274,289,152 routed, 44,040,192 shared, router 1,835,008
+    m = model("deepseek-v3")
+    total, active = counts(m)
+    assert round(total / 1e9) == 671
+    # "activated" counts what a token multiplies by: without the input table (a gather)
+    embedding = m.vocab * m.d_model   # 129280*7168 = 926,679,040
+    assert round((active - embedding) / 1e9) == 37
+
+
+def test_deepseek_v3_mla_caches_576_elements_per_token_per_layer():
+    # config.json: kv_lora_rank 512 + qk_rope_head_dim 64 = 576 elements per layer; 61 layers at
+    # bf16 (2 B): 61*576*2 = 70,272 B per token (a 128-head MHA of 192/128 would cache
+    # 61*128*(192+128)*2 = 4,997,120 B)
+    bench = Workbench.of(model("deepseek-v3"))
+    assert bench.kv_per_token() == 70_272
+
+
+def test_llama_31_8b_and_qwen3_32b_match_their_model_cards():
+    # Llama-3.1-8B: safetensors total 8,030,261,248 ("8B"): per layer q, o 4096^2 = 16,777,216 each,
+    # k, v 4096*1024 each, MLP 3*4096*14336 = 176,160,768, norms 8192 -> 218,112,000; x32 =
+    # 6,979,584,000; + 2*128256*4096 = 1,050,673,152 + 4096.
+    assert counts(model("llama-3.1-8b"))[0] == 8_030_261_248
+    # Qwen3-32B model card: 32.8B parameters, 31.2B non-embedding. Per layer q, o 5120*8192 =
+    # 41,943,040 each, k, v 5120*1024 each, MLP 3*5120*25600 = 393,216,000, norms 2*5120 + q/k
+    # norms 2*128 -> 487,598,336; x64 = 31,206,293,504 (+5120); embeddings 2*151936*5120.
+    m = model("qwen3-32b")
+    p = P.count(m)
+    total = number(p.total, sym.model_values(m))
+    assert total == 32_762_123_264                                  # 32.8B
+    # the card's "non-embedding" leaves out both tables (input and untied output)
+    assert total - 2 * 151936 * 5120 == 31_206_298_624              # 31.2B
+
+
+def test_block_scaled_formats_count_their_scales():
+    # NVFP4: 4-bit E2M1 + one 8-bit E4M3 scale per 16 -> (4 + 8/16)/8 = 0.5625 B
+    # MXFP4 (OCP MX v1.0): 4 bits + one 8-bit E8M0 scale per 32 -> (4 + 8/32)/8 = 0.53125 B
+    assert quant.FORMATS["nvfp4"].bytes == Fraction(9, 16) and quant.BYTES["nvfp4"] == 0.5625
+    assert quant.FORMATS["mxfp4"].bytes == Fraction(17, 32) and quant.BYTES["mxfp4"] == 0.53125
+    assert quant.BYTES["fp8"] == 1 and quant.BYTES["bf16"] == 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 512), st.data(), st.integers(1, 4096))
+def test_distinct_experts_lie_between_k_and_min_e_mk_and_rise_with_m(experts, data, tokens):
+    top_k = data.draw(st.integers(1, experts))
+    at = lambda m: float(number(distinct_experts(M, sym.dimension("E"), sym.dimension("k")),  # noqa: E731
+                               {M: m, sym.dimension("E"): experts, sym.dimension("k"): top_k}))
+    d, tol = at(tokens), 1e-9 * experts
+    assert top_k - tol <= d <= min(experts, tokens * top_k) + tol
+    assert at(tokens + 1) >= d - tol
+    if top_k < experts and d < experts * (1 - 1e-6):   # strictly, until floats reach E
+        assert at(tokens + 1) > d
+
+
+def test_expert_weight_traffic_per_token_falls_as_the_step_grows():
+    # Mixtral decode: at B = 1 a token reads its 2 experts; at B = 512 the step reads all 8
+    # once, shared by 512 tokens: weight bytes per token fall from 2 experts' to 8/512 of one's.
+    bench = Workbench.of(model("mixtral-8x7b"), [device("h100-sxm")])
+    prog = bench.program("decode", "ideal")
+    op = prog.op("expert_down_proj")
+    per_token = [number(op.cost.bytes_of("weights"), bench.at({B: n, S: 1}, prog.bindings)) / n
+                 for n in (1, 2, 8, 64, 512)]
+    expert = 4096 * 14336 * 2
+    assert per_token[0] == pytest.approx(2 * expert)
+    assert per_token[-1] == pytest.approx(8 * expert / 512)
+    assert all(a > b for a, b in zip(per_token, per_token[1:]))
+
+
+FORMATS_BY_BITS = ["fp32", "bf16", "fp8", "nvfp4", "mxfp4", "int4"]
+
+
+@pytest.mark.parametrize("key", ["llama-3.1-8b", "mixtral-8x7b", "deepseek-v3"])
+def test_quantized_weight_bytes_fall_with_bits(key):
+    bench = Workbench.of(model(key))
+    sizes = []
+    for fmt in FORMATS_BY_BITS:
+        bench.study = bench.study.__class__(**{**bench.study.__dict__, "quantization": {"weights": fmt}})
+        sizes.append(bench.weight_bytes())
+    assert all(a > b for a, b in zip(sizes, sizes[1:])), sizes
+
+
+def _study(tmp_path, dtype: str, devices: str, quantization: str = "") -> str:
+    text = textwrap.dedent(f"""\
+        model: mixtral-8x7b
+        devices: [{devices}]
+        dtype: {dtype}
+        {quantization}
+        analyses:
+          ledger: {{workloads: [{{batch: 8, context: 1024}}]}}
+        """)
+    (tmp_path / "s.yaml").write_text(text)
+    return str(tmp_path / "s.yaml")
+
+
+def test_a_dtype_the_device_has_no_peak_for_is_a_located_error(tmp_path):
+    with pytest.raises(SpecError) as err:
+        spec.load_study(_study(tmp_path, "nvfp4", "h100-sxm, b200"))
+    message = str(err.value)
+    assert "s.yaml:3:" in message and "h100-sxm" in message and "fp4" in message
+    assert "b200" not in message.split("h100-sxm")[0]
+
+
+def test_weight_only_quantization_changes_weight_bytes_not_flops(tmp_path):
+    plain = Workbench(spec.load_study(_study(tmp_path, "bf16", "b200")))
+    quant4 = Workbench(spec.load_study(_study(tmp_path, "bf16", "b200", "quantization: {weights: nvfp4, kv_cache: fp8}")))
+    point = {B: 64, S: 4096}
+    a = plain.ledger(plain.program("decode", "ideal"), plain.devices[0], point)
+    q = quant4.ledger(quant4.program("decode", "ideal"), quant4.devices[0], point)
+    assert q.flops == pytest.approx(a.flops)
+    assert q.traffic("weights") == pytest.approx(a.traffic("weights") * 0.5625 / 2)
+    assert q.traffic("kv_cache") == pytest.approx(a.traffic("kv_cache") / 2)
+    assert q.traffic("activations") == pytest.approx(a.traffic("activations"))
