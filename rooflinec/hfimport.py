@@ -234,6 +234,11 @@ ARCHITECTURES = {
 }
 
 
+def _more_architectures() -> None:
+    from rooflinec.hfimport_moe import ARCHITECTURES as MOE   # experts and latent attention
+    ARCHITECTURES.update(MOE)
+
+
 def config_file(path: str) -> str:
     """The config.json of `path`: the file itself, or the one inside a model folder."""
     return os.path.join(path, "config.json") if os.path.isdir(path) else path
@@ -247,6 +252,7 @@ def convert(path: str, hf_id: str | None = None) -> tuple[str, list[Problem]]:
         raise SpecError([doc.problem((), "expected a config.json: a mapping of fields")])
     r = Reader(doc)
     r.used.update({"model_type", "_name_or_path"})   # read for the name, or only informative
+    _more_architectures()
     archs = r.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs else None
     if not isinstance(arch, str) or arch not in ARCHITECTURES:

@@ -168,3 +168,41 @@ def test_weight_only_quantization_changes_weight_bytes_not_flops(tmp_path):
     assert q.traffic("weights") == pytest.approx(a.traffic("weights") * 0.5625 / 2)
     assert q.traffic("kv_cache") == pytest.approx(a.traffic("kv_cache") / 2)
     assert q.traffic("activations") == pytest.approx(a.traffic("activations"))
+
+
+CONFIGS = ROOT / "tests" / "hf_configs"
+
+
+def imported(folder: str):
+    from rooflinec import hfimport
+    text, notes = hfimport.convert(str(CONFIGS / folder))
+    return spec.load_model(str(CONFIGS / folder / "imported.yaml"), text), notes
+
+
+@pytest.mark.parametrize("folder, key", [("mixtral-8x7b-v0.1", "mixtral-8x7b"), ("deepseek-v3", "deepseek-v3"),
+                                         ("qwen3-30b-a3b", "qwen3-30b-a3b"), ("gpt-oss-120b", "gpt-oss-120b")])
+def test_imported_moe_configs_count_as_the_shipped_specs(folder, key):
+    got, _ = imported(folder)
+    assert counts(got) == counts(model(key))
+    assert bench_kv(got) == bench_kv(model(key))
+
+
+def bench_kv(m) -> int:
+    return Workbench.of(m).kv_per_token()
+
+
+def test_qwen3_30b_a3b_and_gpt_oss_120b_match_their_model_cards():
+    # Qwen3-30B-A3B card: 30.5B total, 3.3B activated. Per layer: attention 2*2048*4096 +
+    # 2*2048*512 = 18,874,368, q/k norms 256, norms 4096, router 2048*128 = 262,144, one expert
+    # 3*2048*768 = 4,718,592 (128 of them, 8 active); x48; embeddings 2*151936*2048 = 622,329,856
+    total, active = counts(model("qwen3-30b-a3b"))
+    # 30,532,122,624 and 3,353,032,704: the card cuts both to one decimal
+    assert int(total / 1e8) == 305 and int(active / 1e8) == 33
+    # gpt-oss-120b card: 116.83B total, 5.13B active (without the input table). Per layer: attention
+    # 2*2880*4096 + 2*2880*512 = 26,542,080 + biases 4096 + 1024 + 2880; router 2880*128 + 128;
+    # one expert 3*2880*2880 + 2*2880 + 2880 = 24,891,840 (128, 4 active); norms 5760; x36;
+    # embeddings 2*201088*2880 = 1,158,266,880
+    m = model("gpt-oss-120b")
+    total, active = counts(m)
+    assert round(total / 1e7) == 11683
+    assert round((active - m.vocab * m.d_model) / 1e7) == 513
