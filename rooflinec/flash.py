@@ -36,26 +36,32 @@ def score_ops(program: Program) -> list[Op]:
     return [op for op in program.ops if op.cost.bytes_of("scores") != 0]
 
 
-def ideal_kernel(phase: str, causal_fraction) -> Op:
+def ideal_kernel(phase: str, causal_fraction, keys=S, prefix: str = "", repeat=L) -> Op:
     """The least any attention kernel moves: Q read and O written once per query head, K and
     V read once per KV head, no score matrix; FLOPs are the two matmuls, scaled by the
-    causal fraction (masked tiles skipped). Decode's kernel already moves only this."""
+    causal fraction (masked tiles skipped). Decode's kernel already moves only this.
+    `keys`, `prefix` and `repeat` describe windowed layers (rooflinec.window)."""
     if phase == "decode":
-        return kernel(phase, causal_fraction, None)
-    cost = FORMULAS["attention"](B, S, S, n_q, n_kv, d_head, b, io=True,
+        return kernel(phase, causal_fraction, None, keys, prefix, repeat)
+    cost = FORMULAS["attention"](B, S, keys, n_q, n_kv, d_head, b, io=True,
                                  causal_fraction=causal_fraction)
-    return Op("attention", "attention", "attention", "matrix", cost, repeat=L,
-              shape="Q[B,n_q,S,d_head] . K,V[B,n_kv,S,d_head] -> O, compulsory traffic only",
+    k = str(keys).replace("Min", "min")
+    return Op(prefix + "attention", "attention", "attention", "matrix", cost, repeat=repeat,
+              shape=f"Q[B,n_q,S,d_head] . K,V[B,n_kv,{k},d_head] -> O, compulsory traffic only",
               crossing=S)
 
 
-def kernel(phase: str, causal_fraction, tiles: Blocks | None) -> Op:
-    """The attention kernel: decode reads Q, K, V once and writes O; prefill is Algorithm 1."""
+def kernel(phase: str, causal_fraction, tiles: Blocks | None, keys=S, prefix: str = "", repeat=L) -> Op:
+    """The attention kernel: decode reads Q, K, V once and writes O; prefill is Algorithm 1
+    (windowed layers in prefill: the compulsory-traffic kernel, Algorithm 1 has no window)."""
     if phase == "decode":
-        cost = FORMULAS["attention"](B, 1, S, n_q, n_kv, d_head, b, io=True)
+        cost = FORMULAS["attention"](B, 1, keys, n_q, n_kv, d_head, b, io=True)
+        k = str(keys).replace("Min", "min")
         # with S as its knob the report shows it never turns compute-bound, and what it tends to
-        return Op("attention", "attention", "attention", "matrix", cost, repeat=L,
-                  shape="Q[B,n_q,1,d_head] . K,V[B,n_kv,S,d_head]", crossing=S)
+        return Op(prefix + "attention", "attention", "attention", "matrix", cost, repeat=repeat,
+                  shape=f"Q[B,n_q,1,d_head] . K,V[B,n_kv,{k},d_head]", crossing=S)
+    if keys != S:
+        return ideal_kernel(phase, causal_fraction, keys, prefix, repeat)
     cost = FORMULAS["flash_attention"](B, n_q, S, d_head, b, tiles.cols, causal_fraction=causal_fraction,
                                        kv_heads=n_kv)
     return Op("attention", "flash_attention", "attention", "matrix", cost, repeat=L,

@@ -114,17 +114,21 @@ def _optional(r: Reader, key: str, default: int) -> int:
     return r.need(key) if r.data.get(key) is not None else r.used.add(key) or default
 
 
-def _window(r: Reader, alternating: bool = False) -> None:
-    """Sliding-window attention is not in the model schema: say what full attention overstates."""
+def _window(r: Reader, spec: dict, alternating: bool = False) -> None:
+    """Sliding-window attention: every layer's, or every other layer's from the first
+    (Gemma 2, gpt-oss), as attention.window and attention.pattern."""
     window = r.data.get("sliding_window")
     on = r.data.get("use_sliding_window", True)
+    r.used.update({"sliding_window", "use_sliding_window", "sliding_window_size"})
     if window is None or not on:
-        r.used.update({"sliding_window", "use_sliding_window", "sliding_window_size"})
         return
-    layers = "every other layer" if alternating else "every layer"
-    r.note("sliding_window", f"sliding-window attention ({layers} attends to the last {window} "
-                             f"keys only); costed as full attention, so for contexts over {window} "
-                             "the attention FLOPs, KV-cache reads and KV-cache memory are overstated")
+    if "use_sliding_window" in r.data:   # Qwen2/3: only layers from max_window_layers on; rare
+        r.used.discard("sliding_window")
+        r.note("sliding_window", f"sliding-window attention (a window of {window} from layer "
+                                 "max_window_layers on); costed as full attention")
+        return
+    spec["attention"].update(window=r.need("sliding_window"),
+                             pattern=["sliding", "full"] if alternating else ["sliding"])
 
 
 def _decoder(r: Reader, act_key: str = "hidden_act", act_default: str = "silu") -> dict:
@@ -158,27 +162,27 @@ def _decoder(r: Reader, act_key: str = "hidden_act", act_default: str = "silu") 
 
 def _llama(r: Reader) -> dict:
     spec = _decoder(r)
-    _window(r)
+    _window(r, spec)
     return spec
 
 
 def _qwen2(r: Reader) -> dict:
     spec = _decoder(r)
     spec["attention"].update(qkv_bias=True, out_bias=False)   # Qwen2: biases on q, k, v only
-    _window(r)
+    _window(r, spec)
     return spec
 
 
 def _qwen3(r: Reader) -> dict:
     spec = _decoder(r)
     spec["attention"]["qk_norm"] = True   # Qwen3: RMSNorm over d_head on every q and k head
-    _window(r)
+    _window(r, spec)
     return spec
 
 
 def _phi3(r: Reader) -> dict:
     spec = _decoder(r)   # fused qkv_proj and gate_up_proj hold the same weights; the study's
-    _window(r)           # `qkv: fused` convention costs the fused GEMM
+    _window(r, spec)     # `qkv: fused` convention costs the fused GEMM
     return spec
 
 
@@ -202,7 +206,7 @@ def _gemma2(r: Reader) -> dict:
             "notes": f"final_logit_softcapping: {cap}*tanh(x/{cap}), divide, tanh and multiply, 3 "
                      "FLOPs a logit (transformers' Gemma2); the logits read and written once; B "
                      "rows, as under the default convention logits: last"}]
-    _window(r, alternating=True)
+    _window(r, spec, alternating=True)
     r.notes.append(r.doc.problem((), "not modelled; this leaves out Gemma's embedding scale "
                                      "(the gathered rows times sqrt(d_model): one multiply per "
                                      "element, once per token)"))

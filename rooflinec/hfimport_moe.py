@@ -41,7 +41,7 @@ def _mixtral(r: Reader) -> dict:
     spec["moe"] = {"experts": r.need("num_local_experts"), "top_k": r.need("num_experts_per_tok"),
                    "d_expert": spec["mlp"]["d_ff"]}
     _free(r)
-    _window(r)
+    _window(r, spec)
     return spec
 
 
@@ -53,7 +53,7 @@ def _qwen3_moe(r: Reader) -> dict:
     if r.get("mlp_only_layers"):
         r.note("mlp_only_layers", "that the listed layers are dense; every layer is costed as MoE")
     _free(r)
-    _window(r)
+    _window(r, spec)
     return spec
 
 
@@ -78,11 +78,9 @@ def _gpt_oss(r: Reader) -> dict:
     spec["mlp"]["bias"] = True   # expert gate/up and down biases, and the router's
     spec["moe"] = {"experts": r.need("num_local_experts"), "top_k": r.need("num_experts_per_tok"),
                    "d_expert": spec["mlp"]["d_ff"]}
-    r.used.add("layer_types")   # read with sliding_window
-    _window(r, alternating=True)
-    r.notes.append(r.doc.problem((), "not modelled; this leaves out the attention sinks (one learned "
-                                     "logit per head added to each softmax's denominator: 64 "
-                                     "parameters a layer, one add per score row)"))
+    r.used.add("layer_types")   # sliding_attention, full_attention, alternating from layer 0
+    _window(r, spec, alternating=True)
+    spec["attention"]["sinks"] = True   # one learned logit per head in every layer
     _quantized(r)
     _free(r)
     return spec

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from rooflinec import custom, mla, moe
+from rooflinec import custom, mla, moe, window
 from rooflinec.ir import Op, Program, verify
 from rooflinec.ops import FORMULAS, UNITS
 from rooflinec.symbols import B, L, M, S, V, b, d_ff, d_head, d_model, n_kv, n_q
@@ -108,22 +108,27 @@ def _positions(model) -> list[Op]:
     return ops
 
 
-def _attention(phase: str, conv: Conventions) -> list[Op]:
-    """QK^T, scale, mask, softmax, P.V: the score matrix [B, n_q, queries, S] lives in HBM."""
+def _attention(phase: str, conv: Conventions, prefix: str = "", keys=S, repeat=L) -> list[Op]:
+    """QK^T, scale, mask, softmax, P.V: the score matrix [B, n_q, queries, keys] lives in HBM;
+    windowed layers (rooflinec.window) attend to keys = min(S, W) under their own names."""
     queries = 1 if phase == "decode" else S
     half = conv.causal_fraction(phase)
     knob = S if phase == "prefill" else None
-    scores = f"[B,n_q,{queries},S]"
+    k = str(keys).replace("Min", "min")
+    scores = f"[B,n_q,{queries},{k}]"
+    n = prefix
     return [
-        _op("qk_matmul", "qk_matmul", "attention_matmul", B, n_q, n_kv, queries, S, d_head, b,
-            causal_fraction=half, shape=f"Q[B,n_q,{queries},d_head] @ K^T[B,n_kv,d_head,S]",
-            crossing=knob),
-        _op("scale", "scale", "elementwise", B * n_q * queries * S, b, shape=f"S{scores} / sqrt(d_head)"),
-        _op("causal_mask", "causal_mask", "elementwise", B * n_q * queries * S, b,
-            shape=f"where(future, -inf, S{scores})"),
-        _op("softmax", "softmax", "softmax", B * n_q * queries, S, b, shape=f"softmax(S{scores})"),
-        _op("pv_matmul", "pv_matmul", "attention_matmul", B, n_q, n_kv, queries, S, d_head, b,
-            causal_fraction=half, shape=f"P{scores} @ V[B,n_kv,S,d_head]", crossing=knob),
+        _op(n + "qk_matmul", "qk_matmul", "attention_matmul", B, n_q, n_kv, queries, keys, d_head, b,
+            causal_fraction=half, shape=f"Q[B,n_q,{queries},d_head] @ K^T[B,n_kv,d_head,{k}]",
+            crossing=knob, repeat=repeat),
+        _op(n + "scale", "scale", "elementwise", B * n_q * queries * keys, b, shape=f"S{scores} / sqrt(d_head)",
+            repeat=repeat),
+        _op(n + "causal_mask", "causal_mask", "elementwise", B * n_q * queries * keys, b,
+            shape=f"where(future, -inf, S{scores})", repeat=repeat),
+        _op(n + "softmax", "softmax", "softmax", B * n_q * queries, keys, b, shape=f"softmax(S{scores})",
+            repeat=repeat),
+        _op(n + "pv_matmul", "pv_matmul", "attention_matmul", B, n_q, n_kv, queries, keys, d_head, b,
+            causal_fraction=half, shape=f"P{scores} @ V[B,n_kv,{k},d_head]", crossing=knob, repeat=repeat),
     ]
 
 
@@ -155,7 +160,9 @@ def _self_attention(model, phase: str, conv: Conventions) -> list[Op]:
         linear = lambda name, tokens, k, n, shape: _linear(name, tokens, k, n, shape, False, conv)  # noqa: E731
         return [*attention_ops(model, phase, conv, _op, linear),
                 *_linear("o_proj", M, n_q * d_v, d_model, "X[M,n_q*d_v] @ W[n_q*d_v,d_model]", False, conv)]
-    return [*_projections(model, conv), *_positions(model), *_attention(phase, conv),
+    attend = [op for prefix, keys, layers in window.groups(model)
+              for op in _attention(phase, conv, prefix, keys, layers)]
+    return [*_projections(model, conv), *_positions(model), *attend,
             *_linear("o_proj", M, n_q * d_head, d_model, "X[M,n_q*d_head] @ W[n_q*d_head,d_model]",
                      model.out_bias, conv)]
 
@@ -197,6 +204,7 @@ def lower(model, phase: str, conv: Conventions = Conventions()) -> Program:
     ops = custom.place(ops, getattr(model, "operators", ()), phase)   # user-declared ops
     bindings = {M: B} if phase == "decode" else {M: B * S}
     stated = conv.stated(phase) + ((("latent attention", mla.FORMS["naive" if phase == "prefill" else conv.mla]),)
-                                   if model.mla else ())
+                                   if model.mla else ()) + window.stated(model)
     return verify(Program(model.name, phase, "unfused", tuple(ops), bindings, stated,
-                          custom.symbols(model) + moe.symbols(model) + mla.symbols(model)))
+                          custom.symbols(model) + moe.symbols(model) + mla.symbols(model)
+                          + window.symbols(model)))

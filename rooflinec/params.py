@@ -103,6 +103,8 @@ def _attention(model) -> list[Component]:
         parts.append(_layer("qkv_bias", "attention", (n_q + 2 * n_kv) * d_head, matmul=False))
     if model.out_bias:
         parts.append(_layer("o_bias", "attention", d_model, matmul=False))
+    if model.sinks:     # gpt-oss: one learned sink logit per query head
+        parts.append(_layer("sinks", "attention", n_q, matmul=False))
     if model.qk_norm:   # one gain of d_head for every query head, one for every key head
         parts.append(_layer("qk_norm", "norm", 2 * d_head, matmul=False))
     return parts

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from rooflinec import flash
+from rooflinec import flash, window
+from rooflinec.symbols import S
 from rooflinec.errors import DeviceLacks
 from rooflinec.ir import Program, verify
 from rooflinec.lower import Conventions
@@ -51,13 +52,19 @@ def fuse_epilogues(program: Program, target: Target) -> Program:
 
 def _one_kernel(program: Program, make) -> Program:
     """Replace the unfused attention steps (every op touching the score matrix) by the one
-    kernel `make()` builds, where the first of them stood."""
+    kernel `make(keys, prefix, repeat)` builds, where the first of them stood; windowed
+    layers' steps (rooflinec.window) become a kernel of their own."""
     steps = flash.score_ops(program)
     if not steps:
         return program
     first = program.ops.index(steps[0])
+    kernels = []
+    for prefix in dict.fromkeys(window.PREFIX if op.name.startswith(window.PREFIX) else "" for op in steps):
+        group = [op for op in steps if op.name.startswith(window.PREFIX) == bool(prefix)]
+        windowed = any(window.W in op.cost.bytes.free_symbols for op in group)
+        kernels.append(make(window.keys() if windowed else S, prefix, group[0].repeat))
     kept = [op for op in program.ops if op not in steps]
-    return replace(program, ops=tuple(kept[:first]) + (make(),) + tuple(kept[first:]))
+    return replace(program, ops=tuple(kept[:first]) + tuple(kernels) + tuple(kept[first:]))
 
 
 def flash_attention(program: Program, target: Target) -> Program:
@@ -69,13 +76,15 @@ def flash_attention(program: Program, target: Target) -> Program:
         raise DeviceLacks(target.device, "on_chip.sram_per_sm", "on_chip",
                           "FlashAttention's prefill tiles (the 'flash' variant; 'ideal' needs none)")
     fraction = target.conventions.causal_fraction(program.phase)
-    return _one_kernel(program, lambda: flash.kernel(program.phase, fraction, tiles))
+    return _one_kernel(program, lambda keys, prefix, repeat: flash.kernel(program.phase, fraction, tiles,
+                                                                           keys, prefix, repeat))
 
 
 def ideal_attention(program: Program, target: Target) -> Program:
     """A kernel that moves only compulsory traffic; needs nothing of the device."""
     fraction = target.conventions.causal_fraction(program.phase)
-    return _one_kernel(program, lambda: flash.ideal_kernel(program.phase, fraction))
+    return _one_kernel(program, lambda keys, prefix, repeat: flash.ideal_kernel(program.phase, fraction,
+                                                                                 keys, prefix, repeat))
 
 
 # The least traffic any implementation moves: figures that claim a lower bound use it.

@@ -70,6 +70,9 @@ class Model:
     dimensions: tuple = ()    # (name, value) pairs: the model's own symbols (rooflinec.custom)
     moe: object = None        # moe.MoE: routed experts (rooflinec.moe)
     mla: object = None        # mla.MLA: latent attention (rooflinec.mla)
+    window: int | None = None  # attention window W of the pattern's sliding/chunked layers
+    pattern: tuple = ()       # layer kinds (full, sliding, chunked), repeated (rooflinec.window)
+    sinks: bool = False       # one learned attention-sink logit per head (gpt-oss)
     operators: tuple = ()     # custom.Declared ops, placed by lowering
 
 
@@ -154,6 +157,11 @@ def _model_problems(doc: yamlio.Located) -> list[Problem]:
         problems.append(doc.problem(("attention", "n_kv_heads"),
                                     f"{n_kv} KV heads do not divide {n_heads} query heads; each KV "
                                     "head must serve a whole group of query heads"))
+    pattern = att.get("pattern") if isinstance(att, dict) else None
+    if isinstance(pattern, list) and any(k in ("sliding", "chunked") for k in pattern) \
+            and "window" not in att:
+        problems.append(doc.problem(("attention", "pattern"), "sliding or chunked layers need "
+                                    "attention.window (their window in tokens)"))
     if d.get("positions") == "learned" and "max_context" not in d:
         problems.append(doc.problem(("positions",), "learned positions need max_context "
                                                     "(the size of the position table)"))
@@ -175,7 +183,8 @@ def load_model(file: str, text: str | None = None) -> Model:
         positions=d.get("positions", "rope"), block=d.get("block", "sequential"),
         tied_embeddings=d.get("tied_embeddings", False), qk_norm=att.get("qk_norm", False),
         post_norms=norm.get("post", False), notes=d.get("notes", ""),
-        hf_id=d.get("hf_id", ""), moe=moe.from_spec(d.get("moe")), mla=mla.from_spec(d.get("mla")))
+        hf_id=d.get("hf_id", ""), moe=moe.from_spec(d.get("moe")), mla=mla.from_spec(d.get("mla")),
+        window=att.get("window"), pattern=tuple(att.get("pattern", ())), sinks=att.get("sinks", False))
     dims, ops, _ = custom.declare(doc)
     return replace(model, dimensions=dims, operators=ops) if (dims or ops) else model
 

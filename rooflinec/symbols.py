@@ -65,5 +65,5 @@ def model_values(model) -> dict[sp.Symbol, int]:
 
 def _block_values(model) -> dict:
     """The symbols of a model's optional blocks (mixture of experts, latent attention)."""
-    from rooflinec import mla, moe
-    return {**moe.values(model), **mla.values(model)}
+    from rooflinec import mla, moe, window
+    return {**moe.values(model), **mla.values(model), **window.values(model)}

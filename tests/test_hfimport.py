@@ -118,8 +118,9 @@ def test_gemma2_layer():
     # the attention soft-cap is FlashAttention's to do on chip: named, with its share
     capped = [n for n in notes if n.path == "attn_logit_softcapping"]
     assert len(capped) == 1 and "3 FLOPs a score beside attention's 4*d_head = 1024" in capped[0].message
-    window = [n for n in notes if n.path == "sliding_window"]
-    assert len(window) == 1 and "every other layer attends to the last 4096 keys" in window[0].message
+    # sliding_window 4096 on every other layer from the first (transformers' Gemma2): modelled
+    assert (model.window, model.pattern) == (4096, ("sliding", "full"))
+    assert not [n for n in notes if n.path == "sliding_window"]
 
 
 def test_rope_is_costed_without_a_declared_operator():
@@ -151,14 +152,13 @@ def test_every_field_is_mapped_or_noted(folder, tmp_path):
     assert all(n.message.startswith("not modelled; ") for n in notes)
 
 
-def test_sliding_window_named_where_it_is_on():
+def test_sliding_window_modelled_where_it_is_on():
     for folder, window in (("mistral-7b-v0.1", 4096), ("phi-3-mini-4k-instruct", 2047)):
-        _, notes, _ = imported(folder)
-        found = [n for n in notes if n.path == "sliding_window"]
-        assert len(found) == 1 and f"last {window} keys" in found[0].message
-        assert "overstated" in found[0].message
-    _, notes, _ = imported("qwen2.5-7b-instruct")     # use_sliding_window: false
-    assert not [n for n in notes if n.path.startswith("sliding_window")]
+        model, notes, _ = imported(folder)
+        assert (model.window, model.pattern) == (window, ("sliding",))   # every layer
+        assert not [n for n in notes if n.path == "sliding_window"]
+    model, notes, _ = imported("qwen2.5-7b-instruct")     # use_sliding_window: false
+    assert not [n for n in notes if n.path.startswith("sliding_window")] and not model.pattern
 
 
 def test_hf_id_is_written_and_valid():

@@ -206,3 +206,45 @@ def test_qwen3_30b_a3b_and_gpt_oss_120b_match_their_model_cards():
     total, active = counts(m)
     assert round(total / 1e7) == 11683
     assert round((active - m.vocab * m.d_model) / 1e7) == 513
+
+
+def _with_window(m, window: int, pattern: tuple):
+    import dataclasses
+    return dataclasses.replace(m, window=window, pattern=pattern)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 65536), st.integers(1, 65536), st.integers(1, 256),
+       st.sampled_from(["decode", "prefill"]), st.sampled_from(["unfused", "ideal"]),
+       st.sampled_from([("sliding",), ("sliding", "full"), ("chunked", "full", "full")]))
+def test_a_sliding_window_layer_never_costs_more_than_a_full_one(window, context, batch, phase, variant, pattern):
+    full = Workbench.of(model("llama-3.1-8b"), [device("h100-sxm")])
+    slid = Workbench.of(_with_window(full.model, window, pattern), [device("h100-sxm")])
+    point = {B: batch, S: context}
+    a = full.ledger(full.program(phase, variant), full.devices[0], point)
+    w = slid.ledger(slid.program(phase, variant), slid.devices[0], point)
+    assert w.flops <= a.flops * (1 + 1e-12) and w.bytes <= a.bytes * (1 + 1e-12)
+    assert w.time <= a.time * (1 + 1e-12)
+    if context <= window:   # the window holds the whole context: no change at all
+        assert w.flops == pytest.approx(a.flops) and w.bytes == pytest.approx(a.bytes)
+
+
+def test_gemma2_windowed_decode_reads_min_s_w_keys_in_half_the_layers():
+    # Gemma 2 (config: sliding_window 4096, every other layer): per token per layer a KV head
+    # caches K and V of 256 elements, 8 KV heads, bf16: 2*8*256*2 = 8,192 B. At S = 32768:
+    # 21 full layers read 32768 tokens, 21 windowed ones 4096: 8192*(21*32768 + 21*4096) B
+    bench = Workbench.of(model("gemma-2-9b"), [device("h100-sxm")])
+    led = bench.ledger(bench.program("decode", "ideal"), bench.devices[0], {B: 1, S: 32768})
+    assert led.traffic("kv_cache") == 8192 * (21 * 32768 + 21 * 4096)
+    names = [r.op.name for r in led.rows]
+    assert "attention" in names and "local_attention" in names
+
+
+def test_a_sliding_pattern_without_a_window_is_a_located_error(tmp_path):
+    text = (CATALOG / "models" / "llama-3.1-8b.yaml").read_text().replace(
+        "head_dim: 128,", "head_dim: 128, pattern: [sliding, full],")
+    f = tmp_path / "m.yaml"
+    f.write_text(text)
+    with pytest.raises(SpecError) as err:
+        spec.load_model(str(f))
+    assert f"{f}:7:" in str(err.value) and "attention.pattern" in str(err.value) and "window" in str(err.value)

@@ -1,0 +1,67 @@
+"""Per-layer attention patterns: full, sliding window and chunked layers.
+
+A model declares `attention.window` (W) and `attention.pattern`, a list of layer kinds repeated
+over the layers from the first (Gemma 2 and gpt-oss: [sliding, full]). A sliding-window layer's
+query attends to the last min(S, W) keys and caches only those; a chunked layer (Llama 4's
+local layers) attends within its chunk of W tokens, so at most min(S, W) keys: costed as that
+bound. In prefill a windowed layer is costed as S queries each seeing min(S, W) keys (early
+queries see fewer: an upper bound). Attention sinks (gpt-oss: one learned logit per head added
+to the softmax denominator) are stated and counted as parameters; their one add per score row
+is negligible and not costed.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from rooflinec import symbols as sym
+
+W = sym.dimension("W")   # window (or chunk) length in tokens
+DESCRIPTIONS = {W: "attention window (or chunk) in tokens"}
+LOCAL = ("sliding", "chunked")
+PREFIX = "local_"        # the windowed layers' attention ops
+
+
+def local_layers(model) -> int:
+    """Layers whose pattern entry is sliding or chunked (the pattern repeats from layer 0)."""
+    pattern = getattr(model, "pattern", ()) or ()
+    if not pattern:
+        return 0
+    return sum(1 for i in range(model.n_layers) if pattern[i % len(pattern)] in LOCAL)
+
+
+def values(model) -> dict:
+    return {W: model.window} if local_layers(model) else {}
+
+
+def symbols(model) -> tuple:
+    return tuple(values(model))
+
+
+def keys() -> sp.Expr:
+    """Keys a windowed layer's query attends to."""
+    return sp.Min(sym.S, W)
+
+
+def groups(model) -> list[tuple[str, sp.Expr, sp.Expr]]:
+    """(name prefix, keys, layers) for each kind of attention layer the model has; a model
+    whose every layer is windowed keeps the plain names."""
+    local = local_layers(model)
+    if local == 0:
+        return [("", sym.S, sym.L)]
+    if local == model.n_layers:
+        return [("", keys(), sym.L)]
+    return [("", sym.S, sym.L - local), (PREFIX, keys(), sp.Integer(local))]
+
+
+def stated(model) -> tuple:
+    local = local_layers(model)
+    if not local:
+        return ()
+    kinds = "/".join(model.pattern)
+    text = (f"{local} of {model.n_layers} layers attend to a window of W = {model.window} keys (pattern "
+            f"{kinds}, repeated): their attention and KV-cache reads use min(S, W); in prefill each "
+            "query is costed with min(S, W) keys (an upper bound)")
+    if model.sinks:
+        text += "; attention sinks (one logit per head) stated, their one add per score row not costed"
+    return (("attention pattern", text),)
