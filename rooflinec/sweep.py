@@ -160,15 +160,17 @@ def _costs(kernel: Kernel, values: list, n: int):
     return flops, nbytes, np.broadcast_to(np.asarray(outputs[-1], dtype=float), (n,))
 
 
-def run(kernel: Kernel, bench, axes: dict, devices, dtype: str, chunk: int = CHUNK) -> dict:
+def run(kernel: Kernel, bench, axes: dict, devices, dtype: str, chunk: int = CHUNK,
+        formats: dict | None = None) -> dict:
     """Totals for every device over the grid of `axes` ({symbol: values}), chunk by chunk;
-    `bench` (the study's workbench) gives the symbols' values and the peaks."""
+    `bench` (the study's workbench) gives the symbols' values (weights and KV cache in
+    `formats` where given) and the peaks."""
     import numpy as np
     symbols = list(axes)
     grids = [np.asarray(axes[s], dtype=float) for s in symbols]
     shape = tuple(len(g) for g in grids)
     n = math.prod(shape)
-    fixed = bench.values_for(dtype)
+    fixed = bench.values_for(dtype, formats)
     peaks = {d.key: (_peaks(kernel, bench, d, dtype), d.bandwidth) for d in devices}
     out = {k: Totals(*(np.empty(n) for _ in range(5))) for k in peaks}
     alphabet = kernel.args

@@ -160,17 +160,18 @@ class Workbench:
     def bytes_per_element(self) -> int:
         return DTYPE_BYTES[self.dtype]
 
-    def storage(self, cls: str, dtype: str | None = None) -> str:
-        """The format tensor class `cls` (weights, kv_cache) is stored in: the study's
-        `quantization` for it, else the compute dtype."""
-        return self.study.quantization.get(cls, dtype or self.dtype)
+    def storage(self, cls: str, dtype: str | None = None, formats: dict | None = None) -> str:
+        """The format tensor class `cls` (weights, kv_cache) is stored in: `formats` (a sweep's
+        point), else the study's `quantization` for it, else the compute dtype."""
+        return {**self.study.quantization, **(formats or {})}.get(cls, dtype or self.dtype)
 
-    def values_for(self, dtype: str | None = None) -> dict:
+    def values_for(self, dtype: str | None = None, formats: dict | None = None) -> dict:
         """Model dimensions and bytes per element at `dtype` (the study's by default): b for
         activations, b_w and b_kv for weights and KV cache; the workload symbols stay free."""
         model = sym.model_values(self.model) if self.model is not None else {}
         return {**model, sym.b: quant.byte_value(dtype or self.dtype),
-                **{s: quant.byte_value(self.storage(cls, dtype)) for cls, s in quant.CLASS_SYMBOLS.items()}}
+                **{s: quant.byte_value(self.storage(cls, dtype, formats))
+                   for cls, s in quant.CLASS_SYMBOLS.items()}}
 
     @cached_property
     def values(self) -> dict:
@@ -185,19 +186,21 @@ class Workbench:
 
     # memory fit: weights and the KV cache only (activations and workspace left out)
 
-    def weight_bytes(self, dtype: str | None = None) -> int:
+    def weight_bytes(self, dtype: str | None = None, formats: dict | None = None) -> int:
         from rooflinec.params import count
         n = int(number(count(self.model).total, self.values_for(dtype)))
-        return math.ceil(n * DTYPE_BYTES[self.storage("weights", dtype)])
+        return math.ceil(n * DTYPE_BYTES[self.storage("weights", dtype, formats)])
 
-    def kv_per_token(self, dtype: str | None = None) -> int:
+    def kv_per_token(self, dtype: str | None = None, formats: dict | None = None) -> int:
+        """KV-cache bytes of one token (every layer counted at the full context: windowed
+        layers hold fewer, so this bounds the memory from above)."""
         from rooflinec.efficiency import kv_bytes_per_token
-        values = {**self.values_for(dtype), sym.b: quant.byte_value(self.storage("kv_cache", dtype))}
+        values = {**self.values_for(dtype), sym.b: quant.byte_value(self.storage("kv_cache", dtype, formats))}
         return math.ceil(number(kv_bytes_per_token(self.model), values))
 
-    def memory_needed(self, batch, context, dtype: str | None = None):
+    def memory_needed(self, batch, context, dtype: str | None = None, formats: dict | None = None):
         """Bytes of weights plus B·S tokens of KV cache (NumPy arrays work too)."""
-        return self.weight_bytes(dtype) + batch * context * self.kv_per_token(dtype)
+        return self.weight_bytes(dtype, formats) + batch * context * self.kv_per_token(dtype, formats)
 
     def fits(self, device, batch, context, dtype: str | None = None):
         return self.memory_needed(batch, context, dtype) <= device.capacity

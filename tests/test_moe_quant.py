@@ -3,6 +3,7 @@ the formulas obey."""
 
 from __future__ import annotations
 
+import math
 import textwrap
 from fractions import Fraction
 from pathlib import Path
@@ -248,3 +249,14 @@ def test_a_sliding_pattern_without_a_window_is_a_located_error(tmp_path):
     with pytest.raises(SpecError) as err:
         spec.load_model(str(f))
     assert f"{f}:7:" in str(err.value) and "attention.pattern" in str(err.value) and "window" in str(err.value)
+
+
+def test_a_sweeps_formats_set_the_classes_bytes_and_the_memory(tmp_path):
+    bench = Workbench(spec.load_study(_study(tmp_path, "bf16", "b200")))
+    plain, nv = bench.values_for(), bench.values_for(None, {"weights": "nvfp4", "kv_cache": "fp8"})
+    assert (plain[quant.b_w], plain[quant.b_kv], plain[sym.b]) == (2, 2, 2)
+    assert (nv[quant.b_w], nv[quant.b_kv], nv[sym.b]) == (0.5625, 1, 2)
+    # Mixtral's 46,702,792,704 parameters at 0.5625 B, and its KV cache 2*32*8*128 = 65,536
+    # elements a token at 1 B
+    assert bench.weight_bytes(None, {"weights": "nvfp4"}) == math.ceil(46_702_792_704 * 0.5625)
+    assert bench.kv_per_token(None, {"kv_cache": "fp8"}) == 65_536

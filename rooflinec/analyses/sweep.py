@@ -13,12 +13,21 @@ from itertools import product
 from rooflinec.analyses import analysis
 from rooflinec.errors import SpecError
 from rooflinec.passes import VARIANTS
+from rooflinec import quant
 from rooflinec import sweep as sw
 
 MAX_POINTS = 100_000   # a report carries every point; bench/bench.py sweeps far more
 KEY = "sweep"
 
 
+
+
+def _label(dtype: str, formats: dict | None) -> str:
+    """The compute dtype, and the weights' and KV cache's formats where a point sets them."""
+    if not formats:
+        return dtype
+    names = {"weights": "weights", "kv_cache": "KV"}
+    return f"{dtype} ({', '.join(f'{names[c]} {f}' for c, f in formats.items())})"
 
 
 def _problem(ctx, key, message):
@@ -69,7 +78,7 @@ def _crossing(xs, bound) -> int | None:
     return None
 
 
-def _fits(ctx, device, dtype: str, numeric, params):
+def _fits(ctx, device, dtype: str, numeric, params, formats=None):
     """Whether each point's weights and KV cache (B·S tokens) fit in the device's memory;
     None where the sweep does not give both B and S."""
     if not {"batch", "context"} <= set(numeric):
@@ -77,7 +86,7 @@ def _fits(ctx, device, dtype: str, numeric, params):
     import numpy as np
     grids = dict(zip(numeric, np.meshgrid(*(np.asarray(getattr(params, a), dtype=float)
                                             for a in numeric), indexing="ij")))
-    return ctx.memory_needed(grids["batch"], grids["context"], dtype) <= device.capacity
+    return ctx.memory_needed(grids["batch"], grids["context"], dtype, formats) <= device.capacity
 
 
 def _series(tot, fits, numeric, params, x_axis, labels):
@@ -131,17 +140,20 @@ def sweep(ctx, params) -> dict:
     series, tables = [], []
     for variant in chosen:
         for dev in devices:   # FlashAttention's tiles depend on the device's SRAM
-            try:
-                kernel = sw.compile_program(ctx.program(phase, variant, dev), given=axes, scope=scope)
-            except sw.AxisError as exc:
-                raise SpecError([_problem(ctx, None, str(exc))]) from None
-            for dtype in dtypes:
-                totals = sw.run(kernel, ctx, axes, [dev], dtype)
-                labels = {"device": dev.key, "dtype": dtype, "variant": variant}
-                fits = _fits(ctx, dev, dtype, numeric, params)
-                found = _series(totals[dev.key], fits, numeric, params, x_axis, labels)
-                series += found
-                tables.append(_table(found, labels))
+            for formats in params.formats or [None]:
+                # each tensor class a point stores in its own format gets its own symbol
+                program = quant.retype(ctx.program(phase, variant, dev), tuple(formats or ()))
+                try:
+                    kernel = sw.compile_program(program, given=axes, scope=scope)
+                except sw.AxisError as exc:
+                    raise SpecError([_problem(ctx, None, str(exc))]) from None
+                for dtype in dtypes:
+                    totals = sw.run(kernel, ctx, axes, [dev], dtype, formats=formats)
+                    labels = {"device": dev.key, "dtype": _label(dtype, formats), "variant": variant}
+                    fits = _fits(ctx, dev, dtype, numeric, params, formats)
+                    found = _series(totals[dev.key], fits, numeric, params, x_axis, labels)
+                    series += found
+                    tables.append(_table(found, labels))
     return {"phase": phase, "scope": scope, "x": x_axis, "axes": {a: getattr(params, a) for a in numeric},
             "points": math.prod(len(getattr(params, a)) for a in numeric) * len(tables),
             "series": series, "tables": tables}
