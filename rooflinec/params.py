@@ -67,7 +67,8 @@ class Params:
 
     @property
     def matmul(self) -> sp.Expr:
-        return self._sum(lambda c: c.matmul)
+        """Matmul weights one token multiplies by (routed experts: k of E)."""
+        return self._sum(lambda c: c.matmul, active=True)
 
     @property
     def per_layer(self) -> sp.Expr:

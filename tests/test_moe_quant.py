@@ -260,3 +260,23 @@ def test_a_sweeps_formats_set_the_classes_bytes_and_the_memory(tmp_path):
     # elements a token at 1 B
     assert bench.weight_bytes(None, {"weights": "nvfp4"}) == math.ceil(46_702_792_704 * 0.5625)
     assert bench.kv_per_token(None, {"kv_cache": "fp8"}) == 65_536
+
+
+def test_mla_decode_attention_limits_as_s_grows():
+    # DeepSeek-V2 Sec. 2.1 / DeepSeek-V3 config (128 heads, r_kv 512, rope 64, nope 128, v 128), bf16.
+    # absorbed: per cached token 2*n_q*(2*r_kv + d_rope) FLOPs over (r_kv + d_rope)*b bytes read once
+    #   for all heads -> 2*128*1088 / (576*2) = 241.78 FLOP/B, like MQA: just under the H100's
+    #   bf16 ridge (989.4e12 / 3.35e12 = 295.3), so memory-bound at any S, but only just
+    # naive: K and V decompressed per head, each cached token read as n_q*(d_qk + d_v) elements
+    #   for 2*n_q*(d_qk + d_v) FLOPs -> 2/b = 1 FLOP/B, the MHA limit
+    from rooflinec.derive import limit_at_infinity
+    from rooflinec.ir import intensity
+    m = model("deepseek-v3")
+    absorbed = Workbench.of(m).program("decode", "ideal").op("attention")
+    naive = Workbench.of(m, conventions={"mla": "naive"}).program("decode", "ideal").op("attention")
+    values = sym.model_values(m) | {sym.b: 2}
+    assert float(number(limit_at_infinity(intensity(absorbed.cost), S), values)) == pytest.approx(2 * 128 * 1088 / 1152)
+    assert float(number(limit_at_infinity(intensity(naive.cost), S), values)) == pytest.approx(1.0)
+    # the naive form also decompresses every cached latent, a GEMM over B*S tokens each step
+    decompress = Workbench.of(m, conventions={"mla": "naive"}).program("decode", "ideal").op("kv_b_proj")
+    assert S in decompress.cost.flops.free_symbols

@@ -1,6 +1,9 @@
 """Parameter count per component, from the architecture, with the three totals."""
 
+import math
+
 from rooflinec import params as P
+from rooflinec import quant
 from rooflinec.analyses import analysis
 from rooflinec.evaluate import number
 from rooflinec.symbols import L
@@ -14,7 +17,8 @@ def _row(ctx, c) -> dict:
 
 def _total(ctx, label: str, expr, meaning: str) -> dict:
     n = int(number(expr, ctx.values))
-    return {"label": label, "formula": expr, "count": n, "bytes": n * ctx.study.bytes_per_element,
+    per = ctx.values[quant.b_w]   # the weights' format (the study's quantization, else dtype)
+    return {"label": label, "formula": expr, "count": n, "bytes": math.ceil(n * per),
             "meaning": meaning}
 
 
@@ -31,8 +35,11 @@ def params(ctx, _params) -> dict:
                "without the token-embedding table and learned positions (Kaplan et al. 2020)"),
         _total(ctx, "in matmuls", counted.matmul,
                "weights of matrix products every token pays for (norms, biases and an untied "
-               "input table left out)"),
+               "input table left out; routed experts: k of E)"),
     ]
+    if ctx.model.moe is not None:
+        totals.insert(1, _total(ctx, "active", counted.active,
+                                "parameters one token uses: k of the E routed experts, the rest whole"))
     return {"rows": rows, "totals": totals, "per_layer": counted.per_layer,
             "per_layer_count": int(number(counted.per_layer, ctx.values)),
             "layers": int(number(L, ctx.values))}
