@@ -21,8 +21,10 @@ E = sym.dimension("E")        # routed experts
 k = sym.dimension("k")        # experts each token is routed to (top-k)
 d_e = sym.dimension("d_e")    # one routed expert's MLP width
 d_s = sym.dimension("d_s")    # the shared experts' total MLP width
+rho = sp.Symbol("rho", positive=True)   # routing imbalance (1: uniform)
 DESCRIPTIONS = {E: "routed experts", k: "experts per token (top-k)",
-                d_e: "routed expert MLP width", d_s: "shared experts' total MLP width"}
+                d_e: "routed expert MLP width", d_s: "shared experts' total MLP width",
+                rho: "routing imbalance: tokens go uniformly to E/rho hot experts"}
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class MoE:
     d_shared: int = 0          # one shared expert's width (default d_expert)
     first_dense: int = 0       # leading layers with a dense MLP
     every: int = 1             # a MoE layer every `every` layers after those
+    imbalance: float = 1       # rho: routing concentrated on E/rho equally likely experts
 
     def dense_layers(self, n_layers: int) -> int:
         """Layers with a dense MLP: the first `first_dense`, then those i with i % every != 0."""
@@ -49,14 +52,15 @@ def from_spec(section: dict | None) -> MoE | None:
         return None
     return MoE(section["experts"], section["top_k"], section["d_expert"],
                section.get("shared_experts", 0), section.get("d_shared", 0),
-               section.get("first_dense", 0), section.get("every", 1))
+               section.get("first_dense", 0), section.get("every", 1), section.get("imbalance", 1))
 
 
 def values(model) -> dict:
     moe = getattr(model, "moe", None)
     if moe is None:
         return {}
-    return {E: moe.experts, k: moe.top_k, d_e: moe.d_expert, **({d_s: moe.shared_width} if moe.shared_experts else {})}
+    return {E: moe.experts, k: moe.top_k, d_e: moe.d_expert, **({d_s: moe.shared_width} if moe.shared_experts else {}),
+            **({rho: moe.imbalance} if moe.imbalance != 1 else {})}
 
 
 def symbols(model) -> tuple:
@@ -99,9 +103,12 @@ def ffn(model, dense_mlp, make_op) -> list:
     rows, gated = "X[M*k routed rows,d_model]", model.mlp_kind in ("swiglu", "geglu")
     act = {"swiglu": "silu", "geglu": "gelu", "gelu": "gelu"}[model.mlp_kind]
 
+    # imbalanced routing (rho > 1) reads fewer distinct experts: uniform over E/rho hot ones
+    hot, over = (E / rho, "(E/rho)*(1-(1-rho*k/E)^M)") if model.moe.imbalance != 1 else (E, "E*(1-(1-k/E)^M)")
+
     def expert(name):
-        return make_op(name, "expert_gemm", "linear", M, k, E, d_model, d_e, b, repeat=moe_repeat,
-                       shape=f"{rows} @ W_e[d_model,d_e] over E*(1-(1-k/E)^M) distinct experts")
+        return make_op(name, "expert_gemm", "linear", M, k, hot, d_model, d_e, b, repeat=moe_repeat,
+                       shape=f"{rows} @ W_e[d_model,d_e] over {over} distinct experts")
 
     first = "expert_gate_proj" if gated else "expert_up_proj"
     ops += [expert(first), make_op("expert_" + act, act, "elementwise", M * k * d_e, b,
@@ -111,7 +118,7 @@ def ffn(model, dense_mlp, make_op) -> list:
                 make_op("expert_gate_mul", "gate_mul", "elementwise", M * k * d_e, b, repeat=moe_repeat,
                         into="expert_up_proj", shape=f"{act}(G[M*k,d_e]) * U[M*k,d_e]")]
     ops += [
-            make_op("expert_down_proj", "expert_gemm", "linear", M, k, E, d_e, d_model, b,
+            make_op("expert_down_proj", "expert_gemm", "linear", M, k, hot, d_e, d_model, b,
                     repeat=moe_repeat, shape="H[M*k,d_e] @ W_e[d_e,d_model] over the distinct experts"),
             make_op("moe_combine", "moe_combine", "elementwise", M, k, d_model, b,
                     shared=bool(model.moe.shared_experts), repeat=moe_repeat,

@@ -162,6 +162,15 @@ def _model_problems(doc: yamlio.Located) -> list[Problem]:
             and "window" not in att:
         problems.append(doc.problem(("attention", "pattern"), "sliding or chunked layers need "
                                     "attention.window (their window in tokens)"))
+    routed = d.get("moe")
+    if isinstance(routed, dict) and all(isinstance(routed.get(x), (int, float)) for x in ("experts", "top_k", "imbalance")) \
+            and routed["top_k"] > 0 and routed["imbalance"] > routed["experts"] / routed["top_k"]:
+        problems.append(doc.problem(("moe", "imbalance"), f"{routed['imbalance']} is more than experts / top_k = "
+                                    f"{routed['experts'] / routed['top_k']:g}: routing cannot concentrate on fewer "
+                                    "experts than a token uses"))
+    if isinstance(routed, dict) and isinstance(routed.get("top_k"), int) and isinstance(routed.get("experts"), int) \
+            and routed["top_k"] > routed["experts"]:
+        problems.append(doc.problem(("moe", "top_k"), f"top_k {routed['top_k']} exceeds the {routed['experts']} experts"))
     if d.get("positions") == "learned" and "max_context" not in d:
         problems.append(doc.problem(("positions",), "learned positions need max_context "
                                                     "(the size of the position table)"))

@@ -280,3 +280,39 @@ def test_mla_decode_attention_limits_as_s_grows():
     # the naive form also decompresses every cached latent, a GEMM over B*S tokens each step
     decompress = Workbench.of(m, conventions={"mla": "naive"}).program("decode", "ideal").op("kv_b_proj")
     assert S in decompress.cost.flops.free_symbols
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(2, 256), st.data(), st.integers(1, 4096))
+def test_imbalanced_routing_reads_no_more_experts_than_uniform(experts, data, tokens):
+    from rooflinec.moe import E, k, rho
+    top_k = data.draw(st.integers(1, experts - 1))
+    skew = data.draw(st.floats(1, experts / top_k))
+    uniform = distinct_experts(M, E, k)
+    skewed = distinct_experts(M, E / rho, k)
+    at = {M: tokens, E: experts, k: top_k, rho: skew}
+    assert top_k - 1e-9 <= number(skewed, at) <= number(uniform, at) + 1e-9 * experts
+
+
+def test_imbalance_past_experts_over_top_k_is_a_located_error(tmp_path):
+    text = (CATALOG / "models" / "mixtral-8x7b.yaml").read_text().replace(
+        "d_expert: 14336}", "d_expert: 14336, imbalance: 5}")
+    f = tmp_path / "m.yaml"
+    f.write_text(text)
+    with pytest.raises(SpecError) as err:
+        spec.load_model(str(f))
+    assert f"{f}:9:" in str(err.value) and "moe.imbalance" in str(err.value) and "experts / top_k = 4" in str(err.value)
+
+
+def test_an_imbalanced_mixtral_reads_fewer_expert_weights_at_the_same_flops():
+    import dataclasses
+    base = model("mixtral-8x7b")
+    skewed = dataclasses.replace(base, moe=dataclasses.replace(base.moe, imbalance=2))
+    point = {B: 8, S: 1024}
+    a, w = (Workbench.of(m, [device("h100-sxm")]) for m in (base, skewed))
+    la = a.ledger(a.program("decode", "ideal"), a.devices[0], point)
+    lw = w.ledger(w.program("decode", "ideal"), w.devices[0], point)
+    assert lw.flops == pytest.approx(la.flops)
+    # 8 tokens, top-2: uniform over 8 experts reads 8*(1-(3/4)^8) = 7.20; over 4 hot ones 4*(1-(1/2)^8) = 3.98
+    expert = 3 * 4096 * 14336 * 2 * 32
+    assert la.traffic("weights") - lw.traffic("weights") == pytest.approx(expert * (8 * (1 - 0.75 ** 8) - 4 * (1 - 0.5 ** 8)))
