@@ -241,14 +241,18 @@ def test_gemma2_windowed_decode_reads_min_s_w_keys_in_half_the_layers():
     assert "attention" in names and "local_attention" in names
 
 
-def test_a_sliding_pattern_without_a_window_is_a_located_error(tmp_path):
-    text = (CATALOG / "models" / "llama-3.1-8b.yaml").read_text().replace(
-        "head_dim: 128,", "head_dim: 128, pattern: [sliding, full],")
+def edited_model_error(tmp_path, key: str, old: str, new: str) -> tuple[str, str]:
+    """The error a shipped model spec with `old` replaced by `new` raises, and its file."""
     f = tmp_path / "m.yaml"
-    f.write_text(text)
+    f.write_text((CATALOG / "models" / f"{key}.yaml").read_text().replace(old, new))
     with pytest.raises(SpecError) as err:
         spec.load_model(str(f))
-    assert f"{f}:7:" in str(err.value) and "attention.pattern" in str(err.value) and "window" in str(err.value)
+    return str(err.value), str(f)
+
+
+def test_a_sliding_pattern_without_a_window_is_a_located_error(tmp_path):
+    message, f = edited_model_error(tmp_path, "llama-3.1-8b", "head_dim: 128,", "head_dim: 128, pattern: [sliding, full],")
+    assert f"{f}:7:" in message and "attention.pattern" in message and "window" in message
 
 
 def test_a_sweeps_formats_set_the_classes_bytes_and_the_memory(tmp_path):
@@ -295,13 +299,8 @@ def test_imbalanced_routing_reads_no_more_experts_than_uniform(experts, data, to
 
 
 def test_imbalance_past_experts_over_top_k_is_a_located_error(tmp_path):
-    text = (CATALOG / "models" / "mixtral-8x7b.yaml").read_text().replace(
-        "d_expert: 14336}", "d_expert: 14336, imbalance: 5}")
-    f = tmp_path / "m.yaml"
-    f.write_text(text)
-    with pytest.raises(SpecError) as err:
-        spec.load_model(str(f))
-    assert f"{f}:9:" in str(err.value) and "moe.imbalance" in str(err.value) and "experts / top_k = 4" in str(err.value)
+    message, f = edited_model_error(tmp_path, "mixtral-8x7b", "d_expert: 14336}", "d_expert: 14336, imbalance: 5}")
+    assert f"{f}:9:" in message and "moe.imbalance" in message and "experts / top_k = 4" in message
 
 
 def test_an_imbalanced_mixtral_reads_fewer_expert_weights_at_the_same_flops():
