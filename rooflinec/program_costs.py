@@ -34,15 +34,17 @@ class OpCost:
 
 
 @cache
-def _bench(model) -> Workbench:
-    """One workbench per model: it builds each (phase, device) program once."""
-    return Workbench.of(model, (), "bf16", asdict(CONVENTIONS))
+def _bench(model, stored: tuple = ()) -> Workbench:
+    """One workbench per model and storage formats: it builds each (phase, device) program once."""
+    return Workbench.of(model, (), "bf16", asdict(CONVENTIONS), dict(stored))
 
 
-def op_costs(model, phase: str, device, workload: dict, tokens=None, bytes_per_element=2) -> list[OpCost]:
+def op_costs(model, phase: str, device, workload: dict, tokens=None, bytes_per_element=2,
+             formats: dict | None = None) -> list[OpCost]:
     """Every op of `model`'s `phase` program at `workload` ({B: .., S: ..}); `tokens` overrides
-    the tokens a linear layer sees (M), as a mixed prefill + decode batch needs."""
-    bench = _bench(model)
+    the tokens a linear layer sees (M), as a mixed prefill + decode batch needs; `formats`
+    stores weights and KV cache in their own formats ({"weights": "fp8", ...})."""
+    bench = _bench(model, tuple(sorted((formats or {}).items())))
     prog = bench.program(phase, VARIANT, device)
     values = {**bench.at(workload, prog.bindings if tokens is None else {}), b: bytes_per_element}
     if tokens is not None:

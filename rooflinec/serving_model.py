@@ -135,9 +135,11 @@ def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float)
     model, dev = shard(run.model, run.tp), run.device
     tokens = decode_seqs + prefill_seqs * run.isl
     act = DTYPE_BYTES[ACTIVATION_DTYPE]
-    ops = program_costs.op_costs(model, "decode", dev, {B: decode_seqs, S: context}, tokens, act)
+    # activations at bf16; weights and the KV cache stored in the run's weight dtype
+    stored = {"weights": run.weights, "kv_cache": run.weights}
+    ops = program_costs.op_costs(model, "decode", dev, {B: decode_seqs, S: context}, tokens, act, stored)
     ops += [op for op in program_costs.op_costs(model, "prefill", dev, {B: prefill_seqs, S: run.isl},
-                                                bytes_per_element=act)
+                                                bytes_per_element=act, formats=stored)
             if op.category == "attention"]     # the prompts' attention; their GEMMs are above
     matrix_peak = dev.peak("matrix", run.weights)
     if matrix_peak is None:
@@ -145,10 +147,8 @@ def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float)
     vector_peak = dev.peak("vector", ACTIVATION_DTYPE)
     if vector_peak is None:
         raise Unpredictable(f"{dev.key} lists no vector peak (compute.vector) for norms and softmax")
-    # costs came at the activations' bytes per element; weights and KV cache are the row's dtype
-    scale = {"weights": DTYPE_BYTES[run.weights] / act, "kv_cache": DTYPE_BYTES[run.weights] / act}
     compute = [op.flops / (matrix_peak if op.unit == "matrix" else vector_peak) for op in ops]
-    memory = [sum(v * scale.get(cls, 1) for cls, v in op.traffic.items()) / dev.bandwidth for op in ops]
+    memory = [sum(op.traffic.values()) / dev.bandwidth for op in ops]
     collectives, link_s = 0, 0.0
     if run.tp > 1:
         if dev.link_bandwidth is None:

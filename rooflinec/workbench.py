@@ -142,10 +142,12 @@ class Workbench:
         self._programs: dict = {}
 
     @classmethod
-    def of(cls, model, devices=(), dtype: str = "bf16", conventions: dict | None = None) -> Workbench:
+    def of(cls, model, devices=(), dtype: str = "bf16", conventions: dict | None = None,
+           quantization: dict | None = None) -> Workbench:
         """A workbench without a study file (tests, the benchmark): problems cannot be located."""
         from rooflinec.spec import Study
-        return cls(Study("", "", "", model, tuple(devices), dtype, dict(conventions or {})))
+        return cls(Study("", "", "", model, tuple(devices), dtype, dict(conventions or {}),
+                         quantization=dict(quantization or {})))
 
     def problem(self, path: tuple, message: str) -> Problem:
         return self.study.doc.problem(path, message)
