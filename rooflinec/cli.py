@@ -15,6 +15,7 @@ examples:
   rooflinec build specs/*.yaml --out /tmp/r --format md
   rooflinec check specs/qwen.yaml                  # validate only; every problem, located
   rooflinec explain specs/qwen.yaml k_proj         # one op's derivation in the terminal
+  rooflinec measure device --quick                 # time this machine (needs the [measure] extra)
 
 exit status: 0 built, 1 a spec is wrong (each problem as file:line:col: path: message),
 2 the command line is wrong.
@@ -63,6 +64,8 @@ def _parser(stdout, stderr) -> _Parser:
                        streams=streams)
     e.add_argument("spec", metavar="SPEC")
     e.add_argument("op", metavar="OP", help="op name, e.g. q_proj, attention, lm_head")
+    from rooflinec.measure import cli as measure_cli   # no torch: it loads when a measure runs
+    measure_cli.add(sub, streams)
     return p
 
 
@@ -145,7 +148,12 @@ def cmd_explain(args, stdout, parser) -> int:
     return 0
 
 
-COMMANDS = {"build": cmd_build, "check": cmd_check, "explain": cmd_explain}
+def cmd_measure(args, stdout, parser) -> int:
+    from rooflinec.measure.cli import run as measure
+    return measure(args, stdout, parser)
+
+
+COMMANDS = {"build": cmd_build, "check": cmd_check, "explain": cmd_explain, "measure": cmd_measure}
 
 
 def run(argv: list[str], stdout=None, stderr=None) -> int:

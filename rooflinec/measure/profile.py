@@ -1,0 +1,76 @@
+"""Run a step under torch.profiler and split its time by the op ranges the decoder opened.
+
+Time is the CPU time of each top-level event of a step on the CPU, and the kernel time on the
+GPU (device_time_total) under CUDA. A top-level event outside every op range is an unmapped
+kernel: it is listed with its time, never dropped.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+
+from rooflinec.measure.reference import PREFIX
+
+STEP = "rooflinec-step"
+
+
+@dataclass(frozen=True)
+class Profile:
+    ops: dict          # op name -> per-step times (s)
+    unmapped: dict     # kernel name -> median time per step (s)
+    steps: int
+
+    def median(self, op: str) -> float:
+        return statistics.median(self.ops[op])
+
+    def best(self, op: str) -> float:
+        return min(self.ops[op])
+
+    @property
+    def mapped_time(self) -> float:
+        return sum(self.median(op) for op in self.ops)
+
+    @property
+    def unmapped_time(self) -> float:
+        return sum(self.unmapped.values())
+
+    @property
+    def coverage(self) -> float:
+        """Share of the profiled time that maps to the spec's ops."""
+        total = self.mapped_time + self.unmapped_time
+        return self.mapped_time / total if total else 0.0
+
+
+def run(torch, device, step, steps: int, warmup: int = 2) -> Profile:
+    for _ in range(warmup):
+        step()
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+        torch.cuda.synchronize(device)
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(steps):
+            with torch.profiler.record_function(STEP):
+                step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+    return split(prof.events(), device.type == "cuda", steps)
+
+
+def split(events, on_gpu: bool, steps: int) -> Profile:
+    """Per-step time of each op range and of each event outside one."""
+    took = (lambda e: e.device_time_total) if on_gpu else (lambda e: e.cpu_time_total)
+    ops, unmapped = defaultdict(lambda: [0.0] * steps), defaultdict(float)
+    roots = [e for e in events if e.name == STEP and e.cpu_parent is None]
+    if len(roots) != steps:
+        raise RuntimeError(f"the profile holds {len(roots)} steps, expected {steps}")
+    for i, root in enumerate(sorted(roots, key=lambda e: e.time_range.start)):
+        for child in root.cpu_children:
+            seconds = took(child) / 1e6   # the profiler counts microseconds
+            if child.name.startswith(PREFIX):
+                ops[child.name[len(PREFIX):]][i] += seconds
+            elif seconds > 0:
+                unmapped[child.name] += seconds / steps
+    return Profile(dict(ops), dict(unmapped), steps)
