@@ -8,6 +8,7 @@ means the spec or the cost model is wrong. Both run on one PyTorch thread, so th
 on what "this machine" is even when other work shares the cores.
 """
 
+import importlib.util
 import io
 import subprocess
 import sys
@@ -53,22 +54,25 @@ def tree(tmp_path_factory):
     return root
 
 
-def _measured(tree, phase, context):
-    dev = spec.load_hardware(str(tree / "hardware" / "here.yaml"))
-    model = spec.load_model(str(tree / "models" / "tiny.yaml"))
-    return report.build(measuring.measure_model(model, dev, "fp32", phase, 1, context, "cpu",
-                                                steps=3, threads=1))
+IMPLS = ["reference", pytest.param("transformers", marks=pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None, reason="transformers is not installed"))]
+PHASES = {"decode": 128, "prefill": 2048}   # prefill: 4 heads x 2048^2 fp32 scores = 64 MiB
+_RUNS = {}
 
 
-@pytest.fixture(scope="module")
-def decode(tree):
-    return _measured(tree, "decode", 128)
+@pytest.fixture(params=IMPLS)
+def impl(request):
+    return request.param
 
 
-@pytest.fixture(scope="module")
-def prefill(tree):
-    # 4 heads x 2048^2 fp32 scores = 64 MiB per launch: scale, mask and softmax exceed the L3
-    return _measured(tree, "prefill", 2048)
+def measured(tree, impl, phase):
+    """One measurement per implementation and phase, shared by the tests that read it."""
+    if (impl, phase) not in _RUNS:
+        dev = spec.load_hardware(str(tree / "hardware" / "here.yaml"))
+        model = spec.load_model(str(tree / "models" / "tiny.yaml"))
+        _RUNS[impl, phase] = report.build(measuring.measure_model(
+            model, dev, "fp32", phase, 1, PHASES[phase], "cpu", steps=3, threads=1, impl=impl))
+    return _RUNS[impl, phase]
 
 
 def test_calibration_writes_a_spec_that_check_accepts(tree):
@@ -90,9 +94,9 @@ def test_the_measured_spec_says_how_it_was_measured(tree):
     assert "1 threads" in m["tool"]
 
 
-@pytest.mark.parametrize("which", ["decode", "prefill"])
-def test_mapped_kernels_cover_95_percent(which, request):
-    rep = request.getfixturevalue(which)
+@pytest.mark.parametrize("phase", PHASES)
+def test_mapped_kernels_cover_95_percent(tree, impl, phase):
+    rep = measured(tree, impl, phase)
     assert rep["coverage"] >= 0.95, rep["unmapped"]
     # every op of the spec ran, and the rest is listed with its time
     assert all(r["ran"] for r in rep["rows"]), [r["op"] for r in rep["rows"] if not r["ran"]]
@@ -100,9 +104,9 @@ def test_mapped_kernels_cover_95_percent(which, request):
         <= 1e-9 * rep["profiled_s"]
 
 
-@pytest.mark.parametrize("which", ["decode", "prefill"])
-def test_no_op_above_the_cache_beats_its_roofline(which, request):
-    rep = request.getfixturevalue(which)
+@pytest.mark.parametrize("phase", PHASES)
+def test_no_op_above_the_cache_beats_its_roofline(tree, impl, phase):
+    rep = measured(tree, impl, phase)
     cache = rep["device"]["cache_size"]
     checked = [r for r in rep["rows"] if r["bytes_per_launch"] > cache]
     assert checked, "the sizes chosen leave no op above the last-level cache: the law goes untested"
@@ -114,19 +118,33 @@ def test_no_op_above_the_cache_beats_its_roofline(which, request):
     assert rep["broken"] == []
 
 
-def test_the_prefill_scores_are_the_ops_above_the_cache(prefill):
-    above = {r["op"] for r in prefill["rows"] if r["law"] != "in cache"}
+def test_the_prefill_scores_are_the_ops_above_the_cache(tree):
+    rows = measured(tree, "reference", "prefill")["rows"]
+    above = {r["op"] for r in rows if r["law"] != "in cache"}
+    assert {"scale", "causal_mask", "softmax", "lm_head"} <= above
     # 2048 x 2048 scores per head, 4 heads, 4 bytes, read and written: 128 MiB per launch
-    assert {"scale", "causal_mask", "softmax"} <= above
-    row = next(r for r in prefill["rows"] if r["op"] == "scale")
+    row = next(r for r in rows if r["op"] == "scale")
     assert row["bytes_per_launch"] == 2 * 4 * 2048 * 2048 * 4
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                    reason="transformers is not installed")
+def test_transformers_ranges_map_by_module_and_group(tree):
+    rep = measured(tree, "transformers", "prefill")
+    rows = {r["op"]: r for r in rep["rows"]}
+    assert rep["conventions"]["qkv"] == "fused" and "qkv_proj" in rows
+    assert rows["attention"]["covers"] == ["qk_matmul", "scale", "causal_mask", "softmax", "pv_matmul"]
+    # the group is set against the sum of its ops' rooflines
+    ref = {r["op"]: r for r in measured(tree, "reference", "prefill")["rows"]}
+    assert rows["attention"]["predicted_s"] == pytest.approx(
+        sum(ref[op]["predicted_s"] for op in rows["attention"]["covers"]))
 
 
 def test_report_sets_measured_beside_predicted(tree, tmp_path):
     out = io.StringIO()
     code = run(["measure", "model", str(tree / "models" / "tiny.yaml"), "--device",
                 str(tree / "hardware" / "here.yaml"), "--steps", "1", "--context", "64",
-                "--threads", "1", "--out", str(tmp_path)], out, out)
+                "--threads", "1", "--impl", "reference", "--out", str(tmp_path)], out, out)
     assert code == 0, out.getvalue()
     md = (tmp_path / "tiny-decode-b1-s64.md").read_text()
     assert "| lm_head | 1 |" in md and "roofline" in md and "measured" in md

@@ -60,6 +60,10 @@ def add(sub, streams) -> None:
     o.add_argument("--on", metavar="DEVICE", help="cpu or cuda (default: cuda when present)")
     o.add_argument("--threads", type=_positive, metavar="N", help="PyTorch CPU threads (default: "
                    "PyTorch's); use the number the device spec was measured with")
+    o.add_argument("--impl", choices=("auto", "transformers", "reference"), default="auto",
+                   help="what builds the model: Hugging Face transformers (GPT-2 layouts), "
+                        "rooflinec's reference decoder (any dense decoder), or auto: "
+                        "transformers where installed and able to, else the reference")
     o.add_argument("--out", default="measured", metavar="DIR",
                    help="output folder (default: measured): <model>-<phase>.md, .json, .svg")
 
@@ -98,7 +102,8 @@ def _model(args, parser) -> dict[str, str]:
                      f"{', '.join(dev.tensor)}")
     m = model.load(args.model)
     measured = model.measure_model(m, dev, args.dtype, args.phase, args.batch, args.context,
-                                   args.on, args.steps, args.layers, args.threads)
+                                   args.on, args.steps, args.layers, args.threads,
+                                   args.impl)
     stem = f"{m.key}-{args.phase}-b{args.batch}-s{args.context}"
     return report.outputs(report.build(measured), args.out, stem)
 

@@ -91,15 +91,19 @@ def _capacity(torch, device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def _matmul(torch, device, timed, dtype: str, sizes, repeats: int) -> tuple[int, Timing]:
-    """The best-rate size of the ladder, with its timing."""
+def _matmul(torch, device, timed, dtype: str, sizes, repeats: int,
+            budget: float) -> tuple[int, Timing]:
+    """The best-rate size of the ladder, with its timing; the ladder stops early where one
+    next product would take over the `budget` (seconds per size)."""
     best = None
     for n in sizes:
         a = torch.randn(n, n, device=device).to(getattr(torch, TORCH_DTYPES[dtype]))
         b = torch.randn(n, n, device=device).to(a.dtype)
-        t = repeat(timed, lambda: torch.matmul(a, b), 2 * n**3, repeats)
+        t = repeat(timed, lambda: torch.matmul(a, b), 2 * n**3, repeats, budget=budget)
         if best is None or t.best > best[1].best:
             best = (n, t)
+        if min(t.times) * 8 > budget:   # the next side takes 8 times as long
+            break
     return best
 
 
@@ -127,7 +131,8 @@ def calibrate(on: str | None = None, quick: bool = False, dtypes=None,
         dtypes = ("fp32", *dtypes)   # the vector peak is the fp32 rate
     sizes = LADDER[device.type, quick]
     with torch.inference_mode():
-        matmul = {d: _matmul(torch, device, timed, d, sizes, repeats) for d in dtypes}
+        matmul = {d: _matmul(torch, device, timed, d, sizes, repeats, 1.0 if quick else 5.0)
+                  for d in dtypes}
         # a quarter of the cache per buffer: source and destination stay inside it together
         copy, read, cached = _streams(torch, device, timed, max(4 * cache_size, 64 * MiB),
                                       cache_size // 4, repeats)

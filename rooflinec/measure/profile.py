@@ -43,7 +43,7 @@ class Profile:
         return self.mapped_time / total if total else 0.0
 
 
-def run(torch, device, step, steps: int, warmup: int = 2) -> Profile:
+def run(torch, device, step, steps: int, warmup: int = 2, by_op: dict | None = None) -> Profile:
     for _ in range(warmup):
         step()
     activities = [torch.profiler.ProfilerActivity.CPU]
@@ -56,21 +56,35 @@ def run(torch, device, step, steps: int, warmup: int = 2) -> Profile:
                 step()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
-    return split(prof.events(), device.type == "cuda", steps)
+    return split(prof.events(), device.type == "cuda", steps, by_op or {})
 
 
-def split(events, on_gpu: bool, steps: int) -> Profile:
-    """Per-step time of each op range and of each event outside one."""
+def split(events, on_gpu: bool, steps: int, by_op: dict) -> Profile:
+    """Per-step time of each op range, less the ranges nested in it, and of each event outside
+    every range; `by_op` names an op for such an event by its name (aten::add -> embed_add)."""
     took = (lambda e: e.device_time_total) if on_gpu else (lambda e: e.cpu_time_total)
     ops, unmapped = defaultdict(lambda: [0.0] * steps), defaultdict(float)
     roots = [e for e in events if e.name == STEP and e.cpu_parent is None]
     if len(roots) != steps:
         raise RuntimeError(f"the profile holds {len(roots)} steps, expected {steps}")
+
+    def nested(e):
+        """The ranges directly inside `e` (with no range between)."""
+        for child in e.cpu_children:
+            yield from [child] if child.name.startswith(PREFIX) else nested(child)
+
+    def visit(e, i: int) -> None:
+        inner = list(nested(e))
+        seconds = (took(e) - sum(took(r) for r in inner)) / 1e6   # the profiler counts µs
+        name = e.name[len(PREFIX):] if e.name.startswith(PREFIX) else by_op.get(e.name)
+        if name is not None:
+            ops[name][i] += seconds
+        elif seconds > 0:
+            unmapped[e.name] += seconds / steps
+        for r in inner:
+            visit(r, i)
+
     for i, root in enumerate(sorted(roots, key=lambda e: e.time_range.start)):
         for child in root.cpu_children:
-            seconds = took(child) / 1e6   # the profiler counts microseconds
-            if child.name.startswith(PREFIX):
-                ops[child.name[len(PREFIX):]][i] += seconds
-            elif seconds > 0:
-                unmapped[child.name] += seconds / steps
+            visit(child, i)
     return Profile(dict(ops), dict(unmapped), steps)

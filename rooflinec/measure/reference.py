@@ -1,7 +1,7 @@
 """A small dense decoder in PyTorch with random weights: the ops of rooflinec's naive program,
 each run inside a profiler range named after its op, so a profile maps onto the spec by name.
 
-It follows the lowering's conventions (CONVENTIONS): q, k and v as three GEMMs, each bias
+It makes the lowering's choices (CONVENTIONS): q, k and v as three GEMMs, each bias
 added inside its GEMM (torch's addmm), attention as five kernels with the score matrix in
 memory between them, and logits for the last prompt token only. Decode attends to a random
 KV cache of `context` tokens per layer; the new token's k and v are not appended to it.
@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 
 PREFIX = "rooflinec::"
+# the lowering's choices this implementation makes
+CONVENTIONS = {"qkv": "separate", "bias": "in_gemm", "logits": "last", "causal_halving": False}
 # the ops this implementation runs; a spec's other ops (declared operators) are listed as not run
 RUNS = frozenset({
     "embedding", "pos_embedding", "embed_add", "attn_norm", "norm", "q_proj", "k_proj", "v_proj",
@@ -22,6 +24,11 @@ RUNS = frozenset({
 
 class Decoder:
     """`model` (a rooflinec Model) on `device` at `dtype`, ready to run one decode or prefill step."""
+
+    name = "rooflinec's reference decoder"
+    conventions = CONVENTIONS
+    groups: dict = {}   # every range is one op
+    by_op: dict = {}
 
     def __init__(self, torch, model, device, dtype, phase: str, batch: int, context: int,
                  seed: int = 0):

@@ -7,39 +7,59 @@ import json
 import math
 import os
 
-from rooflinec.measure.model import CONVENTIONS, TOLERANCE, Measurement
+from rooflinec.measure.model import TOLERANCE, Measurement
 
 
-def _row(name: str, p, m: Measurement) -> dict:
+def _row(name: str, parts: list, m: Measurement) -> dict:
+    """One measured range against the roofline of the ops it covers (one op, or a group)."""
     dev, prof = m.device, m.profile
-    per_launch = p.bytes / p.launches
+    flops, nbytes = sum(p.flops for p in parts), sum(p.bytes for p in parts)
+    predicted = sum(p.time for p in parts)
+    launches = max(p.launches for p in parts)
+    # a group is checked only when each of its ops is above the cache
+    per_launch = min(p.bytes / p.launches for p in parts)
     in_cache = dev.cache_size is not None and per_launch <= dev.cache_size
-    row = {"op": name, "category": p.category, "unit": p.unit, "launches": p.launches,
-           "flops": p.flops, "bytes": p.bytes, "bytes_per_launch": per_launch,
-           "intensity": p.flops / p.bytes if p.bytes else None, "bound": p.bound,
-           "predicted_s": p.time, "in_cache": in_cache, "ran": name in prof.ops,
+    row = {"op": name, "covers": list(m.groups.get(name, [name])), "category": parts[0].category,
+           "unit": parts[0].unit if len({p.unit for p in parts}) == 1 else "mixed",
+           "launches": launches, "flops": flops, "bytes": nbytes, "bytes_per_launch": per_launch,
+           "intensity": flops / nbytes if nbytes else None,
+           "bound": "/".join(sorted({p.bound for p in parts})),
+           "predicted_s": predicted, "in_cache": in_cache, "ran": name in prof.ops,
            "measured_s": None, "best_s": None, "fraction": None, "cache_roofline_s": None,
            "cache_fraction": None, "law": "not run"}
     if not row["ran"]:
         return row
     row.update(measured_s=prof.median(name), best_s=prof.best(name))
-    row["fraction"] = p.time / row["measured_s"]
+    row["fraction"] = predicted / row["measured_s"]
     if in_cache and dev.cache_bandwidth:
-        peak = dev.peak(p.unit, m.dtype) or math.inf
-        row["cache_roofline_s"] = max(p.flops / peak, p.bytes / dev.cache_bandwidth)
+        row["cache_roofline_s"] = sum(max(p.flops / (dev.peak(p.unit, m.dtype) or math.inf),
+                                          p.bytes / dev.cache_bandwidth) for p in parts)
         row["cache_fraction"] = row["cache_roofline_s"] / row["measured_s"]
     if in_cache:
         row["law"] = "in cache"
     else:
-        row["law"] = "holds" if row["best_s"] >= (1 - TOLERANCE) * p.time else "broken"
+        row["law"] = "holds" if row["best_s"] >= (1 - TOLERANCE) * predicted else "broken"
     return row
+
+
+def _ranges(m: Measurement) -> list[tuple[str, list]]:
+    """(range name, its ops' predictions) in program order; a group at its first op."""
+    member = {op: group for group, ops in m.groups.items() for op in ops}
+    seen, out = set(), []
+    for op in m.predicted:
+        name = member.get(op, op)
+        if name not in seen:
+            seen.add(name)
+            out.append((name, [m.predicted[o] for o in m.groups.get(name, [name]) if o in m.predicted]))
+    return out
 
 
 def build(m: Measurement) -> dict:
     """The report as JSON-ready data."""
     prof, dev = m.profile, m.device
-    rows = [_row(name, p, m) for name, p in m.predicted.items()]
-    extra = {op: prof.median(op) for op in prof.ops if op not in m.predicted}
+    rows = [_row(name, parts, m) for name, parts in _ranges(m)]
+    known = {r["op"] for r in rows}
+    extra = {op: prof.median(op) for op in prof.ops if op not in known}
     unmapped = sorted({**prof.unmapped, **{f"op range {k} (not in the spec)": v
                                            for k, v in extra.items()}}.items(),
                       key=lambda kv: -kv[1])
@@ -53,7 +73,7 @@ def build(m: Measurement) -> dict:
                    "source": dev.source},
         "workload": {"phase": m.phase, "batch": m.batch, "context": m.context, "dtype": m.dtype},
         "ran_on": m.on, "tool": m.tool, "steps": prof.steps, "tolerance": TOLERANCE,
-        "conventions": CONVENTIONS,
+        "implementation": m.implementation, "conventions": m.conventions,
         "timer": "CUDA kernel time (torch.profiler)" if m.on.startswith("cuda")
                  else "CPU time of each op range (torch.profiler)",
         "coverage": prof.coverage, "profiled_s": total, "mapped_s": prof.mapped_time,

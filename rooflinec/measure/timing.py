@@ -46,7 +46,13 @@ class Timing:
         return self.work / statistics.median(self.times)
 
 
-def repeat(timed, fn, work: float, repeats: int, warmup: int = 2) -> Timing:
+def repeat(timed, fn, work: float, repeats: int, warmup: int = 2,
+           budget: float = float("inf")) -> Timing:
+    """`repeats` timings after `warmup` runs, or fewer (three at least) once `budget` seconds
+    are spent: a slow dtype (bf16 on a CPU without bf16 units) must not take minutes."""
     for _ in range(warmup):
         timed(fn)
-    return Timing(work, tuple(timed(fn) for _ in range(repeats)))
+    times = []
+    while len(times) < repeats and (len(times) < 3 or sum(times) < budget):
+        times.append(timed(fn))
+    return Timing(work, tuple(times))
