@@ -210,3 +210,12 @@ def test_gpu_calibration_and_model(tmp_path):
     assert rep["coverage"] >= 0.95, rep["unmapped"]
     checked = [r for r in rep["rows"] if r["law"] != "in cache"]
     assert checked and rep["broken"] == [], [(r["op"], r["best_s"], r["predicted_s"]) for r in checked]
+
+
+def test_without_torch_measure_says_how_to_install_it():
+    code = ("import sys\nsys.modules['torch'] = None   # import torch fails as if not installed\n"
+            "from rooflinec.cli import run\n"
+            "sys.exit(run(['measure', 'device', '--quick', '--out', 'never.yaml']))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "pip install -e '.[measure]'" in done.stderr and "Traceback" not in done.stderr

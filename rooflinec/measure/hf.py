@@ -67,12 +67,15 @@ class Decoder:
             tie_word_embeddings=model.tied_embeddings, attn_implementation="eager")
         self.t, self.phase, self.m, self.B, self.S = torch, phase, model, batch, context
         self.net = transformers.GPT2LMHeadModel(config).to(device=device, dtype=dtype).eval()
-        self.cache_cls = transformers.DynamicCache
         T = 1 if phase == "decode" else context
         self.ids = torch.randint(0, model.vocab, (batch, T), device=device)
-        self.kv = [(torch.randn(batch, model.n_heads, context, model.head_dim, device=device,
-                                dtype=dtype),) * 2 for _ in range(model.n_layers)] \
-            if phase == "decode" else None
+        self.cache = None
+        if phase == "decode":   # `context` cached tokens, in a cache with room for one more
+            self.cache = transformers.StaticCache(config=config, max_cache_len=context + 1)
+            kv = torch.randn(batch, model.n_heads, context, model.head_dim, device=device,
+                             dtype=dtype)
+            for i in range(model.n_layers):
+                self.cache.update(kv, kv, i)
         self._hooks(torch)
         # transformers 5 renames past_key_values to cache
         params = inspect.signature(self.net.forward).parameters
@@ -94,11 +97,12 @@ class Decoder:
             module.register_forward_hook(leave)
 
     def step(self):
-        kwargs = {"logits_to_keep": 1, "use_cache": self.kv is not None}
-        if self.kv is not None:   # a fresh cache of `context` tokens each step
-            cache = self.cache_cls()
-            for i, (k, v) in enumerate(self.kv):
-                cache.update(k, v, i)
-            kwargs[self.cache_arg] = cache
+        kwargs = {"logits_to_keep": 1, "use_cache": self.cache is not None}
+        if self.cache is not None:
+            # each step writes the new token's k and v to the same slot, after the `context`
+            # cached ones: the cache neither grows nor is copied (a DynamicCache copies it whole)
+            for layer in self.cache.layers:
+                layer.cumulative_length.fill_(self.S)
+            kwargs[self.cache_arg] = self.cache
             kwargs["position_ids"] = self.t.full((self.B, 1), self.S, device=self.ids.device)
         return self.net(self.ids, **kwargs).logits

@@ -19,8 +19,14 @@ STEP = "rooflinec-step"
 @dataclass(frozen=True)
 class Profile:
     ops: dict          # op name -> per-step times (s)
-    unmapped: dict     # kernel name -> median time per step (s)
+    outside: dict      # kernel name outside every op range -> per-step times (s)
     steps: int
+
+    @property
+    def unmapped(self) -> dict:
+        """Median time per step of each kernel outside the ops (a median, like the ops':
+        one step preempted inside a view must not count as that view's time)."""
+        return {k: statistics.median(v) for k, v in self.outside.items()}
 
     def median(self, op: str) -> float:
         return statistics.median(self.ops[op])
@@ -63,7 +69,7 @@ def split(events, on_gpu: bool, steps: int, by_op: dict) -> Profile:
     """Per-step time of each op range, less the ranges nested in it, and of each event outside
     every range; `by_op` names an op for such an event by its name (aten::add -> embed_add)."""
     took = (lambda e: e.device_time_total) if on_gpu else (lambda e: e.cpu_time_total)
-    ops, unmapped = defaultdict(lambda: [0.0] * steps), defaultdict(float)
+    ops, outside = defaultdict(lambda: [0.0] * steps), defaultdict(lambda: [0.0] * steps)
     roots = [e for e in events if e.name == STEP and e.cpu_parent is None]
     if len(roots) != steps:
         raise RuntimeError(f"the profile holds {len(roots)} steps, expected {steps}")
@@ -80,11 +86,11 @@ def split(events, on_gpu: bool, steps: int, by_op: dict) -> Profile:
         if name is not None:
             ops[name][i] += seconds
         elif seconds > 0:
-            unmapped[e.name] += seconds / steps
+            outside[e.name][i] += seconds
         for r in inner:
             visit(r, i)
 
     for i, root in enumerate(sorted(roots, key=lambda e: e.time_range.start)):
         for child in root.cpu_children:
             visit(child, i)
-    return Profile(dict(ops), dict(unmapped), steps)
+    return Profile(dict(ops), dict(outside), steps)
