@@ -3,8 +3,9 @@
 What it times, on the CPU or a CUDA GPU alike (rooflinec.measure.timing):
 - per dtype, n x n by n x n products (2n^3 FLOPs) at a ladder of sizes; the best rate over
   the ladder is the matrix peak (the ladder reaches the plateau, or the rate is a floor);
-- a streaming copy and a streaming read of a buffer four times the last-level cache, the
-  better of the two is the memory bandwidth (a copy counts bytes read + written);
+- a streaming copy and a streaming read (a matrix-vector product) of a buffer four times the
+  last-level cache, the better of the two is the memory bandwidth (a copy counts bytes read
+  + written);
 - a copy that fits in the last-level cache, recorded as the cache bandwidth.
 """
 
@@ -111,8 +112,11 @@ def _streams(torch, device, timed, big: int, small: int, repeats: int):
     src = torch.ones(big // 4, device=device)
     dst = torch.empty_like(src)
     copy = repeat(timed, lambda: dst.copy_(src), 2 * big, repeats)
-    read = repeat(timed, lambda: src.sum(), big, repeats)
-    del src, dst
+    # the read is a matrix-vector product over the buffer: how a decode GEMM reads its weights
+    # (a sum reads slower here than a GEMV does); the 1024-vector and the output are negligible
+    rows, x = src.view(-1, 1024), torch.ones(1024, device=device)
+    read = repeat(timed, lambda: torch.mv(rows, x), big, repeats)
+    del src, dst, rows
     s_src = torch.ones(small // 4, device=device)
     s_dst = torch.empty_like(s_src)
     cached = repeat(timed, lambda: s_dst.copy_(s_src), 2 * small, repeats * 10)
@@ -134,8 +138,9 @@ def calibrate(on: str | None = None, quick: bool = False, dtypes=None,
         matmul = {d: _matmul(torch, device, timed, d, sizes, repeats, 1.0 if quick else 5.0)
                   for d in dtypes}
         # a quarter of the cache per buffer: source and destination stay inside it together
+        # streams are short: three times the repeats, for a run no other process disturbed
         copy, read, cached = _streams(torch, device, timed, max(4 * cache_size, 64 * MiB),
-                                      cache_size // 4, repeats)
+                                      cache_size // 4, 3 * repeats)
     return Calibration(_name(torch, device), device.type, measure.describe(torch, device),
                        matmul, copy, read, cached, cache_size, found, _capacity(torch, device), quick)
 
@@ -157,7 +162,7 @@ def spec(cal: Calibration, date: datetime.date | None = None) -> dict:
     flops = lambda t: format_quantity(_round(t.best), "flops_rate")   # noqa: E731
     band = lambda t: format_quantity(_round(t), "bandwidth")           # noqa: E731
     repeats = len(cal.copy.times)
-    method = ("torch.matmul of n x n matrices per dtype (best over the sides timed), copy_ and sum "
+    method = ("torch.matmul of n x n matrices per dtype (best over the sides timed), copy_ and mv "
               f"of a {cal.copy.work // 2 // MiB} MiB buffer, copy_ of a "
               f"{cal.cache_copy.work // 2 // MiB} MiB buffer inside the cache; each timed "
               f"{'with CUDA events' if cal.device == 'cuda' else 'with time.perf_counter'} after two "

@@ -93,7 +93,10 @@ def chart(report: dict) -> dict:
     for r in report["rows"]:
         if not (r["ran"] and r["flops"] and r["measured_s"]):
             continue   # a pure data move has no place on a FLOP/s axis
-        pts.append(point(r["op"], "predicted (roofline)", r["intensity"], r["unit"]))
+        # FLOPs over the roofline time: the roof itself for one op, and for a group the rate
+        # its ops' rooflines allow together
+        pts.append(point(r["op"], "predicted (roofline)", r["intensity"], r["unit"],
+                         flops_per_s=r["flops"] / r["predicted_s"]))
         pts.append(point(r["op"], "measured", r["intensity"], r["unit"],
                          flops_per_s=r["flops"] / r["measured_s"]))
     w = report["workload"]
