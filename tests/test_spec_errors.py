@@ -355,7 +355,7 @@ def test_five_mistakes_in_a_study_and_what_it_references(tree):
 def test_missing_model_lists_known_ones(tree):
     f = write(tree, "study.yaml", edit(STUDY, "model: qwen2.5-7b", "model: qwen"))
     located(only(load_study, f), f, 2, 8, "model", "no spec 'qwen'")
-    assert "known model specs: gpt2-medium, gpt3-175b, palm-540b, qwen2.5-7b" in \
+    assert "known model specs: gpt2, gpt2-medium, gpt3-175b, palm-540b, qwen2.5-7b" in \
         only(load_study, f).message
 
 
