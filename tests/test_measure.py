@@ -219,3 +219,13 @@ def test_without_torch_measure_says_how_to_install_it():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 1
     assert "pip install -e '.[measure]'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_wrong_out_is_said_before_any_timing(tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    assert run(["measure", "device", "--out", str(tmp_path)], out, err) == 1
+    assert "a folder" in err.getvalue()
+    (tmp_path / "file").write_text("")
+    assert run(["measure", "model", "m.yaml", "--device", "d.yaml", "--out",
+                str(tmp_path / "file")], out, err) == 1
+    assert "a file" in err.getvalue()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 
 from rooflinec.errors import RooflineError
@@ -69,6 +70,11 @@ def add(sub, streams) -> None:
 
 
 def run(args, stdout, parser) -> int:
+    # a wrong --out is said before minutes of timing, not after
+    if args.what == "device" and os.path.isdir(args.out):
+        raise RooflineError(f"{args.out}: a folder; --out names the hardware spec file to write")
+    if args.what == "model" and os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise RooflineError(f"{args.out}: a file; --out names the folder the report goes to")
     outputs = _device(args, parser) if args.what == "device" else _model(args, parser)
     try:
         write_all(outputs)
