@@ -162,6 +162,7 @@ def test_build_never_imports_torch(tmp_path):
     code = ("import sys\nfrom rooflinec.cli import run\n"
             f"assert run(['build', 'specs/operators.yaml', '--out', {str(tmp_path)!r}]) == 0\n"
             "assert run(['check', 'specs/gpt2-medium.yaml']) == 0\n"
+            "assert run(['explain', 'specs/qwen.yaml', 'k_proj']) == 0\n"
             "assert run(['--help']) == 0\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

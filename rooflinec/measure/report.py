@@ -30,6 +30,9 @@ def _row(name: str, parts: list, m: Measurement) -> dict:
     if not row["ran"]:
         return row
     row.update(measured_s=prof.median(name), best_s=prof.best(name))
+    if not row["measured_s"]:   # a range that launched no kernel on the GPU
+        row["law"] = "no time"
+        return row
     row["fraction"] = predicted / row["measured_s"]
     if in_cache and dev.cache_bandwidth:
         row["cache_roofline_s"] = sum(max(p.flops / (dev.peak(p.unit, m.dtype) or math.inf),
