@@ -189,19 +189,34 @@ def test_a_wrong_device_spec_is_a_located_error(tree, tmp_path):
     assert f"{bad}:2:" in err.getvalue()
 
 
-def test_config_json_gives_the_same_model_as_the_spec(tmp_path):
-    # openai-community/gpt2's config.json, the keys rooflinec reads
+def test_config_json_gives_the_same_model_as_the_catalog(tmp_path):
+    # openai-community/gpt2's config.json, the keys rooflinec reads; measure resolves MODEL as serve does
+    from rooflinec import quick
     cfg = tmp_path / "config.json"
-    cfg.write_text('{"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, '
-                   '"vocab_size": 50257, "n_positions": 1024, "n_inner": null}')
-    a, b = measuring.load(str(cfg)), spec.load_model("specs/models/gpt2.yaml")
+    cfg.write_text('{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 768, '
+                   '"n_layer": 12, "n_head": 12, "vocab_size": 50257, "n_positions": 1024, '
+                   '"n_inner": null}')
+    a, b = quick._model(str(cfg), None), quick._model("gpt2", None)
     fields = ("d_model", "n_layers", "vocab", "n_heads", "n_kv_heads", "head_dim", "mlp_kind",
               "d_ff", "max_context", "qkv_bias", "out_bias", "mlp_bias", "norm_kind", "norm_bias",
               "positions", "tied_embeddings")
     assert [getattr(a, f) for f in fields] == [getattr(b, f) for f in fields]
-    cfg.write_text('{"hidden_size": 64}')
-    with pytest.raises(Exception, match="num_hidden_layers"):
-        measuring.load(str(cfg))
+
+
+def test_rope_runs_in_the_reference_decoder(tree):
+    # a Llama-style layout: rotary positions, RMSNorm, SwiGLU, grouped KV heads
+    (tree / "models" / "tiny-rope.yaml").write_text(
+        TINY.replace("positions: learned", "positions: rope")
+            .replace("mlp: {kind: gelu, d_ff: 1024, bias: true}", "mlp: {kind: swiglu, d_ff: 688}")
+            .replace("norm: {kind: layernorm, bias: true}", "norm: {kind: rmsnorm}")
+            .replace("n_kv_heads: 4", "n_kv_heads: 2"))
+    dev = spec.load_hardware(str(tree / "hardware" / "here.yaml"))
+    model = spec.load_model(str(tree / "models" / "tiny-rope.yaml"))
+    rep = report.build(measuring.measure_model(model, dev, "fp32", "decode", 1, 128, "cpu",
+                                               steps=3, threads=1, impl="reference"))
+    rope = [r for r in rep["rows"] if r["op"] == "rope"]
+    assert rope and rope[0]["law"] != "not run" and rope[0]["best_s"] > 0, rope
+    assert rep["coverage"] >= 0.95, rep["unmapped"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: the GPU path "
@@ -212,7 +227,7 @@ def test_gpu_calibration_and_model(tmp_path):
     hw.parent.mkdir()
     hw.write_text(calibration.yaml_text(calibration.spec(cal)))
     dev = spec.load_hardware(str(hw))
-    model = spec.load_model("specs/models/gpt2.yaml")
+    model = spec.load_model("rooflinec/catalog/models/gpt2.yaml")
     rep = report.build(measuring.measure_model(model, dev, "fp32", "decode", 1, 512, "cuda", steps=3))
     assert rep["coverage"] >= 0.95, rep["unmapped"]
     checked = [r for r in rep["rows"] if r["law"] != "in cache"]

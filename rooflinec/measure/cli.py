@@ -12,7 +12,7 @@ from rooflinec.output import write_all
 EPILOG = """\
 examples:
   rooflinec measure device --out hardware/this-machine.yaml          # time products and streams here
-  rooflinec measure model specs/models/gpt2.yaml --device hardware/this-machine.yaml --phase decode
+  rooflinec measure model gpt2 --device hardware/this-machine.yaml --phase decode
   rooflinec measure model config.json --device hardware/this-machine.yaml --phase prefill --context 512
 
 Needs PyTorch: pip install -e '.[measure]'. Runs on a CUDA GPU when PyTorch sees one (--on picks).
@@ -29,10 +29,11 @@ def _positive(text: str) -> int:
     return value
 
 
-def add(sub, streams) -> None:
+def register(sub, streams, parents=()) -> None:
     """The `measure device` and `measure model` parsers, under `sub`."""
     m = sub.add_parser("measure", help="time kernels here with PyTorch: calibrate the device, "
                        "or profile a model's ops against their rooflines", streams=streams,
+                       parents=parents,
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     what = m.add_subparsers(dest="what", required=True, metavar="WHAT")
     d = what.add_parser("device", help="time matrix products and memory streams; write a hardware spec",
@@ -47,10 +48,11 @@ def add(sub, streams) -> None:
                    "PyTorch's); measure models with the same number")
     o = what.add_parser("model", help="profile one step of a model; report each op beside its roofline",
                         streams=streams)
-    o.add_argument("model", metavar="MODEL", help="model spec (.yaml) or Hugging Face config.json")
+    o.add_argument("model", metavar="MODEL", help="a catalog model (rooflinec models), a model spec YAML, "
+                   "or a Hugging Face config.json (or its folder)")
     o.add_argument("--device", required=True, metavar="SPEC",
                    help="hardware spec whose roofline the ops are set against, e.g. the one "
-                        "`measure device` wrote")
+                        "`measure device` wrote (or a catalog device)")
     o.add_argument("--phase", choices=("decode", "prefill"), default="decode")
     o.add_argument("--batch", type=_positive, default=1, metavar="B")
     o.add_argument("--context", type=_positive, default=128, metavar="S",
@@ -69,7 +71,7 @@ def add(sub, streams) -> None:
                    help="output folder (default: measured): <model>-<phase>.md, .json, .svg")
 
 
-def run(args, stdout, parser) -> int:
+def cmd_measure(args, stdout, stderr, parser) -> int:
     # a wrong --out is said before minutes of timing, not after
     if args.what == "device" and os.path.isdir(args.out):
         raise RooflineError(f"{args.out}: a folder; --out names the hardware spec file to write")
@@ -100,13 +102,13 @@ def _device(args, parser) -> dict[str, str]:
 
 
 def _model(args, parser) -> dict[str, str]:
-    from rooflinec import spec
+    from rooflinec import quick
     from rooflinec.measure import model, report
-    dev = spec.load_hardware(args.device)
+    dev = quick._device(args.device, parser)
     if dev.peak("matrix", args.dtype) is None:
         parser.error(f"--dtype {args.dtype}: {args.device} lists no tensor peak for it; it has "
                      f"{', '.join(dev.tensor)}")
-    m = model.load(args.model)
+    m = quick._model(args.model, parser)
     measured = model.measure_model(m, dev, args.dtype, args.phase, args.batch, args.context,
                                    args.on, args.steps, args.layers, args.threads,
                                    args.impl)
@@ -114,3 +116,4 @@ def _model(args, parser) -> dict[str, str]:
     return report.outputs(report.build(measured), args.out, stem)
 
 
+COMMANDS = {"measure": cmd_measure}

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from rooflinec import measure
 from rooflinec.measure.timing import Timing, clock, repeat
-from rooflinec.units import format_quantity
+from rooflinec.quantities import BINARY, prefixed, short
 
 MiB = 2**20
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
@@ -143,6 +143,14 @@ def calibrate(on: str | None = None, quick: bool = False, dtypes=None,
                                       cache_size // 4, 3 * repeats)
     return Calibration(_name(torch, device), device.type, measure.describe(torch, device),
                        matmul, copy, read, cached, cache_size, found, _capacity(torch, device), quick)
+
+
+def format_quantity(value, dimension: str, binary: bool = False) -> str:
+    """A base-unit number as a spec writes it (4 significant figures), e.g. 123.4 GFLOP/s."""
+    if binary:
+        value, prefix = prefixed(value, BINARY)
+        return f"{value:.4g} {prefix}B"
+    return short(value, {"flops_rate": "FLOP/s", "bandwidth": "B/s"}[dimension])
 
 
 def _timed(t: Timing, size, dimension: str, repeats: int) -> dict:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, replace
 
 from rooflinec import measure
@@ -33,12 +31,11 @@ def predict(model, device, dtype: str, phase: str, batch: int, context: int,
             conventions: dict) -> dict[str, Predicted]:
     """Every op's roofline from the cost model: the one place this package calls lowering
     and evaluation."""
-    from rooflinec.evaluate import ledger
-    from rooflinec.lower import Conventions, lower
-    from rooflinec.spec import DTYPE_BYTES
     from rooflinec.symbols import B, S
-    program = lower(model, phase, Conventions(**conventions))
-    rows = ledger(program, model, device, dtype, DTYPE_BYTES[dtype], {B: batch, S: context}).rows
+    from rooflinec.workbench import Workbench
+    bench = Workbench.of(model, [device], dtype, conventions)
+    # the naive program: the ops the implementations run, each kernel through memory
+    rows = bench.ledger(bench.program(phase, "unfused"), device, {B: batch, S: context}).rows
     return {r.op.name: Predicted(r.op.category, r.op.unit, r.count, r.flops, r.bytes, r.roof.time,
                                  r.roof.bound) for r in rows}
 
@@ -98,50 +95,3 @@ def _implementation(impl: str, model):
     if impl == "auto" and hf.fits(model) is not None:
         return reference.Decoder
     return hf.Decoder
-
-
-# Hugging Face config.json keys, GPT-2 style and Llama style, into a model spec's fields
-def from_config(path: str):
-    """A rooflinec Model from a Hugging Face config.json (GPT-2 or Llama/Qwen style)."""
-    from rooflinec.spec import Model
-    try:
-        with open(path, encoding="utf-8") as f:
-            c = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise RooflineError(f"{path}: cannot read a config.json: {exc}") from None
-    if not isinstance(c, dict):
-        raise RooflineError(f"{path}: a config.json holds one JSON object")
-    gpt2 = "n_embd" in c
-    keys = (("n_embd", "n_layer", "n_head", "vocab_size") if gpt2 else
-            ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"))
-    bad = [k for k in keys if not (isinstance(c.get(k), int) and c[k] > 0)]
-    if bad:
-        raise RooflineError(f"{path}: {', '.join(bad)}: missing or not a positive integer; a GPT-2 "
-                            "config gives n_embd, n_layer, n_head, vocab_size, a Llama-style one "
-                            "hidden_size, num_hidden_layers, num_attention_heads, vocab_size")
-    d, layers, heads, vocab = (c[k] for k in keys)
-    name = c.get("_name_or_path") or os.path.basename(os.path.dirname(os.path.abspath(path)))
-    if gpt2:
-        return Model(key="config", name=name or "gpt2", d_model=d, n_layers=layers, vocab=vocab,
-                     n_heads=heads, n_kv_heads=heads, head_dim=d // heads, mlp_kind="gelu",
-                     d_ff=c.get("n_inner") or 4 * d, source=path, max_context=c.get("n_positions"),
-                     qkv_bias=True, out_bias=True, mlp_bias=True, norm_kind="layernorm",
-                     norm_bias=True, positions="learned", tied_embeddings=True)
-    kv = c.get("num_key_value_heads") or heads
-    if heads % kv or not isinstance(c.get("intermediate_size"), int):
-        raise RooflineError(f"{path}: needs intermediate_size, and num_key_value_heads dividing "
-                            "num_attention_heads")
-    return Model(key="config", name=name or "model", d_model=d, n_layers=layers, vocab=vocab,
-                 n_heads=heads, n_kv_heads=kv, head_dim=c.get("head_dim") or d // heads,
-                 mlp_kind="swiglu", d_ff=c["intermediate_size"], source=path,
-                 max_context=c.get("max_position_embeddings"),
-                 qkv_bias=bool(c.get("attention_bias", c.get("model_type") == "qwen2")),
-                 tied_embeddings=bool(c.get("tie_word_embeddings", False)))
-
-
-def load(path: str):
-    """A model spec (.yaml) or a Hugging Face config.json."""
-    from rooflinec import spec
-    if path.endswith(".json"):
-        return from_config(path)
-    return spec.load_model(path)

@@ -17,7 +17,7 @@ CONVENTIONS = {"qkv": "separate", "bias": "in_gemm", "logits": "last", "causal_h
 # the ops this implementation runs; a spec's other ops (declared operators) are listed as not run
 RUNS = frozenset({
     "embedding", "pos_embedding", "embed_add", "attn_norm", "norm", "q_proj", "k_proj", "v_proj",
-    "qk_matmul", "scale", "causal_mask", "softmax", "pv_matmul", "o_proj", "attn_residual",
+    "rope", "qk_matmul", "scale", "causal_mask", "softmax", "pv_matmul", "o_proj", "attn_residual",
     "mlp_norm", "gate_proj", "silu", "up_proj", "gate_mul", "gelu", "down_proj", "mlp_residual",
     "residual", "final_norm", "lm_head"})
 
@@ -46,12 +46,32 @@ class Decoder:
         first = context if phase == "decode" else 0
         self.positions = torch.arange(first, first + T, device=device).clamp(
             max=(model.max_context or context + 1) - 1)
+        self.rotary = self._rotary() if model.positions == "rope" else None
         # True where a query may not see a key: the future, in prefill; nothing, in decode
         future = torch.ones(T, context, dtype=torch.bool, device=device).triu(1)
         self.mask = future if phase == "prefill" else torch.zeros_like(future)
         self.cache = [(self._w(batch, model.n_kv_heads, context, hd, std=1.0),
                        self._w(batch, model.n_kv_heads, context, hd, std=1.0))
                       for _ in self.layers] if phase == "decode" else None
+
+    def _rotary(self, base: float = 10000.0):
+        """cos and sin of each position's angles, [T, 1, d_head]: computed once, outside the step."""
+        hd, t = self.m.head_dim, self.t
+        inv = 1.0 / base ** (t.arange(0, hd, 2, device=self.device, dtype=t.float32) / hd)
+        angles = self.positions.to(t.float32)[:, None] * inv[None]
+        full = t.cat((angles, angles), -1)[:, None, :]
+        return full.cos().to(self.dtype), full.sin().to(self.dtype)
+
+    def _rope(self, q, k):
+        """Rotary positions on q and k (rotate-half form, as Llama and Qwen apply them)."""
+        cos, sin = self.rotary
+        hd, (B, T) = self.m.head_dim, q.shape[:2]
+
+        def rotate(x):
+            x = x.view(B, T, -1, hd)
+            half = self.t.cat((-x[..., hd // 2:], x[..., :hd // 2]), -1)
+            return (x * cos + half * sin).reshape(B, T, -1)
+        return rotate(q), rotate(k)
 
     def _w(self, *shape, std: float = 0.02):
         return (self.t.randn(*shape, generator=self.gen) * std).to(self.device, self.dtype)
@@ -94,6 +114,8 @@ class Decoder:
         m, B, T = self.m, self.B, h.shape[1]
         n_kv, g, hd = m.n_kv_heads, m.n_heads // m.n_kv_heads, m.head_dim
         q, k, v = (self._proj(f"{n}_proj", h, layer[n]) for n in "qkv")
+        if self.rotary is not None:
+            q, k = self._op("rope", self._rope, q, k)
         if self.cache is not None:
             k_all, v_all = self.cache[i]
         else:
