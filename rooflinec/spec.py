@@ -29,6 +29,8 @@ class Device:
     link: str = ""                        # scale-up interconnect (NVLink), if declared
     link_bandwidth: float | None = None   # B/s per device per direction
     link_latency: float | None = None     # s per collective step
+    cache_size: int | None = None          # B, last-level cache (measured specs)
+    cache_bandwidth: float | None = None   # B/s, a stream that fits in that cache
 
     def peak(self, unit: str, dtype: str) -> float | None:
         """Peak FLOP/s of the matrix or vector units for `dtype` (vector falls back to fp32)."""
@@ -117,7 +119,7 @@ def _stem(file: str) -> str:
 
 def load_hardware(file: str) -> Device:
     d = _checked(file, "hardware").data
-    comp, mem, chip = d["compute"], d["memory"], d.get("on_chip") or {}
+    comp, mem, chip, cache = d["compute"], d["memory"], d.get("on_chip") or {}, d.get("cache") or {}
     rate = lambda peaks: {k: parse_quantity(v, "flops_rate") for k, v in (peaks or {}).items()}  # noqa: E731
     return Device(
         key=_stem(file), name=d["name"], tensor=rate(comp["tensor"]), vector=rate(comp.get("vector")),
@@ -125,7 +127,9 @@ def load_hardware(file: str) -> Device:
         capacity=parse_quantity(mem["capacity"], "bytes"), source=d["source"], year=d.get("year"),
         sm_count=chip.get("sm_count"),
         sram_per_sm=parse_quantity(chip["sram_per_sm"], "bytes") if chip else None,
-        notes=d.get("notes", ""), **_interconnect(d.get("interconnect")))
+        notes=d.get("notes", ""), **_interconnect(d.get("interconnect")),
+        cache_size=parse_quantity(cache["size"], "bytes") if cache else None,
+        cache_bandwidth=parse_quantity(cache["bandwidth"], "bandwidth") if cache else None)
 
 
 def _interconnect(link: dict | None) -> dict:
