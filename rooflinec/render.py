@@ -9,7 +9,9 @@ from functools import cache, lru_cache
 
 import jinja2
 import sympy as sp
+from markupsafe import Markup
 
+from rooflinec.errors import one_line
 from rooflinec.formats import CHARTED, FORMATS
 from rooflinec.ir import CATEGORIES
 
@@ -97,13 +99,48 @@ def _bytecode_cache():
         return None
 
 
+class Verbatim(str):
+    """Markdown that a filter made (a code span, a formula) and that is not escaped again."""
+
+
+# characters that would start a link, code, HTML or an entity inside a line, or end a table
+# cell (emphasis, * and _, is left alone: it cannot break the page, and names are full of _)
+_MD_SPECIAL = re.compile(r"([\\`\[\]<>|&])")
+
+
+def md_text(value):
+    """Every value a Markdown template prints, as text: markup in a spec's names is shown, not
+    obeyed (a `|` would end a table cell, a newline the row, `<b>` would be HTML)."""
+    if isinstance(value, (Verbatim, Markup)) or not isinstance(value, str):   # Markup: | safe
+        return value
+    return _MD_SPECIAL.sub(r"\\\1", one_line(value))
+
+
+def md_code(value) -> Verbatim:
+    """`value` as a Markdown code span, however many backticks it holds; `|` escaped, which a
+    table needs even inside code."""
+    text = one_line(str(value)).replace("|", "\\|")
+    ticks = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return Verbatim(f"{ticks}{pad}{text}{pad}{ticks}")
+
+
+def _finalize_text(value):
+    """Terminal text: control characters (escape sequences, line breaks) spelled out."""
+    return one_line(value) if isinstance(value, str) else value
+
+
 @cache
-def environment(autoescape: bool) -> jinja2.Environment:
+def environment(autoescape: bool, markdown: bool = False) -> jinja2.Environment:
+    """HTML (autoescape), Markdown (`md_text` on every value) or terminal text."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("rooflinec", "templates"), bytecode_cache=_bytecode_cache(),
         autoescape=autoescape, undefined=jinja2.StrictUndefined,
+        finalize=None if autoescape else md_text if markdown else _finalize_text,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters.update(FILTERS)
+    if markdown:
+        env.filters.update({"code": md_code, "formula": lambda e: Verbatim(formula(e))})
     if autoescape:
         from rooflinec import mathml
         from rooflinec.chartdata import slug
@@ -125,7 +162,8 @@ def chart_slots(report: dict) -> list[list[dict]]:
 def markdown(report: dict, charts: list[list[dict]] | None = None) -> str:
     """Markdown links the chart files; it never holds their SVG."""
     charts = charts if charts is not None else [[] for _ in report["sections"]]
-    return environment(False).get_template("md/report.md.j2").render(r=report, charts=charts)
+    return environment(False, markdown=True).get_template("md/report.md.j2").render(
+        r=report, charts=charts)
 
 
 def _token(i: int, j: int) -> str:

@@ -192,6 +192,16 @@ def _known(root: str, folder: str) -> list[str]:
         return []
 
 
+def _unique_key(doc: yamlio.Located, path: tuple, devices: list[Device]) -> list[Problem]:
+    """A device is known by its file stem in charts, sweeps and tables: two with one stem
+    would be one column."""
+    *earlier, dev = devices
+    if dev.key in {d.key for d in earlier}:
+        return [doc.problem(path, f"a second device with key '{dev.key}' (devices are known by "
+                                  "their file name); rename one of the files")]
+    return []
+
+
 def load_model_ref(doc: yamlio.Located, path: tuple, ref: str) -> Model:
     """A model a study names somewhere other than its `model` key, resolved the same way."""
     target = _resolve(doc, path, ref, "models")
@@ -226,6 +236,8 @@ def load_study(file: str) -> Study:
             devices.append(load_hardware(target))
         except SpecError as exc:
             problems.extend(exc.problems)
+            continue
+        problems += _unique_key(doc, ("devices", i), devices)
     dtype = d.get("dtype", "bf16")
     # a model study runs the model on every device at `dtype`; catalogs check what they use
     for dev in devices if "dtype" not in bad and "model" in d else ():
