@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+
 from rooflinec import analyses
 from rooflinec import symbols as sym
 from rooflinec.lower import PHASES, Conventions
@@ -34,12 +37,26 @@ def _model(m) -> dict:
     }
 
 
+def _inputs(study: Study) -> list[dict]:
+    """The spec files the report was built from, relative to the study's folder, with the
+    SHA-256 of their bytes: reports that state the same inputs came from the same specs."""
+    root = os.path.dirname(study.file)
+    files = [study.file, *([study.model.file] if study.model else []), *(d.file for d in study.devices)]
+    inputs = []
+    for file in dict.fromkeys(files):
+        with open(file, "rb") as fh:
+            digest = hashlib.sha256(fh.read()).hexdigest()
+        inputs.append({"file": os.path.relpath(file, root or ".").replace(os.sep, "/"), "sha256": digest})
+    return inputs
+
+
 def build(study: Study, on_section=None) -> dict:
     """The report of a study. `on_section(report, index, section)` hears of each section as
     soon as it is evaluated (the report then holds the header and the sections so far)."""
     conv = Conventions(**study.conventions)
     report = {
         "format": FORMAT, "version": VERSION, "title": study.title, "study": study.stem,
+        "inputs": _inputs(study),
         "model": _model(study.model) if study.model else None, "dtype": study.dtype,
         "bytes_per_element": study.bytes_per_element,
         "devices": [_device(d, study.dtype) for d in study.devices],

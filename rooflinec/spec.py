@@ -25,6 +25,7 @@ class Device:
     sm_count: int | None = None
     sram_per_sm: int | None = None   # B
     notes: str = ""
+    file: str = field(default="", compare=False)   # the hardware spec it was read from
 
     def peak(self, unit: str, dtype: str) -> float | None:
         """Peak FLOP/s of the matrix or vector units for `dtype` (vector falls back to fp32)."""
@@ -61,6 +62,7 @@ class Model:
     notes: str = ""
     dimensions: tuple = ()    # (name, value) pairs: the model's own symbols (rooflinec.custom)
     operators: tuple = ()     # custom.Declared ops, placed by lowering
+    file: str = field(default="", compare=False)   # the model spec it was read from
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,7 @@ def load_hardware(file: str) -> Device:
         capacity=parse_quantity(mem["capacity"], "bytes"), source=d["source"], year=d.get("year"),
         sm_count=chip.get("sm_count"),
         sram_per_sm=parse_quantity(chip["sram_per_sm"], "bytes") if chip else None,
-        notes=d.get("notes", ""))
+        notes=d.get("notes", ""), file=file)
 
 
 def _count(section, key: str) -> int | None:
@@ -153,7 +155,7 @@ def load_model(file: str) -> Model:
         out_bias=att.get("out_bias", False), mlp_bias=mlp.get("bias", False),
         norm_kind=norm.get("kind", "rmsnorm"), norm_bias=norm.get("bias", False),
         positions=d.get("positions", "rope"), block=d.get("block", "sequential"),
-        tied_embeddings=d.get("tied_embeddings", False), notes=d.get("notes", ""))
+        tied_embeddings=d.get("tied_embeddings", False), notes=d.get("notes", ""), file=file)
     dims, ops, _ = custom.declare(doc)
     return replace(model, dimensions=dims, operators=ops) if (dims or ops) else model
 
