@@ -90,11 +90,13 @@ def symbol(name: str):
     return sp.Symbol(name)
 
 
-def _bytecode_cache():
+def _bytecode_cache(kind: str):
     """Jinja's own cache of compiled templates (a private per-user temp folder, keyed by the
-    template source's checksum): compiling the templates is ~0.05 s of every build."""
+    template source's checksum): compiling the templates is ~0.05 s of every build. The
+    compiled code holds the environment's escaping, so each kind of environment (and each
+    version of that escaping) has its own files."""
     try:
-        return jinja2.FileSystemBytecodeCache()
+        return jinja2.FileSystemBytecodeCache(pattern=f"__rooflinec_{kind}_v2_%s.cache")
     except (OSError, RuntimeError):
         return None
 
@@ -134,7 +136,8 @@ def _finalize_text(value):
 def environment(autoescape: bool, markdown: bool = False) -> jinja2.Environment:
     """HTML (autoescape), Markdown (`md_text` on every value) or terminal text."""
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("rooflinec", "templates"), bytecode_cache=_bytecode_cache(),
+        loader=jinja2.PackageLoader("rooflinec", "templates"),
+        bytecode_cache=_bytecode_cache("html" if autoescape else "md" if markdown else "text"),
         autoescape=autoescape, undefined=jinja2.StrictUndefined,
         finalize=None if autoescape else md_text if markdown else _finalize_text,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
