@@ -3,22 +3,15 @@ a study, and text from a spec is escaped for the format it is written in."""
 
 from __future__ import annotations
 
-import io
 import re
 import shutil
 from pathlib import Path
 
 import pytest
 
-from rooflinec.cli import run
+from test_cli_failures import call   # the CLI in-process
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def call(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    code = run([str(a) for a in argv], out, err)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import pytest
 
 from rooflinec import output, streams
 from rooflinec.cli import run
+from test_cli_failures import call, snapshot   # the CLI in-process; a folder's files and bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 ROOFLINEC = [sys.executable, "-m", "rooflinec"]
@@ -27,17 +28,6 @@ dtype: bf16
 analyses:
   accelerators: {dtypes: [bf16]}
 """
-
-
-def call(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    code = run([str(a) for a in argv], out, err)
-    return code, out.getvalue(), err.getvalue()
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    """Every file under `folder`, hidden ones included, with its bytes."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture
