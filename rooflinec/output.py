@@ -17,7 +17,6 @@ rolled forward by `recover`, and staged files of a build that died before it are
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import secrets
@@ -25,6 +24,11 @@ import time
 from contextlib import contextmanager
 
 from rooflinec.errors import RooflineError
+
+try:
+    import fcntl
+except ImportError:   # no flock (Windows): builds into one folder are not serialised there
+    fcntl = None
 
 LOCK = ".rooflinec.lock"
 MANIFEST = ".rooflinec.manifest.json"
@@ -65,7 +69,7 @@ def probe(out: str, say=None) -> None:
 
 def _mkstemp(folder: str, kind: str) -> tuple[int, str]:
     path = os.path.join(folder, f"{STAGED}{kind}{secrets.token_hex(6)}")
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), path
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600), path
 
 
 # ---------------------------------------------------------------- the lock
@@ -81,9 +85,10 @@ def locked(out: str, say=None, made: list | None = None, wait_s: float | None = 
     made = [] if made is None else made
     while True:
         made += _makedirs(out)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666 & ~_umask())
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666 & ~_umask())
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if fcntl:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             if deadline is None:
@@ -101,7 +106,7 @@ def locked(out: str, say=None, made: list | None = None, wait_s: float | None = 
     try:
         yield
     finally:
-        os.unlink(path)
+        _unlink(path)
         os.close(fd)
 
 

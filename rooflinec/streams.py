@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
 import sys
 
-SIGPIPE_STATUS = 128 + signal.SIGPIPE
+SIGPIPE_STATUS = 128 + 13   # 13: SIGPIPE, as a shell reports a process it killed
 _GONE = (errno.EPIPE, errno.EBADF)   # a reader that went away, a standard output that is closed
 
 
