@@ -69,12 +69,13 @@ def _parser(stdout, stderr) -> _Parser:
     return p
 
 
-def _formats(text: str, parser) -> list[str]:
+def _formats(text: str) -> list[str]:
     from rooflinec.formats import FORMATS
     formats = [f.strip() for f in text.split(",") if f.strip()]
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
-        parser.error(f"--format: unknown format {', '.join(bad) or '(empty)'}; choose from {', '.join(FORMATS)}")
+        raise UsageError(f"--format: unknown format {', '.join(bad) or '(empty)'}; choose from "
+                         f"{', '.join(FORMATS)}")
     return formats
 
 
@@ -107,10 +108,10 @@ def _distinct(specs: list[str]) -> None:
         seen[key] = path
 
 
-def cmd_build(args, stdout, stderr, parser) -> int:
+def cmd_build(args, stdout, stderr) -> int:
     from rooflinec.charts import Painter
     from rooflinec.formats import CHARTED
-    formats = _formats(args.format, parser)
+    formats = _formats(args.format)
     if not args.out:
         raise UsageError("--out: empty; name the output folder, e.g. --out reports")
     _distinct(args.specs)
@@ -145,14 +146,14 @@ def _render_all(args, formats, painter) -> dict[str, dict[str, str]]:
     return outputs
 
 
-def cmd_check(args, stdout, stderr, parser) -> int:
+def cmd_check(args, stdout, stderr) -> int:
     _build_all(args.specs)
     for path in args.specs:
         stdout.write(f"{path}: ok\n")
     return 0
 
 
-def cmd_explain(args, stdout, stderr, parser) -> int:
+def cmd_explain(args, stdout, stderr) -> int:
     from rooflinec.explain import explain
     stdout.write(explain(args.spec, args.op))
     return 0
@@ -167,7 +168,7 @@ def run(argv: list[str], stdout=None, stderr=None) -> int:
     try:
         args = parser.parse_args(argv)
         try:
-            return COMMANDS[args.command](args, stdout, stderr, parser)
+            return COMMANDS[args.command](args, stdout, stderr)
         except UsageError as exc:   # a mistake on the command line: the command's usage, 2
             args.parser.error(str(exc))
     except _Exit as exc:
