@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import io
+import json
 import os
 import shutil
 import signal
@@ -226,6 +227,27 @@ def test_the_next_build_completes_an_interrupted_one_and_says_so(tree, tmp_path)
     assert f"{out}: a build was interrupted while installing its reports; completed its 2 files" in err
     assert staged_files(out) == [] and sorted(os.listdir(out)) == [output.MANIFEST, "tiny.json", "tiny.md"]
     assert "Two devices, again" in (out / "tiny.md").read_text()
+
+
+def test_a_rollback_cut_short_is_finished_backwards(tmp_path):
+    """A rename failed, the build began putting files back and was killed: its journal says
+    "back", so the next build restores the old files rather than installing the new ones."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "s.md").write_text("new")                       # renamed in, not yet put back
+    (out / ".rooflinec-old-t-0").write_text("old")         # the old s.md, set aside
+    (out / ".rooflinec-new-t-1").write_text("new json")    # staged, never renamed in
+    (out / "s.json").write_text("old json")
+    entries = [{"target": "s.md", "staged": ".rooflinec-new-t-0", "old": ".rooflinec-old-t-0",
+                "had_old": True},
+               {"target": "s.json", "staged": ".rooflinec-new-t-1", "old": ".rooflinec-old-t-1",
+                "had_old": True}]
+    (out / output.JOURNAL).write_text(json.dumps({"entries": entries, "direction": "back",
+                                                  "manifest": {"s": ["s.json", "s.md"]}}))
+    said = []
+    output.recover(str(out), said.append)
+    assert snapshot(out) == {"s.json": b"old json", "s.md": b"old"}
+    assert said == [f"{out}: a build was interrupted while installing its reports; rolled back its 2 files"]
 
 
 def test_staged_files_of_a_build_that_died_earlier_are_removed(tree, tmp_path):
