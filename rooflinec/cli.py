@@ -6,8 +6,9 @@ import argparse
 import os
 import sys
 
-from rooflinec import output, streams
+from rooflinec import output, quick, streams
 from rooflinec.errors import RooflineError, SpecError, UsageError
+from rooflinec.progress import Progress, drawn
 
 EPILOG = """\
 examples:
@@ -15,6 +16,9 @@ examples:
   rooflinec build specs/*.yaml --out /tmp/r --format md
   rooflinec check specs/qwen.yaml                  # validate only; every problem, located
   rooflinec explain specs/qwen.yaml k_proj         # one op's derivation in the terminal
+  rooflinec devices                                # the installed catalog; also: rooflinec models
+  rooflinec import config.json --hf-id meta-llama/Llama-3.1-8B --out models/llama-3.1-8b.yaml
+  rooflinec serve llama-3.1-8b.yaml --device h100-sxm --batch 1,8,64 --context 4096
 
 exit status: 0 built, 1 a spec is wrong (each problem as file:line:col: path: message),
 2 the command line is wrong.
@@ -49,8 +53,15 @@ def _parser(stdout, stderr) -> _Parser:
     p = _Parser(prog="rooflinec", description="Compile YAML model and hardware specs into "
                 "per-operator roofline reports with symbolic derivations.",
                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, streams=streams)
+    p.add_argument("--version", action="version", version=f"rooflinec {_version()}")
+    quiet = argparse.ArgumentParser(add_help=False)   # -q before or after the command
+    quiet.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                       help="nothing on standard error unless something is wrong")
+    p.add_argument("-q", "--quiet", action="store_true", default=False,
+                   help="nothing on standard error unless something is wrong")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    b = sub.add_parser("build", help="build reports for one or more study specs", streams=streams)
+    b = sub.add_parser("build", help="build reports for one or more study specs", streams=streams,
+                       parents=[quiet])
     b.set_defaults(parser=b)
     b.add_argument("specs", nargs="+", metavar="SPEC", help="study spec files, e.g. specs/qwen.yaml")
     b.add_argument("--out", default="reports", metavar="DIR", help="output folder (default: reports)")
@@ -66,7 +77,16 @@ def _parser(stdout, stderr) -> _Parser:
     e.set_defaults(parser=e)
     e.add_argument("spec", metavar="SPEC")
     e.add_argument("op", metavar="OP", help="op name, e.g. q_proj, attention, lm_head")
+    quick.register(sub, streams, parents=[quiet])
     return p
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("rooflinec")
+    except PackageNotFoundError:   # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def _formats(text: str) -> list[str]:
@@ -79,7 +99,7 @@ def _formats(text: str) -> list[str]:
     return formats
 
 
-def _build_all(specs: list[str], painter=None) -> list[tuple[dict, list | None]]:
+def _build_all(specs: list[str], painter=None, progress=None) -> list[tuple[dict, list | None]]:
     """Load and evaluate every study; raise one SpecError holding every problem.
 
     With a painter, each section's charts go to it as soon as the section is evaluated;
@@ -88,10 +108,15 @@ def _build_all(specs: list[str], painter=None) -> list[tuple[dict, list | None]]
     built, problems = [], []
     for path in specs:
         tickets = [] if painter is not None else None
-        heard = (lambda rep, i, section: tickets.append(
-            painter.submit(chartdata.plan_section(i, section, rep)))) if painter else None
+
+        def heard(rep, i, section, path=path, tickets=tickets):
+            if progress is not None:
+                progress(f"{path}: evaluated {section['title']}")
+            if tickets is not None:
+                tickets.append(painter.submit(chartdata.plan_section(i, section, rep)))
         try:
-            built.append((report.build(spec.load_study(path), heard), tickets))
+            built.append((report.build(spec.load_study(path),
+                                       heard if painter or progress else None), tickets))
         except SpecError as exc:
             problems.extend(exc.problems)
     if problems:
@@ -121,7 +146,7 @@ def cmd_build(args, stdout, stderr) -> int:
     # start matplotlib's import on the other core now; the studies are evaluated meanwhile
     painter = Painter() if charted and Painter.available() else None
     try:
-        outputs = _render_all(args, formats, painter)
+        outputs = _render_all(args, formats, painter, None if args.quiet else Progress(stderr))
     finally:
         if painter is not None:
             painter.close()
@@ -130,12 +155,13 @@ def cmd_build(args, stdout, stderr) -> int:
     return 0
 
 
-def _render_all(args, formats, painter) -> dict[str, dict[str, str]]:
+def _render_all(args, formats, painter, progress) -> dict[str, dict[str, str]]:
     """{study stem: {path under --out: text}}."""
     from rooflinec.render import render_many
     outputs = {}
-    for path, (rep, tickets) in zip(args.specs, _build_all(args.specs, painter)):
-        svgs = (lambda tickets=tickets: [painter.result(t) for t in tickets]) \
+    for path, (rep, tickets) in zip(args.specs, _build_all(args.specs, painter, progress)):
+        svgs = (lambda tickets=tickets, path=path: [drawn(painter.result(t), path, progress)
+                                                    for t in tickets]) \
             if tickets is not None else None
         files = render_many(rep, formats, svgs)
         if rep["study"] in outputs:
@@ -159,7 +185,7 @@ def cmd_explain(args, stdout, stderr) -> int:
     return 0
 
 
-COMMANDS = {"build": cmd_build, "check": cmd_check, "explain": cmd_explain}
+COMMANDS = {"build": cmd_build, "check": cmd_check, "explain": cmd_explain, **quick.COMMANDS}
 
 
 def run(argv: list[str], stdout=None, stderr=None) -> int:

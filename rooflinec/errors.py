@@ -38,3 +38,13 @@ class SpecError(RooflineError):
     def __init__(self, problems: list[Problem]):
         self.problems = sorted(set(problems))
         super().__init__("\n".join(map(str, self.problems)))
+
+
+class DeviceLacks(RooflineError):
+    """A device lacks a figure the study needs: a peak for an op's unit and dtype, or the
+    on-chip memory FlashAttention's tiles come from. `analyses.run` locates it at the device."""
+
+    def __init__(self, device, figure: str, field: str, needed_by: str):
+        super().__init__(f"device '{device.key}' lists no {figure}, which {needed_by} needs; "
+                         f"add {field} to its hardware spec")
+        self.device = device

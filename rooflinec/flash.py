@@ -19,7 +19,7 @@ class Blocks:
 
 
 def sram_elements(device, bytes_per_element) -> int | None:
-    """Elements of one SM's SRAM (the seed's A100: 192 KiB // 2 B = 98304)."""
+    """Elements of one SM's SRAM (an A100 in bf16: 192 KiB // 2 B = 98304)."""
     if device is None or device.sram_per_sm is None:
         return None
     return int(device.sram_per_sm // bytes_per_element)
@@ -36,6 +36,19 @@ def score_ops(program: Program) -> list[Op]:
     return [op for op in program.ops if op.cost.bytes_of("scores") != 0]
 
 
+def ideal_kernel(phase: str, causal_fraction) -> Op:
+    """The least any attention kernel moves: Q read and O written once per query head, K and
+    V read once per KV head, no score matrix; FLOPs are the two matmuls, scaled by the
+    causal fraction (masked tiles skipped). Decode's kernel already moves only this."""
+    if phase == "decode":
+        return kernel(phase, causal_fraction, None)
+    cost = FORMULAS["attention"](B, S, S, n_q, n_kv, d_head, b, io=True,
+                                 causal_fraction=causal_fraction)
+    return Op("attention", "attention", "attention", "matrix", cost, repeat=L,
+              shape="Q[B,n_q,S,d_head] . K,V[B,n_kv,S,d_head] -> O, compulsory traffic only",
+              crossing=S)
+
+
 def kernel(phase: str, causal_fraction, tiles: Blocks | None) -> Op:
     """The attention kernel: decode reads Q, K, V once and writes O; prefill is Algorithm 1."""
     if phase == "decode":
@@ -46,4 +59,5 @@ def kernel(phase: str, causal_fraction, tiles: Blocks | None) -> Op:
     cost = FORMULAS["flash_attention"](B, n_q, S, d_head, b, tiles.cols, causal_fraction=causal_fraction,
                                        kv_heads=n_kv)
     return Op("attention", "flash_attention", "attention", "matrix", cost, repeat=L,
-              shape=f"Q[B,n_q,S,d_head] . K,V[B,n_kv,S,d_head] -> O, K/V tiles of Bc = {tiles.cols} keys")
+              shape=f"Q[B,n_q,S,d_head] . K,V[B,n_kv,S,d_head] -> O, K/V tiles of Bc = {tiles.cols} keys",
+              tiles=tiles)

@@ -247,15 +247,23 @@ def _unlink(path: str) -> None:
 
 
 def _write_json(out: str, name: str, data: dict) -> None:
-    fd, tmp = _mkstemp(out, "tmp-")
+    write_file(os.path.join(out, name), json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def write_file(path: str, text: str) -> None:
+    """One file, whole or not at all: staged beside `path`, then renamed over it (folders it
+    makes for the file are removed again if the write fails)."""
+    made, tmp = _makedirs(os.path.dirname(path)), None
     try:
+        fd, tmp = _mkstemp(os.path.dirname(path) or ".", "tmp-")
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-            fh.write("\n")
+            fh.write(text)
         os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, os.path.join(out, name))
+        os.replace(tmp, path)
     except BaseException:
-        _unlink(tmp)
+        if tmp:
+            _unlink(tmp)
+        _remove_empty(made)
         raise
 
 

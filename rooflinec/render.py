@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 import math
 import re
+import zlib
 from functools import cache, lru_cache
 
 import jinja2
 import sympy as sp
 from markupsafe import Markup
 
+from rooflinec import bounds
 from rooflinec.errors import one_line
 from rooflinec.formats import CHARTED, FORMATS
-from rooflinec.ir import CATEGORIES
+from rooflinec.quantities import gib, seconds, si, sig
+from rooflinec.vocabulary import CATEGORIES
 
 
 @lru_cache(maxsize=4096)
@@ -33,52 +36,12 @@ def _sstr(expr) -> str:
     return sp.sstr(expr)
 
 
-def sig(x, digits: int = 4) -> str:
-    """`digits` significant figures, no exponent for everyday magnitudes."""
-    if x is None:
-        return "—"
-    if x == 0 or not math.isfinite(x):
-        return str(x)
-    mag = math.floor(math.log10(abs(x)))
-    if -4 <= mag < 15:
-        return f"{x:,.{max(digits - 1 - mag, 0)}f}"
-    return f"{x:.{digits - 1}e}"
-
-
 def fixed(x, decimals: int = 1) -> str:
     return "—" if x is None else f"{x:,.{decimals}f}"
 
 
 def pct(x, decimals: int = 1) -> str:
     return "—" if x is None else f"{100 * x:.{decimals}f}%"
-
-
-_SI = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
-
-
-def si(x, unit: str = "", digits: int = 4) -> str:
-    """Decimal prefixes: 1.555e12 B/s -> '1.555 TB/s'."""
-    if x is None:
-        return "—"
-    for factor, prefix in _SI:
-        if abs(x) >= factor:
-            return f"{sig(x / factor, digits)} {prefix}{unit}"
-    return f"{sig(x, digits)} {unit}".rstrip()
-
-
-def gib(x, digits: int = 4) -> str:
-    """Binary bytes, the unit memory is sold in: 2^30 B = 1 GiB."""
-    for factor, prefix in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if abs(x) >= factor:
-            return f"{sig(x / factor, digits)} {prefix}"
-    return f"{sig(x, digits)} B"
-
-
-def seconds(x, digits: int = 4) -> str:
-    for factor, unit in ((1, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):
-        if abs(x) >= factor:
-            return f"{sig(x / factor, digits)} {unit}"
-    return f"{sig(x, digits)} s"
 
 
 FILTERS = {"formula": formula, "sig": sig, "fixed": fixed, "pct": pct, "si": si, "gib": gib,
@@ -90,13 +53,15 @@ def symbol(name: str):
     return sp.Symbol(name)
 
 
-def _bytecode_cache(kind: str):
+def _bytecode_cache(kind: str, filters: dict):
     """Jinja's own cache of compiled templates (a private per-user temp folder, keyed by the
-    template source's checksum): compiling the templates is ~0.05 s of every build. The
-    compiled code holds the environment's escaping, so each kind of environment (and each
-    version of that escaping) has its own files."""
+    template source's checksum): compiling the templates is ~0.05 s of every build. Compiled
+    code holds the environment's escaping (HTML, Markdown or terminal text) and which filters
+    take the context, so the file names carry both."""
+    passes = sorted((name, str(getattr(f, "jinja_pass_arg", ""))) for name, f in filters.items())
+    key = zlib.crc32(repr((kind, passes)).encode())
     try:
-        return jinja2.FileSystemBytecodeCache(pattern=f"__rooflinec_{kind}_v2_%s.cache")
+        return jinja2.FileSystemBytecodeCache(pattern=f"__rooflinec_{key:08x}_%s.cache")
     except (OSError, RuntimeError):
         return None
 
@@ -132,24 +97,71 @@ def _finalize_text(value):
     return one_line(value) if isinstance(value, str) else value
 
 
+def _mark(fn):
+    """A filter never folded at compile time: the prose is written once for every format, so
+    its marks are looked up when it renders."""
+    return jinja2.pass_context(lambda _context, text: fn(text))
+
+
+def _html(tag: str):
+    def mark(text):
+        from markupsafe import Markup, escape
+        return Markup(f"<{tag}>{escape(text)}</{tag}>")
+    return mark
+
+
+# Markup in prose written once for both formats (templates/prose/): a term, a variable,
+# a variable with a star (B* where they meet).
+def _md_sub(base, index):
+    """Markdown writes a one-letter subscript inline (Bc), a longer one after '_' (M_sram)."""
+    return f"{base}{index}" if len(index) == 1 else f"{base}_{index}"
+
+
+def _html_sub(base, index):
+    from markupsafe import Markup, escape
+    return Markup(f"<var>{escape(base)}<sub>{escape(index)}</sub></var>")
+
+
+_MD = {"strong": lambda text: f"**{text}**", "var": str, "code": lambda text: f"`{text}`",
+       "star": lambda text: f"{text}\\*"}
+MD_MARKS = {**{name: _mark(fn) for name, fn in _MD.items()},      # terminal text
+            "sub": jinja2.pass_context(lambda _c, base, index: _md_sub(base, index))}
+# Markdown reports: the marked text escaped (md_text), the mark itself kept (Verbatim)
+MD_REPORT_MARKS = {**{name: _mark(lambda text, fn=fn: Verbatim(fn(md_text(text))))
+                      for name, fn in _MD.items()},
+                   "code": _mark(md_code),
+                   "sub": jinja2.pass_context(lambda _c, base, index:
+                                              Verbatim(_md_sub(md_text(base), md_text(index))))}
+HTML_MARKS = {"strong": _mark(_html("strong")), "var": _mark(_html("var")),
+              "code": _mark(_html("code")),
+              "star": _mark(lambda text: _html("var")(text) + "*"),
+              "sub": jinja2.pass_context(lambda _c, base, index: _html_sub(base, index))}
+
+
 @cache
 def environment(autoescape: bool, markdown: bool = False) -> jinja2.Environment:
     """HTML (autoescape), Markdown (`md_text` on every value) or terminal text."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("rooflinec", "templates"),
-        bytecode_cache=_bytecode_cache("html" if autoescape else "md" if markdown else "text"),
         autoescape=autoescape, undefined=jinja2.StrictUndefined,
         finalize=None if autoescape else md_text if markdown else _finalize_text,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters.update(FILTERS)
-    if markdown:
-        env.filters.update({"code": md_code, "formula": lambda e: Verbatim(formula(e))})
+    if autoescape:
+        env.filters.update(HTML_MARKS)
+    elif markdown:
+        env.filters.update({**MD_REPORT_MARKS, "formula": lambda e: Verbatim(formula(e))})
+    else:
+        env.filters.update(MD_MARKS)
+    env.globals["rules"] = bounds.RULES
     if autoescape:
         from rooflinec import mathml
         from rooflinec.chartdata import slug
         env.filters.update({"math": mathml.mathml, "symbol": symbol, "slug": slug})
         env.globals.update({"identity": mathml.identity, "cancelled": mathml.cancelled,
                             "categories": CATEGORIES})
+    env.bytecode_cache = _bytecode_cache("html" if autoescape else "md" if markdown else "text",
+                                         env.filters)
     return env
 
 
@@ -244,8 +256,3 @@ def render_many(report: dict, formats, svgs=None) -> dict[str, str]:
         out.update({c["path"]: svg for section, drawn in zip(slots, svgs)
                     for c, svg in zip(section, drawn)})
     return out
-
-
-def render(report: dict, fmt: str) -> dict[str, str]:
-    """One format's files (see render_many)."""
-    return render_many(report, [fmt])

@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 import os
 
-from rooflinec import analyses
+from rooflinec import analyses, catalog
 from rooflinec import symbols as sym
-from rooflinec.lower import PHASES, Conventions
+from rooflinec.lower import PHASES
 from rooflinec.spec import Study
+from rooflinec.workbench import Workbench, ridge
 
 FORMAT = "rooflinec-report"
 VERSION = 1
@@ -20,8 +21,8 @@ def _device(dev, dtype: str) -> dict:
         "key": dev.key, "name": dev.name, "year": dev.year, "tensor_peak": tensor,
         "vector_peak": vector, "vector_dtype": dev.vector_dtype(dtype),
         "bandwidth": dev.bandwidth, "capacity": dev.capacity,
-        "ridge_matrix": tensor / dev.bandwidth if tensor else None,
-        "ridge_vector": vector / dev.bandwidth if vector else None,
+        "ridge_matrix": ridge(tensor, dev.bandwidth),
+        "ridge_vector": ridge(vector, dev.bandwidth),
         "sm_count": dev.sm_count, "sram_per_sm": dev.sram_per_sm, "source": dev.source,
         "notes": dev.notes,
     }
@@ -38,22 +39,25 @@ def _model(m) -> dict:
 
 
 def _inputs(study: Study) -> list[dict]:
-    """The spec files the report was built from, relative to the study's folder, with the
-    SHA-256 of their bytes: reports that state the same inputs came from the same specs."""
+    """The spec files the report was built from, relative to the study's folder (a catalog
+    file as catalog/...), with the SHA-256 of their bytes: reports that state the same inputs
+    came from the same specs."""
     root = os.path.dirname(study.file)
     files = [study.file, *([study.model.file] if study.model else []), *(d.file for d in study.devices)]
     inputs = []
     for file in dict.fromkeys(files):
         with open(file, "rb") as fh:
             digest = hashlib.sha256(fh.read()).hexdigest()
-        inputs.append({"file": os.path.relpath(file, root or ".").replace(os.sep, "/"), "sha256": digest})
+        shown = catalog.shown(file) or os.path.relpath(file, root or ".").replace(os.sep, "/")
+        inputs.append({"file": shown, "sha256": digest})
     return inputs
 
 
 def build(study: Study, on_section=None) -> dict:
     """The report of a study. `on_section(report, index, section)` hears of each section as
     soon as it is evaluated (the report then holds the header and the sections so far)."""
-    conv = Conventions(**study.conventions)
+    bench = Workbench(study)
+    conv = bench.conventions
     report = {
         "format": FORMAT, "version": VERSION, "title": study.title, "study": study.stem,
         "inputs": _inputs(study),
@@ -71,6 +75,6 @@ def build(study: Study, on_section=None) -> dict:
         report["sections"].append(section)
         on_section(report, index, section)
 
-    sections = analyses.run(study, heard if on_section else None)
+    sections = analyses.run(study, heard if on_section else None, bench)
     report["sections"] = sections
     return report

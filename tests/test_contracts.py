@@ -16,7 +16,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def tree(tmp_path) -> Path:
+    """The shipped studies with copies of the catalog beside them (files beside a study win),
+    so a test may edit a device or a model."""
     shutil.copytree(ROOT / "specs", tmp_path / "specs")
+    for folder in ("hardware", "models"):
+        shutil.copytree(ROOT / "rooflinec" / "catalog" / folder, tmp_path / "specs" / folder,
+                        dirs_exist_ok=True)
     return tmp_path / "specs"
 
 
@@ -96,3 +101,40 @@ def test_names_from_a_spec_are_one_line_in_the_terminal(tree):
     code, out, err = call("explain", tree / "qwen.yaml", "k_proj")
     assert code == 0, err
     assert "\x1b" not in out and out.startswith("k_proj in Qwen\\x1b[2J\\nfake line\n")
+
+
+def test_shared_prose_and_its_marks_are_escaped_in_markdown():
+    """The prose written once for both formats prints a spec's text escaped in Markdown, and
+    its marks (strong, code) escape what they mark while keeping their own syntax."""
+    from rooflinec.render import environment
+    prose = environment(False, markdown=True).get_template("prose/sections.j2").module
+    run = {"chips": 8, "device": {"name": "Evil | <b>GPU</b>", "key": "k`1|", "peak": 1e15},
+           "tokens_per_s": 1e4, "sequence": 2048, "policy": "full|[x]", "policy_meaning": "m <i>",
+           "n_params": 7e9}
+    text = prose.training_run(run, "`N`")
+    assert r"8 × Evil \| \<b\>GPU\</b\> (``k`1\|``)" in text
+    assert r"recomputation: **full\|\[x\]** (m \<i\>)" in text
+    assert text.endswith(r"counted from the model spec: \`N\`.")   # a plain string is text too
+
+
+def test_serve_prints_a_spec_name_on_one_line(tree):
+    hostile_tree(tree)
+    code, out, err = call("serve", "qwen2.5-7b", "--device", tree / "hardware" / "rtx4090.yaml",
+                          "--batch", "1")
+    assert code == 0, err
+    assert out.splitlines()[0].startswith(r"Qwen2.5-7B-Instruct on Evil | GPU\n# <script>")
+
+
+def test_serve_mistakes_exit_2_with_serves_usage_line():
+    code, out, err = call("serve", "qwen2.5-7b", "--device", "no-such-device")
+    assert code == 2 and out == ""
+    assert err.startswith("usage: rooflinec serve ") and "--device: no device 'no-such-device'" in err
+
+
+def test_catalog_inputs_are_named_inside_the_package():
+    """A report names a catalog file as the package does, never where it is installed."""
+    from rooflinec import report, spec
+    rep = report.build(spec.load_study(str(ROOT / "specs" / "qwen.yaml")))
+    assert [i["file"] for i in rep["inputs"]] == [
+        "qwen.yaml", "catalog/models/qwen2.5-7b.yaml", "catalog/hardware/rtx4090.yaml",
+        "catalog/hardware/a100-40gb.yaml"]

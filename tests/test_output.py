@@ -54,7 +54,7 @@ class Failing(io.StringIO):
         raise OSError(self.err, os.strerror(self.err))
 
 
-COMMANDS = [("build", "{tree}/tiny.yaml", "--out", "{tmp}/out", "--format", "json"),
+COMMANDS = [("build", "-q", "{tree}/tiny.yaml", "--out", "{tmp}/out", "--format", "json"),
             ("check", "{tree}/tiny.yaml"), ("explain", "{tree}/qwen.yaml", "k_proj"), ("--help",)]
 
 
@@ -80,7 +80,7 @@ def shell(command: str, **kwargs) -> subprocess.CompletedProcess:
 
 
 def test_build_piped_into_head_prints_one_line(tmp_path):
-    done = shell(f"{' '.join(ROOFLINEC)} build specs/qwen.yaml --out {tmp_path} --format json "
+    done = shell(f"{' '.join(ROOFLINEC)} build -q specs/qwen.yaml --out {tmp_path} --format json "
                  "| head -n 1; echo \"status ${PIPESTATUS[0]}\" >&2")
     assert done.stdout == f"wrote {tmp_path}/qwen.json\n"
     assert "Traceback" not in done.stderr and done.stderr.startswith("status ")
@@ -95,7 +95,7 @@ def test_check_into_a_full_or_closed_standard_output(redirect, status, message):
     assert (done.returncode, done.stderr) == (status, message)
 
 
-@pytest.mark.parametrize("command", [["--help"], ["build", "{tree}/tiny.yaml", "--out", "{tmp}/o", "--format", "json"]],
+@pytest.mark.parametrize("command", [["--help"], ["build", "-q", "{tree}/tiny.yaml", "--out", "{tmp}/o", "--format", "json"]],
                          ids=["help", "build"])
 def test_into_a_pipe_nobody_reads(command, tree, tmp_path):
     read, write = os.pipe()
@@ -311,7 +311,7 @@ def test_a_rebuild_removes_what_it_no_longer_writes(tree, tmp_path):
     assert sorted(os.listdir(out)) == [output.MANIFEST, "g", "g.md", "mine.txt"]
     assert sorted(os.listdir(out / "g")) == [c for c in charts if "a100" not in c]
     md = (out / "g.md").read_text()
-    assert "`hardware/rtx4090.yaml`" in md and "a100" not in md
+    assert "`catalog/hardware/rtx4090.yaml`" in md and "a100" not in md
     # with no chart format left, the chart folder goes too
     assert call("build", spec, "--out", out, "--format", "json")[0] == 0
     assert sorted(os.listdir(out)) == [output.MANIFEST, "g.json", "mine.txt"]
