@@ -212,9 +212,13 @@ class Crossover:
 
 
 def crossover(terms: Terms, context: int) -> Crossover:
-    """Both terms are linear in B at a fixed S: c0 + c1·B and m0 + m1·B."""
-    c = sp.Poly(terms.compute.xreplace({S: context}), B)
-    m = sp.Poly(terms.memory.xreplace({S: context}), B)
+    """Both terms are linear in B at a fixed S: c0 + c1·B and m0 + m1·B (a mixture of
+    experts' memory term is not: see `_crossover_concave`)."""
+    compute, memory = (t.xreplace({S: context}) for t in (terms.compute, terms.memory))
+    if not memory.is_polynomial(B):
+        return _crossover_concave(compute, memory, context)
+    c = sp.Poly(compute, B)
+    m = sp.Poly(memory, B)
     c0, c1 = c.coeff_monomial(1), c.coeff_monomial(B)
     m0, m1 = m.coeff_monomial(1), m.coeff_monomial(B)
     ceiling = float(1 / max(c1, m1)) if max(c1, m1) > 0 else math.inf
@@ -223,6 +227,31 @@ def crossover(terms: Terms, context: int) -> Crossover:
         return Crossover(context, at, max(1, int(math.ceil(at))), ceiling)
     first = 1 if (c1 == m1 and c0 >= m0) else None   # parallel lines, or memory pulls away
     return Crossover(context, None, first, ceiling)
+
+
+def _crossover_concave(compute: sp.Expr, memory: sp.Expr, context: int) -> Crossover:
+    """A MoE step's memory term adds K·(1 − q^B) (the distinct experts' weights, q < 1):
+    concave in B, so compute − memory is convex and, where compute's slope is the larger,
+    memory-bound on one interval of B at most; the crossing is its upper end, found by
+    doubling and bisection on integers. The ceiling uses the slopes as B grows (q^B → 0)."""
+    vanish = lambda e: e.replace(lambda x: x.is_Pow and x.exp.has(B), lambda x: sp.Integer(0))  # noqa: E731
+    c1 = sp.Poly(compute, B).coeff_monomial(B)
+    m1 = sp.Poly(sp.expand(vanish(memory)), B).coeff_monomial(B)
+    ceiling = float(1 / max(c1, m1)) if max(c1, m1) > 0 else math.inf
+    if c1 <= m1:
+        return Crossover(context, None, None, ceiling)
+    gap = sp.lambdify(B, compute - memory, modules="math")
+    lo, hi = 1, 1
+    while gap(hi) < 0 or gap(hi + 1) < gap(hi):   # past the memory-bound interval, and rising
+        lo, hi = hi, hi * 2
+        if hi > 2 ** 60:
+            return Crossover(context, None, None, ceiling)
+    if gap(lo) >= 0 and lo == hi:
+        return Crossover(context, None, 1, ceiling)
+    while hi - lo > 1:   # gap(lo) < 0 or still falling, gap(hi) >= 0 and rising
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if gap(mid) >= 0 and gap(mid + 1) >= gap(mid) else (mid, hi)
+    return Crossover(context, None, hi, ceiling)
 
 
 def fit_tokens(capacity: int, weight_bytes: int, kv_per_token: int) -> int:

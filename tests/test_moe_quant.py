@@ -315,3 +315,17 @@ def test_an_imbalanced_mixtral_reads_fewer_expert_weights_at_the_same_flops():
     # 8 tokens, top-2: uniform over 8 experts reads 8*(1-(3/4)^8) = 7.20; over 4 hot ones 4*(1-(1/2)^8) = 3.98
     expert = 3 * 4096 * 14336 * 2 * 32
     assert la.traffic("weights") - lw.traffic("weights") == pytest.approx(expert * (8 * (1 - 0.75 ** 8) - 4 * (1 - 0.5 ** 8)))
+
+
+@pytest.mark.parametrize("key, dev", [("mixtral-8x7b", "h100-sxm"), ("mixtral-8x7b", "b200")])
+def test_moe_decode_turns_compute_bound_where_the_overlapped_terms_cross(key, dev):
+    # the memory term of a MoE step is concave in B (distinct experts saturate at E): the
+    # crossing is the first batch from which the compute term stays the larger
+    from rooflinec import efficiency
+    bench = Workbench.of(model(key), [device(dev)])
+    terms = bench.step_terms("decode", "ideal", bench.devices[0])
+    c = efficiency.crossover(terms, 128)   # a short context: the KV reads stay below the GEMMs
+    at = lambda n: float(number(terms.compute - terms.memory, {B: n, S: 128}))  # noqa: E731
+    assert c.first is not None and c.first > 1
+    assert at(c.first) >= 0 > at(c.first - 1)
+    assert all(at(n) >= 0 for n in (2 * c.first, 16 * c.first))
