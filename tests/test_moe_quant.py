@@ -329,3 +329,17 @@ def test_moe_decode_turns_compute_bound_where_the_overlapped_terms_cross(key, de
     assert c.first is not None and c.first > 1
     assert at(c.first) >= 0 > at(c.first - 1)
     assert all(at(n) >= 0 for n in (2 * c.first, 16 * c.first))
+
+
+@pytest.mark.parametrize("key", ["deepseek-v3", "gemma-2-9b", "gpt-oss-120b"])
+def test_every_analysis_builds_for_moe_mla_and_windowed_models(tmp_path, key):
+    import io
+    from rooflinec.cli import run
+    study = (ROOT / "specs" / "qwen.yaml").read_text()
+    study = study.replace("model: qwen2.5-7b", f"model: {key}").replace("[rtx4090, a100-40gb]", "[a100-40gb]")
+    study = study.replace("groups: [[q_proj, o_proj], [k_proj, v_proj], [gate_proj, up_proj], [down_proj], [lm_head]]",
+                          "groups: [[o_proj], [lm_head]]")
+    (tmp_path / "s.yaml").write_text(study)
+    out, err = io.StringIO(), io.StringIO()
+    code = run(["build", "-q", "--format", "json", "--out", str(tmp_path / "out"), str(tmp_path / "s.yaml")], out, err)
+    assert code == 0, err.getvalue()

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from rooflinec import flash
+from rooflinec import flash, window
 from rooflinec.analyses import analysis
 from rooflinec.evaluate import number
 from rooflinec.ir import TRAFFIC_CLASSES, intensity
@@ -76,11 +76,16 @@ def _comparison(ledgers: list[dict]) -> list[dict]:
              "attainable": x["totals"]["attainable"]} for x in ledgers]
 
 
+def _has_score_steps(ctx, phase: str) -> bool:
+    return any(not op.name.startswith(window.PREFIX) for op in flash.score_ops(ctx.program(phase, "unfused")))
+
+
 def _flash_detail(ctx, phase: str, device, workload: dict) -> dict:
     """The attention kernel against the unfused steps it replaces, per layer, at one point."""
     unfused, fused = ctx.program(phase, "unfused"), ctx.program(phase, "flash", device)
     values = ctx.at(workload, unfused.bindings)
-    steps = flash.score_ops(unfused)
+    # the full-attention layers' steps (windowed layers have a kernel of their own)
+    steps = [op for op in flash.score_ops(unfused) if not op.name.startswith(window.PREFIX)]
     kernel = fused.op("attention")
     step_flops = sum(number(op.cost.flops, values) for op in steps)
     step_bytes = sum(number(op.cost.bytes, values) for op in steps)
@@ -143,7 +148,7 @@ def ledger_analysis(ctx, params) -> dict:
         for device in devices:
             for workload in points:
                 blocks.extend(_block(ctx, params, phase, device, workload, scope) for scope in scopes)
-                if "flash" in variants:
+                if "flash" in variants and _has_score_steps(ctx, phase):   # latent attention has none
                     details.append(_flash_detail(ctx, phase, device, workload))
     return {"phases": phases, "variants": variants, "scopes": scopes,
             "conventions": [{"phase": p, "key": k, "choice": c}
