@@ -88,7 +88,10 @@ def weight_bytes(model, weights: str, tp: int) -> float:
 
 
 def kv_bytes_per_token(model, kv: str, tp: int) -> float:
-    """K and V of one token on one device: 2 x layers x KV heads per device x head dim x bytes."""
+    """K and V of one token on one device: 2 x layers x KV heads per device x head dim x bytes;
+    under latent attention the latent and rotary key, which every device holds whole."""
+    if model.mla is not None:
+        return model.n_layers * (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * DTYPE_BYTES[kv]
     return 2 * model.n_layers * shard(model, tp).n_kv_heads * model.head_dim * DTYPE_BYTES[kv]
 
 
