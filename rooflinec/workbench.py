@@ -62,6 +62,11 @@ def ridge(peak, bandwidth, exactly: bool = False):
     return exact(peak) / exact(bandwidth) if exactly else peak / bandwidth
 
 
+def attainable(intensity: float, peak: float, bandwidth: float) -> float:
+    """min(peak, intensity x bandwidth): the FLOP/s the roof allows at `intensity`."""
+    return min(peak, intensity * bandwidth)
+
+
 def regime(intensity: float, ridge_value) -> str:
     return "compute-bound" if intensity >= ridge_value else "memory-bound"
 
