@@ -9,7 +9,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "rooflinec"
 RENDER_STAGE = ("render.py", "chartdata.py", "charts.py", "mathml.py", "quantities.py")
 COMPUTING = {"ir", "evaluate", "lower", "passes", "flash", "workbench", "sweep", "derive",
-             "efficiency", "analyses", "ops", "params", "custom", "chartpoints"}
+             "efficiency", "analyses", "ops", "params", "custom", "lower_custom", "chartpoints"}
 
 
 def _imports(path: Path) -> set[str]:
