@@ -42,8 +42,10 @@ def pct(x, decimals: int = 1) -> str:
     return "—" if x is None else f"{100 * x:.{decimals}f}%"
 
 
+# the unit policy for bytes, stated in every report: bytes moved in decimal units (GB),
+# memory held (capacity, weights, KV cache that must fit) in binary units (GiB)
 FILTERS = {"formula": formula, "sig": sig, "fixed": fixed, "pct": pct, "si": si, "gib": gib,
-           "seconds": seconds}
+           "seconds": seconds, "traffic": lambda x: si(x, "B"), "capacity": gib}
 
 
 def symbol(name: str):
@@ -107,6 +109,8 @@ def environment(autoescape: bool) -> jinja2.Environment:
         autoescape=autoescape, undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters.update(FILTERS)
+    from rooflinec.chartdata import for_section
+    env.filters["for_section"] = for_section
     env.filters.update(HTML_MARKS if autoescape else MD_MARKS)
     env.globals["rules"] = bounds.RULES
     if autoescape:

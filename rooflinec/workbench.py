@@ -148,6 +148,14 @@ class Workbench:
         from rooflinec.spec import Study
         return cls(Study("", "", "", model, tuple(devices), dtype, dict(conventions or {})))
 
+    def without(self, device) -> Workbench:
+        """The same study less one device (a section it lacks a figure for); programs are
+        shared, since each is keyed by its device."""
+        from dataclasses import replace
+        bench = Workbench(replace(self.study, devices=tuple(d for d in self.devices if d is not device)))
+        bench._programs = self._programs
+        return bench
+
     def problem(self, path: tuple, message: str) -> Problem:
         return self.study.doc.problem(path, message)
 

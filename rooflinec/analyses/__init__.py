@@ -47,7 +47,8 @@ def run(study: Study, on_section=None, bench: Workbench | None = None) -> list[d
             problems.extend(found)
             continue
         try:
-            sections.append({"kind": key, "title": title, **fn(ctx, parse_options(key, options))})
+            sections.append({"kind": key, "title": title,
+                             **evaluate(ctx, key, parse_options(key, options))})
             if on_section is not None and not problems:
                 on_section(len(sections) - 1, sections[-1])
         except SpecError as exc:
@@ -63,6 +64,24 @@ def run(study: Study, on_section=None, bench: Workbench | None = None) -> list[d
     if problems:
         raise SpecError(problems)
     return sections
+
+
+def evaluate(ctx: Workbench, key: str, options, empty: bool = False) -> dict:
+    """Analysis `key`'s section. A device lacking a figure it needs (a vector peak, the SRAM
+    FlashAttention's tiles come from) is left out of this section only, and the section
+    says so (`lacking`: device and why). With no device left the last lack is raised, an
+    error located at that device, unless `empty`: then the section is only the note."""
+    fn, lacking = ANALYSES[key][1], []
+    while True:
+        try:
+            return {**fn(ctx, options), "lacking": lacking}
+        except DeviceLacks as exc:
+            if exc.device not in ctx.devices or (len(ctx.devices) == 1 and not empty):
+                raise
+            lacking.append({"device": exc.device.key, "why": str(exc)})
+            ctx = ctx.without(exc.device)
+            if not ctx.devices:
+                return {"lacking": lacking, "omitted": True}
 
 
 def _register_all() -> None:

@@ -54,9 +54,11 @@ def _crossovers(ctx, terms, contexts) -> list[dict]:
             at_fit = _bound(terms[d.key], fit, context) if fit >= 1 else None
             per.append({"device": d.key, "at": None if c.at is None else float(c.at),
                         "first": c.first, "ceiling": c.ceiling, "max_batch": fit,
-                        "at_max_batch": at_fit,
+                        "at_max_batch": at_fit, "at_one": _bound(terms[d.key], 1, context),
+                        "size_at_max": _size(terms[d.key], max(fit, 1), context),
                         "reachable": c.first is not None and c.first <= fit})
-        rows.append({"context": context, "devices": per})
+        flops, nbytes = _size(terms[ctx.devices[0].key], 1, context)
+        rows.append({"context": context, "flops_one": flops, "bytes_one": nbytes, "devices": per})
     return rows
 
 
