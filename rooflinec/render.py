@@ -134,7 +134,9 @@ def chart_slots(report: dict) -> list[list[dict]]:
 def markdown(report: dict, charts: list[list[dict]] | None = None) -> str:
     """Markdown links the chart files; it never holds their SVG."""
     charts = charts if charts is not None else [[] for _ in report["sections"]]
-    return environment(False).get_template("md/report.md.j2").render(r=report, charts=charts)
+    from rooflinec.mdtables import narrow
+    text = environment(False).get_template("md/report.md.j2").render(r=report, charts=charts)
+    return narrow(text, [d["key"] for d in report["devices"]])
 
 
 def _token(i: int, j: int) -> str:

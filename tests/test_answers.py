@@ -121,3 +121,41 @@ def test_a_section_whose_only_device_lacks_a_figure_is_an_error(tmp_path):
     path = _study(tmp_path, PARTIAL.replace("[rtx4090, tpu-v4, b200]", "[tpu-v4]"))
     code, _, err = _call("check", path)
     assert code == 1 and "devices[0]: device 'tpu-v4' lists no vector peak" in err
+
+
+WIDE = """\
+    title: wide
+    model: qwen2.5-7b
+    devices: [rtx4090, a100-40gb, h100-sxm, l4]
+    analyses:
+      decode_view: {batch: [1, 64], contexts: [1024]}
+      serving: {batch: [1, 64], contexts: [1024], prompts: [512]}
+    """
+
+
+def _tables(md: str) -> list[list[list[str]]]:
+    tables, rows = [], []
+    for line in md.split("\n") + [""]:
+        if line.startswith("|"):
+            rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+        elif rows:
+            tables.append(rows)
+            rows = []
+    return tables
+
+
+def test_markdown_tables_stay_narrow_and_bytes_follow_one_policy(tmp_path):
+    path = _study(tmp_path, WIDE)
+    code, _, err = _call("build", path, "--out", tmp_path / "out", "--format", "md")
+    assert code == 0, err
+    md = (tmp_path / "out" / "study.md").read_text()
+    assert "1 GB = 10⁹ B" in md and "1 GiB = 2³⁰ B" in md
+    tables = _tables(md)
+    assert all(len(t[0]) <= 9 for t in tables), [len(t[0]) for t in tables]
+    # the same decode step's traffic: GB in the serving table and in the decode view
+    serving = next(t for t in tables if "bytes moved" in t[0])
+    view = next(t for t in tables if t[0][:3] == ["B", "S", "weights"])
+    moved = serving[2][serving[0].index("bytes moved")]
+    assert moved.endswith(" GB") and view[2][2].endswith(" GB"), (moved, view[2][2])
+    assert serving[2][serving[0].index("KV cache held")].endswith("iB")
+    assert "On **l4**:" in md
