@@ -99,7 +99,13 @@ def _formats(text: str, parser) -> list[str]:
     return formats
 
 
-def _build_all(specs: list[str], painter=None, progress=None) -> list[tuple[dict, list | None]]:
+def _warn(study, stderr) -> None:
+    """Located warnings of the study's devices (figures far outside any accelerator), once."""
+    for line in dict.fromkeys(w for d in study.devices for w in d.warnings):
+        stderr.write(f"warning: {line}\n")
+
+
+def _build_all(specs: list[str], painter=None, progress=None, stderr=None) -> list[tuple[dict, list | None]]:
     """Load and evaluate every study; raise one SpecError holding every problem.
 
     With a painter, each section's charts go to it as soon as the section is evaluated;
@@ -115,8 +121,10 @@ def _build_all(specs: list[str], painter=None, progress=None) -> list[tuple[dict
             if tickets is not None:
                 tickets.append(painter.submit(chartdata.plan_section(i, section, rep)))
         try:
-            built.append((report.build(spec.load_study(path),
-                                       heard if painter or progress else None), tickets))
+            study = spec.load_study(path)
+            if stderr is not None:
+                _warn(study, stderr)
+            built.append((report.build(study, heard if painter or progress else None), tickets))
         except SpecError as exc:
             problems.extend(exc.problems)
     if problems:
@@ -132,7 +140,7 @@ def cmd_build(args, stdout, stderr, parser) -> int:
     # start matplotlib's import on the other core now; the studies are evaluated meanwhile
     painter = Painter() if charted and Painter.available() else None
     try:
-        outputs = _render_all(args, formats, painter, None if args.quiet else Progress(stderr))
+        outputs = _render_all(args, formats, painter, None if args.quiet else Progress(stderr), stderr)
     finally:
         if painter is not None:
             painter.close()
@@ -146,10 +154,10 @@ def cmd_build(args, stdout, stderr, parser) -> int:
     return 0
 
 
-def _render_all(args, formats, painter, progress) -> dict[str, str]:
+def _render_all(args, formats, painter, progress, stderr=None) -> dict[str, str]:
     from rooflinec.render import render_many
     outputs = {}
-    for path, (rep, tickets) in zip(args.specs, _build_all(args.specs, painter, progress)):
+    for path, (rep, tickets) in zip(args.specs, _build_all(args.specs, painter, progress, stderr)):
         svgs = (lambda tickets=tickets, path=path: [drawn(painter.result(t), path, progress)
                                                     for t in tickets]) \
             if tickets is not None else None
@@ -163,7 +171,7 @@ def _render_all(args, formats, painter, progress) -> dict[str, str]:
 
 
 def cmd_check(args, stdout, stderr, parser) -> int:
-    _build_all(args.specs)
+    _build_all(args.specs, stderr=stderr)
     for path in args.specs:
         stdout.write(f"{path}: ok\n")
     return 0

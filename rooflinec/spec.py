@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from rooflinec import catalog, custom, validate, yamlio
 from rooflinec.errors import Problem, SpecError
 from rooflinec.options import study_default
+from rooflinec.plausible import device_warnings
 from rooflinec.units import parse_quantity
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
@@ -29,6 +30,7 @@ class Device:
     link: str = ""                        # scale-up interconnect (NVLink), if declared
     link_bandwidth: float | None = None   # B/s per device per direction
     link_latency: float | None = None     # s per collective step
+    warnings: tuple = field(default=(), compare=False)   # located: figures far outside any accelerator
 
     def peak(self, unit: str, dtype: str) -> float | None:
         """Peak FLOP/s of the matrix or vector units for `dtype` (vector falls back to fp32)."""
@@ -116,16 +118,18 @@ def _stem(file: str) -> str:
 
 
 def load_hardware(file: str) -> Device:
-    d = _checked(file, "hardware").data
+    doc = _checked(file, "hardware")
+    d = doc.data
     comp, mem, chip = d["compute"], d["memory"], d.get("on_chip") or {}
     rate = lambda peaks: {k: parse_quantity(v, "flops_rate") for k, v in (peaks or {}).items()}  # noqa: E731
-    return Device(
+    device = Device(
         key=_stem(file), name=d["name"], tensor=rate(comp["tensor"]), vector=rate(comp.get("vector")),
         bandwidth=parse_quantity(mem["bandwidth"], "bandwidth"),
         capacity=parse_quantity(mem["capacity"], "bytes"), source=d["source"], year=d.get("year"),
         sm_count=chip.get("sm_count"),
         sram_per_sm=parse_quantity(chip["sram_per_sm"], "bytes") if chip else None,
         notes=d.get("notes", ""), **_interconnect(d.get("interconnect")))
+    return replace(device, warnings=device_warnings(doc, device))
 
 
 def _interconnect(link: dict | None) -> dict:

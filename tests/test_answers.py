@@ -159,3 +159,50 @@ def test_markdown_tables_stay_narrow_and_bytes_follow_one_policy(tmp_path):
     assert moved.endswith(" GB") and view[2][2].endswith(" GB"), (moved, view[2][2])
     assert serving[2][serving[0].index("KV cache held")].endswith("iB")
     assert "On **l4**:" in md
+
+
+TRAINING = """\
+    model: palm-540b
+    devices: [tpu-v4]
+    analyses:
+      training: {{device: tpu-v4, chips: 6144, tokens_per_s: {rate}, sequence: 2048}}
+    """
+
+
+def test_mfu_above_the_peak_is_an_error_at_the_throughput(tmp_path):
+    # PaLM 540B: 238.3k tokens/s on 6144 TPU v4 is 46.2% MFU (PaLM, Table 3); a thousandfold
+    # slip gives 46,200%
+    path = _study(tmp_path, TRAINING.format(rate="238.3M tokens/s"))
+    code, _, err = _call("check", path)
+    assert code == 1 and "Traceback" not in err
+    assert "study.yaml:4:57: analyses.training.tokens_per_s: 238.3M tokens/s on 6144 × tpu-v4 gives MFU" in err
+    assert "above the chips' peak" in err
+    path = _study(tmp_path, TRAINING.format(rate="238.3k tokens/s"))
+    assert _call("check", path)[0] == 0
+
+
+def test_a_bandwidth_unit_slip_is_warned_about_where_it_is_written(tmp_path):
+    """An H20 has 4.0 TB/s of HBM3 (NVIDIA H20 datasheet); written as 4.0 GB/s its ridge is
+    148e12 / 4e9 = 37,000 FLOP/B, beyond any accelerator."""
+    (tmp_path / "hardware").mkdir()
+    (tmp_path / "hardware" / "h20.yaml").write_text(textwrap.dedent("""\
+        name: NVIDIA H20
+        compute:
+          tensor: {bf16: 148 TFLOP/s}
+        memory: {bandwidth: 4.0 GB/s, capacity: 96 GiB}
+        source: NVIDIA H20 datasheet
+        """))
+    path = _study(tmp_path, STUDY.replace("[rtx4090, a100-40gb]", "[h20]"))
+    for command in (["check", path], ["build", path, "--out", tmp_path / "out", "--format", "md"]):
+        code, _, err = _call(*command)
+        assert code == 0, err
+        assert "warning: " in err and "h20.yaml:4:21: memory.bandwidth: memory bandwidth 4.000 GB/s is far " \
+               "outside any accelerator" in err, err
+        assert "h20.yaml:3:18: compute.tensor.bf16: the bf16 ridge, peak / bandwidth = 37,000.0 FLOP/B" in err
+    assert "warning" not in _call("check", _study(tmp_path, STUDY))[2]
+
+
+def test_no_shipped_device_is_implausible():
+    from rooflinec import catalog
+    for name in catalog.names("hardware"):
+        assert spec.load_hardware(catalog.path("hardware", name)).warnings == (), name

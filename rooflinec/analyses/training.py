@@ -46,6 +46,20 @@ def _timeline(params, tokens_per_s, chips, model_flops, peak) -> dict | None:
             "effective_mfu": budget * model_flops / (t.chip_s * peak)}
 
 
+def _plausible(ctx, rows, written, chips, device) -> None:
+    """No run does more FLOPs per second than its chips' peak: MFU or HFU above 100% means
+    the throughput (or the chip count, or the peak) is mistyped."""
+    worst = max(rows, key=lambda r: r["hfu"])
+    if worst["hfu"] > 1:
+        from rooflinec.errors import SpecError
+        which = "MFU" if worst["mfu"] > 1 else "HFU"
+        share = worst["mfu"] if worst["mfu"] > 1 else worst["hfu"]
+        raise SpecError([ctx.problem(("analyses", "training", "tokens_per_s"), (
+            f"{written} on {chips} × {device.key} gives {which} {share:.0%} under the "
+            f"{worst['name']} count, above the chips' peak; check the throughput's unit and "
+            "value, the chip count and the device's peak"))])
+
+
 @analysis("training", "Training efficiency: MFU and HFU")
 def training(ctx, params) -> dict:
     device = ctx.device(("analyses", "training", "device"), params.device)
@@ -62,6 +76,7 @@ def training(ctx, params) -> dict:
     palm = E.palm_account(N)
     accounts = [palm.without_attention(), palm, E.ledger_account(program)]
     rows = [_account_row(a, value, tokens_per_s, chips, peak, policy) for a in accounts]
+    _plausible(ctx, rows, params.tokens_per_s, chips, device)
     terms = E.difference(E.palm_account(counted.total), accounts[2], counted.total)
     for t in terms:
         t["value"] = value(t["flops"])
