@@ -20,11 +20,11 @@ def serving_options(study) -> dict:
     return {"batch": [1], "contexts": [CONTEXT], "prompts": [PROMPT]}
 
 
-def _point(bound: dict | None, flops: float, nbytes: float) -> dict | None:
+def _point(bound: dict | None, flops: float, nbytes: float, fits: bool = True) -> dict | None:
     if bound is None:
         return None
     return {"tokens_per_s": bound["tokens_per_s"], "time_s": bound["time_s"],
-            "bound": bound["bound"], "intensity": flops / nbytes}
+            "bound": bound["bound"], "intensity": flops / nbytes, "fits": fits}
 
 
 def answers(section: dict, devices, link: dict | None = None, variant: str | None = None) -> dict:
@@ -38,19 +38,22 @@ def answers(section: dict, devices, link: dict | None = None, variant: str | Non
         if dev["key"] in lacking:
             rows.append({"device": dev["key"], "name": dev["name"], "lacks": lacking[dev["key"]]})
             continue
+        m = memory[dev["key"]]
+        room = m["kv_tokens"] if m["weights_fit"] else -1    # tokens of KV cache that fit
         decode = []
         for row in section["crossovers"]:
             d = next(c for c in row["devices"] if c["device"] == dev["key"])
             decode.append({"context": row["context"],
-                           "batch_1": _point(d["at_one"], row["flops_one"], row["bytes_one"]),
+                           "batch_1": _point(d["at_one"], row["flops_one"], row["bytes_one"],
+                                              room >= row["context"]),
                            "max_batch": d["max_batch"],
                            "at_max_batch": _point(d["at_max_batch"], *d.get("size_at_max", (1, 1))),
                            "compute_bound_from": d["first"], "reachable": d["reachable"]})
         prefill = []
         for row in section["prefill"]:
             d = next(c for c in row["devices"] if c["device"] == dev["key"])
-            prefill.append({"prompt": row["prompt"], **_point(d, row["flops"], row["bytes"])})
-        m = memory[dev["key"]]
+            prefill.append({"prompt": row["prompt"],
+                            **_point(d, row["flops"], row["bytes"], room >= row["prompt"])})
         rows.append({"device": dev["key"], "name": dev["name"], "lacks": None,
                      "capacity": m["capacity"], "weights_fit": m["weights_fit"],
                      "kv_tokens": m["kv_tokens"], "ridge": dev["ridge_matrix"],
@@ -76,11 +79,12 @@ def text(model_name: str, dtype: str, summary: dict) -> str:
         for p in d["prefill"]:
             lines.append(f"  time to first token ≥ {seconds(p['time_s'])} (prompt {p['prompt']:,}, "
                          f"batch 1), {p['bound']}-bound, intensity {p['intensity']:,.1f} FLOP/B "
-                         f"(ridge {d['ridge']:,.1f})")
+                         f"(ridge {d['ridge']:,.1f})" + ("" if p["fits"] else "; does not fit in memory"))
         for c in d["decode"]:
             one = c["batch_1"]
             line = (f"  decode at context {c['context']:,}: ≤ {one['tokens_per_s']:,.1f} tokens/s at "
-                    f"batch 1 ({one['bound']}-bound, intensity {one['intensity']:,.2f} FLOP/B)")
+                    f"batch 1 ({one['bound']}-bound, intensity {one['intensity']:,.2f} FLOP/B"
+                    + ("" if one["fits"] else ", does not fit in memory") + ")")
             top = c["at_max_batch"]
             line += (f"; ≤ {top['tokens_per_s']:,.1f} tokens/s at batch {c['max_batch']:,}, the "
                      f"largest that fits ({top['bound']}-bound)" if top else "; no batch fits")

@@ -192,9 +192,15 @@ class Workbench:
         from rooflinec.params import count
         return int(number(count(self.model).total, self.values_for(dtype))) * DTYPE_BYTES[dtype or self.dtype]
 
-    def kv_per_token(self, dtype: str | None = None) -> int:
+    @cached_property
+    def kv_formula(self):
+        """Cache bytes per token: K and V, plus what the model's declared operators keep."""
+        from rooflinec.custom import cache_per_token
         from rooflinec.efficiency import kv_bytes_per_token
-        return int(number(kv_bytes_per_token(), self.values_for(dtype)))
+        return kv_bytes_per_token() + cache_per_token(self.model)
+
+    def kv_per_token(self, dtype: str | None = None) -> int:
+        return int(number(self.kv_formula, self.values_for(dtype)))
 
     def memory_needed(self, batch, context, dtype: str | None = None):
         """Bytes of weights plus B·S tokens of KV cache (NumPy arrays work too)."""

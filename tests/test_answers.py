@@ -206,3 +206,61 @@ def test_no_shipped_device_is_implausible():
     from rooflinec import catalog
     for name in catalog.names("hardware"):
         assert spec.load_hardware(catalog.path("hardware", name)).warnings == (), name
+
+
+def _declaring(tmp_path, operator: str):
+    """The catalog's Qwen2.5-7B with one declared operator, and a study of it on an RTX 4090."""
+    (tmp_path / "models").mkdir(exist_ok=True)
+    base = (spec.catalog.path("models", "qwen2.5-7b") and
+            open(spec.catalog.path("models", "qwen2.5-7b"), encoding="utf-8").read())
+    (tmp_path / "models" / "q.yaml").write_text(
+        base + "dimensions: {n_experts: 64, d_latent: 512}\noperators:\n" + textwrap.dedent(operator))
+    return _study(tmp_path, """\
+        model: q
+        devices: [rtx4090]
+        analyses:
+          params: {}
+          serving: {batch: [1], contexts: [1024]}
+        """)
+
+
+ROUTER = """\
+  - name: router
+    after: o_proj
+    unit: matrix
+    flops: 2*M*d_model*n_experts
+    bytes: {weights: d_model*n_experts*b, activations: M*(d_model + n_experts)*b}
+    params: 1000*d_model*n_experts
+    cache_per_token: d_latent*b
+"""
+
+
+def test_declared_weights_and_cache_count_in_params_and_memory_fit(tmp_path):
+    path = _declaring(tmp_path, ROUTER)
+    code, _, err = _call("build", path, "--out", tmp_path / "out", "--format", "json")
+    assert code == 0, err
+    data = json.loads((tmp_path / "out" / "study.json").read_text())
+    serving = next(s for s in data["sections"] if s["kind"] == "serving")
+    # Qwen2.5-7B: 7,615,616,512 parameters; the router adds 28 layers × 1000 · 3584 · 64
+    router = 28 * 1000 * 3584 * 64
+    assert serving["weight_bytes"] == 2 * (7_615_616_512 + router)
+    # K and V: 2 · 28 · 4 · 128 · 2 = 57,344 B per token; the latent cache adds 28 · 512 · 2
+    assert serving["kv_per_token"] == 57_344 + 28 * 512 * 2
+    assert serving["memory"][0]["weights_fit"] is False     # 28.08 GB on a 24 GiB card
+    answers = data["summary"]["devices"][0]
+    assert answers["weights_fit"] is False
+    assert answers["decode"][0]["batch_1"]["fits"] is False and answers["prefill"][0]["fits"] is False
+
+
+def test_declared_params_may_not_depend_on_the_workload(tmp_path):
+    path = _declaring(tmp_path, ROUTER.replace("params: 1000*d_model*n_experts", "params: M*d_model"))
+    code, _, err = _call("check", path)
+    assert code == 1
+    assert "operators[0].params: 'M*d_model' depends on M; what an operator holds is fixed by the model" in err
+
+
+def test_a_comma_cut_by_a_flow_mapping_says_to_quote(tmp_path):
+    path = _declaring(tmp_path, "  - {name: r, flops: 2*M*max(d_model, 4), bytes: M*b}\n")
+    code, _, err = _call("check", path)
+    assert code == 1 and "Traceback" not in err
+    assert "a comma ends the value, so a formula with commas (min, max) must be quoted" in err

@@ -91,7 +91,7 @@ def _measured(ctx, terms, entries) -> list[dict]:
 @analysis("serving", "Serving bounds")
 def serving(ctx, params) -> dict:
     weight_bytes, kv_token = ctx.weight_bytes(), ctx.kv_per_token()
-    kv_expr = E.kv_bytes_per_token()
+    kv_expr = ctx.kv_formula
     variant = params.variant
     terms = _terms(ctx, "decode", variant)
     contexts = params.contexts
