@@ -264,3 +264,28 @@ def test_a_comma_cut_by_a_flow_mapping_says_to_quote(tmp_path):
     code, _, err = _call("check", path)
     assert code == 1 and "Traceback" not in err
     assert "a comma ends the value, so a formula with commas (min, max) must be quoted" in err
+
+
+PIECEWISE = """\
+  - {name: pad, after: o_proj, unit: matrix, flops: "2*max(M, 128)*d_model*min(S, 4096)",
+     bytes: "ceil(M/64)*64*d_model*b + d_model*b"}
+"""
+
+
+@pytest.mark.parametrize("analysis", [
+    "serving: {batch: [1, 64], contexts: [1024]}",
+    "decode_view: {batch: [1, 64], contexts: [1024]}",
+    "derivations: {phases: [decode, prefill]}",
+    "ledger: {phases: [decode, prefill], workloads: [{batch: 1, context: 512}]}",
+    "sweep: {phase: decode, batch: {from: 1, to: 64, step: 1}, context: [1024, 2048]}",
+    "attention_intensity: {contexts: [512]}",
+    "gemm_intensity: {tokens: [1, 256]}",
+    "params: {}",
+])
+def test_min_max_ceil_of_a_workload_symbol_work_in_every_analysis(tmp_path, analysis):
+    _declaring(tmp_path, PIECEWISE)
+    path = _study(tmp_path, f"model: q\ndevices: [rtx4090]\nanalyses:\n  {analysis}\n")
+    code, _, err = _call("build", path, "--out", tmp_path / "out", "--format", "md,json")
+    assert code == 0 and "Traceback" not in err, err
+    data = json.loads((tmp_path / "out" / "study.json").read_text())
+    assert data["summary"]["devices"][0]["decode"][0]["batch_1"]["tokens_per_s"] > 0

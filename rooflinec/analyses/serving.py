@@ -44,12 +44,22 @@ def _steps(ctx, terms, batches, contexts) -> list[dict]:
     return rows
 
 
+def _crossover(terms, context):
+    """Where decode turns compute-bound; terms a declared op made piecewise in B (min, max,
+    ceil) are not lines, so no meeting point is claimed for them."""
+    import sympy as sp
+    try:
+        return E.crossover(terms, context)
+    except sp.PolynomialError:
+        return E.Crossover(context, None, None, None)
+
+
 def _crossovers(ctx, terms, contexts) -> list[dict]:
     rows = []
     for context in contexts:
         per = []
         for d in ctx.devices:
-            c = E.crossover(terms[d.key], context)
+            c = _crossover(terms[d.key], context)
             fit = ctx.largest_batch(d, context)
             at_fit = _bound(terms[d.key], fit, context) if fit >= 1 else None
             per.append({"device": d.key, "at": None if c.at is None else float(c.at),
