@@ -289,3 +289,63 @@ def test_min_max_ceil_of_a_workload_symbol_work_in_every_analysis(tmp_path, anal
     assert code == 0 and "Traceback" not in err, err
     data = json.loads((tmp_path / "out" / "study.json").read_text())
     assert data["summary"]["devices"][0]["decode"][0]["batch_1"]["tokens_per_s"] > 0
+
+
+def _training(tmp_path, extra: str, devices: str = "[tpu-v4, a100-80gb]", device: str = "a100-80gb",
+              conventions: str = ""):
+    path = _study(tmp_path, f"model: palm-540b\ndevices: {devices}\n{conventions}analyses:\n"
+                            f"  training: {{device: {device}, chips: 6144, tokens_per_s: 238.3k tokens/s, "
+                            f"sequence: 2048{extra}}}\n")
+    from rooflinec import spec as S
+    return report.build(S.load_study(str(path)))["sections"][0]
+
+
+def test_selective_recomputation_repeats_only_the_attention_forward():
+    """Korthikanti et al. 2022: selective recomputation reruns the attention core only. Under
+    PaLM's count that is the attention forward, 4·L·H·Q·T per token: for PaLM 540B
+    (L = 118, H = 48, Q = 256, T = 2048) 4 · 118 · 48 · 256 · 2048 = 11,878,268,928."""
+    from rooflinec import efficiency as E
+    from rooflinec.symbols import L, S, d_head, n_q
+    account = E.palm_account(sp_symbol("N"))
+    assert account.recomputed("selective") == 4 * L * n_q * d_head * S
+    assert (4 * L * n_q * d_head * S).subs({L: 118, n_q: 48, d_head: 256, S: 2048}) == 11_878_268_928
+
+
+def sp_symbol(name):
+    import sympy as sp
+    return sp.Symbol(name, positive=True)
+
+
+def test_n_convention_is_selectable(tmp_path):
+    every = _training(tmp_path, "")
+    non_embedding = _training(tmp_path, ", parameters: non_embedding")
+    published = _training(tmp_path, ", parameters: published, published_parameters: 540.35e9")
+    # PaLM 540B ties its 256k x 18432 embedding table: the non-embedding count leaves it out
+    assert every["n_params"] - non_embedding["n_params"] == 256_000 * 18_432
+    assert published["n_params"] == 540_350_000_000
+    assert "Kaplan" in non_embedding["n_convention"]
+    # 6N + 12·L·H·Q·T: the attention term is kept, so MFU moves by 6·ΔN only
+    delta = every["accounts"][1]["model"] - non_embedding["accounts"][1]["model"]
+    assert delta == pytest.approx(6 * 256_000 * 18_432)
+
+
+def test_training_step_ledger_per_op(tmp_path):
+    s = _training(tmp_path, ", recompute: selective")
+    step = s["step"]
+    assert step["lacks"] is None and step["device"] == "a100-80gb"
+    ledger = s["accounts"][2]          # the ledger's per-token forward and backward
+    assert step["parts"]["forward"]["flops"] == pytest.approx(ledger["forward"] * 2048, rel=1e-9)
+    assert step["parts"]["backward"]["flops"] == pytest.approx(ledger["backward"] * 2048, rel=1e-9)
+    attention = sum(r["forward"]["flops"] for r in step["rows"] if r["category"] in ("attention", "attention_matmul"))
+    assert step["parts"]["recompute"]["flops"] == pytest.approx(attention)
+    assert step["tokens_per_s_per_chip"] == pytest.approx(2048 / step["totals"]["time_s"])
+    for r in step["rows"]:
+        assert r["time_s"] >= r["forward"]["time_s"] > 0 or r["forward"]["bytes"] == 0
+    assert _training(tmp_path, "", devices="[tpu-v4]", device="tpu-v4")["step"]["lacks"].startswith(
+        "device 'tpu-v4' lists no vector peak")
+
+
+def test_training_text_follows_the_study_conventions(tmp_path):
+    s = _training(tmp_path, "", conventions="conventions: {qkv: fused}\n")
+    stated = dict(s["program_conventions"])
+    assert "fused" in stated["qkv"] or "one" in stated["qkv"], stated
