@@ -77,6 +77,9 @@ def _parser(stdout, stderr) -> _Parser:
                        streams=streams)
     e.add_argument("spec", metavar="SPEC")
     e.add_argument("op", metavar="OP", help="op name, e.g. q_proj, attention, lm_head")
+    e.add_argument("--variant", choices=("unfused", "fused", "flash", "ideal"), default=None,
+                   help="the program variant whose op is derived (default: the naive op, else "
+                        "the default variant's kernel); flash shows each device's tiles")
     quick.register(sub, streams, parents=[quiet])
     serving_cli.register(sub, streams)
     return p
@@ -179,7 +182,7 @@ def cmd_check(args, stdout, stderr, parser) -> int:
 
 def cmd_explain(args, stdout, stderr, parser) -> int:
     from rooflinec.explain import explain
-    stdout.write(explain(args.spec, args.op))
+    stdout.write(explain(args.spec, args.op, args.variant))
     return 0
 
 

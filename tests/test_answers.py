@@ -349,3 +349,28 @@ def test_training_text_follows_the_study_conventions(tmp_path):
     s = _training(tmp_path, "", conventions="conventions: {qkv: fused}\n")
     stated = dict(s["program_conventions"])
     assert "fused" in stated["qkv"] or "one" in stated["qkv"], stated
+
+
+def test_explain_shows_every_device_tiles_crossings_and_decimal_limits(tmp_path):
+    code, out, err = _call("explain", "specs/qwen.yaml", "attention", "--variant", "flash")
+    assert code == 0, err
+    # Algorithm 1's tiles from each device's SRAM: Bc = 128 keys on the RTX 4090, 192 on the A100;
+    # the limit 128·(4·d_head + 5)/(b·(3·d_head + 4)) at d_head = 128, b = 2 is 66176/776 = 85.28
+    assert "K/V tiles of Bc = 128 keys, xL (on rtx4090)" in out
+    assert "K/V tiles of Bc = 192 keys, xL (on a100-40gb)" in out
+    assert "as S -> oo 128·(4·d_head + 5)/(b·(3·d_head + 4)) = 85.28" in out
+    assert "rtx4090    ridge 163.9: never compute-bound (its intensity stays below the limit, 85.28)" in out
+    assert "a100-40gb  ridge 200.6: never compute-bound (its intensity stays below the limit, 127.9)" in out
+    code, out, _ = _call("explain", "specs/qwen.yaml", "attention")
+    assert "as S -> oo 2·n_q/(b·n_kv) = 7.000" in out     # 2 · 28 / (2 · 4)
+    path = _study(tmp_path, PARTIAL)
+    code, out, err = _call("explain", path, "attention", "--variant", "flash")
+    assert code == 0, err
+    assert "tpu-v4     not derived: device 'tpu-v4' lists no on_chip.sram_per_sm" in out
+    # ideal prefill attention: 2·S·n_q/(b·(n_kv + n_q)) = 0.875·S; ridge / 0.875 rounded up:
+    # 163.9 -> 188, 229.2 -> 262, 281.25 -> 322
+    code, out, err = _call("explain", path, "attention")
+    for line in ("rtx4090    ridge 163.9: compute-bound from S = 188",
+                 "tpu-v4     ridge 229.2: compute-bound from S = 262",
+                 "b200       ridge 281.2: compute-bound from S = 322"):
+        assert line in out
