@@ -30,6 +30,8 @@ class Device:
     link: str = ""                        # scale-up interconnect (NVLink), if declared
     link_bandwidth: float | None = None   # B/s per device per direction
     link_latency: float | None = None     # s per collective step
+    cache_size: int | None = None          # B, last-level cache (measured specs)
+    cache_bandwidth: float | None = None   # B/s, a stream that fits in that cache
     warnings: tuple = field(default=(), compare=False)   # located: figures far outside any accelerator
 
     def peak(self, unit: str, dtype: str) -> float | None:
@@ -120,7 +122,7 @@ def _stem(file: str) -> str:
 def load_hardware(file: str) -> Device:
     doc = _checked(file, "hardware")
     d = doc.data
-    comp, mem, chip = d["compute"], d["memory"], d.get("on_chip") or {}
+    comp, mem, chip, cache = d["compute"], d["memory"], d.get("on_chip") or {}, d.get("cache") or {}
     rate = lambda peaks: {k: parse_quantity(v, "flops_rate") for k, v in (peaks or {}).items()}  # noqa: E731
     device = Device(
         key=_stem(file), name=d["name"], tensor=rate(comp["tensor"]), vector=rate(comp.get("vector")),
@@ -128,7 +130,9 @@ def load_hardware(file: str) -> Device:
         capacity=parse_quantity(mem["capacity"], "bytes"), source=d["source"], year=d.get("year"),
         sm_count=chip.get("sm_count"),
         sram_per_sm=parse_quantity(chip["sram_per_sm"], "bytes") if chip else None,
-        notes=d.get("notes", ""), **_interconnect(d.get("interconnect")))
+        notes=d.get("notes", ""), **_interconnect(d.get("interconnect")),
+        cache_size=parse_quantity(cache["size"], "bytes") if cache else None,
+        cache_bandwidth=parse_quantity(cache["bandwidth"], "bandwidth") if cache else None)
     return replace(device, warnings=device_warnings(doc, device))
 
 

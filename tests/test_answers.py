@@ -196,9 +196,12 @@ def test_a_bandwidth_unit_slip_is_warned_about_where_it_is_written(tmp_path):
     for command in (["check", path], ["build", path, "--out", tmp_path / "out", "--format", "md"]):
         code, _, err = _call(*command)
         assert code == 0, err
-        assert "warning: " in err and "h20.yaml:4:21: memory.bandwidth: memory bandwidth 4.000 GB/s is far " \
-               "outside any accelerator" in err, err
-        assert "h20.yaml:3:18: compute.tensor.bf16: the bf16 ridge, peak / bandwidth = 37,000.0 FLOP/B" in err
+        assert "warning: " in err and "h20.yaml:3:18: compute.tensor.bf16: the bf16 ridge, peak / " \
+               "bandwidth = 37,000.0 FLOP/B, is far outside any accelerator" in err, err
+    hw = tmp_path / "hardware" / "h20.yaml"
+    hw.write_text(hw.read_text().replace("4.0 GB/s", "4.0 MB/s").replace("148 TFLOP/s", "148 GFLOP/s"))
+    code, _, err = _call("check", path)
+    assert code == 0 and "h20.yaml:4:21: memory.bandwidth: memory bandwidth 4.000 MB/s is far outside" in err
     assert "warning" not in _call("check", _study(tmp_path, STUDY))[2]
 
 
