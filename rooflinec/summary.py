@@ -64,7 +64,7 @@ def answers(section: dict, devices, link: dict | None = None, variant: str | Non
 
 def text(model_name: str, dtype: str, summary: dict) -> str:
     """The summary as lines for a terminal (`rooflinec serve`)."""
-    from rooflinec.quantities import gib, seconds, si
+    from rooflinec.quantities import gib, seconds
     lines = []
     for d in summary["devices"]:
         head = f"{model_name} on {d['name']} ({d['device']}), {dtype}" + (f", {summary['variant']} variant" if summary['variant'] else "")
@@ -73,7 +73,7 @@ def text(model_name: str, dtype: str, summary: dict) -> str:
             continue
         lines.append(head + ": roofline lower bounds")
         lines.append(f"  memory {gib(d['capacity'])}: weights {gib(summary['weight_bytes'])}, KV cache "
-                     f"{si(summary['kv_per_token'], 'B')} per token; "
+                     f"{gib(summary['kv_per_token'])} per token; "
                      + (f"room for {d['kv_tokens']:,} tokens of KV cache" if d["weights_fit"]
                         else "the weights do not fit"))
         for p in d["prefill"]:

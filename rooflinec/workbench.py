@@ -141,6 +141,7 @@ class Workbench:
         self.devices = study.devices
         self.dtype = study.dtype
         self._programs: dict = {}
+        self.named = study.devices   # the devices an option may name, left-out ones included
 
     @classmethod
     def of(cls, model, devices=(), dtype: str = "bf16", conventions: dict | None = None) -> Workbench:
@@ -153,7 +154,7 @@ class Workbench:
         shared, since each is keyed by its device."""
         from dataclasses import replace
         bench = Workbench(replace(self.study, devices=tuple(d for d in self.devices if d is not device)))
-        bench._programs = self._programs
+        bench._programs, bench.named = self._programs, self.named
         return bench
 
     def problem(self, path: tuple, message: str) -> Problem:
@@ -218,17 +219,17 @@ class Workbench:
 
     def device(self, path: tuple, key: str | None):
         """One of the study's devices by key; with no key, the study's only device."""
-        keys = [d.key for d in self.devices]
-        if key is None and len(keys) == 1:
-            return self.devices[0]
+        keys = [d.key for d in self.named]
+        if key is None and len(self.named) == 1:
+            return self.named[0]
         if key in keys:
-            return self.devices[keys.index(key)]
+            return self.named[keys.index(key)]
         what = "name the device this uses" if key is None else f"'{key}' is not a device of this study"
         raise SpecError([self.problem(path, f"{what}; the study's devices: {', '.join(keys)}")])
 
     def device_problems(self, path: tuple, keys) -> list[Problem]:
         """A located problem for each of `keys` (written at `path`) that names no device."""
-        known = [d.key for d in self.devices]
+        known = [d.key for d in self.named]
         return [self.problem(path + (i,), f"'{k}' is not a device of this study; its devices: "
                                           f"{', '.join(known)}")
                 for i, k in enumerate(keys) if k not in known]

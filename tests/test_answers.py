@@ -377,3 +377,15 @@ def test_explain_shows_every_device_tiles_crossings_and_decimal_limits(tmp_path)
                  "tpu-v4     ridge 229.2: compute-bound from S = 262",
                  "b200       ridge 281.2: compute-bound from S = 322"):
         assert line in out
+
+
+def test_a_section_naming_a_device_it_leaves_out_goes_on(tmp_path):
+    path = _study(tmp_path, """\
+        model: qwen2.5-7b
+        devices: [rtx4090, tpu-v4]
+        analyses:
+          sweep: {phase: decode, batch: [1, 8], context: [1024], devices: [rtx4090, tpu-v4]}
+        """)
+    code, _, err = _call("build", path, "--out", tmp_path / "out", "--format", "md")
+    assert code == 0, err
+    assert "Not evaluated on `tpu-v4`: device 'tpu-v4' lists no vector peak" in (tmp_path / "out" / "study.md").read_text()
