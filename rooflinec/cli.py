@@ -111,6 +111,13 @@ def _warn(study, stderr) -> None:
         stderr.write(f"warning: {line}\n")
 
 
+def _lacking(path: str, rep: dict, stderr) -> None:
+    """What the report leaves out for a device lacking a figure, as build and explain say it."""
+    for section in rep["sections"]:
+        for row in section.get("lacking", ()):
+            stderr.write(f"note: {path}: {section['title']}: not evaluated on {row['device']}: {row['why']}\n")
+
+
 def _build_all(specs: list[str], painter=None, progress=None, stderr=None) -> list[tuple[dict, list | None]]:
     """Load and evaluate every study; raise one SpecError holding every problem.
 
@@ -131,6 +138,8 @@ def _build_all(specs: list[str], painter=None, progress=None, stderr=None) -> li
             if stderr is not None:
                 _warn(study, stderr)
             built.append((report.build(study, heard if painter or progress else None), tickets))
+            if stderr is not None:
+                _lacking(path, built[-1][0], stderr)
         except SpecError as exc:
             problems.extend(exc.problems)
     if problems:
