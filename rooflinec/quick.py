@@ -201,6 +201,7 @@ def cmd_serve(args, stdout, stderr, parser) -> int:
     if args.json:
         stdout.write(json.dumps({"model": model.name, "device": device.key, "dtype": args.dtype,
                                  "context": args.context, "prompt": args.prompt,
+                                 "summary": _plain(_answers(device, args.dtype, section)),
                                  "serving": _plain(section)}, indent=1) + "\n")
     else:
         stdout.write(summary(model, device, args.dtype, section))
@@ -216,15 +217,21 @@ def _plain(value):
     return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
 
 
+def _answers(device, dtype: str, section: dict) -> dict:
+    """The report's summary of this one device (`summary` owns it)."""
+    from rooflinec import summary as answers
+    from rooflinec.workbench import ridge
+    dev = {"key": device.key, "name": device.name,
+           "ridge_matrix": ridge(device.peak("matrix", dtype), device.bandwidth)}
+    return answers.answers(section, [dev], variant=section.get("variant"))
+
+
 def summary(model, device, dtype: str, section: dict) -> str:
     """The serving section as the few lines a model report opens with (`summary` owns them),
     and the decode batches asked for."""
     from rooflinec import summary as answers
     from rooflinec.quantities import gib, seconds
-    from rooflinec.workbench import ridge
-    dev = {"key": device.key, "name": device.name, "ridge_matrix": ridge(device.peak("matrix", dtype),
-                                                                        device.bandwidth)}
-    lines = [answers.text(model.name, dtype, answers.answers(section, [dev])).rstrip("\n")]
+    lines = [answers.text(model.name, dtype, _answers(device, dtype, section)).rstrip("\n")]
     lines.append(f"decode at context {section['steps'][0]['context']:,}:")
     table = [("batch", "tokens/s", "step", "bound", "memory needed", "fits")]
     for row in section["steps"]:

@@ -85,6 +85,10 @@ def test_serve_prints_the_summary_the_report_holds():
     section = quick.serving_section(model, device, "bf16", [1], summary.CONTEXT, summary.PROMPT)
     dev = report._device(device, "bf16")
     assert out.startswith(summary.text(model.name, "bf16", summary.answers(section, [dev])))
+    code, out, _ = _call("serve", "qwen2.5-7b", "--device", "rtx4090", "--batch", "1", "--json")
+    answers = json.loads(out)["summary"]["devices"][0]
+    assert answers["decode"][0]["batch_1"]["tokens_per_s"] == pytest.approx(
+        section["crossovers"][0]["devices"][0]["at_one"]["tokens_per_s"])
 
 
 PARTIAL = """\
