@@ -4,7 +4,7 @@ holds on; a device lacking a figure the variant needs is named with what it lack
 
 from rooflinec import spec
 from rooflinec.analyses.derivations import op_derivation
-from rooflinec.errors import DeviceLacks, RooflineError
+from rooflinec.errors import DeviceLacks, RooflineError, UsageError
 from rooflinec.passes import DEFAULT_VARIANT
 from rooflinec.render import environment
 from rooflinec.workbench import Workbench
@@ -18,7 +18,7 @@ def explain(path: str, op_name: str, variant: str | None = None) -> str:
     for phase in ("decode", "prefill"):
         forms, lacking, names = _forms(ctx, phase, op_name, variant)
         if not forms:
-            raise RooflineError(f"{path}: no op '{op_name}' in {ctx.model.name}; ops: {', '.join(names)}")
+            raise UsageError(f"{path}: no op '{op_name}' in {ctx.model.name}; ops: {', '.join(names)}")
         phases.append({"phase": phase, "bindings": ctx.program(phase).bindings, "lacking": lacking,
                        "forms": [_with_values(ctx, op_derivation(ctx, op, devs), op, devs)
                                  for op, devs in forms]})

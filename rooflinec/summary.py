@@ -64,10 +64,12 @@ def answers(section: dict, devices, link: dict | None = None, variant: str | Non
 
 def text(model_name: str, dtype: str, summary: dict) -> str:
     """The summary as lines for a terminal (`rooflinec serve`)."""
+    from rooflinec.errors import one_line
     from rooflinec.quantities import gib, seconds
     lines = []
     for d in summary["devices"]:
-        head = f"{model_name} on {d['name']} ({d['device']}), {dtype}" + (f", {summary['variant']} variant" if summary['variant'] else "")
+        head = one_line(f"{model_name} on {d['name']} ({d['device']}), {dtype}"
+                        + (f", {summary['variant']} variant" if summary['variant'] else ""))
         if d["lacks"]:
             lines += [head + ": not evaluated", f"  {d['lacks']}"]
             continue
