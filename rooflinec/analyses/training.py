@@ -19,9 +19,10 @@ N = sp.Symbol("N", positive=True, integer=True)   # every parameter, as the conv
 DAY = 86400
 
 
-N_CONVENTIONS = {"all": "every parameter (PaLM's N)",
-                 "non_embedding": "non-embedding parameters (Kaplan et al. 2020; nanoGPT)",
-                 "published": "the published count"}
+N_CONVENTIONS = {"all": "counted from the model spec, every parameter (PaLM's N)",
+                 "non_embedding": "counted from the model spec, non-embedding parameters "
+                                  "(Kaplan et al. 2020; nanoGPT)",
+                 "published": "as published (the study's published_parameters)"}
 
 
 def _n(ctx, counted, params):
