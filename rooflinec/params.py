@@ -138,5 +138,6 @@ def count(model) -> Params:
 
 def _declared(model) -> list[Component]:
     """Weights the model spec's own operators hold (not assumed to meet every token)."""
-    return [Component(d.name, "declared", d.params, d.repeat, False, False, "declared by the model spec")
+    from rooflinec.lower_custom import RUNS
+    return [Component(d.name, "declared", d.params, RUNS[d.runs], False, False, "declared by the model spec")
             for d in model.operators if d.params != 0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rooflinec import chartpoints
 from rooflinec.errors import DeviceLacks, SpecError
 from rooflinec.options import parse as parse_options
 from rooflinec.spec import Study
@@ -47,8 +48,11 @@ def run(study: Study, on_section=None, bench: Workbench | None = None) -> list[d
             problems.extend(found)
             continue
         try:
-            sections.append({"kind": key, "title": title,
-                             **evaluate(ctx, key, parse_options(key, options))})
+            section = {"kind": key, "title": title, **evaluate(ctx, key, parse_options(key, options))}
+            left_out = {row["device"] for row in section["lacking"]}
+            section["chart_points"] = [] if section.get("omitted") else chartpoints.section_points(
+                section, [d for d in study.devices if d.key not in left_out], study.dtype)
+            sections.append(section)
             if on_section is not None and not problems:
                 on_section(len(sections) - 1, sections[-1])
         except SpecError as exc:

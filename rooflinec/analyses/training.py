@@ -11,7 +11,6 @@ from rooflinec import params as P
 from rooflinec import training_step
 from rooflinec.analyses import analysis
 from rooflinec.evaluate import number
-from rooflinec.lower import lower
 from rooflinec.symbols import S
 from rooflinec.units import parse_quantity
 
@@ -93,7 +92,7 @@ def training(ctx, params) -> dict:
     n_expr = _n(ctx, counted, params)
     n_params = int(number(n_expr, ctx.values))
     conv = replace(ctx.conventions, logits="all")   # the study's conventions, every token's logits
-    program = lower(ctx.model, "prefill", conv)
+    program = ctx.program("prefill", conventions=conv)
     values = {**ctx.values, S: seq}
     value = lambda e: float(number(sp.sympify(e).xreplace({N: n_expr}), values))  # noqa: E731
     palm = E.palm_account(N)
