@@ -74,8 +74,19 @@ def throughput_sweep(index: int, section: dict, report: dict) -> dict | None:
 SWEEPS = {"gemm_intensity": gemm_sweep, "sweep": throughput_sweep}
 
 
+def for_section(report: dict, section: dict) -> dict:
+    """The report as one section sees it: the devices that section could evaluate."""
+    lacking = {row["device"] for row in section.get("lacking", ())}
+    if not lacking:
+        return report
+    return {**report, "devices": [d for d in report["devices"] if d["key"] not in lacking]}
+
+
 def plan_section(index: int, section: dict, report: dict) -> list[dict]:
     """The charts of one section: rooflines per device, then its sweep chart if any."""
+    if section.get("omitted"):          # every device lacked a figure it needs
+        return []
+    report = for_section(report, section)
     charts = _roofline_charts(index, section, report)
     sweep = SWEEPS.get(section["kind"])
     extra = sweep(index, section, report) if sweep else None

@@ -36,6 +36,8 @@ RECOMPUTE = {
     "full": (sp.Integer(1), sp.Integer(1), "the whole forward runs twice (full activation checkpointing)"),
     "palm": (sp.Rational(3, 4), sp.Integer(1),
              "PaLM's: 75% of the non-attention forward and all of the attention forward run again"),
+    "selective": (sp.Integer(0), sp.Integer(1),
+                  "selective (Korthikanti et al. 2022): only the attention forward runs again"),
 }
 
 
@@ -117,7 +119,7 @@ def difference(convention: Account, ledger: Account, n_params: sp.Expr) -> list[
     return [
         {"term": "weights", "flops": _tidy(3 * (convention.dense_matrix - ledger.dense_matrix)),
          "params": _tidy(n_params - ledger.dense_matrix / 2),
-         "why": "6N counts every parameter; the ledger's matmuls use only matrix weights "
+         "why": "6N counts each of N's parameters; the ledger's matmuls use only matrix weights "
                 "(norm scales, biases and an untied input table do no matmul), 6 FLOPs per parameter"},
         {"term": "attention", "flops": _tidy(3 * (convention.attention_matrix - ledger.attention_matrix)),
          "why": "12·L·H·Q·T computes every score; a ledger that skips the causal half counts half"},

@@ -44,8 +44,10 @@ def pct(x, decimals: int = 1) -> str:
     return "—" if x is None else f"{100 * x:.{decimals}f}%"
 
 
+# the unit policy for bytes, stated in every report: bytes moved in decimal units (GB),
+# memory held (capacity, weights, KV cache that must fit) in binary units (GiB)
 FILTERS = {"formula": formula, "sig": sig, "fixed": fixed, "pct": pct, "si": si, "gib": gib,
-           "seconds": seconds}
+           "seconds": seconds, "traffic": lambda x: si(x, "B"), "capacity": gib}
 
 
 def symbol(name: str):
@@ -147,6 +149,8 @@ def environment(autoescape: bool, markdown: bool = False) -> jinja2.Environment:
         finalize=None if autoescape else md_text if markdown else _finalize_text,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters.update(FILTERS)
+    from rooflinec.chartdata import for_section
+    env.filters["for_section"] = for_section
     if autoescape:
         env.filters.update(HTML_MARKS)
     elif markdown:
@@ -177,8 +181,10 @@ def chart_slots(report: dict) -> list[list[dict]]:
 def markdown(report: dict, charts: list[list[dict]] | None = None) -> str:
     """Markdown links the chart files; it never holds their SVG."""
     charts = charts if charts is not None else [[] for _ in report["sections"]]
-    return environment(False, markdown=True).get_template("md/report.md.j2").render(
+    from rooflinec.mdtables import narrow
+    text = environment(False, markdown=True).get_template("md/report.md.j2").render(
         r=report, charts=charts)
+    return narrow(text, [d["key"] for d in report["devices"]])
 
 
 def _token(i: int, j: int) -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from rooflinec import catalog, custom, mla, moe, quant, validate, yamlio
 from rooflinec.errors import Problem, SpecError
 from rooflinec.options import study_default
+from rooflinec.plausible import device_warnings
 from rooflinec.units import parse_quantity
 
 DTYPE_BYTES = quant.BYTES   # bytes per element by format, block scales included (rooflinec.quant)
@@ -32,6 +33,7 @@ class Device:
     cache_size: int | None = None          # B, last-level cache (measured specs)
     cache_bandwidth: float | None = None   # B/s, a stream that fits in that cache
     file: str = field(default="", compare=False)   # the hardware spec it was read from
+    warnings: tuple = field(default=(), compare=False)   # located: figures far outside any accelerator
 
     def peak(self, unit: str, dtype: str) -> float | None:
         """Peak FLOP/s of the matrix or vector units for `dtype` (vector falls back to fp32);
@@ -127,10 +129,11 @@ def _stem(file: str) -> str:
 
 
 def load_hardware(file: str) -> Device:
-    d = _checked(file, "hardware").data
+    doc = _checked(file, "hardware")
+    d = doc.data
     comp, mem, chip, cache = d["compute"], d["memory"], d.get("on_chip") or {}, d.get("cache") or {}
     rate = lambda peaks: {k: parse_quantity(v, "flops_rate") for k, v in (peaks or {}).items()}  # noqa: E731
-    return Device(
+    device = Device(
         key=_stem(file), name=d["name"], tensor=rate(comp["tensor"]), vector=rate(comp.get("vector")),
         bandwidth=parse_quantity(mem["bandwidth"], "bandwidth"),
         capacity=parse_quantity(mem["capacity"], "bytes"), source=d["source"], year=d.get("year"),
@@ -140,6 +143,7 @@ def load_hardware(file: str) -> Device:
         cache_size=parse_quantity(cache["size"], "bytes") if cache else None,
         cache_bandwidth=parse_quantity(cache["bandwidth"], "bandwidth") if cache else None,
         file=file)
+    return replace(device, warnings=device_warnings(doc, device))
 
 
 def _interconnect(link: dict | None) -> dict:

@@ -145,6 +145,7 @@ class Workbench:
         self.devices = study.devices
         self.dtype = study.dtype
         self._programs: dict = {}
+        self.named = study.devices   # the devices an option may name, left-out ones included
 
     @classmethod
     def of(cls, model, devices=(), dtype: str = "bf16", conventions: dict | None = None,
@@ -153,6 +154,14 @@ class Workbench:
         from rooflinec.spec import Study
         return cls(Study("", "", "", model, tuple(devices), dtype, dict(conventions or {}),
                          quantization=dict(quantization or {})))
+
+    def without(self, device) -> Workbench:
+        """The same study less one device (a section it lacks a figure for); programs are
+        shared, since each is keyed by its device."""
+        from dataclasses import replace
+        bench = Workbench(replace(self.study, devices=tuple(d for d in self.devices if d is not device)))
+        bench._programs, bench.named = self._programs, self.named
+        return bench
 
     def problem(self, path: tuple, message: str) -> Problem:
         return self.study.doc.problem(path, message)
@@ -198,12 +207,19 @@ class Workbench:
         n = int(number(count(self.model).total, self.values_for(dtype)))
         return math.ceil(n * DTYPE_BYTES[self.storage("weights", dtype, formats)])
 
-    def kv_per_token(self, dtype: str | None = None, formats: dict | None = None) -> int:
-        """KV-cache bytes of one token (every layer counted at the full context: windowed
-        layers hold fewer, so this bounds the memory from above)."""
+    @cached_property
+    def kv_formula(self):
+        """Cache bytes per token: K and V (a latent-attention model's latent and rotary key),
+        plus what the model's declared operators keep."""
+        from rooflinec.lower_custom import cache_per_token
         from rooflinec.efficiency import kv_bytes_per_token
+        return kv_bytes_per_token(self.model) + cache_per_token(self.model)
+
+    def kv_per_token(self, dtype: str | None = None, formats: dict | None = None) -> int:
+        """KV-cache bytes of one token at the KV cache's format (every layer counted at the full
+        context: windowed layers hold fewer, so this bounds the memory from above)."""
         values = {**self.values_for(dtype), sym.b: quant.byte_value(self.storage("kv_cache", dtype, formats))}
-        return math.ceil(number(kv_bytes_per_token(self.model), values))
+        return math.ceil(number(self.kv_formula, values))
 
     def memory_needed(self, batch, context, dtype: str | None = None, formats: dict | None = None):
         """Bytes of weights plus B·S tokens of KV cache (NumPy arrays work too)."""
@@ -221,17 +237,17 @@ class Workbench:
 
     def device(self, path: tuple, key: str | None):
         """One of the study's devices by key; with no key, the study's only device."""
-        keys = [d.key for d in self.devices]
-        if key is None and len(keys) == 1:
-            return self.devices[0]
+        keys = [d.key for d in self.named]
+        if key is None and len(self.named) == 1:
+            return self.named[0]
         if key in keys:
-            return self.devices[keys.index(key)]
+            return self.named[keys.index(key)]
         what = "name the device this uses" if key is None else f"'{key}' is not a device of this study"
         raise SpecError([self.problem(path, f"{what}; the study's devices: {', '.join(keys)}")])
 
     def device_problems(self, path: tuple, keys) -> list[Problem]:
         """A located problem for each of `keys` (written at `path`) that names no device."""
-        known = [d.key for d in self.devices]
+        known = [d.key for d in self.named]
         return [self.problem(path + (i,), f"'{k}' is not a device of this study; its devices: "
                                           f"{', '.join(known)}")
                 for i, k in enumerate(keys) if k not in known]

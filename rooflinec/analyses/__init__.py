@@ -48,8 +48,10 @@ def run(study: Study, on_section=None, bench: Workbench | None = None) -> list[d
             problems.extend(found)
             continue
         try:
-            section = {"kind": key, "title": title, **fn(ctx, parse_options(key, options))}
-            section["chart_points"] = chartpoints.section_points(section, study.devices, study.dtype)
+            section = {"kind": key, "title": title, **evaluate(ctx, key, parse_options(key, options))}
+            left_out = {row["device"] for row in section["lacking"]}
+            section["chart_points"] = [] if section.get("omitted") else chartpoints.section_points(
+                section, [d for d in study.devices if d.key not in left_out], study.dtype)
             sections.append(section)
             if on_section is not None and not problems:
                 on_section(len(sections) - 1, sections[-1])
@@ -66,6 +68,24 @@ def run(study: Study, on_section=None, bench: Workbench | None = None) -> list[d
     if problems:
         raise SpecError(problems)
     return sections
+
+
+def evaluate(ctx: Workbench, key: str, options, empty: bool = False) -> dict:
+    """Analysis `key`'s section. A device lacking a figure it needs (a vector peak, the SRAM
+    FlashAttention's tiles come from) is left out of this section only, and the section
+    says so (`lacking`: device and why). With no device left the last lack is raised, an
+    error located at that device, unless `empty`: then the section is only the note."""
+    fn, lacking = ANALYSES[key][1], []
+    while True:
+        try:
+            return {**fn(ctx, options), "lacking": lacking}
+        except DeviceLacks as exc:
+            if exc.device not in ctx.devices or (len(ctx.devices) == 1 and not empty):
+                raise
+            lacking.append({"device": exc.device.key, "why": str(exc)})
+            ctx = ctx.without(exc.device)
+            if not ctx.devices:
+                return {"lacking": lacking, "omitted": True}
 
 
 def _register_all() -> None:
