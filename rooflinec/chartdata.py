@@ -214,12 +214,37 @@ def throughput_sweep(index: int, section: dict, report: dict) -> dict | None:
 SWEEPS = {"gemm_intensity": gemm_sweep, "sweep": throughput_sweep}
 
 
+CHART_RANGE = (1e-100, 1e100)   # magnitudes a log axis is drawn over; 0 is left to the chart
+
+
+def _outside(node) -> float | None:
+    """A number in a chart's data that no log axis can show, if any."""
+    if isinstance(node, dict):
+        node = list(node.values())
+    if isinstance(node, (list, tuple)):
+        return next((x for x in map(_outside, node) if x is not None), None)
+    if isinstance(node, (int, float)) and not isinstance(node, bool) and node != 0:
+        if not CHART_RANGE[0] <= abs(node) <= CHART_RANGE[1]:   # NaN fails too
+            return node
+    return None
+
+
+def _checked(chart: dict) -> dict:
+    """`chart`, or `chart` with `left_out` saying why it is not drawn (the report shows that)."""
+    bad = _outside({k: v for k, v in chart.items() if k != "section"})
+    if bad is None:
+        return chart
+    return dict(chart, left_out=f"it would plot {float(bad):.3g}, outside the {CHART_RANGE[0]:g} to "
+                                f"{CHART_RANGE[1]:g} a log axis here is drawn over; the numbers are in "
+                                "the tables")
+
+
 def plan_section(index: int, section: dict, report: dict) -> list[dict]:
     """The charts of one section: rooflines per device, then its sweep chart if any."""
     charts = _roofline_charts(index, section, report)
     sweep = SWEEPS.get(section["kind"])
     extra = sweep(index, section, report) if sweep else None
-    return charts + ([extra] if extra else [])
+    return [_checked(c) for c in charts + ([extra] if extra else [])]
 
 
 def plan(report: dict) -> list[list[dict]]:

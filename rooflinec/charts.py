@@ -354,7 +354,8 @@ DRAW = {"roofline": roofline, "sweep": sweep, "throughput": throughput}
 
 
 def draw(chart: dict) -> str:
-    return _svg(DRAW[chart["kind"]](chart))
+    """The chart's SVG; "" for a chart left out (rooflinec.chartdata says why, the report shows it)."""
+    return "" if chart.get("left_out") else _svg(DRAW[chart["kind"]](chart))
 
 
 def _cores() -> int:

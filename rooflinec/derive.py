@@ -9,6 +9,7 @@ from functools import lru_cache
 
 import sympy as sp
 
+from rooflinec import piecewise
 from rooflinec.ir import Op, factored, intensity
 from rooflinec.symbols import S
 
@@ -100,27 +101,11 @@ def _leading_ratio(p: sp.Poly, q: sp.Poly) -> sp.Expr:
     return factored(p.LC() / q.LC())
 
 
-SEARCH_DOUBLINGS = 40   # a declared op's knob is searched up to 2^40
-
-
 def _crossing_general(num: sp.Expr, den: sp.Expr, var: sp.Symbol, ridge: sp.Rational) -> Crossing:
-    """Intensity not rational in `var` (a declared op's min, max, ceil): doubling finds a power
-    of two at which it is compute-bound, bisection the first value after the last power that
-    is not (the smallest crossing wherever intensity rises with `var`), all evaluated exactly."""
-    bound = lambda x: num.xreplace({var: x}) / den.xreplace({var: x}) >= ridge  # noqa: E731
-    supremum = _limit(num / den, var)
-    if bound(1):
-        return Crossing(var, 1, supremum)
-    lo = 1   # not compute-bound here
-    for k in range(1, SEARCH_DOUBLINGS + 1):
-        hi = 2 ** k
-        if bound(hi):
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                lo, hi = (lo, mid) if bound(mid) else (mid, hi)
-            return Crossing(var, hi, supremum)
-        lo = hi
-    return Crossing(var, None, supremum)
+    """Intensity not rational in `var` (a declared op's min, max, ceil): searched, exactly
+    (rooflinec.piecewise.first_true)."""
+    at = piecewise.first_true(lambda x: piecewise.at(num, var, x) / piecewise.at(den, var, x) >= ridge)
+    return Crossing(var, at, _limit(num / den, var))
 
 
 def _limit(f: sp.Expr, var: sp.Symbol) -> sp.Expr | None:

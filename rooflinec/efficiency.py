@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from rooflinec import piecewise
 from rooflinec.derive import exact
 from rooflinec.ir import Program
 from rooflinec.symbols import B, L, M, S, b, d_head, n_kv, n_q
@@ -215,9 +216,11 @@ class Crossover:
 
 
 def crossover(terms: Terms, context: int) -> Crossover:
-    """Both terms are linear in B at a fixed S: c0 + c1·B and m0 + m1·B."""
-    c = sp.Poly(terms.compute.xreplace({S: context}), B)
-    m = sp.Poly(terms.memory.xreplace({S: context}), B)
+    """Both terms are linear in B at a fixed S: c0 + c1·B and m0 + m1·B (or piecewise: searched)."""
+    compute, memory = terms.compute.xreplace({S: context}), terms.memory.xreplace({S: context})
+    c, m = piecewise.polynomial(compute, B), piecewise.polynomial(memory, B)
+    if c is None or m is None or c.degree() > 1 or m.degree() > 1:
+        return _crossover_searched(compute, memory, context)
     c0, c1 = c.coeff_monomial(1), c.coeff_monomial(B)
     m0, m1 = m.coeff_monomial(1), m.coeff_monomial(B)
     ceiling = float(1 / max(c1, m1)) if max(c1, m1) > 0 else math.inf
@@ -226,6 +229,17 @@ def crossover(terms: Terms, context: int) -> Crossover:
         return Crossover(context, at, max(1, int(math.ceil(at))), ceiling)
     first = 1 if (c1 == m1 and c0 >= m0) else None   # parallel lines, or memory pulls away
     return Crossover(context, None, first, ceiling)
+
+
+def _crossover_searched(compute: sp.Expr, memory: sp.Expr, context: int) -> Crossover:
+    """Terms a declared op made piecewise (ceil, min, max) or nonlinear in B: the first
+    compute-bound batch is searched exactly, `at` is that batch (no meeting point is solved
+    for), and the ceiling is tokens/s at the end of the search, B = 2^40."""
+    first = piecewise.first_true(
+        lambda x: piecewise.at(compute, B, x) >= piecewise.at(memory, B, x))
+    far = piecewise.far()
+    ceiling = float(far / sp.Max(piecewise.at(compute, B, far), piecewise.at(memory, B, far)))
+    return Crossover(context, None if first is None else sp.Integer(first), first, ceiling)
 
 
 def fit_tokens(capacity: int, weight_bytes: int, kv_per_token: int) -> int:

@@ -6,6 +6,7 @@ section it returns is rendered by `templates/<format>/<key>.<format>.j2`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import cached_property
 
@@ -13,7 +14,8 @@ from rooflinec import symbols as sym
 from rooflinec.derive import exact
 from rooflinec.errors import Problem, SpecError
 from rooflinec.evaluate import NoPeak
-from rooflinec import passes
+from rooflinec import flash, passes
+from rooflinec.budget import Budget
 from rooflinec.lower import Conventions, lower
 from rooflinec.passes import Target
 from rooflinec.spec import Study
@@ -61,12 +63,16 @@ class Context:
             try:
                 self._programs[key] = passes.apply(base, variant, target)
             except passes.NoOnChipMemory:
-                index = self.devices.index(device) if device in self.devices else 0
-                raise SpecError([self.problem(("devices", index), (
+                raise SpecError([self.problem(("devices", self._index(device)), (
                     f"device '{getattr(device, 'key', None)}' gives no on_chip.sram_per_sm, which the "
                     f"'{variant}' variant needs for FlashAttention's tiles in {phase}; add on_chip to "
                     "its hardware spec or choose the 'fused' variant"))]) from None
+            except flash.SramTooSmall as exc:
+                raise SpecError([self.problem(("devices", self._index(device)), str(exc))]) from None
         return self._programs[key]
+
+    def _index(self, device) -> int:
+        return self.devices.index(device) if device in self.devices else 0
 
     @cached_property
     def values(self) -> dict:
@@ -84,11 +90,33 @@ class Context:
         return self.study.doc.problem(path, message)
 
 
+EXACT = 2 ** 53   # integers above this leave a section as floats: charts and NumPy take floats
+
+
+def settle(node, path: str, bad: list):
+    """`node` (a section) with integers above EXACT as floats; where a number is infinite,
+    NaN or too large for a float, 'path = value' is added to `bad`."""
+    if isinstance(node, dict):
+        return {k: settle(v, f"{path}.{k}" if path else str(k), bad) for k, v in node.items()}
+    if isinstance(node, (list, tuple)):
+        return type(node)(settle(v, f"{path}[{i}]", bad) for i, v in enumerate(node))
+    if isinstance(node, int) and not isinstance(node, bool) and abs(node) > EXACT:
+        try:
+            node = float(node)
+        except OverflowError:
+            bad.append(f"{path} = an integer of {len(str(abs(node)))} digits")
+            return node
+    if isinstance(node, float) and not math.isfinite(node):
+        bad.append(f"{path} = {node}")
+    return node
+
+
 def run(study: Study, on_section=None) -> list[dict]:
     """Every analysis of the study, in the order written, as report sections.
     `on_section(index, section)` hears of each section as soon as it is evaluated."""
     ctx = Context(study)
     sections, problems = [], []
+    budget = Budget(len(study.devices), ctx.problem)
     for key, options in study.analyses.items():
         title, fn = ANALYSES[key]
         if study.model is None and key not in MODEL_FREE:
@@ -97,11 +125,20 @@ def run(study: Study, on_section=None) -> list[dict]:
                 at_key=True))
             continue
         options, found = expand_ranges(options or {}, ("analyses", key), ctx.problem)
+        found = found or budget.charge(key, options)
         if found:
             problems.extend(found)
             continue
         try:
-            sections.append({"kind": key, "title": title, **fn(ctx, options)})
+            bad: list = []   # checked before any format or chart sees the section
+            section = settle({"kind": key, "title": title, **fn(ctx, options)}, "", bad)
+            if bad:
+                problems.append(study.doc.problem(("analyses", key), (
+                    f"analysis '{key}' computes a number that is not finite ({bad[0]}); check its "
+                    "workload sizes, the devices' numbers and the formulas the model declares"),
+                    at_key=True))
+                continue
+            sections.append(section)
             if on_section is not None and not problems:
                 on_section(len(sections) - 1, sections[-1])
         except SpecError as exc:
