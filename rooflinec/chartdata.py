@@ -21,6 +21,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 
 from rooflinec import symbols as sym
+from rooflinec.finite import settle
 
 EXTRACTORS: dict[str, Callable[[dict, dict], list[dict]]] = {}
 
@@ -231,6 +232,11 @@ def _outside(node) -> float | None:
 
 def _checked(chart: dict) -> dict:
     """`chart`, or `chart` with `left_out` saying why it is not drawn (the report shows that)."""
+    found: list = []
+    chart = settle(chart, "", found)
+    if found:
+        return dict(chart, left_out=f"it would plot a number that is not finite ({found[0]}); the "
+                                    "numbers are in the tables")
     bad = _outside({k: v for k, v in chart.items() if k != "section"})
     if bad is None:
         return chart

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from rooflinec import piecewise
+from rooflinec import piecewise, timebox
 from rooflinec.derive import exact
+from rooflinec.evaluate import number
 from rooflinec.ir import Program
 from rooflinec.symbols import B, L, M, S, b, d_head, n_kv, n_q
 
@@ -96,7 +97,8 @@ def palm_account(n_params: sp.Expr, sequence=S) -> Account:
 def _per_token(program: Program, keep) -> sp.Expr:
     total = sp.Add(*(op.cost.flops * op.repeat for op in program.ops if keep(op)))
     tokens = (M * 1).subs(program.bindings)    # tokens through the layers: B·S in prefill
-    return sp.factor(sp.cancel(total.subs(program.bindings) / tokens))
+    per_token = total.subs(program.bindings) / tokens
+    return timebox.run(timebox.SIMPLIFY_S, lambda: sp.factor(sp.cancel(per_token)), lambda: per_token)
 
 
 def ledger_account(program: Program) -> Account:
@@ -201,8 +203,9 @@ def step_terms(program: Program, values: dict, peaks: dict, bandwidth) -> Terms:
                 raise MissingPeak(op.name, op.unit)
             compute += f / exact(peaks[op.unit])
         flops += f
-    return Terms(sp.expand(flops), sp.expand(nbytes), sp.expand(compute),
-                 sp.expand(nbytes / exact(bandwidth)))
+    terms = (flops, nbytes, compute, nbytes / exact(bandwidth))
+    return timebox.run(timebox.SIMPLIFY_S, lambda: Terms(*map(sp.expand, terms)),
+                       lambda: Terms(*terms))   # not expanded: the same values, slower to evaluate
 
 
 @dataclass(frozen=True)
@@ -217,10 +220,12 @@ class Crossover:
 
 def crossover(terms: Terms, context: int) -> Crossover:
     """Both terms are linear in B at a fixed S: c0 + c1·B and m0 + m1·B (or piecewise: searched)."""
-    compute, memory = terms.compute.xreplace({S: context}), terms.memory.xreplace({S: context})
-    c, m = piecewise.polynomial(compute, B), piecewise.polynomial(memory, B)
+    if piecewise.has_piecewise(terms.compute, B) or piecewise.has_piecewise(terms.memory, B):
+        return _crossover_searched(terms, context)
+    c = piecewise.polynomial(terms.compute.xreplace({S: context}), B)
+    m = piecewise.polynomial(terms.memory.xreplace({S: context}), B)
     if c is None or m is None or c.degree() > 1 or m.degree() > 1:
-        return _crossover_searched(compute, memory, context)
+        return _crossover_searched(terms, context)
     c0, c1 = c.coeff_monomial(1), c.coeff_monomial(B)
     m0, m1 = m.coeff_monomial(1), m.coeff_monomial(B)
     ceiling = float(1 / max(c1, m1)) if max(c1, m1) > 0 else math.inf
@@ -231,14 +236,16 @@ def crossover(terms: Terms, context: int) -> Crossover:
     return Crossover(context, None, first, ceiling)
 
 
-def _crossover_searched(compute: sp.Expr, memory: sp.Expr, context: int) -> Crossover:
+def _crossover_searched(terms: Terms, context: int) -> Crossover:
     """Terms a declared op made piecewise (ceil, min, max) or nonlinear in B: the first
-    compute-bound batch is searched exactly, `at` is that batch (no meeting point is solved
-    for), and the ceiling is tokens/s at the end of the search, B = 2^40."""
-    first = piecewise.first_true(
-        lambda x: piecewise.at(compute, B, x) >= piecewise.at(memory, B, x))
+    compute-bound batch is searched, `at` is that batch (no meeting point is solved for),
+    and the ceiling is tokens/s at the end of the search, B = 2^40."""
+    def step(batch) -> tuple:
+        point = {B: batch, S: context}
+        return number(terms.compute, point), number(terms.memory, point)
+    first = piecewise.first_true(lambda x: step(x)[0] >= step(x)[1])
     far = piecewise.far()
-    ceiling = float(far / sp.Max(piecewise.at(compute, B, far), piecewise.at(memory, B, far)))
+    ceiling = far / max(step(far))
     return Crossover(context, None if first is None else sp.Integer(first), first, ceiling)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -18,7 +19,29 @@ class Problem:
     message: str    # what is wrong; what is accepted
 
     def __str__(self) -> str:
-        return one_line(f"{self.file}:{self.line}:{self.col}: {self.path}: {self.message}")
+        return one_line(f"{self.file}:{self.line}:{self.col}: {capped(self.path)}: {capped(self.message)}")
+
+
+MAX_RUN = 200        # characters of one unbroken word a message quotes in full (a file path fits)
+MAX_MESSAGE = 2000   # characters of one message
+_RUN = re.compile(r"\S{%d,}" % (MAX_RUN + 1))
+
+
+def shortened(text: str, keep: int = 60) -> str:
+    """The start of a long `text` and its length: a message quotes a value, not a file."""
+    return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"
+
+
+def _short_run(match) -> str:
+    run = match.group()
+    tail = re.search(r"\W{0,3}$", run).group()   # the quote and ';' that close a quoted value
+    return shortened(run[:len(run) - len(tail)]) + tail
+
+
+def capped(text: str) -> str:
+    """`text` with every word over MAX_RUN characters, and the whole over MAX_MESSAGE, shortened."""
+    text = _RUN.sub(_short_run, text)
+    return text if len(text) <= MAX_MESSAGE else shortened(text, MAX_MESSAGE)
 
 
 # control characters a spec may smuggle into a key or value: one problem stays one line

@@ -34,7 +34,7 @@ MAX_DEPTH = 50          # nested parentheses, unary signs, powers and calls
 MAX_EXPONENT = 16       # |n| in x**n
 MAX_BITS = 4096         # size of a number a power may build: 2**4096 is plenty
 MAX_SYMBOLS = 24        # distinct symbols in one formula
-MAX_TERMS = 2000        # terms of the formula multiplied out (an upper bound, not expanded)
+MAX_TERMS = 256         # terms of the formula multiplied out (an upper bound, not expanded)
 
 FUNCTIONS = {"min": sp.Min, "max": sp.Max, "ceil": sp.ceiling, "floor": sp.floor}
 _ARITY = {"min": "two or more arguments", "max": "two or more arguments",

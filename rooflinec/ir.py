@@ -7,6 +7,8 @@ from functools import lru_cache
 
 import sympy as sp
 
+from rooflinec import timebox
+
 from rooflinec import symbols as sym
 
 # Where an op's bytes go; a report sums traffic by these classes.
@@ -48,8 +50,9 @@ class Cost:
 
 @lru_cache(maxsize=4096)
 def factored(expr: sp.Expr) -> sp.Expr:
-    """sp.factor, once per expression: phases, variants and analyses share many costs."""
-    return sp.factor(expr)
+    """sp.factor, once per expression: phases, variants and analyses share many costs.
+    Not simplified (returned as written) where factoring runs past its time budget."""
+    return timebox.run(timebox.SIMPLIFY_S, lambda: sp.factor(expr), lambda: expr)
 
 
 @lru_cache(maxsize=None)

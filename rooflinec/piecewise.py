@@ -15,11 +15,28 @@ from collections.abc import Callable
 
 import sympy as sp
 
+from rooflinec import timebox
+
 SEARCH_DOUBLINGS = 40   # the search stops at 2^40: past any batch, context or token count
 
 
+PIECEWISE = (sp.Min, sp.Max, sp.ceiling, sp.floor)
+
+
+def has_piecewise(expr: sp.Expr, var: sp.Symbol) -> bool:
+    """Whether `var` appears inside a min, max, ceil or floor of `expr`."""
+    return any(var in f.free_symbols for f in expr.atoms(*PIECEWISE))
+
+
 def polynomial(expr: sp.Expr, var: sp.Symbol) -> sp.Poly | None:
-    """`expr` as a polynomial in `var`, or None where it is not one (ceil, min, var**-1 ...)."""
+    """`expr` as a polynomial in `var`, or None where it is not one (ceil, min, var**-1 ...)
+    or is not made one within the time budget."""
+    if has_piecewise(expr, var):
+        return None   # no Poly: sympy would first multiply out every argument
+    return timebox.run(timebox.SIMPLIFY_S, lambda: _poly(expr, var), lambda: None)
+
+
+def _poly(expr: sp.Expr, var: sp.Symbol) -> sp.Poly | None:
     try:
         return sp.Poly(expr, var)
     except sp.PolynomialError:

@@ -6,15 +6,15 @@ section it returns is rendered by `templates/<format>/<key>.<format>.j2`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from functools import cached_property
 
 from rooflinec import symbols as sym
 from rooflinec.derive import exact
 from rooflinec.errors import Problem, SpecError
+from rooflinec.finite import settle
 from rooflinec.evaluate import NoPeak
-from rooflinec import flash, passes
+from rooflinec import flash, passes, timebox
 from rooflinec.budget import Budget
 from rooflinec.lower import Conventions, lower
 from rooflinec.passes import Target
@@ -90,31 +90,11 @@ class Context:
         return self.study.doc.problem(path, message)
 
 
-EXACT = 2 ** 53   # integers above this leave a section as floats: charts and NumPy take floats
-
-
-def settle(node, path: str, bad: list):
-    """`node` (a section) with integers above EXACT as floats; where a number is infinite,
-    NaN or too large for a float, 'path = value' is added to `bad`."""
-    if isinstance(node, dict):
-        return {k: settle(v, f"{path}.{k}" if path else str(k), bad) for k, v in node.items()}
-    if isinstance(node, (list, tuple)):
-        return type(node)(settle(v, f"{path}[{i}]", bad) for i, v in enumerate(node))
-    if isinstance(node, int) and not isinstance(node, bool) and abs(node) > EXACT:
-        try:
-            node = float(node)
-        except OverflowError:
-            bad.append(f"{path} = an integer of {len(str(abs(node)))} digits")
-            return node
-    if isinstance(node, float) and not math.isfinite(node):
-        bad.append(f"{path} = {node}")
-    return node
-
-
 def run(study: Study, on_section=None) -> list[dict]:
     """Every analysis of the study, in the order written, as report sections.
     `on_section(index, section)` hears of each section as soon as it is evaluated."""
     ctx = Context(study)
+    timebox.reset()
     sections, problems = [], []
     budget = Budget(len(study.devices), ctx.problem)
     for key, options in study.analyses.items():
