@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 
 MAX_ANALYSIS = 4096    # points x devices one analysis may evaluate
-MAX_STUDY = 16384      # the same, summed over a study's analyses
+MAX_STUDY = 12288      # the same, summed over a study's analyses
 
 # analysis -> its tables, each the list keys it crosses; an analysis not named here
 # crosses every list it has (an upper bound)
@@ -26,15 +26,17 @@ TABLES = {
     "ledger": [("phases", "variants", "scopes", "workloads")],
     "sweep": [],
 }
+DEFAULTS = {"serving": {"prompts": "contexts"}}   # a list left out that another one stands for
 
 
 def points(key: str, options: dict) -> int:
     """Points one analysis evaluates, before the devices multiply them."""
     if not isinstance(options, dict):
         return 1
+    options = {**{k: options.get(v) for k, v in DEFAULTS.get(key, {}).items()}, **options}
     tables = TABLES.get(key, [tuple(k for k, v in options.items() if isinstance(v, list))])
-    return sum(math.prod(len(options[k]) for k in table if isinstance(options.get(k), list))
-               for table in tables)
+    lists = [[len(options[k]) for k in table if isinstance(options.get(k), list)] for table in tables]
+    return sum(math.prod(lengths) for lengths in lists if lengths)
 
 
 class Budget:

@@ -33,9 +33,8 @@ def shortened(text: str, keep: int = 60) -> str:
 
 
 def _short_run(match) -> str:
-    run = match.group()
-    tail = re.search(r"\W{0,3}$", run).group()   # the quote and ';' that close a quoted value
-    return shortened(run[:len(run) - len(tail)]) + tail
+    head, run, tail = re.fullmatch(r"(\W{0,3})(.*?)(\W{0,3})", match.group(), re.DOTALL).groups()
+    return head + shortened(run) + tail   # the quotes and ';' around a value stay whole
 
 
 def capped(text: str) -> str:

@@ -13,7 +13,7 @@ from rooflinec import symbols as sym
 from rooflinec.derive import exact
 from rooflinec.errors import Problem, SpecError
 from rooflinec.finite import settle
-from rooflinec.evaluate import NoPeak
+from rooflinec.evaluate import NoPeak, Unbound
 from rooflinec import flash, passes, timebox
 from rooflinec.budget import Budget
 from rooflinec.lower import Conventions, lower
@@ -90,25 +90,32 @@ class Context:
         return self.study.doc.problem(path, message)
 
 
+def _expanded(study: Study, ctx: Context) -> dict:
+    """Every analysis's options with ranges expanded, all within their budgets; SpecError with
+    every problem before anything is evaluated."""
+    out, problems = {}, []
+    budget = Budget(len(study.devices), ctx.problem)
+    for key, options in study.analyses.items():
+        if study.model is None and key not in MODEL_FREE:
+            problems.append(study.doc.problem(("analyses", key), (
+                f"analysis '{key}' needs a model; add 'model: <name under models/>' to the study"),
+                at_key=True))
+            continue
+        out[key], found = expand_ranges(options or {}, ("analyses", key), ctx.problem)
+        problems += found or budget.charge(key, out[key])
+    if problems:
+        raise SpecError(problems)
+    return out
+
+
 def run(study: Study, on_section=None) -> list[dict]:
     """Every analysis of the study, in the order written, as report sections.
     `on_section(index, section)` hears of each section as soon as it is evaluated."""
     ctx = Context(study)
     timebox.reset()
     sections, problems = [], []
-    budget = Budget(len(study.devices), ctx.problem)
-    for key, options in study.analyses.items():
+    for key, options in _expanded(study, ctx).items():
         title, fn = ANALYSES[key]
-        if study.model is None and key not in MODEL_FREE:
-            problems.append(study.doc.problem(("analyses", key), (
-                f"analysis '{key}' needs a model; add 'model: <name under models/>' to the study"),
-                at_key=True))
-            continue
-        options, found = expand_ranges(options or {}, ("analyses", key), ctx.problem)
-        found = found or budget.charge(key, options)
-        if found:
-            problems.extend(found)
-            continue
         try:
             bad: list = []   # checked before any format or chart sees the section
             section = settle({"kind": key, "title": title, **fn(ctx, options)}, "", bad)
@@ -127,6 +134,12 @@ def run(study: Study, on_section=None) -> list[dict]:
             where = study.devices.index(exc.device) if exc.device in study.devices else None
             problems.append(study.doc.problem(("devices", where) if where is not None
                                               else ("analyses", key), str(exc)))
+        except Unbound as exc:
+            problems.append(study.doc.problem(("analyses", key), (
+                f"analysis '{key}' evaluates at no value of {', '.join(exc.names)}, but its formulas "
+                "still depend on it (an operator the model declares brings it in, or does not "
+                "simplify within the time budget); this analysis cannot use such an operator"),
+                at_key=True))
         except (OverflowError, ZeroDivisionError) as exc:   # numbers past what a float holds
             problems.append(study.doc.problem(("analyses", key), (
                 f"analysis '{key}' cannot evaluate its numbers ({exc}); check its workload sizes "
