@@ -29,10 +29,23 @@ TABLES = {
 DEFAULTS = {"serving": {"prompts": "contexts"}}   # a list left out that another one stands for
 
 
+def _operator_points(options: dict) -> int:
+    """The operator catalog crosses each op's argument lists."""
+    ops = options.get("ops")
+    return sum(math.prod(len(v) for v in op["args"].values() if isinstance(v, list))
+               for op in (ops if isinstance(ops, list) else ())
+               if isinstance(op, dict) and isinstance(op.get("args"), dict))
+
+
+COUNTERS = {"operators": _operator_points}
+
+
 def points(key: str, options: dict) -> int:
     """Points one analysis evaluates, before the devices multiply them."""
     if not isinstance(options, dict):
         return 1
+    if key in COUNTERS:
+        return COUNTERS[key](options)
     options = {**{k: options.get(v) for k, v in DEFAULTS.get(key, {}).items()}, **options}
     tables = TABLES.get(key, [tuple(k for k, v in options.items() if isinstance(v, list))])
     lists = [[len(options[k]) for k in table if isinstance(options.get(k), list)] for table in tables]

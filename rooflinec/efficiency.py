@@ -243,7 +243,11 @@ def _crossover_searched(terms: Terms, context: int) -> Crossover:
     def step(batch) -> tuple:
         point = {B: batch, S: context}
         return number(terms.compute, point), number(terms.memory, point)
-    first = piecewise.first_true(lambda x: step(x)[0] >= step(x)[1])
+
+    def compute_bound(batch) -> bool:
+        compute, memory = step(batch)
+        return compute >= memory
+    first = piecewise.first_true(compute_bound)
     far = piecewise.far()
     ceiling = far / max(step(far))
     return Crossover(context, None if first is None else sp.Integer(first), first, ceiling)

@@ -4,9 +4,10 @@ saturating Max(4096, 2048*B)).
 
 `polynomial` says whether the exact path applies; `first_true` is the search the
 analyses fall back to: doubling finds a power of two where the condition holds, then
-bisection the first whole value after the last power where it does not. Each probe is
-evaluated exactly (sympy rationals), so the answer is exact wherever the condition,
-once true, stays true as the variable grows (the crossings rooflinec looks for).
+bisection the first whole value after the last power where it does not. The answer is
+the smallest such value wherever the condition, once true, stays true as the variable
+grows (the crossings rooflinec looks for). Crossings of one op evaluate each probe exactly
+(`at`, sympy rationals); a whole step's long sums go through evaluate's compiled closures.
 """
 
 from __future__ import annotations

@@ -105,6 +105,13 @@ def test_crossed_lists_past_the_analysis_budget_are_refused(tree):
     _refused(study, "analyses.serving", "at most 4096")
 
 
+def test_an_operator_whose_argument_lists_cross_past_the_budget_is_refused(tree):
+    values = list(range(1, 101))   # 100^3 points for one GEMM
+    study = _write(tree / "study.yaml", {"devices": ["a100-40gb"], "analyses": {"operators": {"ops": [
+        {"label": "big", "formula": "gemm", "args": {"m": values, "k": values, "n": values}}]}}})
+    _refused(study, "analyses.operators", "at most 4096", within=5.0)
+
+
 def test_analyses_within_their_budgets_but_past_the_study_budget_are_refused(tree):
     rng = {"from": 1, "to": 1000, "step": 1}   # 4000 points each on 4 devices
     study = _study(tree, {"gemm_intensity": {"tokens": rng}, "attention_intensity": {"contexts": rng},
