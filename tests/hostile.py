@@ -86,6 +86,13 @@ def _operator(rng: random.Random) -> dict:
             "flops": rng.choice(FORMULAS), "bytes": f"2*d_model + {rng.choice(FORMULAS)}"}
 
 
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:   # a mutated name too long for a file name
+        return False
+
+
 def _load(path: Path) -> dict:
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 
@@ -112,11 +119,11 @@ def make_case(rng: random.Random, root: Path) -> Path:
             _mutate(rng, study)
         elif target == "device":
             name = study["devices"][0] if isinstance(study["devices"], list) and study["devices"] else None
-            if isinstance(name, str) and (root / "hardware" / f"{name}.yaml").exists():
+            if isinstance(name, str) and _exists(root / "hardware" / f"{name}.yaml"):
                 device = _load(SPECS / "hardware" / f"{name}.yaml")
                 _mutate(rng, device)
                 (root / "hardware" / f"{name}.yaml").write_text(_dump(device), encoding="utf-8")
-        elif isinstance(study.get("model"), str) and (SPECS / "models" / f"{study['model']}.yaml").exists():
+        elif isinstance(study.get("model"), str) and _exists(SPECS / "models" / f"{study['model']}.yaml"):
             model = _load(SPECS / "models" / f"{study['model']}.yaml")
             if target == "model":
                 _mutate(rng, model)
