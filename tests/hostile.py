@@ -4,7 +4,8 @@ Each case copies the spec tree, keeps one or two analyses of a shipped study, ap
 to three mutations drawn from HOSTILE (huge and tiny numbers, NaN, fractional bytes,
 non-ASCII digits, lists and ranges past every budget, piecewise and exploding formulas,
 long names) to the study, a device or the model, and builds it with the CLI in-process.
-The outcome must be exit 0 with a JSON report that holds only finite numbers, or exit 1
+The outcome must be exit 0 with a JSON report that holds only finite numbers and keeps
+the report schema, or exit 1
 with located problems only; a traceback or a case over 10 s is a failure.
 
     python tests/hostile.py --count 5000 --seed 1     # prints the counts, exits 1 on a failure
@@ -77,8 +78,9 @@ def _mutate(rng: random.Random, doc: dict) -> None:
     numeric = [p for p in found if isinstance(_get(doc, p), (int, float, list))
                and not isinstance(_get(doc, p), bool)]
     pool = numeric if numeric and rng.random() < 0.8 else found
+    values = LARGE if rng.random() < 0.3 else HOSTILE + LARGE   # some cases meant to build
     if pool:
-        _set(doc, rng.choice(pool), copy.deepcopy(rng.choice(HOSTILE + LARGE)))
+        _set(doc, rng.choice(pool), copy.deepcopy(rng.choice(values)))
 
 
 def _operator(rng: random.Random) -> dict:
@@ -140,7 +142,7 @@ def _reject_constant(name: str):
 
 
 def run_case(study: Path, out: Path) -> tuple[str, str]:
-    """('ok' | 'located' | 'traceback' | 'unlocated' | 'infinite', detail)."""
+    """('ok' | 'located' | 'traceback' | 'unlocated' | 'infinite' | 'invalid', detail)."""
     from rooflinec.cli import run as cli_run
     stdout, stderr = io.StringIO(), io.StringIO()
     try:
@@ -154,17 +156,21 @@ def run_case(study: Path, out: Path) -> tuple[str, str]:
     if code != 0:
         return "unlocated", f"exit {code}: {stderr.getvalue()[:2000]}"
     try:
-        json.loads((out / f"{study.stem}.json").read_text(encoding="utf-8"),
-                   parse_constant=_reject_constant)
+        rep = json.loads((out / f"{study.stem}.json").read_text(encoding="utf-8"),
+                         parse_constant=_reject_constant)
     except ValueError as exc:
         return "infinite", str(exc)
-    return "ok", ""
+    from jsonschema import Draft202012Validator
+    from rooflinec.validate import schema
+    errors = [e.message[:200] for e in Draft202012Validator(schema("report")).iter_errors(rep)]
+    return ("invalid", "; ".join(errors[:3])) if errors else ("ok", "")
 
 
 def fuzz(count: int, seed: int, report=None) -> dict:
     """Run `count` cases; the tally, the slowest case, and the failures (at most 20)."""
     rng = random.Random(seed)
-    tally = {"ok": 0, "located": 0, "traceback": 0, "unlocated": 0, "infinite": 0, "slow": 0}
+    tally = {"ok": 0, "located": 0, "traceback": 0, "unlocated": 0, "infinite": 0, "invalid": 0,
+             "slow": 0}
     failures, slowest = [], 0.0
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(count):
@@ -195,7 +201,7 @@ def main() -> int:
     args = parser.parse_args()
     result = fuzz(args.count, args.seed, report=lambda line: print(line, flush=True))
     print(json.dumps(result, indent=1))
-    bad = sum(result["tally"][k] for k in ("traceback", "unlocated", "infinite", "slow"))
+    bad = sum(result["tally"][k] for k in ("traceback", "unlocated", "infinite", "invalid", "slow"))
     return 1 if bad else 0
 
 
