@@ -8,6 +8,7 @@ Not a test: timings depend on the machine. Targets (a 2-core machine):
   build specs/qwen.yaml       <= 1.5 x the import floor (a Python that only imports the
                                  runtime dependencies as the build uses them: matplotlib's
                                  figure and SVG backend, not bare matplotlib); every build cold
+  serve (a quick answer)       <= 1.2 x the import floor
   10^6-point ledger sweep      < 2 s and < 500 MB peak RSS (all ops, one device, one variant)
   compile at 1000 layers       within 10% of 24 layers
 """
@@ -113,15 +114,17 @@ def child_sweep() -> dict:
     from rooflinec import sweep
     from rooflinec.lower import lower
     from rooflinec.symbols import B, S
+    from rooflinec.workbench import Workbench
     study = _qwen()
     device = study.devices[0]
     kernel = sweep.compile_program(lower(study.model, "decode"))
+    bench = Workbench(study)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
     def timed(contexts: int):
         axes = {B: np.arange(1, SWEEP_SIDE + 1), S: np.arange(1, contexts + 1)}
         start = time.perf_counter()
-        totals = sweep.run(kernel, study.model, axes, [device], study.dtype, study.bytes_per_element)
+        totals = sweep.run(kernel, bench, axes, [device], study.dtype)
         return totals, time.perf_counter() - start
 
     timed(1)   # warm-up: NumPy's and the kernel's first calls
@@ -183,8 +186,9 @@ def main(argv=None) -> int:
                                         "--out", out, "--format", formats]
         # The floor and the qwen builds are measured in turn, so that load falls on all alike.
         qwen_formats = (FULL, "md,json", NO_CHARTS)
-        (floor, floor_med, floor_cpu), *measured = paired(
-            [floor_argv, *(build(qwen, f) for f in qwen_formats)], args.runs)
+        serve = [sys.executable, "-m", "rooflinec", "serve", "qwen2.5-7b", "--device", "h100-sxm"]
+        (floor, floor_med, floor_cpu), *measured, served = paired(
+            [floor_argv, *(build(qwen, f) for f in qwen_formats), serve], args.runs)
         qwen_runs = dict(zip(qwen_formats, measured))
         print(f"import floor: python -c 'import {', '.join(modules)}'\n"
               f"  best {floor:.3f} s, median {floor_med:.3f} s, cpu {floor_cpu:.3f} s "
@@ -202,6 +206,12 @@ def main(argv=None) -> int:
                     ok &= passed
                     line += f"  [target best <= 1.5 x best floor: {verdict(passed)}]"
                 print(line)
+        t, med, cpu = served
+        passed = t <= 1.2 * floor
+        ok &= passed
+        print(f"{' '.join(serve[2:])}: best {t:.3f} s = {t / floor:.2f} x floor (median {med:.3f} s"
+              f" = {med / floor_med:.2f} x; cpu {cpu:.3f} s = {cpu / floor_cpu:.2f} x)"
+              f"  [target best <= 1.2 x best floor: {verdict(passed)}]")
     s = child("sweep")
     fast, small = s["seconds"] < 2, s["rss_mib"] < 500
     ok &= fast and small

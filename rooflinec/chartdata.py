@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from types import SimpleNamespace
 
-from rooflinec import symbols as sym
 from rooflinec.finite import settle
+from rooflinec.quantities import count
 
 EXTRACTORS: dict[str, Callable[[dict, dict], list[dict]]] = {}
 
@@ -94,15 +93,8 @@ def _ledger(section: dict, report: dict) -> list[dict]:
 def _args(args: dict) -> str:
     vals = list(args.values())
     if len(set(vals)) == 1 and len(vals) > 1:
-        return f"{'='.join(args)} = {_short(vals[0])}"
-    return ", ".join(f"{k}={_short(v)}" for k, v in args.items())
-
-
-def _short(v) -> str:
-    for factor, suffix in ((1 << 20, "M"), (1 << 10, "k")):
-        if isinstance(v, int) and v >= factor and v % factor == 0:
-            return f"{v // factor}{suffix}"
-    return str(v)
+        return f"{'='.join(args)} = {count(vals[0])}"
+    return ", ".join(f"{k}={count(v)}" for k, v in args.items())
 
 
 @points("operators")
@@ -143,38 +135,12 @@ def _roofline_charts(index: int, section: dict, report: dict) -> list[dict]:
     return charts
 
 
-def model_values(report: dict) -> dict:
-    """Numbers for the model symbols and bytes per element, from the report's header."""
-    return {**sym.model_values(SimpleNamespace(**report["model"])), sym.b: report["bytes_per_element"]}
-
-
-def sweep_range(crossings: list[int | None], lo: int = 1) -> tuple[int, int]:
-    """Tokens in flight from 1 to a power of two past every crossing (at least 4096)."""
-    top = max([4096, *(2 * c for c in crossings if c is not None)])
-    return lo, 1 << (top - 1).bit_length()
-
-
-def gemm_sweep(index: int, section: dict, report: dict, n: int = 49) -> dict | None:
-    """Intensity of each GEMM row against its workload knob, from the row's formula.
-
-    Evaluated through `evaluate.number`, whose compiled function the analysis already built.
-    """
-    from rooflinec.evaluate import number
-
-    rows = [r for r in section["rows"] if "formula" in r]
-    if not rows:
+def gemm_sweep(index: int, section: dict, report: dict) -> dict | None:
+    """Intensity of each GEMM row against its workload knob: the curves the analysis computed."""
+    curves = section.get("curves")
+    if not curves or not curves["lines"]:
         return None
-    values = model_values(report)
-    lo, hi = sweep_range([r["crossing"][d["key"]] for r in rows for d in report["devices"]])
-    xs = [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
-    lines = []
-    for r in rows:
-        var = sym.ALPHABET[r["variable"]]
-        at = lambda x: number(r["formula"], {**values, var: x})  # noqa: E731
-        marks = [{"device": d["key"], "at": r["crossing"][d["key"]], "intensity": at(r["crossing"][d["key"]])}
-                 for d in report["devices"] if r["crossing"][d["key"]] is not None]
-        lines.append({"label": r["label"], "variable": r["variable"], "x": xs,
-                      "y": [at(x) for x in xs], "crossings": marks})
+    lines = [{**line, "x": curves["x"]} for line in curves["lines"]]
     return {"kind": "sweep", "section": index, "name": f"{slug(section['kind'])}-sweep",
             "title": "GEMM intensity against tokens in flight",
             "alt": "GEMM intensity of each projection against tokens in flight, with each device's ridge",

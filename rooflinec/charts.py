@@ -13,6 +13,8 @@ import re
 import textwrap
 from functools import cache
 
+from rooflinec.quantities import short
+
 SERIES_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
                   "#e377c2")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -51,10 +53,7 @@ def _title(fig, text: str) -> None:
 
 def _tick(x: float, _pos=None) -> str:
     """Plain-text decade labels: 0.01, 1, 100, 10k, 1T (no mathtext)."""
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if x >= factor:
-            return f"{x / factor:g}{prefix}"
-    return f"{x:g}"
+    return short(x)
 
 
 def _decades(lo: float, hi: float) -> list[float]:
@@ -108,13 +107,6 @@ def _svg(fig) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     return buf.getvalue()
-
-
-def _si(x: float, unit: str) -> str:
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if x >= factor:
-            return f"{x / factor:.4g} {prefix}{unit}"
-    return f"{x:.4g} {unit}"
 
 
 def _clusters(pts: list[dict], tol: float = 0.03, roof: float = 1.0) -> list[list[dict]]:
@@ -244,11 +236,11 @@ def _roofs(ax, dev: dict, xmin: float, xmax: float) -> None:
     bw, tensor, vector = dev["bandwidth"], dev["tensor_peak"], dev["vector_peak"]
     ridge = tensor / bw
     ax.plot([xmin, ridge, xmax], [xmin * bw, tensor, tensor], color=ROOF, lw=1.8,
-            label=f"matrix roof {_si(tensor, 'FLOP/s')}, {_si(bw, 'B/s')}")
+            label=f"matrix roof {short(tensor, 'FLOP/s')}, {short(bw, 'B/s')}")
     if vector:
         vr = vector / bw
         ax.plot([vr, xmax], [vector, vector], color=ROOF, lw=1.1, ls="--",
-                label=f"vector roof {_si(vector, 'FLOP/s')}")
+                label=f"vector roof {short(vector, 'FLOP/s')}")
     ax.axvline(ridge, color="#999999", lw=0.8, ls=":")
     ax.annotate(f"ridge {ridge:.1f}", (ridge, 0), xycoords=("data", "axes fraction"), xytext=(3, 4),
                 textcoords="offset points", rotation=90, fontsize=7.5, color="#555555")
@@ -275,10 +267,12 @@ def roofline(chart: dict):
                    s=max(44 - 6 * i, 20), zorder=3,
                    marker=MARKERS[i % len(MARKERS)], color=SERIES_COLOURS[i % len(SERIES_COLOURS)],
                    edgecolors="white", linewidths=0.5, label=name)
-    _log_axes(ax, (xmin, xmax), (xmin * dev["bandwidth"] / 2, dev["tensor_peak"] * 3),
+    # a measured point far under its roof widens the axis down to it
+    ylo = min(xmin * dev["bandwidth"] / 2, *(p["attained"] / 2 for p in pts))
+    _log_axes(ax, (xmin, xmax), (ylo, dev["tensor_peak"] * 3),
               "arithmetic intensity (FLOP / byte)", "attainable FLOP/s")
     # after the limits, which placement reads; an upper-left legend is kept clear of labels
-    entries = [_si(dev["tensor_peak"], "FLOP/s") + " matrix roof, " + _si(dev["bandwidth"], "B/s"),
+    entries = [short(dev["tensor_peak"], "FLOP/s") + " matrix roof, " + short(dev["bandwidth"], "B/s"),
                *series] + (["vector roof"] if dev["vector_peak"] else [])
     legend = None if below else (len(entries) * 1.45 * 8.0 + 6, 28 + CHAR_PT * 1.2 * max(map(len, entries)))
     _annotate(ax, _clusters(pts), xmin, xmax, dev, legend)

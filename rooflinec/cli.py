@@ -6,7 +6,10 @@ import argparse
 import os
 import sys
 
+from rooflinec import quick, serving_cli
+from rooflinec.progress import Progress, drawn
 from rooflinec.errors import RooflineError, SpecError
+from rooflinec.measure import cli as measure_cli   # no torch: it loads when a measure runs
 from rooflinec.output import write_all
 
 EPILOG = """\
@@ -15,6 +18,12 @@ examples:
   rooflinec build specs/*.yaml --out /tmp/r --format md
   rooflinec check specs/qwen.yaml                  # validate only; every problem, located
   rooflinec explain specs/qwen.yaml k_proj         # one op's derivation in the terminal
+  rooflinec devices                                # the installed catalog; also: rooflinec models
+  rooflinec import config.json --hf-id meta-llama/Llama-3.1-8B --out models/llama-3.1-8b.yaml
+  rooflinec serve llama-3.1-8b.yaml --device h100-sxm --batch 1,8,64 --context 4096
+  rooflinec validate data/measured/serving-visible.csv   # serving model against measured runs
+  rooflinec calibrate data/measured/serving-visible.csv --out my-calibration.yaml
+  rooflinec measure device --quick                 # time this machine (needs the [measure] extra)
 
 exit status: 0 built, 1 a spec is wrong (each problem as file:line:col: path: message),
 2 the command line is wrong.
@@ -49,8 +58,15 @@ def _parser(stdout, stderr) -> _Parser:
     p = _Parser(prog="rooflinec", description="Compile YAML model and hardware specs into "
                 "per-operator roofline reports with symbolic derivations.",
                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, streams=streams)
+    p.add_argument("--version", action="version", version=f"rooflinec {_version()}")
+    quiet = argparse.ArgumentParser(add_help=False)   # -q before or after the command
+    quiet.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                       help="nothing on standard error unless something is wrong")
+    p.add_argument("-q", "--quiet", action="store_true", default=False,
+                   help="nothing on standard error unless something is wrong")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    b = sub.add_parser("build", help="build reports for one or more study specs", streams=streams)
+    b = sub.add_parser("build", help="build reports for one or more study specs", streams=streams,
+                       parents=[quiet])
     b.add_argument("specs", nargs="+", metavar="SPEC", help="study spec files, e.g. specs/qwen.yaml")
     b.add_argument("--out", default="reports", metavar="DIR", help="output folder (default: reports)")
     b.add_argument("--format", default="md,html,json", metavar="LIST",
@@ -63,7 +79,18 @@ def _parser(stdout, stderr) -> _Parser:
                        streams=streams)
     e.add_argument("spec", metavar="SPEC")
     e.add_argument("op", metavar="OP", help="op name, e.g. q_proj, attention, lm_head")
+    quick.register(sub, streams, parents=[quiet])
+    serving_cli.register(sub, streams, parents=[quiet])
+    measure_cli.register(sub, streams, parents=[quiet])
     return p
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("rooflinec")
+    except PackageNotFoundError:   # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def _formats(text: str, parser) -> list[str]:
@@ -75,7 +102,7 @@ def _formats(text: str, parser) -> list[str]:
     return formats
 
 
-def _build_all(specs: list[str], painter=None) -> list[tuple[dict, list | None]]:
+def _build_all(specs: list[str], painter=None, progress=None) -> list[tuple[dict, list | None]]:
     """Load and evaluate every study; raise one SpecError holding every problem.
 
     With a painter, each section's charts go to it as soon as the section is evaluated;
@@ -84,10 +111,15 @@ def _build_all(specs: list[str], painter=None) -> list[tuple[dict, list | None]]
     built, problems = [], []
     for path in specs:
         tickets = [] if painter is not None else None
-        heard = (lambda rep, i, section: tickets.append(
-            painter.submit(chartdata.plan_section(i, section, rep)))) if painter else None
+
+        def heard(rep, i, section, path=path, tickets=tickets):
+            if progress is not None:
+                progress(f"{path}: evaluated {section['title']}")
+            if tickets is not None:
+                tickets.append(painter.submit(chartdata.plan_section(i, section, rep)))
         try:
-            built.append((report.build(spec.load_study(path), heard), tickets))
+            built.append((report.build(spec.load_study(path),
+                                       heard if painter or progress else None), tickets))
         except SpecError as exc:
             problems.extend(exc.problems)
     if problems:
@@ -95,7 +127,7 @@ def _build_all(specs: list[str], painter=None) -> list[tuple[dict, list | None]]
     return built
 
 
-def cmd_build(args, stdout, parser) -> int:
+def cmd_build(args, stdout, stderr, parser) -> int:
     from rooflinec.charts import Painter
     from rooflinec.formats import CHARTED
     formats = _formats(args.format, parser)
@@ -103,7 +135,7 @@ def cmd_build(args, stdout, parser) -> int:
     # start matplotlib's import on the other core now; the studies are evaluated meanwhile
     painter = Painter() if charted and Painter.available() else None
     try:
-        outputs = _render_all(args, formats, painter)
+        outputs = _render_all(args, formats, painter, None if args.quiet else Progress(stderr))
     finally:
         if painter is not None:
             painter.close()
@@ -117,11 +149,12 @@ def cmd_build(args, stdout, parser) -> int:
     return 0
 
 
-def _render_all(args, formats, painter) -> dict[str, str]:
+def _render_all(args, formats, painter, progress) -> dict[str, str]:
     from rooflinec.render import render_many
     outputs = {}
-    for path, (rep, tickets) in zip(args.specs, _build_all(args.specs, painter)):
-        svgs = (lambda tickets=tickets: [painter.result(t) for t in tickets]) \
+    for path, (rep, tickets) in zip(args.specs, _build_all(args.specs, painter, progress)):
+        svgs = (lambda tickets=tickets, path=path: [drawn(painter.result(t), path, progress)
+                                                    for t in tickets]) \
             if tickets is not None else None
         for rel, text in render_many(rep, formats, svgs).items():
             target = os.path.join(args.out, *rel.split("/"))
@@ -132,20 +165,21 @@ def _render_all(args, formats, painter) -> dict[str, str]:
     return outputs
 
 
-def cmd_check(args, stdout, parser) -> int:
+def cmd_check(args, stdout, stderr, parser) -> int:
     _build_all(args.specs)
     for path in args.specs:
         stdout.write(f"{path}: ok\n")
     return 0
 
 
-def cmd_explain(args, stdout, parser) -> int:
+def cmd_explain(args, stdout, stderr, parser) -> int:
     from rooflinec.explain import explain
     stdout.write(explain(args.spec, args.op))
     return 0
 
 
-COMMANDS = {"build": cmd_build, "check": cmd_check, "explain": cmd_explain}
+COMMANDS = {"build": cmd_build, "check": cmd_check, "explain": cmd_explain, **quick.COMMANDS,
+            **serving_cli.COMMANDS, **measure_cli.COMMANDS}
 
 
 def run(argv: list[str], stdout=None, stderr=None) -> int:
@@ -153,7 +187,7 @@ def run(argv: list[str], stdout=None, stderr=None) -> int:
     parser = _parser(stdout, stderr)
     try:
         args = parser.parse_args(argv)
-        return COMMANDS[args.command](args, stdout, parser)
+        return COMMANDS[args.command](args, stdout, stderr, parser)
     except _Exit as exc:
         return exc.status
     except RooflineError as exc:

@@ -28,6 +28,7 @@ from rooflinec.derive import exact
 from rooflinec.evaluate import number
 from rooflinec.ir import Program
 from rooflinec.symbols import B, L, M, S, b, d_head, n_kv, n_q
+from rooflinec.workbench import Roofline
 
 ATTENTION = ("attention", "attention_matmul")
 
@@ -173,35 +174,27 @@ class Terms:
     memory: sp.Expr
 
     def at(self, batch, context) -> tuple[float, float]:
+        """(compute seconds, memory seconds) of the step at B = batch, S = context."""
         point = {B: batch, S: context}
         return float(self.compute.xreplace(point)), float(self.memory.xreplace(point))
 
-    def time(self, batch, context) -> float:
-        return max(self.at(batch, context))
+    def roof(self, batch, context) -> Roofline:
+        return Roofline(*self.at(batch, context))
 
 
-class MissingPeak(Exception):
-    """A step has FLOPs on a unit the device lists no peak for."""
-
-    def __init__(self, op: str, unit: str):
-        super().__init__(f"op {op!r} has FLOPs on the {unit} unit")
-        self.op, self.unit = op, unit
-
-
-def step_terms(program: Program, values: dict, peaks: dict, bandwidth) -> Terms:
+def step_terms(program: Program, values: dict, peak, bandwidth) -> Terms:
     """sum(FLOPs / peak of the op's unit) and bytes / bandwidth over the whole program.
 
-    `values` fixes the model symbols and b; `peaks` maps unit -> FLOP/s (None if absent).
-    Peaks and bandwidth enter as exact rationals so crossings are exact.
+    `values` fixes the model symbols and b; `peak(op)` is the peak the op runs against, as an
+    exact rational (the workbench's, which raises where the device lacks it); bandwidth enters
+    exactly too, so crossings are exact.
     """
     flops = nbytes = compute = sp.Integer(0)
     for op in program.ops:
         f = (op.cost.flops * op.repeat).xreplace(program.bindings).xreplace(values)
         nbytes += (op.cost.bytes * op.repeat).xreplace(program.bindings).xreplace(values)
         if f != 0:
-            if peaks.get(op.unit) is None:
-                raise MissingPeak(op.name, op.unit)
-            compute += f / exact(peaks[op.unit])
+            compute += f / peak(op)
         flops += f
     terms = (flops, nbytes, compute, nbytes / exact(bandwidth))
     return timebox.run(timebox.SIMPLIFY_S, lambda: Terms(*map(sp.expand, terms)),

@@ -56,3 +56,20 @@ class SpecError(RooflineError):
     def __init__(self, problems: list[Problem]):
         self.problems = sorted(set(problems))
         super().__init__("\n".join(map(str, self.problems)))
+
+
+class DeviceError(RooflineError):
+    """One device cannot serve what the study asks of it; `analyses.run` locates it at the device."""
+
+    def __init__(self, device, message: str):
+        super().__init__(message)
+        self.device = device
+
+
+class DeviceLacks(DeviceError):
+    """A device lacks a figure the study needs: a peak for an op's unit and dtype, or the
+    on-chip memory FlashAttention's tiles come from."""
+
+    def __init__(self, device, figure: str, field: str, needed_by: str):
+        super().__init__(device, f"device '{device.key}' lists no {figure}, which {needed_by} needs; "
+                                 f"add {field} to its hardware spec")

@@ -1,16 +1,16 @@
-"""Numbers enter here: a Program on a device at a workload point becomes a Ledger."""
+"""Numbers enter here: sympy expressions become Python or NumPy functions of the symbols.
+
+The roofline built on these numbers (ledgers, peaks, ridges) is the workbench's.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import lru_cache
 
 import sympy as sp
 
 from rooflinec import symbols as sym
-from rooflinec.ir import Op, Program
-from rooflinec.symbols import L
 
 _ARGS = tuple(sym.ALPHABET.values())
 
@@ -104,116 +104,3 @@ def vectorised(exprs, args=_ARGS):
     # The module object, not the string "numpy": the string makes lambdify run
     # `from numpy import *`, which loads numpy's lazy submodules (f2py, testing ...), ~0.15 s.
     return sp.lambdify(args, list(exprs), modules=[numpy], docstring_limit=0)
-
-
-def point(model, dtype_bytes, workload: dict, bindings: dict) -> dict[sp.Symbol, float]:
-    """Values of every symbol at one workload point; bound symbols (M) follow their binding."""
-    values = {**sym.model_values(model), sym.b: dtype_bytes, **workload}
-    for s, expr in bindings.items():
-        values[s] = number(expr, values)
-    return values
-
-
-@dataclass(frozen=True)
-class Roofline:
-    t_compute: float
-    t_memory: float
-
-    @property
-    def time(self) -> float:
-        return max(self.t_compute, self.t_memory)
-
-    @property
-    def bound(self) -> str:
-        return "compute" if self.t_compute >= self.t_memory else "memory"
-
-
-def roofline(flops: float, nbytes: float, peak: float, bandwidth: float) -> Roofline:
-    """t = max(FLOPs / peak, bytes / bandwidth): the lower bound of one kernel's time."""
-    return Roofline(flops / peak, nbytes / bandwidth)
-
-
-def regime(intensity: float, ridge: float) -> str:
-    return "compute-bound" if intensity >= ridge else "memory-bound"
-
-
-@dataclass(frozen=True)
-class Row:
-    op: Op
-    count: int            # launches: L for a layer op over the whole model, else 1
-    flops: float
-    bytes: float
-    traffic: dict         # bytes by traffic class
-    unit_peak: float
-    roof: Roofline
-    flops_share: float = 0.0
-    time_share: float = 0.0
-
-    @property
-    def intensity(self) -> float:
-        return self.flops / self.bytes
-
-
-@dataclass(frozen=True)
-class Ledger:
-    program: Program
-    device: object
-    dtype: str
-    workload: dict        # symbol name -> number
-    scope: str            # "layer" or "model"
-    rows: tuple[Row, ...]
-
-    @property
-    def flops(self) -> float:
-        return sum(r.flops for r in self.rows)
-
-    @property
-    def bytes(self) -> float:
-        return sum(r.bytes for r in self.rows)
-
-    @property
-    def time(self) -> float:
-        return sum(r.roof.time for r in self.rows)
-
-    def traffic(self, cls: str) -> float:
-        return sum(r.traffic.get(cls, 0) for r in self.rows)
-
-    @property
-    def attainable(self) -> float:
-        """Fraction of the tensor peak the whole ledger can reach: (FLOPs / peak) / time."""
-        return self.flops / self.device.peak("matrix", self.dtype) / self.time
-
-
-class NoPeak(ValueError):
-    """A device gives no peak for the units an op runs on (e.g. no `compute.vector`)."""
-
-    def __init__(self, device, unit: str, dtype: str, op: str):
-        super().__init__(f"device '{device.key}' lists no {unit} peak for {dtype} (nor fp32), which "
-                         f"op '{op}' runs on; add compute.{'tensor' if unit == 'matrix' else 'vector'} "
-                         "to its hardware spec")
-        self.device = device
-
-
-def ledger(program: Program, model, device, dtype: str, dtype_bytes, workload: dict,
-           scope: str = "model") -> Ledger:
-    """One row per op; scope "layer" keeps one decoder layer, "model" all L layers + the rest."""
-    values = point(model, dtype_bytes, workload, program.bindings)
-    rows = []
-    for op in program.ops:
-        per_layer = op.repeat == L
-        if scope == "layer" and not per_layer:
-            continue
-        count = int(number(op.repeat, values)) if scope == "model" else 1
-        traffic = {cls: count * number(e, values) for cls, e in op.cost.traffic}
-        flops, nbytes = count * number(op.cost.flops, values), sum(traffic.values())
-        peak = device.peak(op.unit, dtype)
-        if peak is None and flops:
-            raise NoPeak(device, op.unit, dtype, op.name)
-        peak = peak or math.inf   # pure data movement needs no peak
-        rows.append(Row(op, count, flops, nbytes, traffic, peak,
-                        roofline(flops, nbytes, peak, device.bandwidth)))
-    total_f = sum(r.flops for r in rows) or 1
-    total_t = sum(r.roof.time for r in rows) or 1
-    rows = [Row(r.op, r.count, r.flops, r.bytes, r.traffic, r.unit_peak, r.roof,
-                r.flops / total_f, r.roof.time / total_t) for r in rows]
-    return Ledger(program, device, dtype, {s.name: v for s, v in workload.items()}, scope, tuple(rows))

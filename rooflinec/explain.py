@@ -1,23 +1,24 @@
 """`rooflinec explain SPEC OP`: one op's derivation, as text for a terminal."""
 
 from rooflinec import spec
-from rooflinec.analyses import Context
+from rooflinec.workbench import Workbench
 from rooflinec.analyses.derivations import op_derivation
-from rooflinec.errors import RooflineError, SpecError
+from rooflinec.errors import DeviceError, RooflineError
+from rooflinec.passes import DEFAULT_VARIANT
 from rooflinec.render import environment
 
 
 def explain(path: str, op_name: str) -> str:
-    ctx = Context(spec.load_study(path))
+    ctx = Workbench(spec.load_study(path))
     if ctx.model is None:
         raise RooflineError(f"{path}: explain needs a study with a model; this one lists devices or ops only")
     phases = []
     for phase in ("decode", "prefill"):
-        # an op of the naive program, else of the flash variant (the attention kernel)
+        # an op of the naive program, else of the default variant (the attention kernel)
         program = ctx.program(phase)
         names = [op.name for op in program.ops]
         if op_name not in names:
-            program = _flash(ctx, phase) or program
+            program = _kernel_program(ctx, phase) or program
             names += [op.name for op in program.ops if op.name not in names]
         if op_name not in names:
             raise RooflineError(f"{path}: no op '{op_name}' in {ctx.model.name}; ops: {', '.join(names)}")
@@ -27,9 +28,10 @@ def explain(path: str, op_name: str) -> str:
         model=ctx.model.name, name=op_name, phases=phases, devices=ctx.devices)
 
 
-def _flash(ctx, phase: str):
-    """The flash program on the first device; None where that device has no SRAM figure."""
+def _kernel_program(ctx, phase: str):
+    """The default variant's program on the first device (its attention kernel); None where
+    that device lacks a figure the variant needs."""
     try:
-        return ctx.program(phase, "flash", ctx.devices[0])
-    except SpecError:
+        return ctx.program(phase, DEFAULT_VARIANT, ctx.devices[0])
+    except DeviceError:
         return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rooflinec.errors import DeviceError
 from rooflinec.ir import Op, Program
 from rooflinec.ops import FORMULAS
 from rooflinec.symbols import B, L, S, b, d_head, n_kv, n_q
@@ -19,20 +20,19 @@ class Blocks:
 
 
 def sram_elements(device, bytes_per_element) -> int | None:
-    """Elements of one SM's SRAM (the seed's A100: 192 KiB // 2 B = 98304)."""
+    """Elements of one SM's SRAM (an A100 in bf16: 192 KiB // 2 B = 98304)."""
     if device is None or device.sram_per_sm is None:
         return None
     return int(device.sram_per_sm // bytes_per_element)
 
 
-class SramTooSmall(ValueError):
+class SramTooSmall(DeviceError):
     """One SM's SRAM holds less than one tile: the Q, K, V and O rows of one step (4d elements)."""
 
     def __init__(self, device, sram: int, d: int):
-        super().__init__(f"device '{getattr(device, 'key', device)}' has {sram} elements of SRAM per SM, "
-                         f"fewer than one FlashAttention tile needs (4 x d_head = {4 * d}); give its "
-                         "real on_chip.sram_per_sm or choose the 'fused' variant")
-        self.device = device
+        super().__init__(device, f"device '{getattr(device, 'key', device)}' has {sram} elements of "
+                                 f"SRAM per SM, fewer than one FlashAttention tile needs (4 x d_head = "
+                                 f"{4 * d}); give its real on_chip.sram_per_sm or choose the 'ideal' variant")
 
 
 def blocks(sram: int, d: int, device=None) -> Blocks:
@@ -48,6 +48,19 @@ def score_ops(program: Program) -> list[Op]:
     return [op for op in program.ops if op.cost.bytes_of("scores") != 0]
 
 
+def ideal_kernel(phase: str, causal_fraction) -> Op:
+    """The least any attention kernel moves: Q read and O written once per query head, K and
+    V read once per KV head, no score matrix; FLOPs are the two matmuls, scaled by the
+    causal fraction (masked tiles skipped). Decode's kernel already moves only this."""
+    if phase == "decode":
+        return kernel(phase, causal_fraction, None)
+    cost = FORMULAS["attention"](B, S, S, n_q, n_kv, d_head, b, io=True,
+                                 causal_fraction=causal_fraction)
+    return Op("attention", "attention", "attention", "matrix", cost, repeat=L,
+              shape="Q[B,n_q,S,d_head] . K,V[B,n_kv,S,d_head] -> O, compulsory traffic only",
+              crossing=S)
+
+
 def kernel(phase: str, causal_fraction, tiles: Blocks | None) -> Op:
     """The attention kernel: decode reads Q, K, V once and writes O; prefill is Algorithm 1."""
     if phase == "decode":
@@ -58,4 +71,5 @@ def kernel(phase: str, causal_fraction, tiles: Blocks | None) -> Op:
     cost = FORMULAS["flash_attention"](B, n_q, S, d_head, b, tiles.cols, causal_fraction=causal_fraction,
                                        kv_heads=n_kv)
     return Op("attention", "flash_attention", "attention", "matrix", cost, repeat=L,
-              shape=f"Q[B,n_q,S,d_head] . K,V[B,n_kv,S,d_head] -> O, K/V tiles of Bc = {tiles.cols} keys")
+              shape=f"Q[B,n_q,S,d_head] . K,V[B,n_kv,S,d_head] -> O, K/V tiles of Bc = {tiles.cols} keys",
+              tiles=tiles)

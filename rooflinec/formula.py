@@ -41,7 +41,6 @@ _ARITY = {"min": "two or more arguments", "max": "two or more arguments",
           "ceil": "one argument", "floor": "one argument"}
 _ACCEPTS = ("numbers, the dimension symbols, + - * / ** ^, parentheses, "
             "and min(), max(), ceil(), floor()")
-_OPERATORS = ("**", "+", "-", "*", "/", "^", "(", ")", ",")
 
 
 class FormulaError(ValueError):

@@ -11,11 +11,7 @@ from rooflinec import timebox
 
 from rooflinec import symbols as sym
 
-# Where an op's bytes go; a report sums traffic by these classes.
-TRAFFIC_CLASSES = ("weights", "kv_cache", "activations", "scores")
-CATEGORIES = ("embedding", "linear", "attention", "attention_matmul", "elementwise",
-              "softmax", "norm", "custom")
-UNITS = ("matrix", "vector")
+from rooflinec.vocabulary import CATEGORIES, TRAFFIC_CLASSES, UNITS  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
@@ -76,6 +72,7 @@ class Op:
     into: str = ""       # an elementwise op: the earlier op whose kernel it can run inside
     epilogue: Cost | None = None       # its cost when it runs inside `into` (the fused variant)
     absorbed: tuple[str, ...] = ()     # ops a pass folded into this one
+    tiles: object = None                # FlashAttention's tile sizes, where the pass chose them
 
     @property
     def label(self) -> str:

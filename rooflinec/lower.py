@@ -19,6 +19,7 @@ from rooflinec.ops import FORMULAS, UNITS
 from rooflinec.symbols import B, L, M, S, V, b, d_ff, d_head, d_model, n_kv, n_q
 
 PHASES = ("decode", "prefill")
+GATED = {"swiglu": "silu", "geglu": "gelu"}   # gated MLP kind -> the gate's activation
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,11 @@ class Conventions:
     logits: str = "last"           # prefill computes logits for the "last" token or "all" tokens
     qkv: str = "separate"          # q, k, v as three GEMMs, or "fused" into one
     bias: str = "separate_kernel"  # a bias add is its own kernel, or runs "in_gemm" (epilogue)
+
+    def causal_fraction(self, phase: str) -> sp.Expr:
+        """Share of the score matrix attention computes: 1/2 in prefill when the masked half
+        is skipped, else all of it (decode's one query sees every cached key)."""
+        return sp.Rational(1, 2) if (self.causal_halving and phase == "prefill") else sp.Integer(1)
 
     def stated(self, phase: str) -> tuple[tuple[str, str], ...]:
         qkv = ("one fused QKV GEMM reads the normed input once" if self.qkv == "fused"
@@ -89,10 +95,22 @@ def _projections(model, conv: Conventions) -> list[Op]:
                      model.qkv_bias, conv)]
 
 
+def _positions(model) -> list[Op]:
+    """Per-head q/k norms (Qwen3), then rotary positions on q and k, before the scores."""
+    ops = []
+    if getattr(model, "qk_norm", False):
+        ops += [_op("q_norm", "rmsnorm", "norm", M * n_q, d_head, b, shape="rmsnorm(Q[M*n_q,d_head])"),
+                _op("k_norm", "rmsnorm", "norm", M * n_kv, d_head, b, shape="rmsnorm(K[M*n_kv,d_head])")]
+    if model.positions == "rope":
+        ops.append(_op("rope", "rope", "elementwise", M, n_q, n_kv, d_head, b,
+                       shape="rope(Q[M,n_q*d_head]), rope(K[M,n_kv*d_head]) with cos, sin[M,d_head]"))
+    return ops
+
+
 def _attention(phase: str, conv: Conventions) -> list[Op]:
     """QK^T, scale, mask, softmax, P.V: the score matrix [B, n_q, queries, S] lives in HBM."""
     queries = 1 if phase == "decode" else S
-    half = sp.Rational(1, 2) if (conv.causal_halving and phase == "prefill") else 1
+    half = conv.causal_fraction(phase)
     knob = S if phase == "prefill" else None
     scores = f"[B,n_q,{queries},S]"
     return [
@@ -111,12 +129,13 @@ def _attention(phase: str, conv: Conventions) -> list[Op]:
 def _mlp(model, conv: Conventions) -> list[Op]:
     bias = model.mlp_bias
     up = _linear("up_proj", M, d_model, d_ff, "X[M,d_model] @ W[d_model,d_ff]", bias, conv)
-    if model.mlp_kind == "swiglu":
+    if model.mlp_kind in GATED:   # swiglu: SiLU gate; geglu (Gemma): tanh-GELU gate
+        fn = GATED[model.mlp_kind]
         gate = _linear("gate_proj", M, d_model, d_ff, "X[M,d_model] @ W[d_model,d_ff]", bias, conv)
-        act = [*gate, _op("silu", "silu", "elementwise", M * d_ff, b, into="gate_proj",
-                          shape="silu(G[M,d_ff])"),
+        act = [*gate, _op(fn, fn, "elementwise", M * d_ff, b, into="gate_proj",
+                          shape=f"{fn}(G[M,d_ff])"),
                *up, _op("gate_mul", "gate_mul", "elementwise", M * d_ff, b, into="up_proj",
-                        shape="silu(G[M,d_ff]) * U[M,d_ff]")]
+                        shape=f"{fn}(G[M,d_ff]) * U[M,d_ff]")]
     else:
         act = [*up, _op("gelu", "gelu", "elementwise", M * d_ff, b, into="up_proj",
                         shape="gelu(U[M,d_ff])")]
@@ -130,14 +149,17 @@ def _residual(name, into, operands=2) -> Op:
 
 
 def _layer(model, phase: str, conv: Conventions) -> list[Op]:
-    attn = [*_projections(model, conv), *_attention(phase, conv),
+    attn = [*_projections(model, conv), *_positions(model), *_attention(phase, conv),
             *_linear("o_proj", M, n_q * d_head, d_model, "X[M,n_q*d_head] @ W[n_q*d_head,d_model]",
                      model.out_bias, conv)]
     if model.block == "parallel":   # PaLM: y = x + attn(norm(x)) + mlp(norm(x))
         return [_norm(model, "norm"), *attn, *_mlp(model, conv),
                 _residual("residual", "down_proj", operands=3)]
-    return [_norm(model, "attn_norm"), *attn, _residual("attn_residual", "o_proj"),
-            _norm(model, "mlp_norm"), *_mlp(model, conv), _residual("mlp_residual", "down_proj")]
+    # Gemma 2 also normalises each sublayer's output before its residual add
+    post = getattr(model, "post_norms", False)
+    return [_norm(model, "attn_norm"), *attn, *([_norm(model, "attn_post_norm")] if post else []),
+            _residual("attn_residual", "o_proj"), _norm(model, "mlp_norm"), *_mlp(model, conv),
+            *([_norm(model, "mlp_post_norm")] if post else []), _residual("mlp_residual", "down_proj")]
 
 
 def _embedding(model) -> list[Op]:

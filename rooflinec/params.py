@@ -81,11 +81,14 @@ def _attention(model) -> list[Component]:
         parts.append(_layer("qkv_bias", "attention", (n_q + 2 * n_kv) * d_head, matmul=False))
     if model.out_bias:
         parts.append(_layer("o_bias", "attention", d_model, matmul=False))
+    if model.qk_norm:   # one gain of d_head for every query head, one for every key head
+        parts.append(_layer("qk_norm", "norm", 2 * d_head, matmul=False))
     return parts
 
 
 # MLP kind -> (up-side matrices, note); the down matrix is common to both
 _MLP = {"swiglu": (("gate_proj", "up_proj"), "SiLU(X W_gate) * (X W_up), then W_down"),
+        "geglu": (("gate_proj", "up_proj"), "GELU(X W_gate) * (X W_up), then W_down"),
         "gelu": (("up_proj",), "GELU(X W_up), then W_down")}
 
 
@@ -104,10 +107,10 @@ _NORMS_PER_LAYER = {"sequential": 2, "parallel": 1}
 
 def _norms(model) -> list[Component]:
     width = d_model * (2 if model.norm_bias else 1)        # scale, and shift if it has one
-    k = _NORMS_PER_LAYER[model.block]
+    k = _NORMS_PER_LAYER[model.block] * (2 if model.post_norms else 1)
     what = f"{model.norm_kind}, {'scale and shift' if model.norm_bias else 'scale only'}"
-    return [_layer("norms", "norm", k * width, matmul=False,
-                   note=f"{k} per layer ({model.block} block), {what}"),
+    layout = model.block + (" block and post-norms" if model.post_norms else " block")
+    return [_layer("norms", "norm", k * width, matmul=False, note=f"{k} per layer ({layout}), {what}"),
             Component("final_norm", "norm", width, ONE, False, False, what)]
 
 

@@ -1,19 +1,20 @@
-"""Variants are passes: a table from variant name to Program -> Program rewrites (STYLE 7).
+"""Variants are passes: a table from variant name to Program -> Program rewrites.
 
 unfused  the naive program as lowered
 fused    bias, activation and residual run in the epilogue of the GEMM that produces their
          input: their FLOPs stay, the intermediate HBM round trip goes
-flash    fused, and the attention steps become one kernel (FlashAttention in prefill, one
-         read of Q, K, V and one write of O in decode)
+flash    fused, and the attention steps become one kernel (FlashAttention's Algorithm 1 from
+         one SM's SRAM in prefill, one read of Q, K, V and one write of O in decode)
+ideal    fused, and the attention steps become one kernel that moves only compulsory traffic
+         (Q and O once per query head, K and V once per KV head) in both phases
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import sympy as sp
-
 from rooflinec import flash
+from rooflinec.errors import DeviceLacks
 from rooflinec.ir import Program, verify
 from rooflinec.lower import Conventions
 
@@ -48,28 +49,43 @@ def fuse_epilogues(program: Program, target: Target) -> Program:
     return replace(program, ops=tuple(ops))
 
 
-class NoOnChipMemory(ValueError):
-    """The flash variant in prefill needs the device's SRAM per SM."""
-
-
-def flash_attention(program: Program, target: Target) -> Program:
-    """Replace the unfused attention steps (every op touching the score matrix) by one kernel."""
+def _one_kernel(program: Program, make) -> Program:
+    """Replace the unfused attention steps (every op touching the score matrix) by the one
+    kernel `make()` builds, where the first of them stood."""
     steps = flash.score_ops(program)
     if not steps:
         return program
-    if program.phase == "prefill" and target.tiles is None:
-        raise NoOnChipMemory(getattr(target.device, "key", "no device"))
-    half = sp.Rational(1, 2) if target.conventions.causal_halving else 1
-    attention = flash.kernel(program.phase, half, target.tiles)
     first = program.ops.index(steps[0])
     kept = [op for op in program.ops if op not in steps]
-    return replace(program, ops=tuple(kept[:first]) + (attention,) + tuple(kept[first:]))
+    return replace(program, ops=tuple(kept[:first]) + (make(),) + tuple(kept[first:]))
 
+
+def flash_attention(program: Program, target: Target) -> Program:
+    """FlashAttention's Algorithm 1, tiles from the device's SRAM (prefill)."""
+    tiles = target.tiles if program.phase == "prefill" else None
+    if program.phase == "prefill" and tiles is None and flash.score_ops(program):
+        if target.device is None:
+            raise ValueError("the flash variant in prefill needs a device for its tiles")
+        raise DeviceLacks(target.device, "on_chip.sram_per_sm", "on_chip",
+                          "FlashAttention's prefill tiles (the 'flash' variant; 'ideal' needs none)")
+    fraction = target.conventions.causal_fraction(program.phase)
+    return _one_kernel(program, lambda: flash.kernel(program.phase, fraction, tiles))
+
+
+def ideal_attention(program: Program, target: Target) -> Program:
+    """A kernel that moves only compulsory traffic; needs nothing of the device."""
+    fraction = target.conventions.causal_fraction(program.phase)
+    return _one_kernel(program, lambda: flash.ideal_kernel(program.phase, fraction))
+
+
+# The least traffic any implementation moves: figures that claim a lower bound use it.
+DEFAULT_VARIANT = "ideal"
 
 VARIANTS = {
     "unfused": (),
     "fused": (fuse_epilogues,),
     "flash": (fuse_epilogues, flash_attention),
+    "ideal": (fuse_epilogues, ideal_attention),
 }
 
 

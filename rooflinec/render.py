@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import math
 import re
+import zlib
 from functools import cache, lru_cache
 
 import jinja2
 import sympy as sp
 
+from rooflinec import bounds
 from rooflinec.formats import CHARTED, FORMATS
-from rooflinec.ir import CATEGORIES
+from rooflinec.quantities import gib, seconds, si, sig
+from rooflinec.vocabulary import CATEGORIES
 
 
 @lru_cache(maxsize=4096)
@@ -31,52 +34,12 @@ def _sstr(expr) -> str:
     return sp.sstr(expr)
 
 
-def sig(x, digits: int = 4) -> str:
-    """`digits` significant figures, no exponent for everyday magnitudes."""
-    if x is None:
-        return "—"
-    if x == 0 or not math.isfinite(x):
-        return str(x)
-    mag = math.floor(math.log10(abs(x)))
-    if -4 <= mag < 15:
-        return f"{x:,.{max(digits - 1 - mag, 0)}f}"
-    return f"{x:.{digits - 1}e}"
-
-
 def fixed(x, decimals: int = 1) -> str:
     return "—" if x is None else f"{x:,.{decimals}f}"
 
 
 def pct(x, decimals: int = 1) -> str:
     return "—" if x is None else f"{100 * x:.{decimals}f}%"
-
-
-_SI = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
-
-
-def si(x, unit: str = "", digits: int = 4) -> str:
-    """Decimal prefixes: 1.555e12 B/s -> '1.555 TB/s'."""
-    if x is None:
-        return "—"
-    for factor, prefix in _SI:
-        if abs(x) >= factor:
-            return f"{sig(x / factor, digits)} {prefix}{unit}"
-    return f"{sig(x, digits)} {unit}".rstrip()
-
-
-def gib(x, digits: int = 4) -> str:
-    """Binary bytes, the unit memory is sold in: 2^30 B = 1 GiB."""
-    for factor, prefix in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if abs(x) >= factor:
-            return f"{sig(x / factor, digits)} {prefix}"
-    return f"{sig(x, digits)} B"
-
-
-def seconds(x, digits: int = 4) -> str:
-    for factor, unit in ((1, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):
-        if abs(x) >= factor:
-            return f"{sig(x / factor, digits)} {unit}"
-    return f"{sig(x, digits)} s"
 
 
 FILTERS = {"formula": formula, "sig": sig, "fixed": fixed, "pct": pct, "si": si, "gib": gib,
@@ -88,22 +51,64 @@ def symbol(name: str):
     return sp.Symbol(name)
 
 
-def _bytecode_cache():
+def _bytecode_cache(autoescape: bool):
     """Jinja's own cache of compiled templates (a private per-user temp folder, keyed by the
-    template source's checksum): compiling the templates is ~0.05 s of every build."""
+    template source's checksum): compiling the templates is ~0.05 s of every build. Compiled
+    code also depends on autoescaping (the shared prose compiles to escaping code for HTML
+    only) and on which filters take the context, so the file names carry both."""
+    passes = sorted((name, str(getattr(f, "jinja_pass_arg", ""))) for name, f in
+                    {**FILTERS, **MD_MARKS}.items())
+    key = zlib.crc32(repr((autoescape, passes)).encode())
     try:
-        return jinja2.FileSystemBytecodeCache()
+        return jinja2.FileSystemBytecodeCache(pattern=f"__rooflinec_{key:08x}_%s.cache")
     except (OSError, RuntimeError):
         return None
+
+
+def _mark(fn):
+    """A filter never folded at compile time: the compiled prose is shared by both formats
+    (one bytecode cache), so its marks must be looked up when it renders."""
+    return jinja2.pass_context(lambda _context, text: fn(text))
+
+
+def _html(tag: str):
+    def mark(text):
+        from markupsafe import Markup, escape
+        return Markup(f"<{tag}>{escape(text)}</{tag}>")
+    return mark
+
+
+# Markup in prose written once for both formats (templates/prose/): a term, a variable,
+# a variable with a star (B* where they meet).
+def _md_sub(base, index):
+    """Markdown writes a one-letter subscript inline (Bc), a longer one after '_' (M_sram)."""
+    return f"{base}{index}" if len(index) == 1 else f"{base}_{index}"
+
+
+def _html_sub(base, index):
+    from markupsafe import Markup, escape
+    return Markup(f"<var>{escape(base)}<sub>{escape(index)}</sub></var>")
+
+
+MD_MARKS = {"strong": _mark(lambda text: f"**{text}**"), "var": _mark(str),
+            "code": _mark(lambda text: f"`{text}`"),
+            "star": _mark(lambda text: f"{text}\\*"),
+            "sub": jinja2.pass_context(lambda _c, base, index: _md_sub(base, index))}
+HTML_MARKS = {"strong": _mark(_html("strong")), "var": _mark(_html("var")),
+              "code": _mark(_html("code")),
+              "star": _mark(lambda text: _html("var")(text) + "*"),
+              "sub": jinja2.pass_context(lambda _c, base, index: _html_sub(base, index))}
 
 
 @cache
 def environment(autoescape: bool) -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("rooflinec", "templates"), bytecode_cache=_bytecode_cache(),
+        loader=jinja2.PackageLoader("rooflinec", "templates"), bytecode_cache=_bytecode_cache(autoescape),
         autoescape=autoescape, undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters.update(FILTERS)
+    env.filters.update(HTML_MARKS if autoescape else MD_MARKS)
+    env.globals["rules"] = bounds.RULES
     if autoescape:
         from rooflinec import mathml
         from rooflinec.chartdata import slug
@@ -205,8 +210,3 @@ def render_many(report: dict, formats, svgs=None) -> dict[str, str]:
         out.update({c["path"]: svg for section, drawn in zip(slots, svgs)
                     for c, svg in zip(section, drawn) if not c["left_out"]})
     return out
-
-
-def render(report: dict, fmt: str) -> dict[str, str]:
-    """One format's files (see render_many)."""
-    return render_many(report, [fmt])

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from rooflinec import analyses
 from rooflinec import symbols as sym
-from rooflinec.lower import PHASES, Conventions
+from rooflinec.lower import PHASES
 from rooflinec.spec import Study
+from rooflinec.workbench import Workbench, ridge
 
 FORMAT = "rooflinec-report"
 VERSION = 1
@@ -17,8 +18,8 @@ def _device(dev, dtype: str) -> dict:
         "key": dev.key, "name": dev.name, "year": dev.year, "tensor_peak": tensor,
         "vector_peak": vector, "vector_dtype": dev.vector_dtype(dtype),
         "bandwidth": dev.bandwidth, "capacity": dev.capacity,
-        "ridge_matrix": tensor / dev.bandwidth if tensor else None,
-        "ridge_vector": vector / dev.bandwidth if vector else None,
+        "ridge_matrix": ridge(tensor, dev.bandwidth),
+        "ridge_vector": ridge(vector, dev.bandwidth),
         "sm_count": dev.sm_count, "sram_per_sm": dev.sram_per_sm, "source": dev.source,
         "notes": dev.notes,
     }
@@ -37,7 +38,8 @@ def _model(m) -> dict:
 def build(study: Study, on_section=None) -> dict:
     """The report of a study. `on_section(report, index, section)` hears of each section as
     soon as it is evaluated (the report then holds the header and the sections so far)."""
-    conv = Conventions(**study.conventions)
+    bench = Workbench(study)
+    conv = bench.conventions
     report = {
         "format": FORMAT, "version": VERSION, "title": study.title, "study": study.stem,
         "model": _model(study.model) if study.model else None, "dtype": study.dtype,
@@ -54,6 +56,6 @@ def build(study: Study, on_section=None) -> dict:
         report["sections"].append(section)
         on_section(report, index, section)
 
-    sections = analyses.run(study, heard if on_section else None)
+    sections = analyses.run(study, heard if on_section else None, bench)
     report["sections"] = sections
     return report

@@ -9,8 +9,8 @@ import sys
 
 from rooflinec.validate import schema
 
-KINDS = (("hardware", "Hardware specs (`specs/hardware/*.yaml`)"),
-         ("model", "Model specs (`specs/models/*.yaml`)"),
+KINDS = (("hardware", "Hardware specs (`hardware/*.yaml` beside a study, or the catalog's `rooflinec/catalog/hardware/`)"),
+         ("model", "Model specs (`models/*.yaml` beside a study, or the catalog's `rooflinec/catalog/models/`)"),
          ("study", "Study specs (`specs/*.yaml`)"))
 
 

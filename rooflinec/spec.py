@@ -6,8 +6,9 @@ import os
 from fractions import Fraction
 from dataclasses import dataclass, field, replace
 
-from rooflinec import custom, validate, yamlio
+from rooflinec import catalog, custom, validate, yamlio
 from rooflinec.errors import Problem, SpecError
+from rooflinec.options import study_default
 from rooflinec.units import QuantityError, parse_quantity
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
@@ -26,6 +27,11 @@ class Device:
     sm_count: int | None = None
     sram_per_sm: int | None = None   # B
     notes: str = ""
+    link: str = ""                        # scale-up interconnect (NVLink), if declared
+    link_bandwidth: float | None = None   # B/s per device per direction
+    link_latency: float | None = None     # s per collective step
+    cache_size: int | None = None          # B, last-level cache (measured specs)
+    cache_bandwidth: float | None = None   # B/s, a stream that fits in that cache
 
     def peak(self, unit: str, dtype: str) -> float | None:
         """Peak FLOP/s of the matrix or vector units for `dtype` (vector falls back to fp32)."""
@@ -59,7 +65,10 @@ class Model:
     positions: str = "rope"
     block: str = "sequential"
     tied_embeddings: bool = False
+    qk_norm: bool = False     # per-head RMSNorm of q and k (Qwen3)
+    post_norms: bool = False  # a norm on each sublayer's output too (Gemma 2)
     notes: str = ""
+    hf_id: str = ""            # Hugging Face id, how measured runs name the model
     dimensions: tuple = ()    # (name, value) pairs: the model's own symbols (rooflinec.custom)
     operators: tuple = ()     # custom.Declared ops, placed by lowering
 
@@ -85,18 +94,18 @@ _KINDS = {list: "a list", str: "a string", int: "a number", float: "a number",
           bool: "a boolean", type(None): "nothing (null)"}
 
 
-def _mapping(file: str, kind: str) -> yamlio.Located:
-    """Load `file` as plain YAML whose top level is a mapping."""
-    doc = yamlio.load(file)
+def _mapping(file: str, kind: str, text: str | None = None) -> yamlio.Located:
+    """Load `file` (or `text`, written as if it were `file`) as plain YAML: a mapping at the top."""
+    doc = yamlio.load(file, text)
     if not isinstance(doc.data, dict):
         got = _KINDS.get(type(doc.data), type(doc.data).__name__)
         raise SpecError([doc.problem((), f"expected a mapping of keys for a {kind} spec, got {got}")])
     return doc
 
 
-def _checked(file: str, kind: str, semantic=None) -> yamlio.Located:
+def _checked(file: str, kind: str, semantic=None, text: str | None = None) -> yamlio.Located:
     """Load and schema-check `file`; `semantic(doc)` adds cross-field problems found alongside."""
-    doc = _mapping(file, kind)
+    doc = _mapping(file, kind, text)
     problems = validate.check(doc, kind)
     if semantic is not None:
         problems += semantic(doc)
@@ -115,6 +124,8 @@ PHYSICAL = {
     ("memory", "bandwidth"): ("bandwidth", 10**9, 10**15, "1 GB/s", "1 PB/s"),
     ("memory", "capacity"): ("bytes", 2**20, 10**15, "1 MiB", "1 PB"),
     ("on_chip", "sram_per_sm"): ("bytes", 2**10, 2**30, "1 KiB", "1 GiB"),
+    ("cache", "size"): ("bytes", 2**10, 2**40, "1 KiB", "1 TiB"),
+    ("cache", "bandwidth"): ("bandwidth", 10**9, 10**15, "1 GB/s", "1 PB/s"),
     ("compute", "tensor"): ("flops_rate", 10**9, 10**19, "1 GFLOP/s", "10 EFLOP/s"),
     ("compute", "vector"): ("flops_rate", 10**9, 10**19, "1 GFLOP/s", "10 EFLOP/s"),
 }
@@ -157,7 +168,7 @@ def _device_problems(doc: yamlio.Located) -> list[Problem]:
 
 def load_hardware(file: str) -> Device:
     d = _checked(file, "hardware", _device_problems).data
-    comp, mem, chip = d["compute"], d["memory"], d.get("on_chip") or {}
+    comp, mem, chip, cache = d["compute"], d["memory"], d.get("on_chip") or {}, d.get("cache") or {}
     rate = lambda peaks: {k: parse_quantity(v, "flops_rate") for k, v in (peaks or {}).items()}  # noqa: E731
     return Device(
         key=_stem(file), name=d["name"], tensor=rate(comp["tensor"]), vector=rate(comp.get("vector")),
@@ -165,7 +176,17 @@ def load_hardware(file: str) -> Device:
         capacity=parse_quantity(mem["capacity"], "bytes"), source=d["source"], year=d.get("year"),
         sm_count=chip.get("sm_count"),
         sram_per_sm=parse_quantity(chip["sram_per_sm"], "bytes") if chip else None,
-        notes=d.get("notes", ""))
+        notes=d.get("notes", ""), **_interconnect(d.get("interconnect")),
+        cache_size=parse_quantity(cache["size"], "bytes") if cache else None,
+        cache_bandwidth=parse_quantity(cache["bandwidth"], "bandwidth") if cache else None)
+
+
+def _interconnect(link: dict | None) -> dict:
+    if not link:
+        return {}
+    latency = link.get("latency")
+    return {"link": link["name"], "link_bandwidth": parse_quantity(link["bandwidth"], "bandwidth"),
+            "link_latency": None if latency is None else parse_quantity(latency, "time")}
 
 
 def _count(section, key: str) -> int | None:
@@ -188,8 +209,9 @@ def _model_problems(doc: yamlio.Located) -> list[Problem]:
     return problems + custom.declare(doc)[2]
 
 
-def load_model(file: str) -> Model:
-    doc = _checked(file, "model", _model_problems)
+def load_model(file: str, text: str | None = None) -> Model:
+    """A model spec from `file`, or from `text` (an imported config) reported as `file`."""
+    doc = _checked(file, "model", _model_problems, text)
     d = doc.data
     att, mlp, norm = d["attention"], d["mlp"], d.get("norm") or {}
     model = Model(
@@ -200,28 +222,37 @@ def load_model(file: str) -> Model:
         out_bias=att.get("out_bias", False), mlp_bias=mlp.get("bias", False),
         norm_kind=norm.get("kind", "rmsnorm"), norm_bias=norm.get("bias", False),
         positions=d.get("positions", "rope"), block=d.get("block", "sequential"),
-        tied_embeddings=d.get("tied_embeddings", False), notes=d.get("notes", ""))
+        tied_embeddings=d.get("tied_embeddings", False), qk_norm=att.get("qk_norm", False),
+        post_norms=norm.get("post", False), notes=d.get("notes", ""),
+        hf_id=d.get("hf_id", ""))
     dims, ops, _ = custom.declare(doc)
     return replace(model, dimensions=dims, operators=ops) if (dims or ops) else model
 
 
 def _resolve(doc: yamlio.Located, path: tuple, ref: str, folder: str) -> str | Problem:
-    """A reference is a name under `folder`/ beside the study, or a relative .yaml path."""
+    """A reference is a name under `folder`/ beside the study, else a catalog entry of that
+    name (rooflinec.catalog); or a relative .yaml path beside the study."""
     root = os.path.dirname(doc.file) or "."
-    rel = ref if ref.endswith((".yaml", ".yml")) else os.path.join(folder, ref + ".yaml")
+    named = not ref.endswith((".yaml", ".yml"))
+    rel = os.path.join(folder, ref + ".yaml") if named else ref
     target = os.path.normpath(os.path.join(root, rel))
     real_root = os.path.realpath(root)
     if os.path.isabs(ref) or not _inside(os.path.realpath(target), real_root):
         return doc.problem(path, f"'{ref}' points outside the spec tree ({root}); "
                                  "references must stay inside the study's folder")
-    def listed() -> str:   # the folder is read only when a reference is wrong
-        return f"known {folder.rstrip('s')} specs: {', '.join(_known(root, folder)) or '(none)'}"
-
+    plain = named and not any(c in ref for c in "/\\")   # a catalog entry is a bare name
+    shipped = catalog.path(folder, ref) if plain and not os.path.isfile(target) else None
+    if shipped is not None:
+        return shipped
     if not os.path.isfile(target):
-        return doc.problem(path, f"no spec '{ref}' (looked for {target}); "
-                                 f"{validate.closest(ref, _known(root, folder))}{listed()}")
+        known = sorted(set(_known(root, folder)) | set(catalog.names(folder)))
+        return doc.problem(path, f"no spec '{ref}' (looked for {target} and in the installed "
+                                 f"catalog); {validate.closest(ref, known)}"
+                                 f"known {folder.rstrip('s')} specs: {', '.join(known) or '(none)'}")
     if os.path.realpath(target) == os.path.realpath(doc.file):
-        return doc.problem(path, f"'{ref}' is this study itself; name a spec under {folder}/; {listed()}")
+        known = ", ".join(_known(root, folder)) or "(none)"
+        return doc.problem(path, f"'{ref}' is this study itself; name a spec under {folder}/; "
+                                 f"known {folder.rstrip('s')} specs: {known}")
     return target
 
 
@@ -273,7 +304,7 @@ def load_study(file: str) -> Study:
             devices.append(load_hardware(target))
         except SpecError as exc:
             problems.extend(exc.problems)
-    dtype = d.get("dtype", "bf16")
+    dtype = d.get("dtype", study_default("dtype"))
     # a model study runs the model on every device at `dtype`; catalogs check what they use
     for dev in devices if "dtype" not in bad and "model" in d else ():
         if dev.peak("matrix", dtype) is None:

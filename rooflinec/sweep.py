@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import sympy as sp
 
 from rooflinec import symbols as sym
-from rooflinec.evaluate import NoPeak, vectorised
+from rooflinec.evaluate import vectorised
 from rooflinec.ir import Op, Program
 from rooflinec.symbols import B, L, M, S
+from rooflinec.workbench import Roofline
 
 CHUNK = 1 << 16            # points per chunk
 MAX_AXIS = 100_000         # values one list or range may expand to (the sweep's point budget)
@@ -140,15 +141,9 @@ class Totals:
         return np.where(2 * self.compute_time >= self.time, "compute", "memory")
 
 
-def _peaks(kernel: Kernel, device, dtype: str):
+def _peaks(kernel: Kernel, bench, device, dtype: str):
     import numpy as np
-    peaks = []
-    for op in kernel.ops:
-        peak = device.peak(op.unit, dtype)
-        if peak is None and op.cost.flops != 0:
-            raise NoPeak(device, op.unit, dtype, op.name)
-        peaks.append(peak or math.inf)
-    return np.array(peaks)[:, None]
+    return np.array([bench.op_peak(device, op, dtype) for op in kernel.ops])[:, None]
 
 
 def _costs(kernel: Kernel, values: list, n: int):
@@ -165,16 +160,16 @@ def _costs(kernel: Kernel, values: list, n: int):
     return flops, nbytes, np.broadcast_to(np.asarray(outputs[-1], dtype=float), (n,))
 
 
-def run(kernel: Kernel, model, axes: dict, devices, dtype: str, dtype_bytes,
-        chunk: int = CHUNK) -> dict:
-    """Totals for every device over the grid of `axes` ({symbol: values}), chunk by chunk."""
+def run(kernel: Kernel, bench, axes: dict, devices, dtype: str, chunk: int = CHUNK) -> dict:
+    """Totals for every device over the grid of `axes` ({symbol: values}), chunk by chunk;
+    `bench` (the study's workbench) gives the symbols' values and the peaks."""
     import numpy as np
     symbols = list(axes)
     grids = [np.asarray(axes[s], dtype=float) for s in symbols]
     shape = tuple(len(g) for g in grids)
     n = math.prod(shape)
-    fixed = {**sym.model_values(model), sym.b: dtype_bytes}
-    peaks = {d.key: (_peaks(kernel, d, dtype), d.bandwidth) for d in devices}
+    fixed = bench.values_for(dtype)
+    peaks = {d.key: (_peaks(kernel, bench, d, dtype), d.bandwidth) for d in devices}
     out = {k: Totals(*(np.empty(n) for _ in range(5))) for k in peaks}
     alphabet = kernel.args
     for start in range(0, n, chunk):
@@ -185,12 +180,12 @@ def run(kernel: Kernel, model, axes: dict, devices, dtype: str, dtype_bytes,
         flops, nbytes, tokens = _costs(kernel, values, stop - start)
         t_mem_all = {}
         for key, (peak, bandwidth) in peaks.items():
-            t_comp = flops / peak
-            t_mem = t_mem_all.setdefault(bandwidth, nbytes / bandwidth)
-            t = np.maximum(t_comp, t_mem)
+            memory = t_mem_all.setdefault(bandwidth, nbytes / bandwidth)
+            roof = Roofline(flops / peak, memory)
+            t = roof.time
             tot = out[key]
             tot.time[start:stop] = t.sum(axis=0)
-            tot.compute_time[start:stop] = np.where(t_comp >= t_mem, t, 0.0).sum(axis=0)
+            tot.compute_time[start:stop] = np.where(roof.t_compute >= memory, t, 0.0).sum(axis=0)
             tot.flops[start:stop] = flops.sum(axis=0)
             tot.bytes[start:stop] = nbytes.sum(axis=0)
             tot.tokens[start:stop] = tokens

@@ -24,9 +24,7 @@ from typing import Mapping
 __all__ = [
     "DIMENSIONS",
     "QuantityError",
-    "format_quantity",
     "parse_quantity",
-    "units_for",
 ]
 
 
@@ -113,7 +111,7 @@ _NOUN = {
     "duration": ("a duration", "30 days"),
 }
 
-# The spellings an error message lists (units_for lists every accepted one).
+# The spellings an error message lists (DIMENSIONS holds every accepted one).
 _SHOWN = {
     "flops_rate": ("FLOP/s", "kFLOP/s", "MFLOP/s", "GFLOP/s", "TFLOP/s", "PFLOP/s", "EFLOP/s"),
     "bandwidth": ("B/s", "kB/s", "MB/s", "GB/s", "TB/s", "KiB/s", "MiB/s", "GiB/s", "TiB/s"),
@@ -123,34 +121,6 @@ _SHOWN = {
     "time": ("ns", "us", "ms", "s", "min", "h", "days"),
     "duration": ("ns", "us", "ms", "s", "min", "h", "days"),
 }
-
-# The units format_quantity chooses from, smallest first: (spelling, factor).
-_DISPLAY_SI = {
-    "flops_rate": "FLOP/s",
-    "bandwidth": "B/s",
-    "bytes": "B",
-    "tokens_rate": "tokens/s",
-}
-
-
-def _display_units(dimension: str, binary: bool) -> list[tuple[str, Fraction]]:
-    if dimension in ("time", "duration"):
-        return [(u, _TIME[u]) for u in ("ns", "us", "ms", "s", "min", "h", "day")]
-    base = _DISPLAY_SI[dimension]
-    table = DIMENSIONS[dimension]
-    if binary and dimension in ("bytes", "bandwidth"):
-        names = [base] + [p + base for p, _ in _BINARY]
-    elif dimension == "tokens_rate":
-        names = [base, "k" + base, "M" + base]
-    else:
-        names = [base] + [p + base for p, _ in _SI if p + base in table]
-    return [(name, table[name]) for name in names]
-
-
-def units_for(dimension: str) -> list[str]:
-    """Every accepted unit spelling of ``dimension`` (empty for a plain count)."""
-    return list(_table(dimension))
-
 
 def _table(dimension: str) -> Mapping[str, Fraction]:
     try:
@@ -320,78 +290,3 @@ def parse_quantity(value: object, dimension: str) -> int | float:
     if out == 0:  # underflowed to 0.0, e.g. '1e-400 s'
         raise QuantityError(f"{shown} {_POSITIVE}", value, dimension)
     return out
-
-
-# --- formatting ---------------------------------------------------------------------
-
-_SIG = 4
-
-
-def _round_sig(value: Fraction, digits: int = _SIG) -> Fraction:
-    """``value`` (> 0) rounded half-up to ``digits`` significant digits."""
-    exponent = _floor_log10(value)
-    scale = Fraction(10) ** (exponent - digits + 1)
-    return math.floor(value / scale + Fraction(1, 2)) * scale
-
-
-def _floor_log10(value: Fraction) -> int:
-    exponent = len(str(value.numerator)) - len(str(value.denominator))
-    while Fraction(10) ** exponent > value:
-        exponent -= 1
-    while Fraction(10) ** (exponent + 1) <= value:
-        exponent += 1
-    return exponent
-
-
-def _plain(value: Fraction) -> str:
-    """A decimal without exponent and without trailing zeros: ``1.5``, ``1555``, ``0.001``."""
-    if value.denominator == 1:
-        return str(value.numerator)
-    text = format(Decimal(value.numerator) / Decimal(value.denominator), "f")
-    return text.rstrip("0").rstrip(".") if "." in text else text
-
-
-def _choose(value: Fraction, units: list[tuple[str, Fraction]]) -> tuple[str, Fraction]:
-    """Datasheet style: a mantissa in [1, 10000) at 4 significant digits, preferring the
-    largest unit where it is a whole number (``1555 GB/s``, ``8 TB/s``, ``40 GiB``), else
-    the smallest unit where it fits (``19.5 TFLOP/s``)."""
-    fitting = []
-    for name, factor in units:
-        mantissa = _round_sig(value / factor)
-        if 1 <= mantissa < 10_000:
-            fitting.append((name, mantissa))
-    whole = [item for item in fitting if item[1].denominator == 1]
-    if whole:
-        return whole[-1]
-    if fitting:
-        return fitting[0]
-    name, factor = units[0] if value < units[0][1] else units[-1]
-    return name, _round_sig(value / factor)
-
-
-def format_quantity(value: float, dimension: str, binary: bool = False) -> str:
-    """A base-unit number as a datasheet writes it, to 4 significant digits.
-
-    >>> format_quantity(1.555e12, "bandwidth")
-    '1555 GB/s'
-    >>> format_quantity(2**30 * 40, "bytes", binary=True)
-    '40 GiB'
-    """
-    _table(dimension)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise QuantityError(f"cannot format {_type_name(value)} as a quantity", value, dimension)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise QuantityError(f"cannot format {value!r}: {_POSITIVE}", value, dimension)
-    exact = Fraction(value)
-    sign = "-" if exact < 0 else ""
-    exact = abs(exact)
-    if dimension == "count":
-        shown = exact if exact.denominator == 1 or exact == 0 else _round_sig(exact)
-        return sign + _plain(shown)
-    units = _display_units(dimension, binary)
-    if exact == 0:
-        return f"0 {units[0][0] if dimension not in ('time', 'duration') else 's'}"
-    name, mantissa = _choose(exact, units)
-    if name == "day" and mantissa != 1:
-        name = "days"
-    return f"{sign}{_plain(mantissa)} {name}"

@@ -44,12 +44,12 @@ def _validator(name: str):
 MAX_INTEGER = 2 ** 53   # the largest integer every later step (floats, NumPy) holds exactly
 
 
-def _numbers(doc: Located, node, path: tuple = ()) -> list[Problem]:
+def numbers(doc: Located, node, path: tuple = ()) -> list[Problem]:
     """Rules for every number in a spec, whatever the field: finite, and integers exact as floats."""
     if isinstance(node, dict):
-        return [p for k, v in node.items() for p in _numbers(doc, v, path + (k,))]
+        return [p for k, v in node.items() for p in numbers(doc, v, path + (k,))]
     if isinstance(node, list):
-        return [p for i, v in enumerate(node) for p in _numbers(doc, v, path + (i,))]
+        return [p for i, v in enumerate(node) for p in numbers(doc, v, path + (i,))]
     if isinstance(node, float) and not math.isfinite(node):
         return [doc.problem(path, f"{node} is not accepted; numbers in a spec must be finite")]
     if isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_INTEGER:
@@ -68,7 +68,7 @@ def check(doc: Located, name: str) -> list[Problem]:
         if err.validator == "type" or tuple(err.absolute_path) not in mistyped:
             problems.extend(_explain(doc, err))
     said = {p.path for p in problems}   # the schema's own message is the more specific
-    return problems + [p for p in _numbers(doc, doc.data) if p.path not in said]
+    return problems + [p for p in numbers(doc, doc.data) if p.path not in said]
 
 
 def closest(word: str, choices) -> str:

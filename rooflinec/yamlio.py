@@ -69,21 +69,29 @@ def _fail(file: str, message: str, mark=None, path: str = "(file)") -> SpecError
     return SpecError([Problem(file, line, col, path, message)])
 
 
-def read_text(file: str) -> str:
+def read_bytes(file: str, limit: int = MAX_BYTES, kind: str = "spec",
+               form: str = "a YAML text file") -> bytes:
+    """The bytes of `file`, a regular file of at most `limit` bytes (a located SpecError if
+    not); every reader of user files (specs, measurements, config.json) opens them here."""
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it
         fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         try:
-            _check_regular(file, fd)
+            _check_regular(file, fd, limit, kind, form)
         except BaseException:
             os.close(fd)
             raise
         with os.fdopen(fd, "rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)   # the file may grow while it is read
+            raw = fh.read(limit + 1)   # the file may grow while it is read
     except OSError as exc:
         raise _fail(file, f"cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_BYTES:
-        raise _fail(file, f"file is over {MAX_BYTES} bytes; specs are limited to {MAX_BYTES} bytes")
+    if len(raw) > limit:
+        raise _fail(file, f"file is over {limit} bytes; {kind}s are limited to {limit} bytes")
+    return raw
+
+
+def read_text(file: str) -> str:
+    raw = read_bytes(file)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -97,14 +105,14 @@ def read_text(file: str) -> str:
     return text
 
 
-def _check_regular(file: str, fd: int) -> None:
-    """Refuse what is not a regular file of at most MAX_BYTES."""
+def _check_regular(file: str, fd: int, limit: int, kind: str, form: str) -> None:
+    """Refuse what is not a regular file of at most `limit` bytes."""
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         raise _fail(file, f"cannot read: it is {_kind(info.st_mode)}, not a regular file; "
-                          "a spec is a YAML text file")
-    if info.st_size > MAX_BYTES:
-        raise _fail(file, f"file is {info.st_size} bytes; specs are limited to {MAX_BYTES} bytes")
+                          f"a {kind} is {form}")
+    if info.st_size > limit:
+        raise _fail(file, f"file is {info.st_size} bytes; {kind}s are limited to {limit} bytes")
 
 
 def _kind(mode: int) -> str:

@@ -31,6 +31,7 @@ from pathlib import Path
 import yaml
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
+CATALOG = SPECS.parent / "rooflinec" / "catalog"   # shipped models/ and hardware/
 LOCATED = re.compile(r"^.+:\d+:\d+: .+: .+$")   # file:line:col: path: message
 SLOW_S = 10.0
 
@@ -107,7 +108,7 @@ def make_case(rng: random.Random, root: Path) -> Path:
     """Write one mutated study (and its mutated model or device) under `root`; its path."""
     for folder in ("models", "hardware"):
         if not (root / folder).exists():
-            shutil.copytree(SPECS / folder, root / folder)
+            shutil.copytree(CATALOG / folder, root / folder)
     study = _load(rng.choice(sorted(SPECS.glob("*.yaml"))))
     keys = list(study["analyses"])
     kept = rng.sample(keys, min(len(keys), rng.choice([1, 1, 2])))
@@ -122,11 +123,11 @@ def make_case(rng: random.Random, root: Path) -> Path:
         elif target == "device":
             name = study["devices"][0] if isinstance(study["devices"], list) and study["devices"] else None
             if isinstance(name, str) and _exists(root / "hardware" / f"{name}.yaml"):
-                device = _load(SPECS / "hardware" / f"{name}.yaml")
+                device = _load(CATALOG / "hardware" / f"{name}.yaml")
                 _mutate(rng, device)
                 (root / "hardware" / f"{name}.yaml").write_text(_dump(device), encoding="utf-8")
-        elif isinstance(study.get("model"), str) and _exists(SPECS / "models" / f"{study['model']}.yaml"):
-            model = _load(SPECS / "models" / f"{study['model']}.yaml")
+        elif isinstance(study.get("model"), str) and _exists(CATALOG / "models" / f"{study['model']}.yaml"):
+            model = _load(CATALOG / "models" / f"{study['model']}.yaml")
             if target == "model":
                 _mutate(rng, model)
             else:

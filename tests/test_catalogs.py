@@ -1,5 +1,6 @@
-"""Demos 1 and 2 of seed 003 (lecture 8, 01_roofline.py): the accelerator catalog and the
-operator catalog, from the built reports; and studies without a model."""
+"""The accelerator catalog (peaks and bandwidths from each vendor's datasheet, cited in
+specs/hardware/) and the operator catalog, from the built reports; and studies without a
+model."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def operators() -> dict:
     return {r["label"]: r for r in rep["sections"][0]["rows"]}
 
 
-# --- demo 1: ridge points ------------------------------------------------------------------
+# --- ridge points -------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("key", "tensor", "vector"), [
     ("v100-sxm2", 138.9, 17.44),   # 125e12 / 900e9 = 138.9; 15.7e12 / 900e9 = 17.44
@@ -59,7 +60,7 @@ def test_a100_vector_peak_is_a_sixteenth_and_its_sram_a_2023rd_of_memory(devices
     assert round(row["capacity_over_sram"]) == 2023            # 40 GiB / 20.25 MiB = 2022.7
 
 
-# --- demo 2: operator intensities on the A100 ------------------------------------------------
+# --- operator intensities on the A100 -------------------------------------------------------
 
 def _point(operators, label, **args) -> dict:
     return next(p for p in operators[label]["points"] if all(p["args"][k] == v for k, v in args.items()))
@@ -120,7 +121,7 @@ def test_one_head_qk_is_memory_bound(operators, d, value):
 
 def _tree(tmp_path, study: str) -> str:
     (tmp_path / "hardware").mkdir()
-    shutil.copy("specs/hardware/a100-40gb.yaml", tmp_path / "hardware")
+    shutil.copy("rooflinec/catalog/hardware/a100-40gb.yaml", tmp_path / "hardware")
     (tmp_path / "study.yaml").write_text(study)
     return str(tmp_path / "study.yaml")
 

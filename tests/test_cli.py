@@ -3,10 +3,14 @@
 import io
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
+from rooflinec import catalog
 from rooflinec.cli import run
+
+CATALOG = Path(catalog.ROOT)
 
 
 def call(*argv):
@@ -101,9 +105,10 @@ def test_unknown_device_lists_known_ones(tree):
 
 def test_added_device_appears_with_no_code_change(tree, tmp_path):
     """The README's worked example: copy a device file, edit two numbers, list it in the study."""
-    mine = (tree / "hardware" / "rtx4090.yaml").read_text()
+    mine = (CATALOG / "hardware" / "rtx4090.yaml").read_text()
     mine = mine.replace("NVIDIA GeForce RTX 4090", "My GPU").replace("1008 GB/s", "2000 GB/s")
     mine = mine.replace("bf16: 165.2 TFLOP/s", "bf16: 400 TFLOP/s")
+    (tree / "hardware").mkdir()
     (tree / "hardware" / "my-gpu.yaml").write_text(mine)
     study = tree / "qwen.yaml"
     study.write_text(study.read_text().replace("[rtx4090, a100-40gb]", "[rtx4090, a100-40gb, my-gpu]"))
@@ -115,8 +120,10 @@ def test_added_device_appears_with_no_code_change(tree, tmp_path):
 
 
 def test_spec_notes_appear_in_the_report(tree, tmp_path):
+    """A file beside the study shadows the catalog's entry of the same name."""
+    (tree / "hardware").mkdir()
     hw = tree / "hardware" / "rtx4090.yaml"
-    hw.write_text(hw.read_text() + "notes: boost clock assumed\n")
+    hw.write_text((CATALOG / "hardware" / "rtx4090.yaml").read_text() + "notes: boost clock assumed\n")
     code, _, err = call("build", str(tree / "qwen.yaml"), "--out", str(tmp_path), "--format", "md,html")
     assert code == 0, err
     assert "boost clock assumed" in (tmp_path / "qwen.md").read_text()

@@ -1,4 +1,4 @@
-"""User-declared operators (issue 6, item 4): declared in a model spec, placed by lowering,
+"""User-declared operators: declared in a model spec, placed by lowering,
 and shown in ledgers, derivations, explain, sweeps and the reports like a built-in op."""
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from rooflinec import custom, sweep as sw
-from rooflinec.analyses import Context
 from rooflinec.cli import run
 from rooflinec.errors import SpecError
-from rooflinec.evaluate import ledger
+from rooflinec.workbench import Workbench
 from rooflinec.spec import load_model, load_study
 from rooflinec.symbols import B, S, dimension
 
@@ -68,7 +67,7 @@ def call(*argv):
 @pytest.fixture
 def tree(tmp_path) -> Path:
     root = tmp_path / "specs"
-    shutil.copytree(ROOT / "specs" / "hardware", root / "hardware")
+    shutil.copytree(ROOT / "rooflinec" / "catalog" / "hardware", root / "hardware")
     (root / "models").mkdir()
     (root / "models" / "moe.yaml").write_text(MOE)
     (root / "moe.yaml").write_text(STUDY)
@@ -87,7 +86,7 @@ def model_problems(tree: Path, old: str, new: str) -> list[str]:
 # --- placement and numbers -------------------------------------------------------------
 
 def test_router_is_placed_after_its_op_and_topk_at_the_end(tree):
-    ctx = Context(load_study(str(tree / "moe.yaml")))
+    ctx = Workbench(load_study(str(tree / "moe.yaml")))
     names = [op.name for op in ctx.program("decode").ops]
     assert names[names.index("mlp_norm") + 1] == "router"
     assert names[-1] == "router_topk"
@@ -98,9 +97,8 @@ def test_router_is_placed_after_its_op_and_topk_at_the_end(tree):
 
 def test_router_row_uses_the_declared_dimension(tree):
     study = load_study(str(tree / "moe.yaml"))
-    ctx = Context(study)
-    led = ledger(ctx.program("decode"), study.model, study.devices[0], "bf16", 2,
-                 {B: 4, S: 1024})
+    ctx = Workbench(study)
+    led = ctx.ledger(ctx.program("decode"), study.devices[0], {B: 4, S: 1024})
     row = next(r for r in led.rows if r.op.name == "router")
     # decode M = B = 4; per layer 2 * 4 * 1024 * 8 = 65,536 FLOPs; x 24 layers = 1,572,864
     assert row.flops == 1_572_864
@@ -111,12 +109,12 @@ def test_router_row_uses_the_declared_dimension(tree):
 
 def test_sweep_gives_the_extra_symbol_its_value(tree):
     study = load_study(str(tree / "moe.yaml"))
-    ctx = Context(study)
+    ctx = Workbench(study)
     program = ctx.program("decode")
     kernel = sw.compile_program(program, given=(B, S))
     assert dimension("n_experts") in kernel.args
-    totals = sw.run(kernel, study.model, {B: [4], S: [1024]}, study.devices, "bf16", 2)
-    led = ledger(program, study.model, study.devices[0], "bf16", 2, {B: 4, S: 1024})
+    totals = sw.run(kernel, ctx, {B: [4], S: [1024]}, study.devices, "bf16")
+    led = ctx.ledger(program, study.devices[0], {B: 4, S: 1024})
     assert totals["a100-40gb"].flops[0, 0] == pytest.approx(led.flops, rel=1e-12)
     assert totals["a100-40gb"].bytes[0, 0] == pytest.approx(led.bytes, rel=1e-12)
 
@@ -146,7 +144,7 @@ def test_declared_op_in_json_markdown_and_explain(tree, tmp_path):
 
 
 def test_qwen_rope_in_the_shipped_study():
-    """specs/models/qwen2.5-7b.yaml declares RoPE: 3 FLOPs per element of q and k."""
+    """RoPE, built in for `positions: rope`: 3 FLOPs per element of q and k (ops.vector.rope)."""
     rep = json.loads((ROOT / "reports" / "qwen.json").read_text())
     ledger_section = next(s for s in rep["sections"] if s["kind"] == "ledger")
     decode = ledger_section["blocks"][0]["ledgers"][0]

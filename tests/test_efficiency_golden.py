@@ -73,7 +73,7 @@ def test_palm_780b_token_timeline(palm):
 
 def test_published_table_recomputes_its_rows():
     rows = {r["name"]: r for r in sections("specs/published.yaml")["published_efficiency"]["rows"]}
-    # PaLM table 3: 46.2%, recomputed from specs/models/palm-540b.yaml
+    # PaLM table 3: 46.2%, recomputed from rooflinec/catalog/models/palm-540b.yaml
     assert rows["PaLM 540B"]["kind"] == "tokens_per_s"
     assert round(100 * rows["PaLM 540B"]["value"], 1) == 46.2
     # LLaMA-65B: 380 * 6 * 65.2e9 / 312e12 = 47.65%

@@ -13,12 +13,13 @@ from rooflinec import efficiency as E
 from rooflinec import params as P
 from rooflinec import spec
 from rooflinec import symbols as sym
+from rooflinec.derive import exact
 from rooflinec.evaluate import number
 from rooflinec.lower import Conventions, lower
 from rooflinec.symbols import B, S
 
 ROOT = Path(__file__).resolve().parent.parent
-BASE = spec.load_model(str(ROOT / "specs" / "models" / "qwen2.5-7b.yaml"))
+BASE = spec.load_model(str(ROOT / "rooflinec" / "catalog" / "models" / "qwen2.5-7b.yaml"))
 FEW = settings(max_examples=30, deadline=None)
 
 
@@ -95,8 +96,8 @@ def test_convention_minus_ledger_is_the_sum_of_the_explained_terms(model, halvin
 
 def terms_for(model, device):
     values = {**sym.model_values(model), sym.b: 2}
-    return E.step_terms(lower(model, "decode"), values,
-                        {"matrix": device["matrix"], "vector": device["vector"]}, device["bandwidth"])
+    return E.step_terms(lower(model, "decode"), values, lambda op: exact(device[op.unit]),
+                        device["bandwidth"])
 
 
 @FEW
@@ -104,9 +105,9 @@ def terms_for(model, device):
        st.integers(1, 4096))
 def test_decode_bound_grows_with_context_and_batch(model, device, batch, context, db, ds):
     t = terms_for(model, device)
-    base = t.time(batch, context)
-    assert t.time(batch + db, context) >= base
-    assert t.time(batch, context + ds) >= base
+    base = t.roof(batch, context).time
+    assert t.roof(batch + db, context).time >= base
+    assert t.roof(batch, context + ds).time >= base
 
 
 @FEW
@@ -126,7 +127,7 @@ def test_compute_bound_batch_is_where_the_terms_meet(model, device, context):
     else:
         assert compute(10**9) < memory(10**9)
     # the ceiling is approached from below as the batch grows
-    assert (10**6) / t.time(10**6, context) <= c.ceiling * (1 + 1e-9)
+    assert (10**6) / t.roof(10**6, context).time <= c.ceiling * (1 + 1e-9)
 
 
 @FEW

@@ -12,7 +12,10 @@ import sympy as sp
 
 from rooflinec import cli
 from rooflinec import efficiency as E
+from rooflinec import workbench as W
+from rooflinec.errors import DeviceLacks
 from rooflinec.ir import Cost, Op, Program
+from rooflinec.spec import Device
 from rooflinec.symbols import B
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture()
 def tree(tmp_path):
     for sub in ("models", "hardware"):
-        shutil.copytree(ROOT / "specs" / sub, tmp_path / sub)
+        shutil.copytree(ROOT / "rooflinec" / "catalog" / sub, tmp_path / sub)
     return tmp_path
 
 
@@ -115,7 +118,8 @@ def test_training_runs_on_a_device_without_a_vector_peak(tree):
           params: {}
           training: {chips: 8, tokens_per_s: 10k tokens/s, sequence: 4096}
         """)
-    assert (code, err) == (0, "")
+    assert code == 0
+    assert "error" not in err.lower()   # stderr may carry progress lines on a slow machine
 
 
 def test_serving_needs_the_vector_peak_its_norms_run_on(tree):
@@ -127,16 +131,19 @@ def test_serving_needs_the_vector_peak_its_norms_run_on(tree):
           serving: {batch: [1, 64], contexts: [1024]}
         """)
     assert code == 1
-    assert "devices: device 'tpu-v4' lists no vector peak, and the decode op" in err
+    assert ("devices[0]: device 'tpu-v4' lists no vector peak for bf16 (nor fp32), which the "
+            "decode op 'attn_norm' needs; add compute.vector to its hardware spec") in err
 
 
 def test_a_vector_op_with_flops_needs_a_vector_peak():
     op = Op("norm", "custom", "norm", "vector", Cost.of(5 * B, activations=2 * B))
     program = Program("m", "decode", "v", (op,), {})
-    with pytest.raises(E.MissingPeak) as exc:
-        E.step_terms(program, {}, {"matrix": 1e12, "vector": None}, 1e9)
-    assert (exc.value.op, exc.value.unit) == ("norm", "vector")
-    terms = E.step_terms(program, {}, {"matrix": 1e12, "vector": 10**12}, 10**9)
+    bare = Device("bare", "no vector peak", {"bf16": 1e12}, {}, 1e9, 1, "test")
+    with pytest.raises(DeviceLacks) as exc:
+        E.step_terms(program, {}, lambda o: W.peak(bare, o.unit, "bf16", f"op '{o.name}'"), 1e9)
+    assert str(exc.value) == ("device 'bare' lists no vector peak for bf16 (nor fp32), which op "
+                              "'norm' needs; add compute.vector to its hardware spec")
+    terms = E.step_terms(program, {}, lambda o: sp.Integer(10**12), 10**9)
     assert terms.compute == sp.Rational(5, 10**12) * B
 
 

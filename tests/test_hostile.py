@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from rooflinec.cli import run as cli_run
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
+CATALOG = SPECS.parent / "rooflinec" / "catalog"   # shipped models/ and hardware/
 QWEN = yaml.safe_load((SPECS / "qwen.yaml").read_text(encoding="utf-8"))
 LOCATED = __import__("re").compile(r"^.+:\d+:\d+: .+: .+$")
 EXAMPLES = int(os.environ.get("ROOFLINEC_HOSTILE_EXAMPLES", "6"))
@@ -34,8 +35,8 @@ EXAMPLES = int(os.environ.get("ROOFLINEC_HOSTILE_EXAMPLES", "6"))
 
 @pytest.fixture
 def tree(tmp_path) -> Path:
-    shutil.copytree(SPECS / "models", tmp_path / "models")
-    shutil.copytree(SPECS / "hardware", tmp_path / "hardware")
+    shutil.copytree(CATALOG / "models", tmp_path / "models")
+    shutil.copytree(CATALOG / "hardware", tmp_path / "hardware")
     return tmp_path
 
 
@@ -185,19 +186,16 @@ PIECE = st.tuples(PARTS, PARTS, st.sampled_from(["+", "*"])).map(lambda t: f"({t
 @given(flops=PIECE, nbytes=PIECE)
 def test_random_piecewise_formulas_give_sane_sections(tmp_path_factory, flops, nbytes):
     """Every analysis succeeds; every crossover found is compute-bound where it says it is."""
-    from rooflinec import analyses, efficiency, report, spec
-    from rooflinec.symbols import B, S
+    from rooflinec import report, spec
+    from rooflinec.workbench import Workbench
     tree = tmp_path_factory.mktemp("pw")
-    shutil.copytree(SPECS / "models", tree / "models")
-    shutil.copytree(SPECS / "hardware", tree / "hardware")
+    shutil.copytree(CATALOG / "models", tree / "models")
+    shutil.copytree(CATALOG / "hardware", tree / "hardware")
     _operator(tree, f"d_model*{flops}", f"2*d_model + d_model*{nbytes}")
     study = spec.load_study(str(_study(tree, _all_analyses())))
     rep = report.build(study)
     serving = next(s for s in rep["sections"] if s["kind"] == "serving")
-    ctx = analyses.Context(study)
-    dev = study.devices[0]
-    terms = efficiency.step_terms(ctx.program("decode", "flash", dev), ctx.values,
-                                  {u: ctx.peak(dev, u) for u in ("matrix", "vector")}, dev.bandwidth)
+    terms = Workbench(study).step_terms("decode", serving["variant"], study.devices[0])
     for row in serving["crossovers"]:
         first = row["devices"][0]["first"]
         if first is not None:
@@ -312,3 +310,62 @@ def test_mutated_shipped_specs_end_located_or_finite():
     import hostile
     result = hostile.fuzz(max(EXAMPLES * 3, 10), seed=int(os.environ.get("ROOFLINEC_HOSTILE_SEED", "7")))
     assert not result["failures"], json.dumps(result["failures"][:3], indent=1)
+
+
+# --- the other inputs: a measurements CSV, an imported config.json ----------------------
+
+MEASURED_HEADER = ("model,device,engine,engine_version,weights,tp,pp,isl,osl,concurrency,"
+                   "ttft_ms,tpot_ms,measured,row_id\n")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize("reader", ["measurements", "import"])
+def test_a_fifo_as_a_csv_or_config_is_refused_without_blocking(tmp_path, reader):
+    fifo = tmp_path / ("runs.csv" if reader == "measurements" else "config.json")
+    os.mkfifo(fifo)
+    code = ("from rooflinec import measurements, hfimport\n"
+            + (f"measurements.read({str(fifo)!r})" if reader == "measurements"
+               else f"hfimport.convert({str(fifo)!r})"))
+    try:   # a separate process: if it blocked, the timeout ends it and the test fails
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{reader} blocked on a FIFO")
+    assert "SpecError" in done.stderr and "not a regular file" in done.stderr, done.stderr
+
+
+def test_a_measurements_csv_over_the_cap_is_refused_before_it_is_read(tmp_path):
+    from rooflinec import measurements
+    from rooflinec.errors import SpecError
+    big = tmp_path / "runs.csv"
+    with open(big, "wb") as fh:   # sparse: the size is checked, not the bytes
+        fh.write(MEASURED_HEADER.encode())
+        fh.truncate(measurements.MAX_BYTES + 1)
+    with pytest.raises(SpecError, match=f"limited to {measurements.MAX_BYTES} bytes"):
+        measurements.read(str(big))
+
+
+def test_a_measurements_count_of_many_digits_is_located(tmp_path):
+    from rooflinec import measurements
+    from rooflinec.errors import SpecError
+    runs = tmp_path / "runs.csv"
+    runs.write_text(MEASURED_HEADER + f"m,d,e,1,bf16,1,1,{'9' * 5000},1,1,1,1,,r1\n", encoding="utf-8")
+    with pytest.raises(SpecError) as err:
+        measurements.read(str(runs))
+    assert "isl" in str(err.value) and "at most 15 digits" in str(err.value)
+    assert len(str(err.value)) < 1000   # the 5000 digits are not repeated whole
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ("1.0e+999", "must be finite"), (".nan", "must be finite"), (str(2 ** 64), "at most 2^53")])
+def test_an_imported_config_with_a_number_past_a_float_is_located(tmp_path, value, fragment):
+    from rooflinec import hfimport
+    from rooflinec.errors import SpecError
+    cfg = tmp_path / "config.json"
+    src = (Path(__file__).parent / "hf_configs" / "llama-3.1-8b" / "config.json").read_text(encoding="utf-8")
+    data = json.loads(src)
+    data["rope_theta"] = "VALUE"
+    cfg.write_text(json.dumps(data, indent=2).replace('"VALUE"', value), encoding="utf-8")
+    with pytest.raises(SpecError) as err:
+        hfimport.convert(str(cfg))
+    assert "rope_theta" in str(err.value) and fragment in str(err.value), str(err.value)
+    assert LOCATED.match(str(err.value)), str(err.value)

@@ -13,7 +13,7 @@ import sympy as sp
 
 from rooflinec import chartdata, mathml, report, spec
 from rooflinec.cli import run
-from rooflinec.render import chart_slots, render, render_many
+from rooflinec.render import chart_slots, render_many
 from rooflinec.symbols import B, S, b, d_head, n_kv, n_q
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,8 +34,8 @@ def hostile_study(tmp_path: Path) -> Path:
     """A study whose model is named `<script>alert(1)</script>`, in a spec tree under tmp_path."""
     (tmp_path / "models").mkdir()
     (tmp_path / "hardware").mkdir()
-    shutil.copy(ROOT / "specs" / "hardware" / "rtx4090.yaml", tmp_path / "hardware")
-    text = (ROOT / "specs" / "models" / "qwen2.5-7b.yaml").read_text()
+    shutil.copy(ROOT / "rooflinec" / "catalog" / "hardware" / "rtx4090.yaml", tmp_path / "hardware")
+    text = (ROOT / "rooflinec" / "catalog" / "models" / "qwen2.5-7b.yaml").read_text()
     (tmp_path / "models" / "evil.yaml").write_text(
         re.sub(r"^name: .*$", "name: '<script>alert(1)</script>'", text, flags=re.M))
     study = tmp_path / "evil.yaml"
@@ -63,7 +63,7 @@ def test_markdown_links_every_chart_file(files):
 
 
 def test_json_alone_draws_no_chart(qwen):
-    assert list(render(qwen, "json")) == ["qwen.json"]
+    assert list(render_many(qwen, ["json"])) == ["qwen.json"]
 
 
 def test_same_spec_same_bytes(qwen, files):
@@ -263,3 +263,14 @@ def test_operators_chart_has_every_point():
     charts = chartdata.plan(rep)[0]
     n = sum(len(r["points"]) for r in rep["sections"][0]["rows"])
     assert [len(c["points"]) for c in charts] == [n] * len(rep["devices"])
+
+
+def test_shared_prose_escapes_in_html_whatever_compiled_it_first():
+    """The prose both formats share compiles per format (autoescape is compiled in): text
+    from a spec is escaped in HTML even when Markdown rendered the same prose first."""
+    from rooflinec.render import environment
+    section = {"layers": "<b>&"}
+    md = environment(False).get_template("prose/sections.j2").module.params_intro(section)
+    html = environment(True).get_template("prose/sections.j2").module.params_intro(section)
+    assert "L = <b>& times" in md
+    assert "<var>L</var> = &lt;b&gt;&amp; times" in html

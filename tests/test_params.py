@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def model(key: str):
-    return spec.load_model(str(ROOT / "specs" / "models" / f"{key}.yaml"))
+    return spec.load_model(str(ROOT / "rooflinec" / "catalog" / "models" / f"{key}.yaml"))
 
 
 def total(m) -> int:

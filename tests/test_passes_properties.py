@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rooflinec import cli, flash
-from rooflinec.evaluate import ledger, number, point
+from rooflinec.evaluate import number
+from rooflinec.workbench import Workbench
 from rooflinec.lower import Conventions, lower
 from rooflinec.ops import FORMULAS
 from rooflinec.passes import Target, apply
@@ -30,12 +31,12 @@ CONVENTIONS = (Conventions(), Conventions(qkv="fused", bias="in_gemm"),
 
 @cache
 def model(key):
-    return load_model(f"specs/models/{key}.yaml")
+    return load_model(f"rooflinec/catalog/models/{key}.yaml")
 
 
 @cache
 def device(key="a100-40gb"):
-    return load_hardware(f"specs/hardware/{key}.yaml")
+    return load_hardware(f"rooflinec/catalog/hardware/{key}.yaml")
 
 
 @cache
@@ -46,13 +47,13 @@ def program(key, phase, variant, conv=Conventions(), dev="a100-40gb"):
 
 workloads = st.fixed_dictionaries({"B": st.integers(1, 64), "S": st.integers(1, 8192)})
 cases = st.tuples(st.sampled_from(MODELS), st.sampled_from(("decode", "prefill")),
-                  st.sampled_from(("unfused", "fused", "flash")), st.sampled_from(("layer", "model")))
+                  st.sampled_from(("unfused", "fused", "flash", "ideal")), st.sampled_from(("layer", "model")))
 
 
 def _ledger(case, w):
     key, phase, variant, scope = case
-    return ledger(program(key, phase, variant), model(key), device(), "bf16", 2,
-                  {B: w["B"], S: w["S"]}, scope)
+    return Workbench.of(model(key)).ledger(program(key, phase, variant), device(),
+                                           {B: w["B"], S: w["S"]}, scope)
 
 
 @settings(max_examples=40, deadline=None)
@@ -102,8 +103,21 @@ def test_flash_keeps_every_flop_outside_attention_and_every_contraction(key, pha
     contractions = sp.expand(sum(op.cost.flops for op in steps if op.category == "attention_matmul"))
     everything = sp.expand(sum(op.cost.flops for op in steps))
     for s_val in (1, 128, 4096):
-        at = point(model(key), 2, {B: 3, S: s_val}, {})
+        at = Workbench.of(model(key)).at({B: 3, S: s_val}, {})
         assert number(contractions, at) <= number(kernel, at) <= number(everything, at)
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases, workloads)
+def test_ideal_attention_is_a_lower_bound_of_every_variant(case, w):
+    """The ideal kernel moves compulsory traffic only, so no variant moves fewer bytes or
+    takes less roofline time (flash counts more FLOPs too: its softmax)."""
+    key, phase, _, scope = case
+    ideal = _ledger((key, phase, "ideal", scope), w)
+    for variant in ("unfused", "fused", "flash"):
+        other = _ledger((key, phase, variant, scope), w)
+        assert ideal.bytes <= other.bytes * (1 + 1e-12)
+        assert ideal.time <= other.time * (1 + 1e-12)
 
 
 @settings(max_examples=40, deadline=None)
@@ -125,8 +139,8 @@ def test_flash_traffic_falls_as_sram_grows(n, d, small, big):
 
 
 @pytest.mark.parametrize(("key", "batch", "seq"), [("gpt2-medium", 8, 1024), ("gpt3-175b", 1, 2048)])
-def test_flash_traffic_is_below_the_unfused_attention_for_the_seeds_shapes(key, batch, seq):
-    at = point(model(key), 2, {B: batch, S: seq}, {})
+def test_flash_traffic_is_below_the_unfused_attention_for_gpt2_and_gpt3_shapes(key, batch, seq):
+    at = Workbench.of(model(key)).at({B: batch, S: seq}, {})
     conv = Conventions(qkv="fused", bias="in_gemm")
     kernel = program(key, "prefill", "flash", conv).op("attention").cost.bytes
     unfused = sum(op.cost.bytes for op in flash.score_ops(program(key, "prefill", "unfused", conv)))
@@ -139,8 +153,8 @@ def test_a_large_head_on_a_small_sram_loses_and_the_report_says_so(tmp_path):
     # the unfused 4*2048*256 + 8*2048^2 = 35,651,584: Algorithm 1 re-reads Q and O 22 times
     for sub in ("hardware", "models"):
         (tmp_path / sub).mkdir()
-    shutil.copy("specs/hardware/a100-40gb.yaml", tmp_path / "hardware")
-    shutil.copy("specs/models/palm-540b.yaml", tmp_path / "models")
+    shutil.copy("rooflinec/catalog/hardware/a100-40gb.yaml", tmp_path / "hardware")
+    shutil.copy("rooflinec/catalog/models/palm-540b.yaml", tmp_path / "models")
     (tmp_path / "palm.yaml").write_text(
         "model: palm-540b\ndevices: [a100-40gb]\nanalyses:\n  ledger:\n    phases: [prefill]\n"
         "    variants: [unfused, flash]\n    scopes: [layer]\n    workloads: [{batch: 1, context: 2048}]\n")

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec import yamlio
+from rooflinec import catalog, yamlio
 from rooflinec.errors import SpecError
 from rooflinec.spec import load_hardware, load_model, load_study
 
-SPECS = Path(__file__).resolve().parent.parent / "specs"
+SPECS = Path(__file__).resolve().parent.parent / "rooflinec" / "catalog"
 
-# The Qwen2.5-7B spec (specs/models/qwen2.5-7b.yaml) without comments; tests edit one line
+# The Qwen2.5-7B spec (rooflinec/catalog/models/qwen2.5-7b.yaml) without comments; tests edit one line
 # of it, so every line and column below is counted in this text.
 MODEL = """\
 name: Qwen2.5-7B-Instruct
@@ -35,7 +35,7 @@ tied_embeddings: false
 source: Qwen2.5-7B-Instruct config.json
 """
 
-# The A100 40GB spec (specs/hardware/a100-40gb.yaml) without comments.
+# The A100 40GB spec (rooflinec/catalog/hardware/a100-40gb.yaml) without comments.
 HARDWARE = """\
 name: NVIDIA A100 40GB SXM4
 year: 2020
@@ -176,7 +176,7 @@ def test_unknown_nested_key(tmp_path):
 def test_enum_did_you_mean(tmp_path):
     f = write(tmp_path, "m.yaml", edit(MODEL, "kind: swiglu", "kind: swiglue"))
     located(only(load_model, f), f, 7, 13, "mlp.kind",
-            '"swiglue" is not accepted; did you mean \'swiglu\'? accepted: swiglu, gelu')
+            '"swiglue" is not accepted; did you mean \'swiglu\'? accepted: swiglu, geglu, gelu')
 
 
 def test_unknown_dtype_key_in_peaks(tmp_path):
@@ -318,11 +318,11 @@ def test_five_mistakes_five_problems(tmp_path):
         f"{f}:1:1: (top level): missing required key 'source' (Where the config comes from.)",
         f"{f}:2:10: d_model: expected an integer, got string \"3584 wide\"",
         f"{f}:3:1: n_layer: unknown key 'n_layer'; did you mean 'n_layers'? accepted keys: "
-        "attention, block, d_model, dimensions, max_context, mlp, n_layers, name, norm, notes, "
+        "attention, block, d_model, dimensions, hf_id, max_context, mlp, n_layers, name, norm, notes, "
         "operators, positions, source, tied_embeddings, vocab",
         f"{f}:6:38: attention.n_kv_heads: 5 KV heads do not divide 28 query heads; each KV head "
         "must serve a whole group of query heads",
-        f"{f}:7:13: mlp.kind: \"relu\" is not accepted; did you mean 'gelu'? accepted: swiglu, gelu",
+        f"{f}:7:13: mlp.kind: \"relu\" is not accepted; did you mean 'gelu'? accepted: swiglu, geglu, gelu",
     ]
 
 
@@ -340,9 +340,9 @@ def test_five_mistakes_in_a_study_and_what_it_references(tree):
         f"{a100}:6:42: memory.capacity: '40 GB/s' is a bandwidth, expected a memory size; "
         "use one of B, kB, MB, GB, TB, KiB, MiB, GiB, TiB",
         f"{qwen}:3:11: n_layers: must be >= 1, got integer 0",
-        f"{f}:3:22: devices[1]: no spec 'h100-sxn' (looked for {tree / 'hardware' / 'h100-sxn.yaml'}); "
-        "did you mean 'h100-sxm'? known hardware specs: " + ", ".join(
-            sorted(p.stem for p in (tree / "hardware").glob("*.yaml"))),
+        f"{f}:3:22: devices[1]: no spec 'h100-sxn' (looked for {tree / 'hardware' / 'h100-sxn.yaml'} "
+        "and in the installed catalog); did you mean 'h100-sxm'? known hardware specs: " + ", ".join(
+            sorted({p.stem for p in (tree / "hardware").glob("*.yaml")} | set(catalog.names("hardware")))),
         f"{f}:5:23: conventions.logits: \"some\" is not accepted; accepted: last, all",
         f"{f}:8:16: analyses.decode_view: missing required key 'contexts' (Context lengths S, "
         "e.g. [1024, 4096, 32768].)",
@@ -355,7 +355,7 @@ def test_five_mistakes_in_a_study_and_what_it_references(tree):
 def test_missing_model_lists_known_ones(tree):
     f = write(tree, "study.yaml", edit(STUDY, "model: qwen2.5-7b", "model: qwen"))
     located(only(load_study, f), f, 2, 8, "model", "no spec 'qwen'")
-    assert "known model specs: gpt2-medium, gpt3-175b, palm-540b, qwen2.5-7b" in \
+    assert "known model specs: " + ", ".join(sorted(p.stem for p in (tree / "models").glob("*.yaml"))) in \
         only(load_study, f).message
 
 

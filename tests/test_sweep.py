@@ -4,7 +4,6 @@ located."""
 import io
 import math
 import os
-import shutil
 from dataclasses import replace
 
 import pytest
@@ -12,13 +11,15 @@ import sympy as sp
 from hypothesis import given, settings, strategies as st
 
 from rooflinec import cli, spec, sweep
-from rooflinec.evaluate import ledger, number
+from rooflinec.evaluate import number
+from rooflinec.workbench import Workbench
 from rooflinec.lower import Conventions, lower
 from rooflinec.symbols import B, M, S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPECS = os.path.join(ROOT, "specs")
 QWEN = spec.load_study(os.path.join(SPECS, "qwen.yaml"))
+BENCH = Workbench(QWEN)
 PROGRAMS = {(ph, c): lower(QWEN.model, ph, Conventions(causal_halving=c))
             for ph in ("decode", "prefill") for c in (False, True)}
 KERNELS = {k: sweep.compile_program(p) for k, p in PROGRAMS.items()}
@@ -35,14 +36,13 @@ def test_sweep_equals_scalar_ledger(pts, key):
     """Every point of a vectorised sweep has the time, FLOPs and bytes of the scalar ledger."""
     kernel = KERNELS[key]
     batches, contexts = sorted({b for b, _ in pts}), sorted({s for _, s in pts})
-    totals = sweep.run(kernel, QWEN.model, {B: batches, S: contexts}, QWEN.devices, QWEN.dtype,
-                       QWEN.bytes_per_element, chunk=3)   # tiny chunks: the seams are tested too
+    totals = sweep.run(kernel, BENCH, {B: batches, S: contexts}, QWEN.devices, QWEN.dtype,
+                       chunk=3)   # tiny chunks: the seams are tested too
     for dev in QWEN.devices:
         tot = totals[dev.key]
         for i, bb in enumerate(batches):
             for j, ss in enumerate(contexts):
-                led = ledger(kernel.program, QWEN.model, dev, QWEN.dtype, QWEN.bytes_per_element,
-                             {B: bb, S: ss})
+                led = BENCH.ledger(kernel.program, dev, {B: bb, S: ss})
                 assert math.isclose(tot.time[i, j], led.time, rel_tol=REL)
                 assert math.isclose(tot.flops[i, j], led.flops, rel_tol=REL)
                 assert math.isclose(tot.bytes[i, j], led.bytes, rel_tol=REL)
@@ -89,9 +89,9 @@ def test_compile_does_not_depend_on_depth():
 def test_tokens_axis_replaces_the_binding():
     kernel = sweep.compile_program(PROGRAMS[("decode", False)], given=(B, S, M))
     dev = QWEN.devices[0]
-    tot = sweep.run(kernel, QWEN.model, {B: [4], S: [512], M: [12]}, [dev], QWEN.dtype, 2)[dev.key]
+    tot = sweep.run(kernel, BENCH, {B: [4], S: [512], M: [12]}, [dev], QWEN.dtype)[dev.key]
     unbound = replace(PROGRAMS[("decode", False)], bindings={})   # the scalar path, M as given
-    led = ledger(unbound, QWEN.model, dev, QWEN.dtype, 2, {B: 4, S: 512, M: 12})
+    led = BENCH.ledger(unbound, dev, {B: 4, S: 512, M: 12})
     assert math.isclose(tot.time[0, 0, 0], led.time, rel_tol=REL)
     assert tot.tokens[0, 0, 0] == 12
 
@@ -156,8 +156,8 @@ def test_expand_errors(bad, message):
 
 
 def _study(tmp_path, analyses: str) -> str:
-    for folder in ("hardware", "models"):
-        shutil.copytree(os.path.join(SPECS, folder), tmp_path / folder)
+    """A study outside the repository: its names come from the installed catalog."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "s.yaml"
     path.write_text("model: qwen2.5-7b\ndevices: [rtx4090, a100-40gb]\nanalyses:\n" + analyses)
     return str(path)
@@ -187,7 +187,7 @@ def _build(path, tmp_path):
     ("  decode_view:\n    contexts: {from: 9, to: 1, geometric: 2}\n",
      "s.yaml:5:15: analyses.decode_view.contexts: 'to' (1) is below 'from' (9)"),
     ("  sweep:\n    batch: [1, 2]\n    devices: [h100-sxm]\n",
-     "analyses.sweep.devices: device 'h100-sxm' is not among the study's devices: rtx4090, a100-40gb"),
+     "analyses.sweep.devices[0]: 'h100-sxm' is not a device of this study; its devices: rtx4090, a100-40gb"),
     ("  sweep:\n    batch: [1, 2]\n    context: [64]\n    variant: [flashy]\n",
      "analyses.sweep.variant: no variant 'flashy'; available: unfused, fused, flash"),
     ("  sweep:\n    batch: [1, 2]\n",
@@ -238,3 +238,17 @@ def test_chosen_rows():
     from rooflinec.analyses.sweep import chosen_rows
     xs = list(range(3, 40))
     assert [xs[i] for i in chosen_rows(xs, [None, 21])] == [3, 4, 8, 16, 21, 32, 39]
+
+
+def test_memory_fit_has_one_owner_and_one_answer():
+    """RTX 4090, Qwen2.5-7B in bf16: 24 GiB = 25,769,803,776 B; weights 7,615,616,512
+    parameters x 2 B = 15,231,233,024 B; KV cache 2 (K, V) x 28 layers x 4 KV heads x 128 x 2 B
+    = 57,344 B per token; (25,769,803,776 - 15,231,233,024) // 57,344 = 183,778 tokens,
+    // 1024 = 179 sequences of S = 1024."""
+    dev = QWEN.devices[0]
+    assert (BENCH.weight_bytes(), BENCH.kv_per_token()) == (15_231_233_024, 57_344)
+    assert BENCH.largest_batch(dev, 1024) == 179
+    for context in (1024, 4096, 32768):
+        top = BENCH.largest_batch(dev, context)
+        assert not BENCH.fits(dev, top + 1, context)
+        assert top == 0 or BENCH.fits(dev, top, context)

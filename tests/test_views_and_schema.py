@@ -22,7 +22,7 @@ def _section(rep, kind):
 
 def test_decode_attention_is_one_kernel_whose_intensity_loses_S(qwen):
     derivations = _section(qwen, "derivations")
-    assert derivations["variant"] == "flash"
+    assert derivations["variant"] == "ideal"   # the default: lower bounds
     decode = next(p for p in derivations["phases"] if p["phase"] == "decode")
     attention = [op for op in decode["ops"] if op["category"] in ("attention", "attention_matmul")]
     assert [op["op"] for op in attention] == ["attention"]
@@ -30,9 +30,21 @@ def test_decode_attention_is_one_kernel_whose_intensity_loses_S(qwen):
     assert sp.simplify(attention[0]["limit_S"] - 2 * n_q / (b * n_kv)) == 0
 
 
-def test_decode_view_reads_no_score_matrix_in_the_flash_variant(qwen):
+def test_prefill_attention_turns_compute_bound_in_the_ideal_variant(qwen):
+    # Compulsory traffic: 4·B·S²·d·n_q FLOPs over 2·B·S·b·d·(n_kv + n_q) bytes, so
+    # I = 2·S·n_q / (b·(n_kv + n_q)) = 2·S·28 / (2·32) = 0.875·S for Qwen2.5-7B (28 query,
+    # 4 KV heads). Ridge: RTX 4090 165.2e12 / 1008e9 = 163.89 -> S >= 187.3 -> 188;
+    # A100 312e12 / 1555e9 = 200.64 -> S >= 229.3 -> 230.
+    prefill = next(p for p in _section(qwen, "derivations")["phases"] if p["phase"] == "prefill")
+    attention = next(op for op in prefill["ops"] if op["op"] == "attention")
+    S = sp.Symbol("S", positive=True, integer=True)
+    assert sp.simplify(attention["intensity"] - 2 * S * n_q / (b * (n_kv + n_q))) == 0
+    assert {c["device"]: c["at"] for c in attention["crossings"]} == {"rtx4090": 188, "a100-40gb": 230}
+
+
+def test_decode_view_reads_no_score_matrix_in_the_default_variant(qwen):
     view = _section(qwen, "decode_view")
-    assert view["variant"] == "flash"
+    assert view["variant"] == "ideal"
     assert all(p["score_bytes"] == 0 for p in view["points"])
 
 

@@ -7,19 +7,16 @@ section it returns is rendered by `templates/<format>/<key>.<format>.j2`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cached_property
 
-from rooflinec import symbols as sym
-from rooflinec.derive import exact
-from rooflinec.errors import Problem, SpecError
-from rooflinec.finite import settle
-from rooflinec.evaluate import NoPeak, Unbound
-from rooflinec import flash, passes, timebox
+from rooflinec import timebox
 from rooflinec.budget import Budget
-from rooflinec.lower import Conventions, lower
-from rooflinec.passes import Target
+from rooflinec.errors import DeviceError, SpecError
+from rooflinec.evaluate import Unbound
+from rooflinec.finite import settle
+from rooflinec.options import parse as parse_options
 from rooflinec.spec import Study
 from rooflinec.sweep import expand_ranges
+from rooflinec.workbench import Workbench
 
 ANALYSES: dict[str, tuple[str, Callable]] = {}
 MODEL_FREE: set[str] = set()   # analyses that run without a model (catalogs of devices, ops)
@@ -37,60 +34,7 @@ def analysis(key: str, title: str, needs_model: bool = True):
     return register
 
 
-class Context:
-    """What every analysis needs: the study, its lowered programs, numbers for the symbols."""
-
-    def __init__(self, study: Study):
-        self.study = study
-        self.model = study.model
-        self.devices = study.devices
-        self._programs: dict = {}
-
-    @cached_property
-    def conventions(self) -> Conventions:
-        return Conventions(**self.study.conventions)
-
-    def program(self, phase: str, variant: str = "unfused", device=None):
-        """The lowered program of `phase` after the passes of `variant`, cached; FlashAttention's
-        prefill tiles come from `device`."""
-        key = (phase, variant, device.key if device is not None else None)
-        if key not in self._programs:
-            naive = (phase, "unfused", None)
-            if naive not in self._programs:
-                self._programs[naive] = lower(self.model, phase, self.conventions)
-            base = self._programs[naive]
-            target = Target(device, self.conventions, self.model.head_dim, self.study.bytes_per_element)
-            try:
-                self._programs[key] = passes.apply(base, variant, target)
-            except passes.NoOnChipMemory:
-                raise SpecError([self.problem(("devices", self._index(device)), (
-                    f"device '{getattr(device, 'key', None)}' gives no on_chip.sram_per_sm, which the "
-                    f"'{variant}' variant needs for FlashAttention's tiles in {phase}; add on_chip to "
-                    "its hardware spec or choose the 'fused' variant"))]) from None
-            except flash.SramTooSmall as exc:
-                raise SpecError([self.problem(("devices", self._index(device)), str(exc))]) from None
-        return self._programs[key]
-
-    def _index(self, device) -> int:
-        return self.devices.index(device) if device in self.devices else 0
-
-    @cached_property
-    def values(self) -> dict:
-        """Model dimensions and bytes per element; the workload symbols stay free."""
-        return {**sym.model_values(self.model), sym.b: self.study.bytes_per_element}
-
-    def peak(self, device, unit: str) -> float:
-        return device.peak(unit, self.study.dtype)
-
-    def ridge(self, device, unit: str = "matrix"):
-        """Peak / bandwidth as an exact rational, so crossings are solved exactly."""
-        return exact(self.peak(device, unit)) / exact(device.bandwidth)
-
-    def problem(self, path: tuple, message: str) -> Problem:
-        return self.study.doc.problem(path, message)
-
-
-def _expanded(study: Study, ctx: Context) -> dict:
+def _expanded(study: Study, ctx: Workbench) -> dict:
     """Every analysis's options with ranges expanded, all within their budgets; SpecError with
     every problem before anything is evaluated."""
     out, problems = {}, []
@@ -108,17 +52,18 @@ def _expanded(study: Study, ctx: Context) -> dict:
     return out
 
 
-def run(study: Study, on_section=None) -> list[dict]:
+def run(study: Study, on_section=None, bench: Workbench | None = None) -> list[dict]:
     """Every analysis of the study, in the order written, as report sections.
     `on_section(index, section)` hears of each section as soon as it is evaluated."""
-    ctx = Context(study)
+    ctx = bench or Workbench(study)
     timebox.reset()
     sections, problems = [], []
     for key, options in _expanded(study, ctx).items():
         title, fn = ANALYSES[key]
         try:
             bad: list = []   # checked before any format or chart sees the section
-            section = settle({"kind": key, "title": title, **fn(ctx, options)}, "", bad)
+            data = fn(ctx, parse_options(key, options))
+            section = settle({"kind": key, "title": title, **data}, "", bad)
             if bad:
                 problems.append(study.doc.problem(("analyses", key), (
                     f"analysis '{key}' computes a number that is not finite ({bad[0]}); check its "
@@ -130,7 +75,7 @@ def run(study: Study, on_section=None) -> list[dict]:
                 on_section(len(sections) - 1, sections[-1])
         except SpecError as exc:
             problems.extend(exc.problems)
-        except NoPeak as exc:
+        except DeviceError as exc:   # a missing figure, SRAM smaller than a tile
             where = study.devices.index(exc.device) if exc.device in study.devices else None
             problems.append(study.doc.problem(("devices", where) if where is not None
                                               else ("analyses", key), str(exc)))
@@ -149,6 +94,13 @@ def run(study: Study, on_section=None) -> list[dict]:
     return sections
 
 
-from rooflinec.analyses import attention, decode_view, derivations, gemm, sweep  # noqa: E402,F401
-from rooflinec.analyses import params, published, serving, training  # noqa: E402,F401
-from rooflinec.analyses import accelerators, ledger, operators  # noqa: E402,F401
+def _register_all() -> None:
+    """Import every module of this package: each registers its analysis, so a new analysis
+    is one new file here, not an edit of this one."""
+    import importlib
+    import pkgutil
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        importlib.import_module(f"{__name__}.{info.name}")
+
+
+_register_all()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rooflinec.analyses import analysis
 from rooflinec.errors import SpecError
+from rooflinec.workbench import ridge
 
 
 def _tensor(dev, dtypes):
@@ -18,8 +19,8 @@ def _row(dev, dtypes) -> dict:
     return {
         "key": dev.key, "name": dev.name, "year": dev.year, "dtype": dtype,
         "tensor_peak": tensor, "vector_peak": vector, "bandwidth": dev.bandwidth,
-        "capacity": dev.capacity, "ridge_tensor": tensor / dev.bandwidth,
-        "ridge_vector": vector / dev.bandwidth if vector else None,
+        "capacity": dev.capacity, "ridge_tensor": ridge(tensor, dev.bandwidth),
+        "ridge_vector": ridge(vector, dev.bandwidth),
         "vector_over_tensor": vector / tensor if vector else None,
         "sm_count": dev.sm_count, "sram_per_sm": dev.sram_per_sm, "sram_total": sram,
         "capacity_over_sram": dev.capacity / sram if sram else None,
@@ -36,21 +37,19 @@ def _pair(rows: dict, old: str, new: str) -> dict:
 
 
 def _check(ctx, dtypes, pairs) -> None:
-    keys = [d.key for d in ctx.devices]
     problems = [ctx.problem(("devices", i), f"device '{d.key}' lists no tensor peak for "
                                             f"{' or '.join(dtypes)}; it has: {', '.join(d.tensor)}")
                 for i, d in enumerate(ctx.devices) if _tensor(d, dtypes)[0] is None]
-    problems += [ctx.problem(("analyses", "accelerators", "compare", i, j),
-                             f"'{k}' is not a device of this study; its devices: {', '.join(keys)}")
-                 for i, pair in enumerate(pairs) for j, k in enumerate(pair) if k not in keys]
+    problems += [p for i, pair in enumerate(pairs)
+                 for p in ctx.device_problems(("analyses", "accelerators", "compare", i), pair)]
     if problems:
         raise SpecError(problems)
 
 
 @analysis("accelerators", "Accelerators", needs_model=False)
 def accelerators(ctx, params) -> dict:
-    dtypes = params.get("dtypes") or [ctx.study.dtype]
-    pairs = params.get("compare") or []
+    dtypes = params.dtypes or [ctx.study.dtype]
+    pairs = params.compare or []
     _check(ctx, dtypes, pairs)
     rows = {d.key: _row(d, dtypes) for d in ctx.devices}
     return {"dtypes": dtypes, "rows": list(rows.values()),

@@ -1,34 +1,32 @@
 """Decode and prefill attention intensity at given contexts, two ways of counting bytes."""
 
-import sympy as sp
-
 from rooflinec.analyses import analysis
 from rooflinec.derive import crossing, limit_at_infinity
-from rooflinec.evaluate import number, regime
+from rooflinec.evaluate import number
 from rooflinec.ir import intensity
 from rooflinec.ops import FORMULAS
 from rooflinec.symbols import B, S, b, d_head, n_kv, n_q
+from rooflinec.workbench import regime
 
-# "kv": the tutorial's count, K and V reads only; "io": also reading Q and writing O.
+# "kv": K and V reads only, the bytes that grow with S; "io": also reading Q and writing O.
 COUNTS = {"kv": False, "io": True}
 QUERIES = {"decode": 1, "prefill": S}
 
 
 def _cost(phase: str, io: bool, causal_fraction):
     return FORMULAS["attention"](B, QUERIES[phase], S, n_q, n_kv, d_head, b, io=io,
-                                 causal_fraction=causal_fraction if phase == "prefill" else 1)
+                                 causal_fraction=causal_fraction)
 
 
 @analysis("attention_intensity", "Attention intensity against context")
 def attention_intensity(ctx, params) -> dict:
-    half = sp.Rational(1, 2) if ctx.conventions.causal_halving else 1
     cases = []
     for phase in ("decode", "prefill"):
         for count, io in COUNTS.items():
-            cost = _cost(phase, io, half)
+            cost = _cost(phase, io, ctx.conventions.causal_fraction(phase))
             expr = intensity(cost)
             points = []
-            for s in params["contexts"]:
+            for s in params.contexts:
                 value = number(expr, {**ctx.values, S: s})
                 points.append({"context": s, "intensity": value,
                                "regime": {d.key: regime(value, ctx.ridge(d)) for d in ctx.devices}})
@@ -38,5 +36,5 @@ def attention_intensity(ctx, params) -> dict:
                           "formula": expr, "limit": limit,
                           "depends_on_S": S in expr.free_symbols, "points": points,
                           "crossing": cross})
-    return {"contexts": params["contexts"], "cases": cases,
+    return {"contexts": params.contexts, "cases": cases,
             "causal_halving": ctx.conventions.causal_halving}

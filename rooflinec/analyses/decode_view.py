@@ -1,21 +1,20 @@
 """The whole model's decode step: weight bytes against KV-cache bytes, and the average intensity."""
 
 from rooflinec.analyses import analysis
-from rooflinec.evaluate import ledger
 from rooflinec.symbols import B, S
 
 
 @analysis("decode_view", "Whole-model decode step")
 def decode_view(ctx, params) -> dict:
-    variant = params.get("variant", "flash")
+    variant = params.variant
     points = []
-    for batch in params.get("batch", [1]):
-        for context in params["contexts"]:
+    for batch in params.batch:
+        for context in params.contexts:
             per_device = []
             for dev in ctx.devices:
-                led = ledger(ctx.program("decode", variant, dev), ctx.model, dev, ctx.study.dtype,
-                             ctx.study.bytes_per_element, {B: batch, S: context})
+                led = ctx.ledger(ctx.program("decode", variant, dev), dev, {B: batch, S: context})
                 per_device.append({"device": dev.key, "time_s": led.time,
+                                   "fits": ctx.fits(dev, batch, context),
                                    "tokens_per_s": batch / led.time, "attainable": led.attainable})
             points.append({"batch": batch, "context": context, "flops": led.flops,
                            "bytes": led.bytes, "weight_bytes": led.traffic("weights"),

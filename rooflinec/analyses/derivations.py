@@ -5,8 +5,6 @@ from rooflinec import symbols as sym
 from rooflinec.analyses import analysis
 from rooflinec.derive import crossing, derive
 
-DEFAULT_VARIANT = "flash"
-
 
 def op_derivation(ctx, op, devices=None) -> dict:
     """`devices`: the devices this form of the op runs on (None: all, the op is the same on each)."""
@@ -43,8 +41,8 @@ def program_ops(ctx, phase: str, variant: str) -> list[tuple]:
 
 @analysis("derivations", "Derivations")
 def derivations(ctx, params) -> dict:
-    phases = params.get("phases", ["decode", "prefill"])
-    variant = params.get("variant", DEFAULT_VARIANT)
+    phases = params.phases
+    variant = params.variant
     return {"variant": variant,
             "phases": [{"phase": phase,
                         "bindings": {str(k): v for k, v in ctx.program(phase).bindings.items()},

@@ -4,13 +4,14 @@ from rooflinec import symbols as sym
 from rooflinec.analyses import analysis
 from rooflinec.derive import crossing
 from rooflinec.errors import SpecError
-from rooflinec.evaluate import number, regime
+from rooflinec.evaluate import number
 from rooflinec.ir import intensity
+from rooflinec.workbench import regime
 
 
 def _groups(ctx, params, linear):
     names = [op.name for op in linear]
-    groups = params.get("groups") or [[n] for n in names]
+    groups = params.groups or [[n] for n in names]
     problems = [ctx.problem(("analyses", "gemm_intensity", "groups", i, j),
                             f"no linear op '{name}' in {ctx.model.name}; linear ops: {', '.join(names)}")
                 for i, group in enumerate(groups) for j, name in enumerate(group) if name not in names]
@@ -27,7 +28,7 @@ def gemm_intensity(ctx, params) -> dict:
     for group in _groups(ctx, params, linear):
         ops = [by_name[n] for n in group]
         points = []
-        for m in params["tokens"]:
+        for m in params.tokens:
             values = [number(intensity(op.cost), {**ctx.values, op.crossing: m}) for op in ops]
             points.append({"tokens": m, "intensity": values[0], "spread": max(values) - min(values),
                            "regime": {d.key: regime(values[0], ctx.ridge(d)) for d in ctx.devices}})
@@ -37,4 +38,26 @@ def gemm_intensity(ctx, params) -> dict:
                      "weight_elements": number(ops[0].cost.bytes_of("weights") / sym.b, ctx.values),
                      "points": points, "crossing": cross,
                      "formula": intensity(ops[0].cost), "variable": ops[0].crossing.name})
-    return {"tokens": params["tokens"], "rows": rows}
+    return {"tokens": params.tokens, "rows": rows, "curves": _curves(ctx, rows)}
+
+
+def sweep_range(crossings: list[int | None], lo: int = 1) -> tuple[int, int]:
+    """Tokens in flight from 1 to a power of two past every crossing (at least 4096)."""
+    top = max([4096, *(2 * c for c in crossings if c is not None)])
+    return lo, 1 << (top - 1).bit_length()
+
+
+def _curves(ctx, rows, n: int = 49) -> dict:
+    """Each row's intensity at n tokens-in-flight counts, log-spaced, and at each crossing:
+    what the chart of this section draws."""
+    lo, hi = sweep_range([r["crossing"][d.key] for r in rows for d in ctx.devices])
+    xs = [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
+    lines = []
+    for r in rows:
+        var = sym.ALPHABET[r["variable"]]
+        at = lambda x: number(r["formula"], {**ctx.values, var: x})  # noqa: E731
+        marks = [{"device": d.key, "at": r["crossing"][d.key], "intensity": at(r["crossing"][d.key])}
+                 for d in ctx.devices if r["crossing"][d.key] is not None]
+        lines.append({"label": r["label"], "variable": r["variable"], "y": [at(x) for x in xs],
+                      "crossings": marks})
+    return {"x": xs, "lines": lines}

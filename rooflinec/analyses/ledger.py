@@ -1,19 +1,17 @@
 """Per-operator time ledgers: one row per op, rollups by category, totals; variants compared.
 
-`ledger_dict` is the one place an evaluate.Ledger becomes the report's JSON contract
-(DESIGN.md section 5); other analyses reuse it.
+`ledger_dict` is the one place a workbench Ledger becomes the report's JSON contract
+(`report.schema.json`); other analyses reuse it.
 """
 
 from __future__ import annotations
 
 from rooflinec import flash
 from rooflinec.analyses import analysis
-from rooflinec.errors import SpecError
-from rooflinec.evaluate import Ledger, ledger, number, point
+from rooflinec.evaluate import number
 from rooflinec.ir import TRAFFIC_CLASSES, intensity
-from rooflinec.lower import PHASES
-from rooflinec.passes import VARIANTS
 from rooflinec.symbols import B, S
+from rooflinec.workbench import Ledger
 
 
 def symbolic(op) -> dict:
@@ -47,10 +45,9 @@ def _categories(led: Ledger) -> list[dict]:
 
 
 def _totals(led: Ledger) -> dict:
-    peak = led.device.peak("matrix", led.dtype)
     return {
         "flops": led.flops, "bytes": led.bytes, "intensity": led.flops / led.bytes,
-        "time_s": led.time, "peak_time_s": led.flops / peak, "attainable": led.attainable,
+        "time_s": led.time, "peak_time_s": led.flops / led.peak, "attainable": led.attainable,
         "traffic": {c: led.traffic(c) for c in TRAFFIC_CLASSES},
     }
 
@@ -82,15 +79,14 @@ def _comparison(ledgers: list[dict]) -> list[dict]:
 def _flash_detail(ctx, phase: str, device, workload: dict) -> dict:
     """The attention kernel against the unfused steps it replaces, per layer, at one point."""
     unfused, fused = ctx.program(phase, "unfused"), ctx.program(phase, "flash", device)
-    values = point(ctx.model, ctx.study.bytes_per_element, workload, unfused.bindings)
+    values = ctx.at(workload, unfused.bindings)
     steps = flash.score_ops(unfused)
     kernel = fused.op("attention")
     step_flops = sum(number(op.cost.flops, values) for op in steps)
     step_bytes = sum(number(op.cost.bytes, values) for op in steps)
     flops, nbytes = number(kernel.cost.flops, values), number(kernel.cost.bytes, values)
-    tiles = None
-    if phase == "prefill":
-        t = flash.blocks(flash.sram_elements(device, ctx.study.bytes_per_element), ctx.model.head_dim)
+    tiles, t = None, kernel.tiles   # the pass chose them; the op carries them
+    if t is not None:
         tiles = {"sram_bytes": device.sram_per_sm, "sram_elements": t.sram_elements, "rows": t.rows,
                  "cols": t.cols, "col_blocks": -(-int(values[S]) // t.cols)}
     return {
@@ -125,24 +121,10 @@ def _formula_row(op) -> dict:
             "repeat": op.repeat, **symbolic(op)}
 
 
-def _devices(ctx, params) -> list:
-    wanted = params.get("devices")
-    if not wanted:
-        return list(ctx.devices)
-    keys = [d.key for d in ctx.devices]
-    problems = [ctx.problem(("analyses", "ledger", "devices", i),
-                            f"'{k}' is not a device of this study; its devices: {', '.join(keys)}")
-                for i, k in enumerate(wanted) if k not in keys]
-    if problems:
-        raise SpecError(problems)
-    return [d for d in ctx.devices if d.key in wanted]
-
-
 def _block(ctx, params, phase, device, workload, scope) -> dict:
-    variants = params.get("variants", list(VARIANTS))
-    groups = params.get("groups") or {}
-    ledgers = [ledger_dict(ledger(ctx.program(phase, v, device), ctx.model, device, ctx.study.dtype,
-                                  ctx.study.bytes_per_element, workload, scope), groups)
+    variants = params.variants
+    groups = params.groups or {}
+    ledgers = [ledger_dict(ctx.ledger(ctx.program(phase, v, device), device, workload, scope), groups)
                for v in variants]
     return {"phase": phase, "device": device.key, "scope": scope,
             "workload": {s.name: v for s, v in workload.items()},
@@ -151,11 +133,11 @@ def _block(ctx, params, phase, device, workload, scope) -> dict:
 
 @analysis("ledger", "Operator ledgers")
 def ledger_analysis(ctx, params) -> dict:
-    phases = params.get("phases", list(PHASES))
-    variants = params.get("variants", list(VARIANTS))
-    scopes = params.get("scopes", ["model"])
-    devices = _devices(ctx, params)
-    points = [{B: w["batch"], S: w["context"]} for w in params["workloads"]]
+    phases = params.phases
+    variants = params.variants
+    scopes = params.scopes
+    devices = ctx.devices_named(("analyses", "ledger", "devices"), params.devices)
+    points = [{B: w["batch"], S: w["context"]} for w in params.workloads]
     blocks, details = [], []
     for phase in phases:
         for device in devices:
@@ -166,6 +148,6 @@ def ledger_analysis(ctx, params) -> dict:
     return {"phases": phases, "variants": variants, "scopes": scopes,
             "conventions": [{"phase": p, "key": k, "choice": c}
                             for p in phases for k, c in ctx.program(p).conventions],
-            "groups": params.get("groups") or {}, "blocks": blocks, "flash": details,
+            "groups": params.groups or {}, "blocks": blocks, "flash": details,
             "formulas": _formulas(ctx, phases, variants, devices)}
 

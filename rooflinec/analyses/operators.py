@@ -14,9 +14,9 @@ import sympy as sp
 from rooflinec import symbols as sym
 from rooflinec.analyses import analysis
 from rooflinec.errors import SpecError
-from rooflinec.evaluate import NoPeak, roofline
 from rooflinec.ir import intensity
 from rooflinec.ops import FORMULAS, UNITS
+from rooflinec.workbench import roofline
 
 FIXED = ("b", "epilogue")   # bytes per element comes from the study's dtype
 
@@ -69,9 +69,7 @@ def _evaluate(ctx, name: str, point: dict, devices) -> dict:
     unit = UNITS[name]
     per_device = []
     for dev in devices:
-        peak = dev.peak(unit, ctx.study.dtype)
-        if peak is None:   # analyses.run locates this at the device
-            raise NoPeak(dev, unit, ctx.study.dtype, name)
+        peak = ctx.peak(dev, unit, needed_by=f"operator '{name}'")
         roof = roofline(flops, nbytes, peak, dev.bandwidth)
         per_device.append({"device": dev.key, "bound": roof.bound, "time_s": roof.time,
                            "attainable": flops / roof.time / peak})
@@ -81,7 +79,7 @@ def _evaluate(ctx, name: str, point: dict, devices) -> dict:
 
 @analysis("operators", "Operator catalog", needs_model=False)
 def operators(ctx, params) -> dict:
-    entries = params["ops"]
+    entries = params.ops
     problems = [p for i, e in enumerate(entries) for p in _problems(ctx, i, e)]
     problems += [ctx.problem(("devices", i), f"device '{d.key}' lists no tensor peak for {ctx.study.dtype}")
                  for i, d in enumerate(ctx.devices) if d.peak("matrix", ctx.study.dtype) is None]

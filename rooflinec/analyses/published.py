@@ -12,13 +12,13 @@ from rooflinec import efficiency as E
 from rooflinec import params as P
 from rooflinec import symbols as sym
 from rooflinec.analyses import analysis
-from rooflinec.analyses.training import device_named
 from rooflinec.errors import SpecError
 from rooflinec.evaluate import number
 from rooflinec.spec import load_model_ref
 from rooflinec.units import parse_quantity
 
 ROWS = ("analyses", "published_efficiency", "rows")
+CHIPS = 1   # a throughput is per chip unless the row says (the schema's default too)
 
 
 def _achieved(ctx, row, path, peak) -> dict:
@@ -47,7 +47,7 @@ def _throughput(ctx, row, path, peak) -> dict:
         raise SpecError([ctx.problem(path, "a throughput row needs N: give `params` (the "
                                      "published count) or `model` (a spec under models/)")])
     rate = parse_quantity(row["tokens_per_s"], "tokens_rate")
-    chips = row.get("chips", 1)
+    chips = row.get("chips", CHIPS)
     flops, n, n_from = _flops_per_token(ctx, row, path)
     return {"value": E.utilisation(rate, flops, chips, peak), "tokens_per_s": rate,
             "chips": chips, "flops_per_token": flops, "n_params": n, "n_from": n_from,
@@ -71,7 +71,7 @@ def _row(ctx, i: int, row: dict) -> dict:
             raise SpecError([ctx.problem(path, "a row needs `quoted` (the published percentage) "
                                          f"or an input to recompute it from: {', '.join(RECOMPUTE)}")])
         return {**out, "kind": "quoted", "value": None}
-    device = device_named(ctx, path + ("device",), row.get("device"))
+    device = ctx.device(path + ("device",), row.get("device"))
     peak = ctx.peak(device, "matrix")
     return {**out, "kind": given[0], "device": device.key, "peak": peak,
             **RECOMPUTE[given[0]](ctx, row, path, peak)}
@@ -80,7 +80,7 @@ def _row(ctx, i: int, row: dict) -> dict:
 @analysis("published_efficiency", "Published training efficiencies")
 def published_efficiency(ctx, params) -> dict:
     rows, problems = [], []
-    for i, row in enumerate(params["rows"]):
+    for i, row in enumerate(params.rows):
         try:
             rows.append(_row(ctx, i, row))
         except SpecError as exc:

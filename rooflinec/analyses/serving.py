@@ -9,36 +9,20 @@ that assumes no overlap between ops). Memory fit counts weights and the KV cache
 from __future__ import annotations
 
 from rooflinec import efficiency as E
-from rooflinec import params as P
 from rooflinec.analyses import analysis
-from rooflinec.analyses.training import device_named
-from rooflinec.errors import SpecError
-from rooflinec.evaluate import number
 from rooflinec.symbols import B, S
 from rooflinec.units import parse_quantity
 
 
 def _terms(ctx, phase: str, variant: str) -> dict:
-    """Each device's step terms for one phase; a located problem if a needed peak is missing."""
-    out, problems = {}, []
-    for dev in ctx.devices:
-        program = ctx.program(phase, variant, dev)
-        peaks = {"matrix": ctx.peak(dev, "matrix"), "vector": ctx.peak(dev, "vector")}
-        try:
-            out[dev.key] = E.step_terms(program, ctx.values, peaks, dev.bandwidth)
-        except E.MissingPeak as exc:
-            problems.append(ctx.problem(("devices",), f"device '{dev.key}' lists no {exc.unit} "
-                                        f"peak, and the {phase} op '{exc.op}' has FLOPs there"))
-    if problems:
-        raise SpecError(problems)
-    return out
+    """Each device's step terms for one phase (the workbench locates a missing peak)."""
+    return {dev.key: ctx.step_terms(phase, variant, dev) for dev in ctx.devices}
 
 
 def _bound(terms, batch, context) -> dict:
-    compute, memory = terms.at(batch, context)
-    time = max(compute, memory)
-    return {"compute_s": compute, "memory_s": memory, "time_s": time,
-            "bound": "compute" if compute >= memory else "memory", "tokens_per_s": batch / time}
+    roof = terms.roof(batch, context)
+    return {"compute_s": roof.t_compute, "memory_s": roof.t_memory, "time_s": roof.time,
+            "bound": roof.bound, "tokens_per_s": batch / roof.time}
 
 
 def _size(terms, batch, context) -> tuple[float, float]:
@@ -46,27 +30,27 @@ def _size(terms, batch, context) -> tuple[float, float]:
     return float(terms.flops.xreplace(point)), float(terms.bytes.xreplace(point))
 
 
-def _steps(ctx, terms, batches, contexts, weight_bytes, kv_token) -> list[dict]:
+def _steps(ctx, terms, batches, contexts) -> list[dict]:
     rows = []
     for batch in batches:
         for context in contexts:
             # FLOPs and bytes are the device's to time, not to change: any device's terms do
             flops, nbytes = _size(terms[ctx.devices[0].key], batch, context)
-            need = weight_bytes + batch * context * kv_token
+            need = ctx.memory_needed(batch, context)
             rows.append({"batch": batch, "context": context, "flops": flops, "bytes": nbytes,
-                         "kv_bytes": batch * context * kv_token, "memory_needed": need,
+                         "kv_bytes": need - ctx.weight_bytes(), "memory_needed": need,
                          "devices": [{"device": d.key, "fits": need <= d.capacity,
                                       **_bound(terms[d.key], batch, context)} for d in ctx.devices]})
     return rows
 
 
-def _crossovers(ctx, terms, contexts, weight_bytes, kv_token) -> list[dict]:
+def _crossovers(ctx, terms, contexts) -> list[dict]:
     rows = []
     for context in contexts:
         per = []
         for d in ctx.devices:
             c = E.crossover(terms[d.key], context)
-            fit = E.max_batch(d.capacity, weight_bytes, kv_token, context)
+            fit = ctx.largest_batch(d, context)
             at_fit = _bound(terms[d.key], fit, context) if fit >= 1 else None
             per.append({"device": d.key, "at": None if c.at is None else float(c.at),
                         "first": c.first, "ceiling": c.ceiling, "max_batch": fit,
@@ -90,7 +74,7 @@ def _prefill(ctx, prompts, variant: str) -> list[dict]:
 def _measured(ctx, terms, entries) -> list[dict]:
     rows = []
     for i, m in enumerate(entries):
-        dev = device_named(ctx, ("analyses", "serving", "measured", i, "device"), m.get("device"))
+        dev = ctx.device(("analyses", "serving", "measured", i, "device"), m.get("device"))
         t = parse_quantity(m["time_per_token"], "time")
         flops, nbytes = _size(terms[dev.key], m["batch"], m["context"])
         bound = _bound(terms[dev.key], m["batch"], m["context"])
@@ -104,21 +88,19 @@ def _measured(ctx, terms, entries) -> list[dict]:
 
 @analysis("serving", "Serving bounds")
 def serving(ctx, params) -> dict:
-    counted = P.count(ctx.model)
-    weight_bytes = int(number(counted.total, ctx.values)) * ctx.study.bytes_per_element
+    weight_bytes, kv_token = ctx.weight_bytes(), ctx.kv_per_token()
     kv_expr = E.kv_bytes_per_token()
-    kv_token = int(number(kv_expr, ctx.values))
-    variant = params.get("variant", "flash")
+    variant = params.variant
     terms = _terms(ctx, "decode", variant)
-    contexts = params["contexts"]
+    contexts = params.contexts
     return {
         "weight_bytes": weight_bytes, "kv_formula": kv_expr, "kv_per_token": kv_token,
         "kv_per_sequence": [{"context": s, "bytes": s * kv_token} for s in contexts],
         "memory": [{"device": d.key, "capacity": d.capacity, "weights_fit": weight_bytes <= d.capacity,
                     "kv_tokens": E.fit_tokens(d.capacity, weight_bytes, kv_token)}
                    for d in ctx.devices],
-        "steps": _steps(ctx, terms, params["batch"], contexts, weight_bytes, kv_token),
-        "crossovers": _crossovers(ctx, terms, contexts, weight_bytes, kv_token),
-        "prefill": _prefill(ctx, params.get("prompts", contexts), variant), "variant": variant,
-        "measured": _measured(ctx, terms, params.get("measured", [])),
+        "steps": _steps(ctx, terms, params.batch, contexts),
+        "crossovers": _crossovers(ctx, terms, contexts),
+        "prefill": _prefill(ctx, params.prompts or contexts, variant), "variant": variant,
+        "measured": _measured(ctx, terms, params.measured or []),
     }

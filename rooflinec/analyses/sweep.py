@@ -13,14 +13,12 @@ from itertools import product
 from rooflinec.analyses import analysis
 from rooflinec.errors import SpecError
 from rooflinec.passes import VARIANTS
-from rooflinec.spec import DTYPE_BYTES
 from rooflinec import sweep as sw
 
 MAX_POINTS = 100_000   # a report carries every point; bench/bench.py sweeps far more
 KEY = "sweep"
 
 
-DEFAULT_VARIANT = "flash"   # the best implementation rooflinec models: a lower bound
 
 
 def _problem(ctx, key, message):
@@ -31,17 +29,16 @@ def _categorical(ctx, params) -> tuple:
     """Devices, dtypes and variants to sweep, each checked against what the study has."""
     problems = []
     known = {d.key: d for d in ctx.devices}
-    names = params.get("devices") or list(known)
-    problems += [_problem(ctx, "devices", f"device '{n}' is not among the study's devices: "
-                                          f"{', '.join(known)}") for n in names if n not in known]
-    dtypes = params.get("dtype") or [ctx.study.dtype]
+    names = params.devices or list(known)
+    problems += ctx.device_problems(("analyses", KEY, "devices"), names)
+    dtypes = params.dtype or [ctx.study.dtype]
     problems += [_problem(ctx, "dtype", f"device '{d.key}' lists no tensor peak for {t}; "
                                         f"it has: {', '.join(d.tensor)}")
                  for t in dtypes for n, d in known.items() if n in names and d.peak("matrix", t) is None]
-    chosen = params.get("variant") or [DEFAULT_VARIANT]
+    chosen = params.variant
     problems += [_problem(ctx, "variant", f"no variant '{v}'; available: {', '.join(VARIANTS)}")
                  for v in chosen if v not in VARIANTS]
-    numeric = [a for a in sw.AXES if a in params]
+    numeric = [a for a in sw.AXES if getattr(params, a) is not None]
     if not numeric:
         problems.append(_problem(ctx, None, "give at least one workload axis: "
                                             f"{', '.join(sw.AXES)}"))
@@ -49,7 +46,7 @@ def _categorical(ctx, params) -> tuple:
 
 
 def _check_size(ctx, params, numeric, devices, dtypes, chosen) -> list:
-    n = math.prod(len(params[a]) for a in numeric) * len(devices) * len(dtypes) * len(chosen)
+    n = math.prod(len(getattr(params, a)) for a in numeric) * len(devices) * len(dtypes) * len(chosen)
     if n > MAX_POINTS:
         return [_problem(ctx, None, f"the sweep has {n} points; a report carries every point, "
                                     f"so a study may sweep at most {MAX_POINTS}")]
@@ -72,7 +69,18 @@ def _crossing(xs, bound) -> int | None:
     return None
 
 
-def _series(tot, numeric, params, x_axis, labels):
+def _fits(ctx, device, dtype: str, numeric, params):
+    """Whether each point's weights and KV cache (B·S tokens) fit in the device's memory;
+    None where the sweep does not give both B and S."""
+    if not {"batch", "context"} <= set(numeric):
+        return None
+    import numpy as np
+    grids = dict(zip(numeric, np.meshgrid(*(np.asarray(getattr(params, a), dtype=float)
+                                            for a in numeric), indexing="ij")))
+    return ctx.memory_needed(grids["batch"], grids["context"], dtype) <= device.capacity
+
+
+def _series(tot, fits, numeric, params, x_axis, labels):
     """One series per fixed value of the other numeric axes: arrays over the x axis."""
     import numpy as np
     x_pos = numeric.index(x_axis)
@@ -80,13 +88,17 @@ def _series(tot, numeric, params, x_axis, labels):
     time = np.moveaxis(tot.time, x_pos, -1)
     tokens = np.moveaxis(tot.tokens, x_pos, -1)
     bound = np.moveaxis(tot.bound, x_pos, -1)
+    fit = None if fits is None else np.moveaxis(fits, x_pos, -1)
     out = []
-    for idx in product(*(range(len(params[a])) for a in others)):
-        t, b = time[idx], bound[idx].tolist()
-        out.append({**labels, "fixed": {a: params[a][i] for a, i in zip(others, idx)},
-                    "x": params[x_axis], "time_s": t.tolist(),
-                    "tokens_per_s": (tokens[idx] / t).tolist(), "bound": b,
-                    "crossing": _crossing(params[x_axis], b)})
+    for idx in product(*(range(len(getattr(params, a))) for a in others)):
+        t, b, xs = time[idx], bound[idx].tolist(), getattr(params, x_axis)
+        crossing = _crossing(xs, b)
+        f = None if fit is None else fit[idx].tolist()
+        out.append({**labels, "fixed": {a: getattr(params, a)[i] for a, i in zip(others, idx)},
+                    "x": xs, "time_s": t.tolist(),
+                    "tokens_per_s": (tokens[idx] / t).tolist(), "bound": b, "fits": f,
+                    "crossing": crossing,
+                    "crossing_fits": None if f is None or crossing is None else f[xs.index(crossing)]})
     return out
 
 
@@ -94,26 +106,28 @@ def _table(series: list, labels: dict) -> dict:
     xs = series[0]["x"]
     rows = chosen_rows(xs, [s["crossing"] for s in series])
     return {**labels, "columns": [s["fixed"] for s in series],
-            "crossed": [{"fixed": s["fixed"], "at": s["crossing"]} for s in series
-                        if s["crossing"] is not None],
+            "crossed": [{"fixed": s["fixed"], "at": s["crossing"], "fits": s["crossing_fits"]}
+                        for s in series if s["crossing"] is not None],
             "never": [s["fixed"] for s in series if s["crossing"] is None],
             "rows": [{"x": xs[i], "cells": [{"time_s": s["time_s"][i],
                                              "tokens_per_s": s["tokens_per_s"][i],
-                                             "bound": s["bound"][i]} for s in series]}
+                                             "bound": s["bound"][i],
+                                             "fits": None if s["fits"] is None else s["fits"][i]}
+                                   for s in series]}
                      for i in rows]}
 
 
 @analysis(KEY, "Sweep: the whole model over workload, devices and variants")
 def sweep(ctx, params) -> dict:
-    phase, scope = params.get("phase", "decode"), params.get("scope", "model")
+    phase, scope = params.phase, params.scope
     devices, dtypes, chosen, numeric, problems = _categorical(ctx, params)
     problems += _check_size(ctx, params, numeric, devices, dtypes, chosen) if numeric else []
-    x_axis = params.get("x", numeric[0] if numeric else None)
+    x_axis = params.x or (numeric[0] if numeric else None)
     if x_axis is not None and x_axis not in numeric:
         problems.append(_problem(ctx, "x", f"'{x_axis}' is not swept here; swept: {', '.join(numeric)}"))
     if problems:
         raise SpecError(problems)
-    axes = {sw.AXES[a]: params[a] for a in numeric}
+    axes = {sw.AXES[a]: getattr(params, a) for a in numeric}
     series, tables = [], []
     for variant in chosen:
         for dev in devices:   # FlashAttention's tiles depend on the device's SRAM
@@ -122,11 +136,12 @@ def sweep(ctx, params) -> dict:
             except sw.AxisError as exc:
                 raise SpecError([_problem(ctx, None, str(exc))]) from None
             for dtype in dtypes:
-                totals = sw.run(kernel, ctx.model, axes, [dev], dtype, DTYPE_BYTES[dtype])
+                totals = sw.run(kernel, ctx, axes, [dev], dtype)
                 labels = {"device": dev.key, "dtype": dtype, "variant": variant}
-                found = _series(totals[dev.key], numeric, params, x_axis, labels)
+                fits = _fits(ctx, dev, dtype, numeric, params)
+                found = _series(totals[dev.key], fits, numeric, params, x_axis, labels)
                 series += found
                 tables.append(_table(found, labels))
-    return {"phase": phase, "scope": scope, "x": x_axis, "axes": {a: params[a] for a in numeric},
-            "points": math.prod(len(params[a]) for a in numeric) * len(tables),
+    return {"phase": phase, "scope": scope, "x": x_axis, "axes": {a: getattr(params, a) for a in numeric},
+            "points": math.prod(len(getattr(params, a)) for a in numeric) * len(tables),
             "series": series, "tables": tables}

@@ -7,7 +7,6 @@ import sympy as sp
 from rooflinec import efficiency as E
 from rooflinec import params as P
 from rooflinec.analyses import analysis
-from rooflinec.errors import SpecError
 from rooflinec.evaluate import number
 from rooflinec.lower import Conventions, lower
 from rooflinec.symbols import S
@@ -15,17 +14,6 @@ from rooflinec.units import parse_quantity
 
 N = sp.Symbol("N", positive=True, integer=True)   # every parameter, as the convention writes it
 DAY = 86400
-
-
-def device_named(ctx, path: tuple, key: str | None):
-    """One of the study's devices by key; with no key, the study's only device."""
-    keys = [d.key for d in ctx.devices]
-    if key is None and len(keys) == 1:
-        return ctx.devices[0]
-    if key in keys:
-        return ctx.devices[keys.index(key)]
-    what = "name the device this uses" if key is None else f"'{key}' is not a device of this study"
-    raise SpecError([ctx.problem(path, f"{what}; the study's devices: {', '.join(keys)}")])
 
 
 def _account_row(acc, value, tokens_per_s, chips, peak, policy) -> dict:
@@ -47,10 +35,10 @@ def _policies(accounts, value, tokens_per_s, chips, peak) -> list[dict]:
 
 
 def _timeline(params, tokens_per_s, chips, model_flops, peak) -> dict | None:
-    if "token_budget" not in params or "spent" not in params:
+    if params.token_budget is None or params.spent is None:
         return None
-    budget = parse_quantity(params["token_budget"], "count")
-    spent = [(seg["chips"], parse_quantity(seg["time"], "time")) for seg in params["spent"]]
+    budget = parse_quantity(params.token_budget, "count")
+    spent = [(seg["chips"], parse_quantity(seg["time"], "time")) for seg in params.spent]
     t = E.timeline(budget, tokens_per_s, chips, spent)
     return {"token_budget": budget, "ideal_days": t.ideal_s / DAY,
             "segments": [{"chips": c, "hours": s / 3600} for c, s in spent],
@@ -60,11 +48,11 @@ def _timeline(params, tokens_per_s, chips, model_flops, peak) -> dict | None:
 
 @analysis("training", "Training efficiency: MFU and HFU")
 def training(ctx, params) -> dict:
-    device = device_named(ctx, ("analyses", "training", "device"), params.get("device"))
+    device = ctx.device(("analyses", "training", "device"), params.device)
     peak = ctx.peak(device, "matrix")
-    chips, seq = params["chips"], params["sequence"]
-    tokens_per_s = parse_quantity(params["tokens_per_s"], "tokens_rate")
-    policy = params.get("recompute", "none")
+    chips, seq = params.chips, params.sequence
+    tokens_per_s = parse_quantity(params.tokens_per_s, "tokens_rate")
+    policy = params.recompute
     counted = P.count(ctx.model)
     n_params = int(number(counted.total, ctx.values))
     conv = Conventions(causal_halving=ctx.conventions.causal_halving, logits="all")

@@ -10,20 +10,21 @@ every FLOP stays.
 from rooflinec.ir import Cost
 from rooflinec.ops import formula
 
-# FLOPs per element. Each count is stated once, here; seed 003 (lecture 8, demo 2) uses
-# the same numbers for GELU, LayerNorm and softmax.
+# FLOPs per element. Each count is stated once, here, with the arithmetic behind it.
 ADD_FLOPS = 1         # one add per output element per extra operand
 MUL_FLOPS = 1         # SwiGLU's gating multiply silu(gate) * up
 SCALE_FLOPS = 1       # scores * 1/sqrt(d_head)
-MASK_FLOPS = 1        # the causal mask: one select/add per score (seed 003 counts 1)
+MASK_FLOPS = 1        # the causal mask: one select/add per score
 GELU_FLOPS = 8        # tanh form 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))): cube (2), scale, add,
-                      # scale, tanh, add 1, times 0.5x -> about 8 (seed 003 demo 2)
+                      # scale, tanh, add 1, times 0.5x -> about 8
 SILU_FLOPS = 4        # x / (1 + exp(-x)): negate, exp, add 1, divide
 LAYERNORM_FLOPS = 8   # mean (add), subtract, square, variance (add), times rstd, gain, shift,
-                      # and the reductions' share -> 8 (seed 003 demo 2: "mean, variance, scale")
+                      # and the reductions' share -> 8
 RMSNORM_FLOPS = 4     # square, mean-of-squares (add), times rsqrt, gain: LayerNorm without the
                       # mean and the shift
-SOFTMAX_FLOPS = 5     # max, subtract max, exp, sum, divide (seed 003 demo 2)
+SOFTMAX_FLOPS = 5     # max, subtract max, exp, sum, divide
+ROPE_FLOPS = 3        # x*cos + rotate_half(x)*sin: two multiplies, one add (transformers'
+                      # apply_rotary_pos_emb); rotate_half's sign flip is a data move
 
 
 def _stream(n, flops_per, operands, b, cls="activations", params=0, epilogue=False) -> Cost:
@@ -95,3 +96,11 @@ def causal_mask(n, b) -> Cost:
 def softmax(rows, cols, b) -> Cost:
     # P[rows,cols] = softmax over each row of S[rows,cols]
     return _stream(rows * cols, SOFTMAX_FLOPS, 1, b, cls="scores")
+
+
+@formula("rope", unit="vector")
+def rope(rows, q_heads, kv_heads, d_head, b) -> Cost:
+    # Q' = Q*cos + rotate_half(Q)*sin, the same for K, in one kernel: q and k are read and
+    # written, and one cos and one sin row [rows, d_head] are read
+    heads = q_heads + kv_heads
+    return Cost.of(ROPE_FLOPS * rows * heads * d_head, activations=(2 * heads + 2) * rows * d_head * b)

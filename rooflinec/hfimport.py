@@ -1,0 +1,299 @@
+"""A Hugging Face config.json becomes a model spec (YAML text), with its provenance.
+
+Every field of the config is either mapped to a spec key or named in a located note that says
+it is not modelled and what that leaves out; nothing is dropped silently. No network: the user
+supplies the file (or the model folder holding it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from rooflinec import validate, yamlio
+from rooflinec.errors import Problem, SpecError
+
+# Fields that change no FLOP or byte count, and why; read for every architecture.
+COST_FREE = {
+    "architectures": "read: chooses the mapping",
+    "model_type": "read: names the architecture family",
+    "_name_or_path": "read: a display name when no --hf-id is given",
+    "initializer_range": "weight initialisation, for training",
+    "attention_dropout": "dropout, off at inference",
+    "attn_pdrop": "dropout, off at inference",
+    "embd_pdrop": "dropout, off at inference",
+    "resid_pdrop": "dropout, off at inference",
+    "summary_first_dropout": "dropout of a classification head the LM does not use",
+    "bos_token_id": "a token id", "eos_token_id": "a token id", "pad_token_id": "a token id",
+    "torch_dtype": "the checkpoint's storage dtype; the study's dtype sets bytes per element",
+    "transformers_version": "the library version that wrote the file",
+    "use_cache": "a library switch; the cost model always keeps a KV cache in decode",
+    "sliding_window_size": "the same as sliding_window, noted there when it is on",
+    "auto_map": "where the library finds the code",
+    "rms_norm_eps": "a constant inside the norm", "layer_norm_epsilon": "a constant inside the norm",
+    "rope_theta": "RoPE's base frequency: the cos/sin values, not how many are applied",
+    "rope_scaling": "rescales RoPE's frequencies, computed once; the per-token work is unchanged",
+    "original_max_position_embeddings": "RoPE scaling's reference length",
+    "pretraining_tp": "the tensor-parallel split used in pretraining; the same matrices",
+    "max_window_layers": "only read when use_sliding_window is true",
+    "query_pre_attn_scalar": "the value of the score scale; the scale op is costed",
+    "cache_implementation": "the library's cache layout",
+    "n_ctx": "the same as n_positions",
+    "scale_attn_weights": "whether scores are scaled; the scale op is costed",
+    "scale_attn_by_inverse_layer_idx": "a different scale value per layer; same cost",
+    "reorder_and_upcast_attn": "numerics of the score product (fp32 upcast); same count",
+    "task_specific_params": "generation settings for other tasks",
+    "summary_type": "a classification head the LM does not use",
+    "summary_use_proj": "a classification head the LM does not use",
+    "summary_activation": "a classification head the LM does not use",
+    "summary_proj_to_labels": "a classification head the LM does not use",
+    "tie_word_embeddings": "mapped to tied_embeddings",
+}
+
+
+@dataclass
+class Reader:
+    """The config's fields, each marked when mapped; the rest become notes."""
+
+    doc: yamlio.Located
+    used: set = field(default_factory=set)
+    notes: list = field(default_factory=list)
+
+    @property
+    def data(self) -> dict:
+        return self.doc.data
+
+    def get(self, key: str, default=None):
+        self.used.add(key)
+        return self.data.get(key, default)
+
+    def need(self, key: str) -> int:
+        """A count the mapping cannot do without: a positive whole number."""
+        value = self.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
+        message = (f"expected a positive whole number, got {json.dumps(value)}" if key in self.data
+                   else f"missing '{key}', which the mapping needs")
+        raise SpecError([self.problem(key, message)])
+
+    def flag(self, key: str, default: bool) -> bool:
+        """A switch: true or false (null or absent: `default`)."""
+        value = self.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool):
+            return value
+        raise SpecError([self.problem(key, f"expected true or false, got {json.dumps(value)}")])
+
+    def note(self, key: str, what: str) -> None:
+        """`key` is present and not modelled: say what the spec leaves out."""
+        if key in self.data:
+            self.used.add(key)
+            self.notes.append(self.doc.problem((key,), f"not modelled; this leaves out {what}",
+                                               at_key=True))
+
+    def problem(self, key: str, message: str) -> Problem:
+        return self.doc.problem((key,) if key in self.data else (), message)
+
+    def leftovers(self, arch: str) -> list[Problem]:
+        """A note for every field no mapping read: why it costs nothing, or that it is unknown."""
+        out = []
+        for key in self.data:
+            if key in self.used:
+                continue
+            why = COST_FREE.get(key)
+            text = (f"not modelled; costs nothing ({why})" if why else
+                    f"not modelled; unknown to the {arch} mapping, so what it changes is not counted")
+            out.append(self.doc.problem((key,), text, at_key=True))
+        return out
+
+
+def _optional(r: Reader, key: str, default: int) -> int:
+    """A count the config may leave out or set to null, meaning `default`."""
+    return r.need(key) if r.data.get(key) is not None else r.used.add(key) or default
+
+
+def _window(r: Reader, alternating: bool = False) -> None:
+    """Sliding-window attention is not in the model schema: say what full attention overstates."""
+    window = r.data.get("sliding_window")
+    on = r.data.get("use_sliding_window", True)
+    if window is None or not on:
+        r.used.update({"sliding_window", "use_sliding_window", "sliding_window_size"})
+        return
+    layers = "every other layer" if alternating else "every layer"
+    r.note("sliding_window", f"sliding-window attention ({layers} attends to the last {window} "
+                             f"keys only); costed as full attention, so for contexts over {window} "
+                             "the attention FLOPs, KV-cache reads and KV-cache memory are overstated")
+
+
+def _decoder(r: Reader, act_key: str = "hidden_act", act_default: str = "silu") -> dict:
+    """The fields every Llama-style decoder shares: RMSNorm, RoPE, a gated MLP."""
+    d_model, heads = r.need("hidden_size"), r.need("num_attention_heads")
+    head_dim = r.need("head_dim") if r.data.get("head_dim") is not None else d_model // heads
+    act = r.get(act_key, act_default)
+    kinds = {"silu": "swiglu", "gelu_pytorch_tanh": "geglu", "gelu": "geglu", "gelu_new": "geglu"}
+    if not isinstance(act, str) or act not in kinds:
+        raise SpecError([r.problem(act_key, f"activation {json.dumps(act)} is not covered; "
+                                            f"covered: {', '.join(kinds)}")])
+    bias = r.flag("attention_bias", False)
+    spec = {
+        "d_model": d_model, "n_layers": r.need("num_hidden_layers"), "vocab": r.need("vocab_size"),
+        "attention": {"n_heads": heads, "n_kv_heads": _optional(r, "num_key_value_heads", heads),
+                      "head_dim": head_dim, "qkv_bias": bias, "out_bias": bias},
+        "mlp": {"kind": kinds[act], "d_ff": r.need("intermediate_size"),
+                "bias": r.flag("mlp_bias", False)},
+        "norm": {"kind": "rmsnorm", "bias": False},
+        "positions": "rope",
+        "tied_embeddings": r.flag("tie_word_embeddings", False),
+    }
+    if r.data.get("max_position_embeddings") is not None:
+        spec["max_context"] = r.need("max_position_embeddings")
+    if r.data.get("partial_rotary_factor", 1.0) != 1.0:
+        r.note("partial_rotary_factor", "that RoPE turns only part of each head; costed on all of it")
+    else:
+        r.used.add("partial_rotary_factor")
+    return spec
+
+
+def _llama(r: Reader) -> dict:
+    spec = _decoder(r)
+    _window(r)
+    return spec
+
+
+def _qwen2(r: Reader) -> dict:
+    spec = _decoder(r)
+    spec["attention"].update(qkv_bias=True, out_bias=False)   # Qwen2: biases on q, k, v only
+    _window(r)
+    return spec
+
+
+def _qwen3(r: Reader) -> dict:
+    spec = _decoder(r)
+    spec["attention"]["qk_norm"] = True   # Qwen3: RMSNorm over d_head on every q and k head
+    _window(r)
+    return spec
+
+
+def _phi3(r: Reader) -> dict:
+    spec = _decoder(r)   # fused qkv_proj and gate_up_proj hold the same weights; the study's
+    _window(r)           # `qkv: fused` convention costs the fused GEMM
+    return spec
+
+
+def _gemma2(r: Reader) -> dict:
+    r.used.add("hidden_act")   # Gemma2 reads hidden_activation; hidden_act is its older alias
+    spec = _decoder(r, act_key="hidden_activation", act_default="gelu_pytorch_tanh")
+    spec["tied_embeddings"] = r.flag("tie_word_embeddings", True)
+    spec["norm"]["post"] = True   # a norm before and after each sublayer: four per layer
+    cap = r.data.get("attn_logit_softcapping")
+    if cap is not None:   # on chip in FlashAttention kernels, so not an op of its own here
+        per_score = 4 * spec["attention"]["head_dim"]
+        r.note("attn_logit_softcapping", f"the attention soft-cap {cap}*tanh(s/{cap}): 3 FLOPs a "
+                                         f"score beside attention's 4*d_head = {per_score}, and in "
+                                         "the unfused program one more pass over the scores")
+    cap = r.get("final_logit_softcapping")
+    if cap is not None:
+        spec["operators"] = [{
+            "name": "logit_softcap", "category": "elementwise", "unit": "vector", "runs": "once",
+            "after": "lm_head", "flops": "3*B*V", "bytes": "2*B*V*b",
+            "shape": "cap*tanh(logits[B,V]/cap)",
+            "notes": f"final_logit_softcapping: {cap}*tanh(x/{cap}), divide, tanh and multiply, 3 "
+                     "FLOPs a logit (transformers' Gemma2); the logits read and written once; B "
+                     "rows, as under the default convention logits: last"}]
+    _window(r, alternating=True)
+    r.notes.append(r.doc.problem((), "not modelled; this leaves out Gemma's embedding scale "
+                                     "(the gathered rows times sqrt(d_model): one multiply per "
+                                     "element, once per token)"))
+    return spec
+
+
+def _gpt2(r: Reader) -> dict:
+    d_model = r.need("n_embd")
+    act = r.get("activation_function", "gelu_new")
+    if not isinstance(act, str) or act not in ("gelu_new", "gelu", "gelu_pytorch_tanh"):
+        raise SpecError([r.problem("activation_function", f"activation {json.dumps(act)} is not "
+                                   "covered; covered: gelu_new, gelu, gelu_pytorch_tanh")])
+    return {
+        "d_model": d_model, "n_layers": r.need("n_layer"), "vocab": r.need("vocab_size"),
+        "max_context": r.need("n_positions"),
+        "attention": {"n_heads": r.need("n_head"), "head_dim": d_model // r.data["n_head"],
+                      "qkv_bias": True, "out_bias": True},
+        "mlp": {"kind": "gelu", "d_ff": _optional(r, "n_inner", 4 * d_model), "bias": True},
+        "norm": {"kind": "layernorm", "bias": True},
+        "positions": "learned",
+        "tied_embeddings": r.flag("tie_word_embeddings", True),
+    }
+
+
+ARCHITECTURES = {
+    "LlamaForCausalLM": _llama, "MistralForCausalLM": _llama, "Qwen2ForCausalLM": _qwen2,
+    "Qwen3ForCausalLM": _qwen3, "Gemma2ForCausalLM": _gemma2, "Phi3ForCausalLM": _phi3,
+    "GPT2LMHeadModel": _gpt2,
+}
+
+
+def config_file(path: str) -> str:
+    """The config.json of `path`: the file itself, or the one inside a model folder."""
+    return os.path.join(path, "config.json") if os.path.isdir(path) else path
+
+
+def convert(path: str, hf_id: str | None = None) -> tuple[str, list[Problem]]:
+    """The model spec YAML for the config at `path`, and the notes on what it leaves out."""
+    file = config_file(path)
+    doc = yamlio.load(file)
+    if not isinstance(doc.data, dict):
+        raise SpecError([doc.problem((), "expected a config.json: a mapping of fields")])
+    problems = validate.numbers(doc, doc.data)   # finite, integers exact: as in any spec
+    if problems:
+        raise SpecError(problems)
+    r = Reader(doc)
+    r.used.update({"model_type", "_name_or_path"})   # read for the name, or only informative
+    archs = r.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs else None
+    if not isinstance(arch, str) or arch not in ARCHITECTURES:
+        raise SpecError([doc.problem(("architectures", 0) if arch is not None else (),
+                                     f"architecture {json.dumps(arch)} is not covered; covered: "
+                                     f"{', '.join(ARCHITECTURES)}")])
+    spec = ARCHITECTURES[arch](r)
+    name = str(hf_id or r.data.get("_name_or_path") or _folder_name(file)).rsplit("/", 1)[-1]
+    source = f"{hf_id or name} config.json ({arch}), imported by rooflinec import"
+    notes = sorted(r.notes + r.leftovers(arch), key=lambda p: (p.line, p.col))
+    head = {"name": name, **({"hf_id": hf_id} if hf_id else {})}
+    return _yaml({**head, **spec, "source": source}, notes), notes
+
+
+def _folder_name(file: str) -> str:
+    """A model folder's name for its config.json, else the file's own stem."""
+    stem = os.path.splitext(os.path.basename(file))[0]
+    return os.path.basename(os.path.dirname(os.path.abspath(file))) if stem == "config" else stem
+
+
+def _yaml(spec: dict, notes: list[Problem]) -> str:
+    """Block YAML, one key a line, sub-mappings in flow style; strings JSON-quoted (valid YAML).
+    The notes head the file as comments, so the spec keeps what it leaves out."""
+    lines = ["# A model spec imported from a Hugging Face config.json by `rooflinec import`.",
+             *(f"# {n.line}:{n.col}: {n.path}: {n.message}" for n in notes)]
+    for key, value in spec.items():
+        if key == "operators":
+            lines.append("operators:")
+            for op in value:
+                first = True
+                for k, v in op.items():
+                    lines.append(f"  {'- ' if first else '  '}{k}: {_scalar(v)}")
+                    first = False
+        elif isinstance(value, dict):
+            inner = ", ".join(f"{k}: {_scalar(v)}" for k, v in value.items())
+            lines.append(f"{key}: {{{inner}}}")
+        else:
+            lines.append(f"{key}: {_scalar(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _scalar(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(value)

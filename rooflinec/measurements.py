@@ -1,0 +1,155 @@
+"""Measured serving runs: the CSV format, read with located errors, and each row resolved
+to the specs it names (model by its `hf_id`, device by its hardware spec name).
+
+Columns (header row first, any order, extra columns ignored):
+model (Hugging Face id), device (hardware spec name), engine, engine_version, weights
+(GEMM weight dtype), tp, pp, isl, osl, concurrency (integers >= 1), ttft_ms, tpot_ms
+(positive numbers), measured (date, may be empty), row_id (unique).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from dataclasses import dataclass
+
+from rooflinec import catalog, spec, yamlio
+from rooflinec.errors import Problem, SpecError
+from rooflinec.serving_model import Run
+
+COLUMNS = ("model", "device", "engine", "engine_version", "weights", "tp", "pp", "isl", "osl",
+           "concurrency", "ttft_ms", "tpot_ms", "measured", "row_id")
+INTEGERS = ("tp", "pp", "isl", "osl", "concurrency")
+TIMES = ("ttft_ms", "tpot_ms")
+MAX_BYTES = 16 * 2**20
+
+
+@dataclass(frozen=True)
+class Row:
+    row_id: str
+    model: str
+    device: str
+    engine: str
+    weights: str
+    tp: int
+    pp: int
+    isl: int
+    osl: int
+    concurrency: int
+    ttft_s: float
+    tpot_s: float
+
+
+def read(file: str) -> list[Row]:
+    """Every row of a measurements CSV; every problem located as file:line:col: column: what."""
+    raw = yamlio.read_bytes(file, MAX_BYTES, "measurements CSV", "a UTF-8 CSV text file")
+    try:   # utf-8-sig: a spreadsheet's BOM is fine
+        lines = list(csv.reader(io.StringIO(raw.decode("utf-8-sig"), newline="")))
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise SpecError([Problem(file, 1, 1, "(file)", f"cannot read it as UTF-8 CSV: {exc}")]) from None
+    if not lines:
+        raise SpecError([Problem(file, 1, 1, "(header)", "empty file; expected a header row: "
+                                 + ",".join(COLUMNS))])
+    header, problems = lines[0], []
+    missing = [c for c in COLUMNS if c not in header]
+    if missing:
+        raise SpecError([Problem(file, 1, 1, "(header)", f"missing column(s) {', '.join(missing)}; "
+                                 f"expected: {','.join(COLUMNS)}")])
+    rows, seen = [], {}
+    for n, cells in enumerate(lines[1:], start=2):
+        if not any(c.strip() for c in cells):
+            continue
+        row = _row(file, n, header, cells, problems)
+        if row is None:
+            continue
+        if row.row_id in seen:
+            problems.append(_at(file, n, header, cells, "row_id", f"'{row.row_id}' repeats line {seen[row.row_id]}; "
+                                "row ids must be unique"))
+        seen[row.row_id] = n
+        rows.append(row)
+    if problems:
+        raise SpecError(problems)
+    return rows
+
+
+def _at(file, n, header, cells, column, message) -> Problem:
+    i = header.index(column)
+    col = 1 + sum(len(c) + 1 for c in cells[:i])
+    return Problem(file, n, col, column, message)
+
+
+def _row(file, n, header, cells, problems) -> Row | None:
+    if len(cells) != len(header):
+        problems.append(Problem(file, n, 1, "(row)", f"{len(cells)} cells, the header has {len(header)}"))
+        return None
+    value = dict(zip(header, (c.strip() for c in cells)))
+    out, before = {}, len(problems)
+    for name in INTEGERS:
+        text = value[name]
+        if not (text.isascii() and text.isdigit()) or len(text) > 15 or int(text) < 1:
+            problems.append(_at(file, n, header, cells, name, f"'{text}' is not a whole number >= 1 of at most 15 digits"))
+        else:
+            out[name] = int(text)
+    for name in TIMES:
+        try:
+            x = float(value[name])
+        except ValueError:
+            x = math.nan
+        if not (math.isfinite(x) and x > 0):
+            problems.append(_at(file, n, header, cells, name, f"'{value[name]}' is not a positive number of ms"))
+        out[name] = x / 1e3
+    for name in ("model", "device", "engine", "weights", "row_id"):
+        if not value[name]:
+            problems.append(_at(file, n, header, cells, name, "empty; every row needs it"))
+    if len(problems) > before:
+        return None
+    return Row(value["row_id"], value["model"], value["device"], value["engine"], value["weights"],
+               out["tp"], out["pp"], out["isl"], out["osl"], out["concurrency"], out["ttft_ms"],
+               out["tpot_ms"])
+
+
+class Specs:
+    """Model and hardware specs, loaded on demand: files under a folder's models/ and
+    hardware/ (when one is given) shadow the installed catalog's."""
+
+    def __init__(self, root: str | None = None):
+        self.roots = ([root] if root else []) + [catalog.ROOT]
+        self._models: dict | None = None
+        self._devices: dict = {}
+
+    def models(self) -> dict:
+        if self._models is None:
+            self._models = {}
+            for root in reversed(self.roots):     # the catalog first, so a folder's file wins
+                folder = os.path.join(root, "models")
+                found = [spec.load_model(os.path.join(folder, f)) for f in sorted(os.listdir(folder))
+                         if f.endswith(".yaml")] if os.path.isdir(folder) else []
+                self._models.update({m.hf_id: m for m in found if m.hf_id})
+        return self._models
+
+    def device(self, name: str):
+        if name not in self._devices:
+            ok = name.replace("-", "").replace("_", "").isalnum()
+            paths = [os.path.join(root, "hardware", f"{name}.yaml") for root in self.roots] if ok else []
+            found = next((p for p in paths if os.path.isfile(p)), None)
+            self._devices[name] = spec.load_hardware(found) if found else None
+        return self._devices[name]
+
+
+def resolve(row: Row, specs: Specs) -> Run | str:
+    """The row as a serving-model Run, or why it cannot be predicted."""
+    model = specs.models().get(row.model)
+    if model is None:
+        return f"no model spec with hf_id '{row.model}'"
+    device = specs.device(row.device)
+    if device is None:
+        return f"no hardware spec '{row.device}'"
+    if row.weights not in spec.DTYPE_BYTES:
+        return f"weights dtype '{row.weights}' unknown; known: {', '.join(spec.DTYPE_BYTES)}"
+    if device.peak("matrix", row.weights) is None:
+        return f"{row.device} lists no tensor peak for {row.weights}"
+    if row.pp != 1:
+        return f"pipeline parallelism (pp {row.pp}) is not modelled"
+    return Run(model, device, row.weights, row.tp, row.isl, row.osl, row.concurrency)

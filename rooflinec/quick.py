@@ -1,0 +1,251 @@
+"""Answers without a study file: list the catalog, import a config.json, serve a model.
+
+`register(sub, streams)` adds the commands to the CLI's parser; each command is
+`fn(args, stdout, stderr, parser) -> int`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from rooflinec import catalog
+from rooflinec.errors import RooflineError
+
+SERVE_EPILOG = """\
+MODEL is a catalog name (rooflinec models), a model spec YAML, or a Hugging Face config.json
+(or the model folder holding one). The figures are roofline lower bounds for the flash variant:
+decode tokens/s per batch at the context, time to first token for one prompt, memory fit
+(weights and KV cache), and what bounds each step.
+"""
+
+
+def register(sub, streams, parents=()) -> None:
+    d = sub.add_parser("devices", help="list the installed hardware catalog", streams=streams)
+    d.add_argument("--json", action="store_true", help="one JSON document instead of a table")
+    m = sub.add_parser("models", help="list the installed model catalog", streams=streams)
+    m.add_argument("--json", action="store_true", help="one JSON document instead of a table")
+    i = sub.add_parser("import", help="a Hugging Face config.json to a model spec YAML",
+                       streams=streams, parents=parents)
+    i.add_argument("config", metavar="CONFIG", help="a config.json, or a model folder holding one")
+    i.add_argument("--hf-id", metavar="ID", help="the Hugging Face repo id, e.g. "
+                   "meta-llama/Llama-3.1-8B (written as hf_id and used as the name)")
+    i.add_argument("--out", metavar="FILE", help="write the spec here (default: standard output)")
+    s = sub.add_parser("serve", help="decode tokens/s, time to first token and memory fit, "
+                       "in the terminal", streams=streams, epilog=SERVE_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("model", metavar="MODEL")
+    s.add_argument("--device", required=True, metavar="NAME",
+                   help="a catalog device (rooflinec devices) or a hardware spec YAML")
+    s.add_argument("--batch", default="1,8,64", metavar="LIST", help="batch sizes (default: 1,8,64)")
+    s.add_argument("--context", default=4096, type=int, metavar="S",
+                   help="tokens in the KV cache while decoding (default: 4096)")
+    s.add_argument("--prompt", default=2048, type=int, metavar="S",
+                   help="prompt tokens for the time to first token (default: 2048)")
+    s.add_argument("--dtype", default="bf16", metavar="DTYPE", help="default: bf16")
+    s.add_argument("--json", action="store_true", help="the serving section as JSON")
+
+
+# --- the catalog ----------------------------------------------------------------------
+
+def _devices() -> list:
+    from rooflinec.spec import load_hardware
+    return [load_hardware(catalog.path("hardware", n)) for n in catalog.names("hardware")]
+
+
+def _models() -> list:
+    from rooflinec.spec import load_model
+    return [load_model(catalog.path("models", n)) for n in catalog.names("models")]
+
+
+def cmd_devices(args, stdout, stderr, parser) -> int:
+    from rooflinec.quantities import gib, si
+    rows = [{"name": d.key, "device": d.name, "year": d.year, "tensor_flops": d.tensor,
+             "vector_flops": d.vector, "bandwidth": d.bandwidth, "capacity": d.capacity,
+             "source": d.source} for d in _devices()]
+    if args.json:
+        stdout.write(json.dumps({"devices": rows}, indent=1) + "\n")
+        return 0
+    table = [("name", "device", "16-bit tensor", "bandwidth", "memory", "ridge", "source")]
+    for r in rows:
+        dtype = next((t for t in ("bf16", "fp16") if t in r["tensor_flops"]), None)
+        peak = r["tensor_flops"][dtype] if dtype else None
+        table.append((r["name"], r["device"], f"{si(peak, 'FLOP/s')} {dtype}" if peak else "—",
+                      si(r["bandwidth"], "B/s"), gib(r["capacity"]),
+                      f"{peak / r['bandwidth']:.0f} FLOP/B" if peak else "—", r["source"]))
+    stdout.write(_table(table))
+    return 0
+
+
+def cmd_models(args, stdout, stderr, parser) -> int:
+    from rooflinec import params
+    from rooflinec.evaluate import number
+    from rooflinec.symbols import model_values
+    rows = []
+    for m in _models():
+        total = int(number(params.count(m).total, model_values(m)))
+        rows.append({"name": m.key, "model": m.name, "params": total, "d_model": m.d_model,
+                     "layers": m.n_layers, "heads": m.n_heads, "kv_heads": m.n_kv_heads,
+                     "vocab": m.vocab, "source": m.source})
+    if args.json:
+        stdout.write(json.dumps({"models": rows}, indent=1) + "\n")
+        return 0
+    table = [("name", "model", "parameters", "d_model", "layers", "heads/kv", "source")]
+    table += [(r["name"], r["model"], f"{r['params']:,}", str(r["d_model"]), str(r["layers"]),
+               f"{r['heads']}/{r['kv_heads']}", r["source"]) for r in rows]
+    stdout.write(_table(table))
+    return 0
+
+
+def _table(rows) -> str:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return "".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in rows)
+
+
+# --- import ---------------------------------------------------------------------------
+
+def cmd_import(args, stdout, stderr, parser) -> int:
+    from rooflinec import hfimport, params, spec
+    from rooflinec.evaluate import number
+    from rooflinec.symbols import model_values
+    text, notes = hfimport.convert(args.config, args.hf_id)
+    for note in notes if not args.quiet else ():
+        stderr.write(f"{note}\n")
+    # the spec is checked as a study would load it, and its parameters counted
+    model = spec.load_model(args.out or hfimport.config_file(args.config) + " (imported)", text)
+    count = int(number(params.count(model).total, model_values(model)))
+    head, rest = text.split("\n", 1)
+    text = f"{head}\n# {count:,} parameters, as rooflinec counts this spec\n{rest}"
+    if args.out is None:
+        stdout.write(text)
+        return 0
+    from rooflinec.output import write_all
+    try:
+        write_all({args.out: text})
+    except OSError as exc:
+        raise RooflineError(f"{args.out}: cannot write the spec: {exc.strerror or exc}") from None
+    stdout.write(f"wrote {args.out}: {model.name}, {count:,} parameters\n")
+    return 0
+
+
+# --- serve ----------------------------------------------------------------------------
+
+def _model(ref: str, parser):
+    """A catalog name, a model spec YAML, or a config.json (or its folder), as a Model."""
+    from rooflinec import hfimport, spec
+    if ref.endswith((".yaml", ".yml")) and os.path.isfile(ref):
+        return spec.load_model(ref)
+    if os.path.isfile(hfimport.config_file(ref)):
+        text, _ = hfimport.convert(ref)
+        return spec.load_model(hfimport.config_file(ref) + " (imported)", text)
+    if catalog.path("models", ref):
+        return spec.load_model(catalog.path("models", ref))
+    parser.error(_unknown("model", ref, catalog.names("models")) +
+                 "; or give a model spec YAML or a config.json")
+
+
+def _device(ref: str, parser):
+    from rooflinec import spec
+    if ref.endswith((".yaml", ".yml")) and os.path.isfile(ref):
+        return spec.load_hardware(ref)
+    if catalog.path("hardware", ref):
+        return spec.load_hardware(catalog.path("hardware", ref))
+    parser.error(_unknown("device", ref, catalog.names("hardware")) + "; or give a hardware spec YAML")
+
+
+def _unknown(kind: str, ref: str, names) -> str:
+    from rooflinec.validate import closest
+    return f"{'--device' if kind == 'device' else 'MODEL'}: no {kind} '{ref}'; " \
+           f"{closest(ref, names)}catalog {kind}s: {', '.join(names)}"
+
+
+def _counts(text: str, parser, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        parser.error(f"{flag}: expected whole numbers >= 1 separated by commas, got '{text}'")
+    return values
+
+
+def serving_section(model, device, dtype: str, batches, context: int, prompt: int) -> dict:
+    """The adapter: the study's serving analysis, run on one model and one device."""
+    from rooflinec import yamlio
+    from rooflinec.analyses import ANALYSES
+    from rooflinec.options import parse
+    from rooflinec.spec import Study
+    from rooflinec.workbench import Workbench
+    where = yamlio.Located("<command line>", {}, {}, {})
+    options = {"batch": batches, "contexts": [context], "prompts": [prompt]}
+    study = Study(file="<command line>", stem="serve", title="serve", model=model, devices=(device,),
+                  dtype=dtype, conventions={}, doc=where, analyses={"serving": options})
+    return ANALYSES["serving"][1](Workbench(study), parse("serving", options))
+
+
+def cmd_serve(args, stdout, stderr, parser) -> int:
+    from rooflinec.spec import DTYPE_BYTES
+    batches = _counts(args.batch, parser, "--batch")
+    for flag, value in (("--context", args.context), ("--prompt", args.prompt)):
+        if value < 1:
+            parser.error(f"{flag}: expected a whole number >= 1, got {value}")
+    if args.dtype not in DTYPE_BYTES:
+        parser.error(f"--dtype: unknown dtype '{args.dtype}'; choose from {', '.join(DTYPE_BYTES)}")
+    model, device = _model(args.model, parser), _device(args.device, parser)
+    if device.peak("matrix", args.dtype) is None:
+        raise RooflineError(f"{args.device}: device '{device.key}' lists no tensor peak for "
+                            f"{args.dtype}; it has: {', '.join(device.tensor)}")
+    section = serving_section(model, device, args.dtype, batches, args.context, args.prompt)
+    if args.json:
+        stdout.write(json.dumps({"model": model.name, "device": device.key, "dtype": args.dtype,
+                                 "context": args.context, "prompt": args.prompt,
+                                 "serving": _plain(section)}, indent=1) + "\n")
+    else:
+        stdout.write(summary(model, device, args.dtype, section))
+    return 0
+
+
+def _plain(value):
+    """JSON-ready: sympy expressions as text."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+
+
+def summary(model, device, dtype: str, section: dict) -> str:
+    """The serving section as the few lines a model report opens with."""
+    from rooflinec.quantities import gib, seconds, si
+    mem = section["memory"][0]
+    lines = [f"{model.name} on {device.name} ({device.key}), {dtype}, {section['variant']} variant: "
+             "roofline lower bounds",
+             f"weights {gib(section['weight_bytes'])}, KV cache {si(section['kv_per_token'], 'B')} per "
+             f"token; {gib(mem['capacity'])} holds "
+             + (f"the weights and {mem['kv_tokens']:,} tokens of KV cache" if mem["weights_fit"]
+                else "not even the weights")]
+    for row in section["prefill"]:
+        d = row["devices"][0]
+        lines.append(f"time to first token (prompt {row['prompt']:,}, batch 1): "
+                     f"{seconds(d['time_s'])}, {d['bound']}-bound")
+    lines.append(f"decode at context {section['steps'][0]['context']:,}:")
+    table = [("batch", "tokens/s", "step", "bound", "memory needed", "fits")]
+    for row in section["steps"]:
+        d = row["devices"][0]
+        table.append((str(row["batch"]), f"{d['tokens_per_s']:,.1f}", seconds(d["time_s"]), d["bound"],
+                      gib(row["memory_needed"]), "yes" if d["fits"] else "no"))
+    lines += ["  " + line for line in _table(table).splitlines()]
+    for row in section["crossovers"]:
+        c = row["devices"][0]
+        turn = (f"decode turns compute-bound from batch {c['first']:,}" if c["first"] is not None
+                else "decode stays memory-bound at every batch")
+        lines.append(f"{turn}; the largest batch that fits at context {row['context']:,} is "
+                     f"{c['max_batch']:,}")
+    longest = max(section["steps"][0]["context"], section["prefill"][0]["prompt"])
+    if model.max_context and longest > model.max_context:
+        lines.append(f"note: {longest:,} tokens is past the model's max_context, {model.max_context:,}")
+    return "\n".join(lines) + "\n"
+
+
+COMMANDS = {"devices": cmd_devices, "models": cmd_models, "import": cmd_import, "serve": cmd_serve}

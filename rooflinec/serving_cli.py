@@ -1,0 +1,87 @@
+"""`rooflinec calibrate` and `rooflinec validate`: measured serving runs against the serving model."""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+
+from rooflinec.errors import RooflineError
+from rooflinec.output import write_all
+
+SHIPPED = "serving-visible.yaml"   # fitted on the measurements the repository keeps
+
+
+def shipped_calibration() -> str:
+    return str(resources.files("rooflinec.calibrations").joinpath(SHIPPED))
+
+
+def register(sub, streams, parents=()) -> None:
+    c = sub.add_parser("calibrate", help="fit the serving model's efficiencies to measured runs",
+                       streams=streams, parents=parents)
+    c.add_argument("csv", metavar="MEASUREMENTS.csv")
+    c.add_argument("--out", default="calibration.yaml", metavar="FILE",
+                   help="calibration YAML to write (default: calibration.yaml)")
+    c.add_argument("--specs", metavar="DIR",
+                   help="folder holding models/ and hardware/ that shadow the installed catalog")
+    v = sub.add_parser("validate", help="predict measured serving runs; report the errors",
+                       streams=streams, parents=parents)
+    v.add_argument("csv", metavar="MEASUREMENTS.csv")
+    v.add_argument("--calibration", metavar="FILE",
+                   help="calibration YAML (default: the shipped one, fitted on the repository's measurements)")
+    v.add_argument("--specs", metavar="DIR",
+                   help="folder holding models/ and hardware/ that shadow the installed catalog")
+    v.add_argument("--out", default="validation", metavar="DIR",
+                   help="output folder (default: validation): serving.md, .html, .json, charts in serving/")
+    v.add_argument("--format", default="md,html,json", metavar="LIST",
+                   help="comma-separated formats among: md, html, json")
+
+
+def _write(outputs: dict[str, str], stdout) -> None:
+    try:
+        write_all(outputs)
+    except OSError as exc:
+        raise RooflineError(f"{exc.filename}: cannot write: {exc.strerror or exc}") from None
+    for target in outputs:
+        stdout.write(f"wrote {target}\n")
+
+
+def _specs_folder(path: str | None) -> str | None:
+    if path is not None and not os.path.isdir(path):
+        raise RooflineError(f"{path}: no such specs folder (it should hold models/ and hardware/); "
+                            "give one with --specs")
+    return path
+
+
+def cmd_calibrate(args, stdout, stderr, parser) -> int:
+    import yaml
+
+    from rooflinec import calibrate, measurements
+    rows = measurements.read(args.csv)
+    prepared = calibrate.prepare(rows, measurements.Specs(_specs_folder(args.specs)))
+    try:
+        cal = calibrate.fit_all(prepared)
+    except ValueError as exc:
+        raise RooflineError(f"{args.csv}: {exc}") from None
+    doc = calibrate.document(cal, prepared, os.path.basename(args.csv))
+    text = ("# rooflinec serving-model calibration, written by `rooflinec calibrate`.\n"
+            + yaml.safe_dump(doc, sort_keys=False, width=120))
+    _write({args.out: text}, stdout)
+    return 0
+
+
+def cmd_validate(args, stdout, stderr, parser) -> int:
+    from rooflinec import validate_runs
+    from rooflinec.cli import _formats
+    formats = _formats(args.format, parser)
+    rep = validate_runs.report(args.csv, _specs_folder(args.specs), args.calibration or shipped_calibration())
+    outputs = {os.path.join(args.out, *rel.split("/")): text
+               for rel, text in validate_runs.render(rep, formats).items()}
+    _write(outputs, stdout)
+    t, f = rep["tpot"], rep["ttft"]
+    stdout.write(f"{t['rows']} of {rep['rows_total']} rows predicted: median abs error TPOT "
+                 f"{100 * t['median_abs']:.1f}%, TTFT {100 * f['median_abs']:.1f}%; "
+                 f"{len(rep['violations'])} bound violations\n" if t["rows"] else "no row predicted\n")
+    return 0
+
+
+COMMANDS = {"calibrate": cmd_calibrate, "validate": cmd_validate}

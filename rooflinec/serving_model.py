@@ -1,0 +1,203 @@
+"""Aggregated continuous batching in steady state: TPOT and TTFT from one mixed step.
+
+A run serves `concurrency` requests of `isl` prompt and `osl` output tokens on `tp` devices.
+In steady state every step decodes one token for each of the C sequences in flight, at mean
+context isl + osl/2, and prefills the prompts of the C/osl requests that start per step
+(chunked prefill, so a prompt's tokens share the step's GEMMs). TPOT is that step's time.
+A new request's first token comes out of a step that prefills its whole prompt beside the
+others' decode; if fewer than C sequences fit in memory, the rest wait their turn (Little's
+law), and that wait is part of TTFT.
+
+A step's time is the sum over its kernels of max(FLOPs / (compute fraction x peak),
+bytes / (bandwidth fraction x bandwidth)), plus fixed times per layer and per step, plus the
+tensor-parallel all-reduces. The calibration's efficiencies (`Efficiency`) are the only
+fitted numbers; at `BOUND` (datasheet peaks, no overheads) the step time is a lower bound.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+
+from rooflinec import params, program_costs
+from rooflinec.spec import DTYPE_BYTES
+from rooflinec.symbols import B, S, model_values
+
+ACTIVATION_DTYPE = "bf16"   # activations and all-reduce payloads; weights and KV may be smaller
+ALL_REDUCES_PER_LAYER = 2   # Megatron-LM: after attention's o_proj and after the MLP's down_proj
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The calibration's named parameters, one set per (device, engine)."""
+
+    bandwidth_fraction: float = 1.0   # achieved fraction of the memory bandwidth
+    compute_fraction: float = 1.0     # achieved fraction of the tensor (and vector) peak
+    per_layer_s: float = 0.0          # fixed time per decoder layer per step (launches, sync)
+    per_step_s: float = 0.0           # fixed time per step (scheduling, sampling)
+    per_collective_s: float = 0.0     # latency of one all-reduce beyond its ring transfer
+
+
+BOUND = Efficiency()
+PARAMETERS = tuple(f.name for f in fields(Efficiency))
+
+
+@dataclass(frozen=True)
+class Run:
+    model: object       # spec.Model
+    device: object      # spec.Device
+    weights: str        # GEMM weight dtype; the KV cache is assumed to be stored in it too
+    tp: int
+    isl: int
+    osl: int
+    concurrency: int
+
+
+class Unpredictable(ValueError):
+    """A run the model cannot predict; the message says why."""
+
+
+# --- tensor parallelism, the minimum this model needs (Megatron-LM sharding) --------------
+
+def shard(model, tp: int):
+    """One device's slice of `model` under tensor parallelism: query heads, MLP width and
+    vocabulary (column/row- and vocabulary-parallel layers) divided by tp; KV heads too,
+    but never below one: with tp above their count each device keeps a replicated head."""
+    for what, n in (("query heads", model.n_heads), ("MLP width", model.d_ff)):
+        if n % tp:
+            raise Unpredictable(f"tensor parallel degree {tp} does not divide the {n} {what}")
+    return replace(model, key=f"{model.key}/tp{tp}", n_heads=model.n_heads // tp,
+                   n_kv_heads=max(1, model.n_kv_heads // tp), d_ff=model.d_ff // tp,
+                   vocab=math.ceil(model.vocab / tp))
+
+
+def ring_all_reduce_bytes(payload: float, n: int) -> float:
+    """Bytes each device sends in a ring all-reduce of `payload` bytes over n devices:
+    2(n-1)/n x payload (a reduce-scatter then an all-gather, each (n-1)/n of it)."""
+    return 2 * (n - 1) / n * payload
+
+
+# --- memory ----------------------------------------------------------------------------
+
+def weight_bytes(model, weights: str, tp: int) -> float:
+    """Weights per device: every parameter at the weight dtype, split evenly over tp."""
+    total = params.count(model).total.subs(model_values(model))
+    return int(total) * DTYPE_BYTES[weights] / tp
+
+
+def kv_bytes_per_token(model, kv: str, tp: int) -> float:
+    """K and V of one token on one device: 2 x layers x KV heads per device x head dim x bytes."""
+    return 2 * model.n_layers * shard(model, tp).n_kv_heads * model.head_dim * DTYPE_BYTES[kv]
+
+
+def sequences_that_fit(run: Run) -> float:
+    """How many sequences at mean context isl + osl/2 have their KV cache in the memory the
+    weights leave free (all of it: engines reserve 0.9 or so, and activations take some)."""
+    free = run.device.capacity - weight_bytes(run.model, run.weights, run.tp)
+    if free <= 0:
+        raise Unpredictable(f"{run.weights} weights need {weight_bytes(run.model, run.weights, run.tp) / 1e9:.1f} GB "
+                            f"per device; {run.device.key} has {run.device.capacity / 1e9:.1f} GB")
+    return free / (kv_bytes_per_token(run.model, run.weights, run.tp) * mean_context(run))
+
+
+def mean_context(run: Run) -> float:
+    return run.isl + run.osl / 2
+
+
+# --- one step ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StepCost:
+    """One step on one device at the datasheet peaks; `time` applies the efficiencies."""
+
+    compute_s: np.ndarray      # per kernel, FLOPs / peak
+    memory_s: np.ndarray       # per kernel, bytes / bandwidth
+    layers: int
+    collectives: int           # all-reduces in the step (0 at tp 1)
+    link_s: float              # their ring transfers at the link bandwidth
+
+    def time(self, eff: Efficiency) -> float:
+        return float(timed(self, eff))
+
+
+def timed(step, eff: Efficiency):
+    """A step's time under `eff`: one step's fields, or many steps' stacked along axis 0."""
+    kernels = np.maximum(step.compute_s / eff.compute_fraction, step.memory_s / eff.bandwidth_fraction)
+    return (kernels.sum(axis=-1) + step.layers * eff.per_layer_s + eff.per_step_s
+            + step.collectives * eff.per_collective_s + step.link_s)
+
+
+def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float) -> StepCost:
+    """A step decoding `decode_seqs` sequences at `context` and prefilling `prefill_seqs`
+    prompts of run.isl tokens (a fraction: chunks of prompts), on one of tp devices."""
+    model, dev = shard(run.model, run.tp), run.device
+    tokens = decode_seqs + prefill_seqs * run.isl
+    act = DTYPE_BYTES[ACTIVATION_DTYPE]
+    ops = program_costs.op_costs(model, "decode", dev, {B: decode_seqs, S: context}, tokens, act)
+    ops += [op for op in program_costs.op_costs(model, "prefill", dev, {B: prefill_seqs, S: run.isl},
+                                                bytes_per_element=act)
+            if op.category == "attention"]     # the prompts' attention; their GEMMs are above
+    matrix_peak = dev.peak("matrix", run.weights)
+    if matrix_peak is None:
+        raise Unpredictable(f"{dev.key} lists no tensor peak for {run.weights}")
+    vector_peak = dev.peak("vector", ACTIVATION_DTYPE)
+    if vector_peak is None:
+        raise Unpredictable(f"{dev.key} lists no vector peak (compute.vector) for norms and softmax")
+    # costs came at the activations' bytes per element; weights and KV cache are the row's dtype
+    scale = {"weights": DTYPE_BYTES[run.weights] / act, "kv_cache": DTYPE_BYTES[run.weights] / act}
+    compute = [op.flops / (matrix_peak if op.unit == "matrix" else vector_peak) for op in ops]
+    memory = [sum(v * scale.get(cls, 1) for cls, v in op.traffic.items()) / dev.bandwidth for op in ops]
+    collectives, link_s = 0, 0.0
+    if run.tp > 1:
+        if dev.link_bandwidth is None:
+            raise Unpredictable(f"{dev.key} declares no interconnect bandwidth for tensor parallelism")
+        collectives = ALL_REDUCES_PER_LAYER * model.n_layers
+        payload = tokens * model.d_model * DTYPE_BYTES[ACTIVATION_DTYPE]
+        link_s = collectives * (ring_all_reduce_bytes(payload, run.tp) / dev.link_bandwidth
+                                + (dev.link_latency or 0.0))
+    return StepCost(np.array(compute), np.array(memory), model.n_layers, collectives, link_s)
+
+
+# --- a run's prediction ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Costs:
+    """A run's steps, at the peaks: what calibration re-times for every candidate Efficiency."""
+
+    concurrency: float         # sequences in flight: min(C, what fits)
+    steady: StepCost           # a steady-state step (TPOT)
+    first: StepCost            # the step that prefills a new request's prompt
+    alone: StepCost            # that prompt's prefill alone (the TTFT bound)
+    decode: StepCost           # today's pure decode step (no prefill)
+
+
+def costs(run: Run) -> Costs:
+    if min(run.tp, run.isl, run.osl, run.concurrency) < 1:
+        raise Unpredictable("tp, isl, osl and concurrency must be at least 1")
+    c = min(run.concurrency, sequences_that_fit(run))
+    if c < 1:
+        raise Unpredictable("not one sequence's KV cache fits beside the weights")
+    ctx = mean_context(run)
+    return Costs(c, step_cost(run, c, ctx, c / run.osl), step_cost(run, c - 1, ctx, 1),
+                 step_cost(run, 0, ctx, 1), step_cost(run, c, ctx, 0))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    tpot_s: float
+    ttft_s: float
+
+
+def predict(run: Run, c: Costs, eff: Efficiency) -> Prediction:
+    tpot = c.steady.time(eff)
+    prefill = c.first.time(eff)
+    waiting = run.concurrency / c.concurrency - 1    # Little's law: the share of C that waits
+    return Prediction(tpot, prefill + waiting * (prefill + run.osl * tpot))
+
+
+def bound(c: Costs) -> Prediction:
+    """The uncalibrated lower bounds: the steady step and the prompt's prefill alone, at the
+    datasheet peaks with no overheads."""
+    return Prediction(c.steady.time(BOUND), c.alone.time(BOUND))

@@ -1,0 +1,287 @@
+"""The workbench: every study-wide fact with one owner.
+
+For one study it holds the numbers the symbols take, the resolved devices, the peak an op
+runs against (one exception, located at the device, when a device lacks a figure), the
+ridge, the roofline time of a cost, the bound rules, and the programs per (phase, variant,
+device), lowered and rewritten once. Analyses take typed options, call the workbench and
+return section data; nothing else repeats these facts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+from rooflinec import passes
+from rooflinec import symbols as sym
+from rooflinec.derive import exact
+from rooflinec.errors import DeviceLacks, Problem, SpecError
+from rooflinec.evaluate import number
+from rooflinec.ir import Op, Program
+from rooflinec.lower import Conventions, lower
+from rooflinec.options import convention_defaults
+from rooflinec.spec import DTYPE_BYTES
+from rooflinec.symbols import L
+
+# --- the roofline ---------------------------------------------------------------------
+
+
+def _larger(a, b):
+    """max for numbers, elementwise for NumPy arrays (the sweeps' chunks)."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return max(a, b)
+    import numpy as np
+    return np.maximum(a, b)
+
+
+@dataclass(frozen=True)
+class Roofline:
+    t_compute: object     # FLOPs / peak: seconds (a float, or an array in a sweep)
+    t_memory: object      # bytes / bandwidth
+
+    @property
+    def time(self):
+        return _larger(self.t_compute, self.t_memory)
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.t_compute >= self.t_memory else "memory"
+
+
+def roofline(flops, nbytes, peak, bandwidth) -> Roofline:
+    """t = max(FLOPs / peak, bytes / bandwidth): the lower bound of one kernel's time."""
+    return Roofline(flops / peak, nbytes / bandwidth)
+
+
+def ridge(peak, bandwidth, exactly: bool = False):
+    """Peak / bandwidth: the FLOPs per byte an op needs to be compute-bound. `exactly`: as a
+    rational, so crossings are solved exactly."""
+    if peak is None:
+        return None
+    return exact(peak) / exact(bandwidth) if exactly else peak / bandwidth
+
+
+def regime(intensity: float, ridge_value) -> str:
+    return "compute-bound" if intensity >= ridge_value else "memory-bound"
+
+
+def peak(device, unit: str, dtype: str, needed_by: str) -> float:
+    """The peak an op on `unit` runs against at `dtype` (vector falls back to fp32)."""
+    value = device.peak(unit, dtype)
+    if value is None:
+        figure = f"{unit} peak for {dtype}" + (" (nor fp32)" if unit == "vector" else "")
+        field = "compute.tensor" if unit == "matrix" else "compute.vector"
+        raise DeviceLacks(device, figure, field, needed_by)
+    return value
+
+
+# --- ledgers: one row per op ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    op: Op
+    count: int            # launches: L for a layer op over the whole model, else 1
+    flops: float
+    bytes: float
+    traffic: dict         # bytes by traffic class
+    unit_peak: float
+    roof: Roofline
+    flops_share: float = 0.0
+    time_share: float = 0.0
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """A program on a device at one workload point; its time is the per-op sum."""
+
+    program: Program
+    device: object
+    dtype: str
+    workload: dict        # symbol name -> number
+    scope: str            # "layer" or "model"
+    rows: tuple[Row, ...]
+    peak: float           # the tensor peak at `dtype`
+
+    @property
+    def flops(self) -> float:
+        return sum(r.flops for r in self.rows)
+
+    @property
+    def bytes(self) -> float:
+        return sum(r.bytes for r in self.rows)
+
+    @property
+    def time(self) -> float:
+        return sum(r.roof.time for r in self.rows)
+
+    def traffic(self, cls: str) -> float:
+        return sum(r.traffic.get(cls, 0) for r in self.rows)
+
+    @property
+    def attainable(self) -> float:
+        """Fraction of the tensor peak the whole ledger can reach: (FLOPs / peak) / time."""
+        return self.flops / self.peak / self.time
+
+
+# --- the workbench ----------------------------------------------------------------------
+
+
+class Workbench:
+    """What every analysis needs of its study, each fact computed in one place."""
+
+    def __init__(self, study):
+        self.study = study
+        self.model = study.model
+        self.devices = study.devices
+        self.dtype = study.dtype
+        self._programs: dict = {}
+
+    @classmethod
+    def of(cls, model, devices=(), dtype: str = "bf16", conventions: dict | None = None) -> Workbench:
+        """A workbench without a study file (tests, the benchmark): problems cannot be located."""
+        from rooflinec.spec import Study
+        return cls(Study("", "", "", model, tuple(devices), dtype, dict(conventions or {})))
+
+    def problem(self, path: tuple, message: str) -> Problem:
+        return self.study.doc.problem(path, message)
+
+    # symbols and their numbers
+
+    @cached_property
+    def conventions(self) -> Conventions:
+        return Conventions(**{**convention_defaults(), **self.study.conventions})
+
+    @property
+    def bytes_per_element(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    def values_for(self, dtype: str | None = None) -> dict:
+        """Model dimensions and bytes per element b at `dtype` (the study's by default);
+        the workload symbols stay free."""
+        model = sym.model_values(self.model) if self.model is not None else {}
+        return {**model, sym.b: DTYPE_BYTES[dtype or self.dtype]}
+
+    @cached_property
+    def values(self) -> dict:
+        return self.values_for()
+
+    def at(self, workload: dict, bindings: dict, dtype: str | None = None) -> dict:
+        """Values of every symbol at one workload point; bound symbols (M) follow their binding."""
+        values = {**self.values_for(dtype), **workload}
+        for s, expr in bindings.items():
+            values[s] = number(expr, values)
+        return values
+
+    # memory fit: weights and the KV cache only (activations and workspace left out)
+
+    def weight_bytes(self, dtype: str | None = None) -> int:
+        from rooflinec.params import count
+        return int(number(count(self.model).total, self.values_for(dtype))) * DTYPE_BYTES[dtype or self.dtype]
+
+    def kv_per_token(self, dtype: str | None = None) -> int:
+        from rooflinec.efficiency import kv_bytes_per_token
+        return int(number(kv_bytes_per_token(), self.values_for(dtype)))
+
+    def memory_needed(self, batch, context, dtype: str | None = None):
+        """Bytes of weights plus B·S tokens of KV cache (NumPy arrays work too)."""
+        return self.weight_bytes(dtype) + batch * context * self.kv_per_token(dtype)
+
+    def fits(self, device, batch, context, dtype: str | None = None):
+        return self.memory_needed(batch, context, dtype) <= device.capacity
+
+    def largest_batch(self, device, context: int, dtype: str | None = None) -> int:
+        """Largest batch whose sequences of `context` tokens all fit beside the weights."""
+        from rooflinec.efficiency import max_batch
+        return max_batch(device.capacity, self.weight_bytes(dtype), self.kv_per_token(dtype), context)
+
+    # devices
+
+    def device(self, path: tuple, key: str | None):
+        """One of the study's devices by key; with no key, the study's only device."""
+        keys = [d.key for d in self.devices]
+        if key is None and len(keys) == 1:
+            return self.devices[0]
+        if key in keys:
+            return self.devices[keys.index(key)]
+        what = "name the device this uses" if key is None else f"'{key}' is not a device of this study"
+        raise SpecError([self.problem(path, f"{what}; the study's devices: {', '.join(keys)}")])
+
+    def device_problems(self, path: tuple, keys) -> list[Problem]:
+        """A located problem for each of `keys` (written at `path`) that names no device."""
+        known = [d.key for d in self.devices]
+        return [self.problem(path + (i,), f"'{k}' is not a device of this study; its devices: "
+                                          f"{', '.join(known)}")
+                for i, k in enumerate(keys) if k not in known]
+
+    def devices_named(self, path: tuple, keys) -> list:
+        """The study's devices named by `keys` (all of them if none), in the study's order."""
+        problems = self.device_problems(path, keys or [])
+        if problems:
+            raise SpecError(problems)
+        return [d for d in self.devices if not keys or d.key in keys]
+
+    def peak(self, device, unit: str, dtype: str | None = None, needed_by: str = "this study"):
+        return peak(device, unit, dtype or self.dtype, needed_by)
+
+    def op_peak(self, device, op: Op, dtype: str | None = None):
+        """The peak `op` runs against; pure data movement (no FLOPs) needs none: infinity."""
+        if device.peak(op.unit, dtype or self.dtype) is None and op.cost.flops == 0:
+            return math.inf
+        return self.peak(device, op.unit, dtype, f"op '{op.name}'")
+
+    def ridge(self, device, unit: str = "matrix", exactly: bool = True):
+        return ridge(self.peak(device, unit), device.bandwidth, exactly)
+
+    # programs
+
+    def program(self, phase: str, variant: str = "unfused", device=None) -> Program:
+        """The lowered program of `phase` after the passes of `variant`, built once; the
+        passes that need a device (FlashAttention's tiles) get `device`."""
+        key = (phase, variant, device.key if device is not None else None)
+        if key not in self._programs:
+            naive = (phase, "unfused", None)
+            if naive not in self._programs:
+                self._programs[naive] = lower(self.model, phase, self.conventions)
+            target = passes.Target(device, self.conventions, self.model.head_dim,
+                                   self.bytes_per_element)
+            self._programs[key] = passes.apply(self._programs[naive], variant, target)
+        return self._programs[key]
+
+    # evaluation
+
+    def ledger(self, program: Program, device, workload: dict, scope: str = "model",
+               dtype: str | None = None) -> Ledger:
+        """One row per op; scope "layer" keeps one decoder layer, "model" all L layers + the rest."""
+        dtype = dtype or self.dtype
+        values = self.at(workload, program.bindings, dtype)
+        rows = []
+        for op in program.ops:
+            if scope == "layer" and op.repeat != L:
+                continue
+            count = int(number(op.repeat, values)) if scope == "model" else 1
+            traffic = {cls: count * number(e, values) for cls, e in op.cost.traffic}
+            flops, nbytes = count * number(op.cost.flops, values), sum(traffic.values())
+            unit_peak = self.op_peak(device, op, dtype)
+            rows.append(Row(op, count, flops, nbytes, traffic, unit_peak,
+                            roofline(flops, nbytes, unit_peak, device.bandwidth)))
+        total_f = sum(r.flops for r in rows) or 1
+        total_t = sum(r.roof.time for r in rows) or 1
+        rows = [Row(r.op, r.count, r.flops, r.bytes, r.traffic, r.unit_peak, r.roof,
+                    r.flops / total_f, r.roof.time / total_t) for r in rows]
+        return Ledger(program, device, dtype, {s.name: v for s, v in workload.items()}, scope,
+                      tuple(rows), self.peak(device, "matrix", dtype))
+
+    def step_terms(self, phase: str, variant: str, device):
+        """The two terms of `phase`'s whole step on `device` under the overlapped rule."""
+        from rooflinec.efficiency import step_terms
+        program = self.program(phase, variant, device)
+        return step_terms(program, self.values,
+                          lambda op: exact(self.peak(device, op.unit, None,
+                                                     f"the {phase} op '{op.name}'")),
+                          device.bandwidth)

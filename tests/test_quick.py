@@ -1,0 +1,157 @@
+"""The installed catalog and the quick answers: devices, models, serve, --version, -q."""
+
+import io
+import shutil
+import json
+from pathlib import Path
+
+import pytest
+
+from rooflinec import catalog
+from rooflinec.cli import run
+from rooflinec.progress import Progress
+
+CONFIGS = Path(__file__).resolve().parent / "hf_configs"
+
+
+def call(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = run([str(a) for a in argv], out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_devices_lists_every_shipped_device():
+    shipped = catalog.names("hardware")
+    assert len(shipped) >= 13 and "h100-sxm" in shipped
+    code, out, err = call("devices")
+    assert code == 0 and err == ""
+    assert [line.split()[0] for line in out.splitlines()[1:]] == shipped
+    # the A100 40GB: 312 TFLOP/s over 1555 GB/s is a ridge of 200.6 FLOP/byte
+    assert "312.0 TFLOP/s bf16  1.555 TB/s  40.00 GiB  201 FLOP/B" in out
+    code, out, _ = call("devices", "--json")
+    rows = json.loads(out)["devices"]
+    assert [r["name"] for r in rows] == shipped and all(r["source"] for r in rows)
+
+
+def test_models_lists_every_shipped_model_with_its_parameters():
+    code, out, err = call("models")
+    assert code == 0 and err == ""
+    assert [line.split()[0] for line in out.splitlines()[1:]] == catalog.names("models")
+    rows = {r["name"]: r for r in json.loads(call("models", "--json")[1])["models"]}
+    assert rows["qwen2.5-7b"]["params"] == 7_615_616_512   # Qwen2.5-7B-Instruct's checkpoint
+
+
+def test_unknown_name_lists_both_places(tmp_path):
+    """A study's device name is looked for beside the study and in the catalog; a wrong one
+    is answered with the candidates of both."""
+    (tmp_path / "hardware").mkdir()
+    (tmp_path / "hardware" / "my-gpu.yaml").write_text(
+        (Path(catalog.ROOT) / "hardware" / "rtx4090.yaml").read_text())
+    study = tmp_path / "study.yaml"
+    study.write_text("devices: [my-gpx]\nanalyses: {accelerators: {}}\n")
+    code, _, err = call("check", study)
+    assert code == 1
+    assert f"{study}:1:11: devices[0]: no spec 'my-gpx'" in err and "did you mean 'my-gpu'?" in err
+    assert "my-gpu" in err.split("known hardware specs:")[1] and "h100-sxm" in err
+
+
+def test_serve_llama_on_h100():
+    """Llama-3.1-8B decoding one sequence at context 4096 on an H100 SXM (3.35 TB/s) reads
+    every weight but the embedding table (a gather reads B rows): (8,030,261,248 - 128,256 *
+    4096) * 2 B = 15,009,849,344 B, plus a KV cache of 2 * 32 layers * 8 heads * 128 * 2 B
+    = 131,072 B per token, * 4096 = 536,870,912 B: 15,546,720,256 B / 3.35e12 B/s = 4.641 ms,
+    215.5 tokens/s (activations add a little)."""
+    code, out, err = call("serve", CONFIGS / "llama-3.1-8b", "--device", "h100-sxm", "--json")
+    assert code == 0, err
+    data = json.loads(out)["serving"]
+    step = data["steps"][0]["devices"][0]
+    assert step["bound"] == "memory"
+    assert step["tokens_per_s"] == pytest.approx(3.35e12 / 15_546_720_256, rel=2e-3)
+    assert data["kv_per_token"] == 131_072
+    assert [s["batch"] for s in data["steps"]] == [1, 8, 64]
+    assert data["prefill"][0]["prompt"] == 2048 and data["prefill"][0]["devices"][0]["bound"] == "compute"
+    code, text, _ = call("serve", CONFIGS / "llama-3.1-8b", "--device", "h100-sxm", "--batch", "1")
+    assert code == 0
+    assert f"{step['tokens_per_s']:,.1f}" in text and "time to first token (prompt 2,048" in text
+
+
+def test_serve_catalog_name_and_options():
+    code, out, err = call("serve", "qwen2.5-7b", "--device", "a100-40gb", "--batch", "2,4",
+                          "--context", "1024", "--prompt", "512", "--dtype", "fp16")
+    assert code == 0, err
+    assert "Qwen2.5-7B-Instruct on NVIDIA A100 40GB SXM4 (a100-40gb), fp16" in out
+    assert "decode at context 1,024" in out and "prompt 512" in out
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (("serve", "qwen2.5-7b", "--device", "h100-sxn"), "did you mean 'h100-sxm'?"),
+    (("serve", "qwen2.5-7c", "--device", "h100-sxm"), "did you mean 'qwen2.5-7b'?"),
+    (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--batch", "1,x"), "--batch: expected whole"),
+    (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--context", "0"), "--context: expected"),
+    (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--dtype", "bf8"), "--dtype: unknown dtype"),
+])
+def test_serve_command_line_mistakes(argv, fragment):
+    code, out, err = call(*argv)
+    assert code == 2 and out == "" and fragment in err and "Traceback" not in err
+
+
+def test_serve_dtype_the_device_lacks():
+    code, _, err = call("serve", "qwen2.5-7b", "--device", "v100-sxm2")
+    assert code == 1 and "lists no tensor peak for bf16; it has: fp16" in err
+
+
+def test_version():
+    code, out, _ = call("--version")
+    assert code == 0 and out.startswith("rooflinec ")
+
+
+def test_quiet_build_writes_nothing_to_stderr(tmp_path):
+    code, _, err = call("-q", "build", "specs/qwen.yaml", "--out", tmp_path, "--format", "json")
+    assert code == 0 and err == ""
+
+
+def test_progress_only_after_its_delay():
+    late, early = io.StringIO(), io.StringIO()
+    Progress(late, after_s=0.0)("specs/qwen.yaml: evaluated Serving bounds")
+    Progress(early, after_s=3600.0)("specs/qwen.yaml: evaluated Serving bounds")
+    assert late.getvalue() == "specs/qwen.yaml: evaluated Serving bounds\n" and early.getvalue() == ""
+
+
+def test_build_reports_its_sections_and_charts(tmp_path, monkeypatch):
+    """With the delay at zero every section and every section's charts are reported."""
+    from rooflinec import cli
+    monkeypatch.setattr(cli, "Progress", lambda stream: Progress(stream, after_s=0.0))
+    code, _, err = call("build", "specs/gpt2-medium.yaml", "--out", tmp_path, "--format", "md")
+    assert code == 0
+    lines = err.splitlines()
+    assert lines[:2] == ["specs/gpt2-medium.yaml: evaluated Operator ledgers",
+                         "specs/gpt2-medium.yaml: evaluated Derivations"]
+    assert any(line.startswith("specs/gpt2-medium.yaml: drew ") for line in lines[2:])
+
+
+def test_readme_config_to_answer_example_runs(tmp_path, monkeypatch):
+    """The README's three lines, as written, in a copy of the folder they name."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = readme.split("From a config.json to an answer", 1)[1].split("```")[1]
+    lines = [line.split("#")[0].split() for line in block.strip().splitlines()]
+    assert len(lines) == 3 and all(argv[0] == "rooflinec" for argv in lines)
+    (tmp_path / "tests").mkdir()
+    shutil.copytree(CONFIGS, tmp_path / "tests" / "hf_configs")
+    monkeypatch.chdir(tmp_path)
+    outputs = []
+    for argv in lines:
+        code, out, err = call(*argv[1:])
+        assert code == 0, err
+        outputs.append(out)
+    assert "h100-sxm" in outputs[0]
+    assert "8,030,261,248 parameters" in outputs[1]
+    assert "Llama-3.1-8B on NVIDIA H100 SXM5 80GB (h100-sxm), bf16" in outputs[2]
+    assert "time to first token (prompt 2,048" in outputs[2] and "decode at context 4,096" in outputs[2]
+
+
+def test_serve_says_when_the_context_is_past_the_model():
+    code, out, _ = call("serve", "gpt2-medium", "--device", "h100-sxm", "--context", "1024")
+    assert code == 0 and out.endswith("note: 2,048 tokens is past the model's max_context, 1,024\n")
+    code, out, _ = call("serve", "gpt2-medium", "--device", "h100-sxm", "--context", "512",
+                        "--prompt", "1024")
+    assert code == 0 and "note:" not in out

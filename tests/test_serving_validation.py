@@ -1,0 +1,195 @@
+"""Calibration and `rooflinec validate` end to end: the fit recovers known efficiencies, the
+uncalibrated bound holds on every shipped measurement, and the commands work on a handful of
+rows, with located errors for bad input."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rooflinec import calibrate, measurements
+from rooflinec import serving_model as sm
+from rooflinec.cli import run
+from rooflinec.errors import SpecError
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ROOT / "rooflinec" / "catalog"
+SHIPPED_CSV = ROOT / "data/measured/serving-visible.csv"
+LOCATED = re.compile(r"^.+:\d+:\d+: .+: .+$")
+
+
+def call(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    return run([str(a) for a in argv], out, err), out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return calibrate.prepare(measurements.read(str(SHIPPED_CSV)), measurements.Specs(str(SPECS)))
+
+
+def test_every_shipped_row_is_predicted(shipped):
+    assert len(shipped) == 309
+    assert [p.reason for p in shipped if p.costs is None] == []
+
+
+def test_uncalibrated_bound_holds_on_every_shipped_row(shipped):
+    """A bound above a measurement is a bug in the model, not noise."""
+    over = [(p.row.row_id, what) for p in shipped for what, lo, m in
+            (("tpot", sm.bound(p.costs).tpot_s, p.row.tpot_s), ("ttft", sm.bound(p.costs).ttft_s, p.row.ttft_s))
+            if lo > m]
+    assert over == []
+
+
+def test_fit_recovers_the_efficiencies_that_made_the_data(shipped):
+    """Measurements synthesised from known parameters give those parameters back."""
+    truth = sm.Efficiency(compute_fraction=0.6, per_layer_s=50e-6)
+    some = shipped[::7]
+    synthetic = [sm.predict(p.run, p.costs, truth).tpot_s for p in some]
+    got = calibrate.fit([p.costs for p in some], synthetic)
+    assert got.compute_fraction == pytest.approx(0.6, rel=1e-4)
+    assert got.per_layer_s == pytest.approx(50e-6, rel=1e-4)
+    assert (got.bandwidth_fraction, got.per_step_s, got.per_collective_s) == (1, 0, 0)   # not fitted
+
+
+def test_fit_of_every_parameter_recovers_them_too(shipped):
+    truth = sm.Efficiency(0.8, 0.5, 30e-6, 1e-3, 5e-6)
+    some = shipped[::3]
+    synthetic = [sm.predict(p.run, p.costs, truth).tpot_s for p in some]
+    got = calibrate.fit([p.costs for p in some], synthetic, sm.PARAMETERS)
+    steps = calibrate.Steps.of([p.costs for p in some])
+    assert max(abs(math.log(a / b)) for a, b in zip(steps.time(got), synthetic)) < 1e-4
+
+
+def test_shipped_calibration_is_the_fit_of_the_shipped_csv(shipped, tmp_path):
+    code, _, err = call("calibrate", SHIPPED_CSV, "--specs", SPECS, "--out", tmp_path / "c.yaml")
+    assert code == 0, err
+    fresh, kept = calibrate.load(str(tmp_path / "c.yaml")), calibrate.load(
+        str(ROOT / "rooflinec/calibrations/serving-visible.yaml"))
+    assert fresh == kept, "refit: rooflinec calibrate data/measured/serving-visible.csv --out " \
+                          "rooflinec/calibrations/serving-visible.yaml"
+
+
+HANDFUL = (1, 50, 100, 190, 200, 260, 300)   # tp 1, 2, 4 of the 8B, the 70B on both engines
+
+
+@pytest.fixture
+def small_csv(tmp_path) -> Path:
+    with open(SHIPPED_CSV, encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    keep = [rows[i] for i in HANDFUL]
+    keep.append(dict(rows[0], model="example/unknown-model", row_id="unknown-model"))
+    keep.append(dict(rows[0], weights="int4", row_id="no-int4-peak"))
+    path = tmp_path / "runs.csv"
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(keep)
+    return path
+
+
+def test_calibrate_then_validate_end_to_end(small_csv, tmp_path):
+    cal = tmp_path / "cal.yaml"
+    code, out, err = call("calibrate", small_csv, "--specs", SPECS, "--out", cal)
+    assert code == 0, err
+    doc = yaml.safe_load(cal.read_text())
+    assert doc["fitted"] == list(calibrate.FITTED)
+    assert len(doc["rows"]) == len(HANDFUL)            # residuals of every predictable row
+    code, out, err = call("validate", small_csv, "--specs", SPECS, "--calibration", cal,
+                          "--out", tmp_path / "out")
+    assert code == 0, err
+    assert "median abs error TPOT" in out
+    rep = json.loads((tmp_path / "out/serving.json").read_text())
+    ids = [r["row_id"] for r in rep["rows"]]
+    assert len(ids) == len(HANDFUL) + 2
+    done = [r for r in rep["rows"] if r["predicted"]]
+    for r in done:   # both predictions, calibrated and not, beside the row id
+        assert 0 < r["tpot_bound_s"] <= r["tpot_s"] and 0 < r["ttft_bound_s"] <= r["ttft_s"]
+        assert r["tpot_error"] == pytest.approx(r["tpot_s"] / r["measured_tpot_s"] - 1)
+    reasons = {u["row_id"]: u["reason"] for u in rep["unpredictable"]}
+    assert "hf_id" in reasons["unknown-model"] and "int4" in reasons["no-int4-peak"]
+    assert {h["by"] for h in rep["holdouts"]} == {"model", "tp", "engine"}
+    assert rep["violations"] == []
+    md = (tmp_path / "out/serving.md").read_text()
+    assert "## Leave one group out" in md and "unknown-model" in md
+    assert (tmp_path / "out/serving/predicted-vs-measured.svg").read_text().startswith("<?xml")
+    assert "<svg" in (tmp_path / "out/serving.html").read_text()
+
+
+def test_validate_defaults_to_the_shipped_calibration(small_csv, tmp_path):
+    code, _, err = call("validate", small_csv, "--specs", SPECS, "--out", tmp_path, "--format", "json")
+    assert code == 0, err
+    assert json.loads((tmp_path / "serving.json").read_text())["calibration"] == "serving-visible.yaml"
+
+
+@pytest.mark.parametrize("cell, value, message", [
+    ("tpot_ms", "fast", "not a positive number"),
+    ("tpot_ms", "-1", "not a positive number"),
+    ("ttft_ms", "inf", "not a positive number"),
+    ("tp", "0", "whole number >= 1"),
+    ("isl", "1.5", "whole number >= 1"),
+    ("row_id", "", "empty"),
+])
+def test_a_bad_cell_is_located_and_nothing_is_written(small_csv, tmp_path, cell, value, message):
+    lines = small_csv.read_text().splitlines()
+    header = lines[0].split(",")
+    cells = lines[2].split(",")
+    cells[header.index(cell)] = value
+    lines[2] = ",".join(cells)
+    small_csv.write_text("\n".join(lines) + "\n")
+    code, out, err = call("validate", small_csv, "--specs", SPECS, "--out", tmp_path / "out")
+    assert code == 1 and out == ""
+    assert LOCATED.match(err.strip()) and f":3:" in err and cell in err and message in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_file_with_no_predictable_row_still_reports_why(small_csv, tmp_path):
+    lines = small_csv.read_text().splitlines()
+    small_csv.write_text("\n".join([lines[0]] + [l for l in lines if "unknown-model" in l]) + "\n")
+    code, out, err = call("validate", small_csv, "--specs", SPECS, "--out", tmp_path / "out")
+    assert code == 0, err
+    assert "no row predicted" in out
+    assert "unknown-model" in (tmp_path / "out/serving.md").read_text()
+    code, _, err = call("calibrate", small_csv, "--specs", SPECS, "--out", tmp_path / "c.yaml")
+    assert code == 1 and "no predictable rows" in err and not (tmp_path / "c.yaml").exists()
+
+
+def test_a_missing_column_is_named(tmp_path):
+    path = tmp_path / "x.csv"
+    path.write_text("model,device\nm,d\n")
+    code, _, err = call("validate", path, "--specs", SPECS, "--out", tmp_path / "out")
+    assert code == 1 and "missing column" in err and "tpot_ms" in err
+
+
+def test_repeated_row_ids_are_refused(small_csv, tmp_path):
+    lines = small_csv.read_text().splitlines()
+    small_csv.write_text("\n".join(lines + [lines[1]]) + "\n")
+    with pytest.raises(SpecError, match="repeats line 2"):
+        measurements.read(str(small_csv))
+
+
+def test_a_missing_file_or_specs_folder_is_an_error_not_a_traceback(tmp_path, small_csv):
+    code, _, err = call("validate", tmp_path / "none.csv", "--specs", SPECS)
+    assert code == 1 and "cannot read" in err
+    code, _, err = call("validate", small_csv, "--specs", tmp_path / "nowhere")
+    assert code == 1 and "no such specs folder" in err
+
+
+def test_a_bad_calibration_is_located(small_csv, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("default:\n  parameters:\n    bandwidth_fraction: 1.5\n    compute_fraction: 0.5\n"
+                   "    per_layer_s: 0\n    per_step_s: 0\n    per_collective_s: 0\n")
+    code, _, err = call("validate", small_csv, "--specs", SPECS, "--calibration", bad, "--out", tmp_path / "o")
+    assert code == 1 and LOCATED.match(err.strip()) and "bandwidth_fraction" in err and ":3:" in err
+
+
+def test_the_command_line_lists_the_new_commands():
+    code, out, _ = call("--help")
+    assert code == 0 and "calibrate" in out and "validate" in out
