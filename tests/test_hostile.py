@@ -369,3 +369,10 @@ def test_an_imported_config_with_a_number_past_a_float_is_located(tmp_path, valu
         hfimport.convert(str(cfg))
     assert "rope_theta" in str(err.value) and fragment in str(err.value), str(err.value)
     assert LOCATED.match(str(err.value)), str(err.value)
+
+
+def test_serve_keeps_the_serving_analysis_budget():
+    batches = ",".join(map(str, range(1, 5001)))
+    code, out, err, took = _run("serve", "qwen2.5-7b", "--device", "a100-40gb", "--batch", batches)
+    assert code == 1 and not out and "at most 4096" in err and "Traceback" not in err, err
+    assert took < 10, f"{took:.1f} s"
