@@ -62,6 +62,11 @@ def ridge(peak, bandwidth, exactly: bool = False):
     return exact(peak) / exact(bandwidth) if exactly else peak / bandwidth
 
 
+def attainable(intensity: float, peak: float, bandwidth: float) -> float:
+    """min(peak, intensity x bandwidth): the FLOP/s the roof allows at `intensity`."""
+    return min(peak, intensity * bandwidth)
+
+
 def regime(intensity: float, ridge_value) -> str:
     return "compute-bound" if intensity >= ridge_value else "memory-bound"
 
@@ -240,16 +245,18 @@ class Workbench:
 
     # programs
 
-    def program(self, phase: str, variant: str = "unfused", device=None) -> Program:
+    def program(self, phase: str, variant: str = "unfused", device=None,
+                conventions: Conventions | None = None) -> Program:
         """The lowered program of `phase` after the passes of `variant`, built once; the
-        passes that need a device (FlashAttention's tiles) get `device`."""
-        key = (phase, variant, device.key if device is not None else None)
+        passes that need a device (FlashAttention's tiles) get `device`. `conventions`: other
+        choices than the study's (training counts the logits of every token)."""
+        conv = conventions or self.conventions
+        key = (phase, variant, device.key if device is not None else None, conv)
         if key not in self._programs:
-            naive = (phase, "unfused", None)
+            naive = (phase, "unfused", None, conv)
             if naive not in self._programs:
-                self._programs[naive] = lower(self.model, phase, self.conventions)
-            target = passes.Target(device, self.conventions, self.model.head_dim,
-                                   self.bytes_per_element)
+                self._programs[naive] = lower(self.model, phase, conv)
+            target = passes.Target(device, conv, self.model.head_dim, self.bytes_per_element)
             self._programs[key] = passes.apply(self._programs[naive], variant, target)
         return self._programs[key]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rooflinec import timebox
+from rooflinec import chartpoints, timebox
 from rooflinec.budget import Budget
 from rooflinec.errors import DeviceError, SpecError
 from rooflinec.evaluate import Unbound
@@ -70,6 +70,8 @@ def run(study: Study, on_section=None, bench: Workbench | None = None) -> list[d
                     "workload sizes, the devices' numbers and the formulas the model declares"),
                     at_key=True))
                 continue
+            # from the settled numbers; a chart holding a number past its axis is left out
+            section["chart_points"] = chartpoints.section_points(section, study.devices, study.dtype)
             sections.append(section)
             if on_section is not None and not problems:
                 on_section(len(sections) - 1, sections[-1])
