@@ -23,7 +23,9 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from rooflinec import piecewise, timebox
 from rooflinec.derive import exact
+from rooflinec.evaluate import number
 from rooflinec.ir import Program
 from rooflinec.symbols import B, L, M, S, b, d_head, n_kv, n_q
 from rooflinec.workbench import Roofline
@@ -98,7 +100,8 @@ def palm_account(n_params: sp.Expr, sequence=S) -> Account:
 def _per_token(program: Program, keep) -> sp.Expr:
     total = sp.Add(*(op.cost.flops * op.repeat for op in program.ops if keep(op)))
     tokens = (M * 1).subs(program.bindings)    # tokens through the layers: B·S in prefill
-    return sp.factor(sp.cancel(total.subs(program.bindings) / tokens))
+    per_token = total.subs(program.bindings) / tokens
+    return timebox.run(timebox.SIMPLIFY_S, lambda: sp.factor(sp.cancel(per_token)), lambda: per_token)
 
 
 def ledger_account(program: Program) -> Account:
@@ -199,8 +202,9 @@ def step_terms(program: Program, values: dict, peak, bandwidth) -> Terms:
         if f != 0:
             compute += f / peak(op)
         flops += f
-    return Terms(sp.expand(flops), sp.expand(nbytes), sp.expand(compute),
-                 sp.expand(nbytes / exact(bandwidth)))
+    terms = (flops, nbytes, compute, nbytes / exact(bandwidth))
+    return timebox.run(timebox.SIMPLIFY_S, lambda: Terms(*map(sp.expand, terms)),
+                       lambda: Terms(*terms))   # not expanded: the same values, slower to evaluate
 
 
 @dataclass(frozen=True)
@@ -214,13 +218,17 @@ class Crossover:
 
 
 def crossover(terms: Terms, context: int) -> Crossover:
-    """Both terms are linear in B at a fixed S: c0 + c1·B and m0 + m1·B (a mixture of
-    experts' memory term is not: see `_crossover_concave`)."""
+    """Both terms are linear in B at a fixed S: c0 + c1·B and m0 + m1·B (or piecewise: searched;
+    a mixture of experts' memory term is concave in B: see `_crossover_concave`)."""
+    if piecewise.has_piecewise(terms.compute, B) or piecewise.has_piecewise(terms.memory, B):
+        return _crossover_searched(terms, context)
     compute, memory = (t.xreplace({S: context}) for t in (terms.compute, terms.memory))
-    if not memory.is_polynomial(B):
+    if compute.is_polynomial(B) and not memory.is_polynomial(B):
         return _crossover_concave(compute, memory, context)
-    c = sp.Poly(compute, B)
-    m = sp.Poly(memory, B)
+    c = piecewise.polynomial(compute, B)
+    m = piecewise.polynomial(memory, B)
+    if c is None or m is None or c.degree() > 1 or m.degree() > 1:
+        return _crossover_searched(terms, context)
     c0, c1 = c.coeff_monomial(1), c.coeff_monomial(B)
     m0, m1 = m.coeff_monomial(1), m.coeff_monomial(B)
     ceiling = float(1 / max(c1, m1)) if max(c1, m1) > 0 else math.inf
@@ -254,6 +262,23 @@ def _crossover_concave(compute: sp.Expr, memory: sp.Expr, context: int) -> Cross
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if gap(mid) >= 0 and gap(mid + 1) >= gap(mid) else (mid, hi)
     return Crossover(context, None, hi, ceiling)
+
+
+def _crossover_searched(terms: Terms, context: int) -> Crossover:
+    """Terms a declared op made piecewise (ceil, min, max) or nonlinear in B: the first
+    compute-bound batch is searched, `at` is that batch (no meeting point is solved for),
+    and the ceiling is tokens/s at the end of the search, B = 2^40."""
+    def step(batch) -> tuple:
+        point = {B: batch, S: context}
+        return number(terms.compute, point), number(terms.memory, point)
+
+    def compute_bound(batch) -> bool:
+        compute, memory = step(batch)
+        return compute >= memory
+    first = piecewise.first_true(compute_bound)
+    far = piecewise.far()
+    ceiling = far / max(step(far))
+    return Crossover(context, None if first is None else sp.Integer(first), first, ceiling)
 
 
 def fit_tokens(capacity: int, weight_bytes: int, kv_per_token: int) -> int:

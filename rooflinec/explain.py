@@ -4,7 +4,7 @@ holds on; a device lacking a figure the variant needs is named with what it lack
 
 from rooflinec import spec
 from rooflinec.analyses.derivations import op_derivation
-from rooflinec.errors import DeviceLacks, RooflineError, UsageError
+from rooflinec.errors import DeviceError, RooflineError, UsageError
 from rooflinec.passes import DEFAULT_VARIANT
 from rooflinec.render import environment
 from rooflinec.workbench import Workbench
@@ -37,7 +37,7 @@ def _forms(ctx, phase: str, name: str, variant: str | None):
     for dev in ctx.devices:
         try:
             program = ctx.program(phase, variant or DEFAULT_VARIANT, dev)
-        except DeviceLacks as exc:
+        except DeviceError as exc:
             lacking.append((dev.key, str(exc)))
             continue
         names += [op.name for op in program.ops if op.name not in names]

@@ -177,17 +177,15 @@ def _counts(text: str, flag: str) -> list[int]:
 
 
 def serving_section(model, device, dtype: str, batches, context: int, prompt: int) -> dict:
-    """The adapter: the study's serving analysis, run on one model and one device."""
-    from rooflinec import yamlio
-    from rooflinec.analyses import evaluate
-    from rooflinec.options import parse
+    """The adapter: the study's serving analysis, run on one model and one device (through
+    analyses.run, so the study's budgets, time boxes and finite numbers hold here too)."""
+    from rooflinec import analyses, yamlio
     from rooflinec.spec import Study
-    from rooflinec.workbench import Workbench
     where = yamlio.Located("<command line>", {}, {}, {})
     options = {"batch": batches, "contexts": [context], "prompts": [prompt]}
     study = Study(file="<command line>", stem="serve", title="serve", model=model, devices=(device,),
                   dtype=dtype, conventions={}, doc=where, analyses={"serving": options})
-    return evaluate(Workbench(study), "serving", parse("serving", options))
+    return analyses.run(study)[0]
 
 
 def cmd_serve(args, stdout, stderr) -> int:

@@ -174,7 +174,7 @@ def chart_slots(report: dict) -> list[list[dict]]:
     text and the data to draw it from."""
     from rooflinec import chartdata
     return [[{"path": f"{report['study']}/{c['name']}.svg", "title": c["title"], "alt": c["alt"],
-              "kind": c["kind"], "spec": c} for c in section]
+              "kind": c["kind"], "spec": c, "left_out": c.get("left_out")} for c in section]
             for section in chartdata.plan(report)]
 
 
@@ -209,6 +209,8 @@ def inline_charts(text: str, charts: list[list[dict]], svgs: list[list[str]]) ->
     from rooflinec.charts import inline
     for i, (section, drawn) in enumerate(zip(charts, svgs)):
         for j, (c, svg) in enumerate(zip(section, drawn)):
+            if c["left_out"]:   # the template wrote why instead of a marker
+                continue
             text = text.replace(_token(i, j), inline(svg, f"c{i}-{j}-{slug(c['kind'])}"), 1)
     return text
 
@@ -264,5 +266,5 @@ def render_many(report: dict, formats, svgs=None) -> dict[str, str]:
         out[f"{stem}.html"] = inline_charts(out[f"{stem}.html"], slots, svgs)
     if "md" in formats:
         out.update({c["path"]: svg for section, drawn in zip(slots, svgs)
-                    for c, svg in zip(section, drawn)})
+                    for c, svg in zip(section, drawn) if not c["left_out"]})
     return out

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+from fractions import Fraction
 from dataclasses import dataclass, field, replace
 
 from rooflinec import catalog, custom, mla, moe, quant, validate, yamlio
 from rooflinec.errors import Problem, SpecError
 from rooflinec.options import study_default
 from rooflinec.plausible import device_warnings
-from rooflinec.units import parse_quantity
+from rooflinec.units import QuantityError, parse_quantity
 
 DTYPE_BYTES = quant.BYTES   # bytes per element by format, block scales included (rooflinec.quant)
 
@@ -128,8 +129,56 @@ def _stem(file: str) -> str:
     return os.path.splitext(os.path.basename(file))[0]
 
 
+# What any device could have: outside these a number is a typo or a unit slip (GB/s for
+# TB/s ...), and it would put zeros or infinities into every report that uses it.
+PHYSICAL = {
+    ("memory", "bandwidth"): ("bandwidth", 10**9, 10**15, "1 GB/s", "1 PB/s"),
+    ("memory", "capacity"): ("bytes", 2**20, 10**15, "1 MiB", "1 PB"),
+    ("on_chip", "sram_per_sm"): ("bytes", 2**10, 2**30, "1 KiB", "1 GiB"),
+    ("cache", "size"): ("bytes", 2**10, 2**40, "1 KiB", "1 TiB"),
+    ("cache", "bandwidth"): ("bandwidth", 10**9, 10**15, "1 GB/s", "1 PB/s"),
+    ("compute", "tensor"): ("flops_rate", 10**9, 10**19, "1 GFLOP/s", "10 EFLOP/s"),
+    ("compute", "vector"): ("flops_rate", 10**9, 10**19, "1 GFLOP/s", "10 EFLOP/s"),
+}
+RIDGE = (Fraction(1, 1000), 10**5)   # FLOPs per byte a peak over the bandwidth may come to
+
+
+def _quantity(value, dimension: str):
+    try:
+        return parse_quantity(value, dimension)
+    except QuantityError:
+        return None   # the schema reports it
+
+
+def _device_problems(doc: yamlio.Located) -> list[Problem]:
+    """Peaks, bandwidth and sizes within PHYSICAL, and each ridge within RIDGE."""
+    d, problems, found = doc.data, [], {}
+    for (section, key), (dimension, lo, hi, lo_text, hi_text) in PHYSICAL.items():
+        value = d.get(section, {}).get(key) if isinstance(d.get(section), dict) else None
+        entries = value.items() if isinstance(value, dict) else [(None, value)]
+        for dtype, v in entries:
+            path = (section, key) + ((dtype,) if dtype is not None else ())
+            number = _quantity(v, dimension) if v is not None else None
+            if number is None:
+                continue
+            if lo <= number <= hi:
+                found[path] = number
+            else:
+                problems.append(doc.problem(path, (
+                    f"{validate.show(v)} is outside what any device has ({lo_text} to {hi_text}); "
+                    "check the number and its unit")))
+    bandwidth = found.get(("memory", "bandwidth"))
+    for path, peak in found.items():   # both within PHYSICAL: the ratio is a modest float
+        ridge = Fraction(peak) / Fraction(bandwidth) if bandwidth and path[0] == "compute" else None
+        if ridge is not None and not RIDGE[0] <= ridge <= RIDGE[1]:
+            problems.append(doc.problem(path, (
+                f"peak / bandwidth is {float(ridge):.3g} FLOPs per byte, outside what any device "
+                f"has ({float(RIDGE[0])} to {RIDGE[1]}); check the peak, the bandwidth and their units")))
+    return problems
+
+
 def load_hardware(file: str) -> Device:
-    doc = _checked(file, "hardware")
+    doc = _checked(file, "hardware", _device_problems)
     d = doc.data
     comp, mem, chip, cache = d["compute"], d["memory"], d.get("on_chip") or {}, d.get("cache") or {}
     rate = lambda peaks: {k: parse_quantity(v, "flops_rate") for k, v in (peaks or {}).items()}  # noqa: E731
