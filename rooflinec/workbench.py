@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
+from rooflinec import collectives as C
+from rooflinec import parallel as par
 from rooflinec import passes
 from rooflinec import symbols as sym
 from rooflinec.derive import exact
@@ -20,7 +22,7 @@ from rooflinec.errors import DeviceLacks, Problem, SpecError
 from rooflinec.evaluate import number
 from rooflinec.ir import Op, Program
 from rooflinec.lower import Conventions, lower
-from rooflinec.options import convention_defaults
+from rooflinec.options import convention_defaults, parallel_defaults
 from rooflinec.spec import DTYPE_BYTES
 from rooflinec.symbols import L
 
@@ -129,6 +131,27 @@ class Ledger:
         return self.flops / self.peak / self.time
 
 
+@dataclass(frozen=True)
+class CommRow:
+    """One collective of a program on a device at one workload point, all its launches."""
+
+    collective: C.Collective
+    count: int            # launches: L for a per-layer collective over the whole model
+    payload: float        # bytes of one launch's whole tensor
+    volume: float         # bytes each device sends, all launches
+    link: C.Link
+    bandwidth_s: float    # volume / link bandwidth
+    latency_s: float      # steps x link latency
+
+    @property
+    def time(self) -> float:
+        return self.bandwidth_s + self.latency_s
+
+    @property
+    def latency_bound(self) -> bool:
+        return self.latency_s > self.bandwidth_s
+
+
 # --- the workbench ----------------------------------------------------------------------
 
 
@@ -156,6 +179,20 @@ class Workbench:
     @cached_property
     def conventions(self) -> Conventions:
         return Conventions(**{**convention_defaults(), **self.study.conventions})
+
+    @cached_property
+    def parallel(self) -> par.Parallel:
+        """The study's `parallel` block; a tp that does not divide the model, located."""
+        p = par.Parallel(**{**parallel_defaults(), **self.study.parallel})
+        self.check_tp(p.tp, ("parallel", "tp"))
+        return p
+
+    def check_tp(self, tp: int, path: tuple) -> None:
+        try:
+            if self.model is not None:
+                par.check(self.model, tp)
+        except par.Unshardable as exc:
+            raise SpecError([self.problem(path, f"{exc}; pick a degree that divides them")]) from None
 
     @property
     def bytes_per_element(self) -> int:
@@ -240,18 +277,51 @@ class Workbench:
 
     # programs
 
-    def program(self, phase: str, variant: str = "unfused", device=None) -> Program:
-        """The lowered program of `phase` after the passes of `variant`, built once; the
-        passes that need a device (FlashAttention's tiles) get `device`."""
-        key = (phase, variant, device.key if device is not None else None)
+    def program(self, phase: str, variant: str = "unfused", device=None, tp: int | None = None) -> Program:
+        """The lowered program of `phase` after the passes of `variant`, as one of `tp`
+        devices runs it (the study's tp by default), built once; the passes that need a
+        device (FlashAttention's tiles) get `device`."""
+        tp = self.parallel.tp if tp is None else tp
+        key = (phase, variant, device.key if device is not None else None, tp)
         if key not in self._programs:
-            naive = (phase, "unfused", None)
-            if naive not in self._programs:
-                self._programs[naive] = lower(self.model, phase, self.conventions)
-            target = passes.Target(device, self.conventions, self.model.head_dim,
-                                   self.bytes_per_element)
-            self._programs[key] = passes.apply(self._programs[naive], variant, target)
+            whole = key[:3] + (1,)
+            if whole not in self._programs:
+                naive = (phase, "unfused", None, 1)
+                if naive not in self._programs:
+                    self._programs[naive] = lower(self.model, phase, self.conventions)
+                target = passes.Target(device, self.conventions, self.model.head_dim,
+                                       self.bytes_per_element)
+                self._programs[whole] = passes.apply(self._programs[naive], variant, target)
+            self._programs[key] = par.shard(self._programs[whole], self.model, tp)
         return self._programs[key]
+
+    # links between devices
+
+    def link(self, device, span: int, needed_by: str) -> C.Link:
+        """The link a group of `span` devices talks over: the scale-up link while the group
+        fits in one scale-up domain, else the scale-out network."""
+        domain = device.link_domain
+        if device.link_bandwidth is not None and (domain is None or span <= domain):
+            return C.Link(device.link, device.link_bandwidth, device.link_latency)
+        if device.network_bandwidth is not None:
+            return C.Link(device.network, device.network_bandwidth, device.network_latency)
+        if device.link_bandwidth is None:
+            raise DeviceLacks(device, "scale-up interconnect", "interconnect", needed_by)
+        raise DeviceLacks(device, f"scale-out network (its scale-up domain joins {domain} devices, "
+                                  f"the group {span})", "scale_out", needed_by)
+
+    def communication(self, program: Program, device, workload: dict,
+                      dtype: str | None = None) -> tuple[CommRow, ...]:
+        """Every collective of `program` at one workload point, timed by the ring model."""
+        values = self.at(workload, program.bindings, dtype)
+        rows = []
+        for c in program.collectives:
+            count = int(number(c.repeat, values))
+            link = self.link(device, c.span, f"the {c.kind.replace('_', '-')} '{c.name}'")
+            volume = count * number(c.volume, values)
+            rows.append(CommRow(c, count, number(c.payload, values), volume, link,
+                                volume / link.bandwidth, count * c.steps * (link.latency or 0.0)))
+        return tuple(rows)
 
     # evaluation
 
