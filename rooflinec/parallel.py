@@ -151,11 +151,13 @@ def bubble(pp: int, microbatches: int) -> sp.Rational:
     return sp.Rational(pp - 1, microbatches + pp - 1)
 
 
-def megatron_flops(batch, seq, layers, hidden, vocab) -> int:
-    """FLOPs per iteration with full activation recomputation, Narayanan et al. 2021, eq. (3):
-    F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h))."""
-    f = 96 * sp.Integer(batch) * seq * layers * hidden ** 2 * (
-        1 + sp.Rational(seq, 6 * hidden) + sp.Rational(vocab, 16 * layers * hidden))
+def megatron_flops(batch, seq, layers, hidden, vocab, recompute: bool = True) -> int:
+    """FLOPs per iteration of a GPT model, Narayanan et al. 2021, eq. (3), with full activation
+    recomputation: F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)); without it (one forward fewer
+    in the layers, the LM head unchanged): 72 B s l h^2 (1 + s/(6h) + V/(12 l h))."""
+    k = 96 if recompute else 72
+    f = k * sp.Integer(batch) * seq * layers * hidden ** 2 * (
+        1 + sp.Rational(seq, 6 * hidden) + sp.Rational(6 * vocab, k * layers * hidden))
     return int(f)
 
 

@@ -222,3 +222,31 @@ def test_tp_1_gives_exactly_todays_reports(tmp_path):
         shipped = json.loads((ROOT / "reports" / (copy.stem + ".json")).read_text(encoding="utf-8"))
         mine.pop("study", None), shipped.pop("study", None)
         assert mine == shipped, study
+
+
+# --- training at scale: the shipped study ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def scale():
+    from rooflinec import analyses
+    study = spec.load_study(str(ROOT / "specs/scale.yaml"))
+    [section] = analyses.run(study)
+    return {r["name"]: r for r in section["runs"]}
+
+
+def test_megatron_1t_row_in_the_study(scale):
+    r = scale["GPT 1T (Megatron-LM)"]
+    assert r["hardware_flops"] == 51_390_513_775_273_574_400
+    assert r["microbatches"] == 512 and r["bubble"] == pytest.approx(63 / 575)
+    # compute at the A100's 312 TFLOP/s: 51.39e18 / (3072 x 312e12) = 53.62 s; pipelined x 575/512
+    assert r["compute_s"] == pytest.approx(51_390_513_775_273_574_400 / (3072 * 312e12))
+    assert r["pipelined_s"] == pytest.approx(r["compute_s"] * 575 / 512)
+
+
+def test_estimates_are_ceilings_above_what_the_papers_measured(scale):
+    """Every GEMM at the tensor peak: no run can beat the estimate, overlapped or serial."""
+    for r in scale.values():
+        pub = r["published"]
+        assert r["overlapped"]["tflops_per_gpu"] >= r["serial"]["tflops_per_gpu"] >= pub["tflops_per_gpu"]
+        if "mfu" in pub:
+            assert r["serial"]["mfu"] >= max(pub["mfu"])

@@ -1,0 +1,108 @@
+"""A published large training run from its stated configuration: FLOPs per iteration, the
+1F1B pipeline bubble, tensor-, pipeline- and data-parallel communication over the devices'
+links, and the TFLOP/s per GPU and MFU that leaves, beside what the paper reports.
+
+The estimate runs every GEMM at the tensor peak, so its figures are ceilings: "overlapped"
+hides all communication behind compute, "serial" adds it to the step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from rooflinec import collectives as C
+from rooflinec import parallel as par
+from rooflinec.analyses import analysis
+from rooflinec.errors import SpecError
+from rooflinec.params import count
+from rooflinec.spec import load_model_ref
+from rooflinec.symbols import model_values
+
+ACT_BYTES = 2    # bf16 activations, activation gradients and weight gradients
+
+
+@dataclass(frozen=True)
+class Arch:
+    layers: int
+    hidden: int
+    params: int
+    model_flops: int      # per iteration, no recomputation
+    hardware_flops: int   # per iteration, recomputation included
+    counting: str
+
+
+def _gpt(row: dict) -> Arch:
+    """Megatron-LM's GPT configuration (Narayanan et al. 2021): its own parameter and FLOP counts."""
+    g, batch, s = row["gpt"], row["batch"], row["sequence"]
+    l, h, v = g["layers"], g["hidden"], g["vocab"]
+    params = 12 * l * h * h * (1 + sp.Rational(13, 12 * h) + sp.Rational(v + s, 12 * l * h))
+    model = par.megatron_flops(batch, s, l, h, v, recompute=False)
+    hardware = par.megatron_flops(batch, s, l, h, v) if row.get("recompute", True) else model
+    return Arch(l, h, int(params), model, hardware,
+                "Narayanan et al. 2021, eq. (3): F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) with full "
+                "recomputation; model FLOPs without it, 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h))")
+
+
+def _spec(ctx, row: dict, path: tuple) -> Arch:
+    """A model spec: PaLM's model FLOPs, 6N + 12·L·H·Q·T per token."""
+    model = load_model_ref(ctx.study.doc, path + ("model",), row["model"])
+    n = int(count(model).total.subs(model_values(model)))
+    s = row["sequence"]
+    flops = (6 * n + 12 * model.n_layers * model.n_heads * model.head_dim * s) * row["batch"] * s
+    hardware = flops * 4 // 3 if row.get("recompute", False) else flops
+    return Arch(model.n_layers, model.d_model, n, flops, hardware,
+                f"PaLM appendix B: 6N + 12·L·H·Q·T per token, N = {n:,} from the model spec")
+
+
+def _communication(ctx, device, row: dict, arch: Arch, m: int) -> list[dict]:
+    tp, pp, dp, micro = row["tp"], row["pp"], row["dp"], row.get("microbatch", 1)
+    act = micro * row["sequence"] * arch.hidden * ACT_BYTES
+    per_layer = 4 + (2 if row.get("recompute", "gpt" in row) else 0)   # fwd 2, bwd 2, recomputed 2
+    groups = [("tensor-parallel all-reduces", "all_reduce", tp, tp, act, per_layer * -(-arch.layers // pp) * m),
+              ("pipeline sends (activations forward, gradients backward)", "p2p", pp, tp * pp, act, 2 * m),
+              ("data-parallel gradient all-reduce", "all_reduce", dp, tp * pp * dp,
+               arch.params / (tp * pp) * ACT_BYTES, 1)]
+    out = []
+    for name, kind, n, span, payload, times in groups:
+        if n > 1:
+            link = ctx.link(device, span, f"the {name} of run '{row['name']}'")
+            volume = float(C.fraction(kind, n)) * payload
+            out.append({"name": name, "kind": kind, "devices": n, "count": times, "payload": payload,
+                        "link": link.name, "time_s": times * C.time(volume, C.steps(kind, n), link)})
+    return out
+
+
+def _rates(arch: Arch, gpus: int, seconds: float, peak: float) -> dict:
+    return {"tflops_per_gpu": arch.hardware_flops / (gpus * seconds) / 1e12,
+            "mfu": arch.model_flops / (gpus * seconds * peak)}
+
+
+def _run(ctx, row: dict, path: tuple) -> dict:
+    device = ctx.device(path + ("device",), row.get("device"))
+    peak = ctx.peak(device, "matrix")
+    tp, pp, dp, micro = row["tp"], row["pp"], row["dp"], row.get("microbatch", 1)
+    if row["batch"] % (dp * micro):
+        raise SpecError([ctx.problem(path + ("batch",), f"batch {row['batch']} is not a whole "
+                                     f"number of microbatches of {micro} over dp {dp}")])
+    m, gpus = row["batch"] // (dp * micro), tp * pp * dp
+    arch = _gpt(row) if "gpt" in row else _spec(ctx, row, path)
+    compute = arch.hardware_flops / (gpus * peak)
+    pipelined = compute * (m + pp - 1) / m          # 1F1B: the bubble idles (p-1)/(m+p-1)
+    comm = _communication(ctx, device, row, arch, m)
+    step = pipelined + sum(c["time_s"] for c in comm)
+    return {"name": row["name"], "source": row["source"], "device": device.key, "peak": peak,
+            "gpus": gpus, "tp": tp, "pp": pp, "dp": dp, "microbatches": m, "microbatch": micro,
+            "batch": row["batch"], "sequence": row["sequence"], "counting": arch.counting,
+            "n_params": arch.params, "model_flops": arch.model_flops,
+            "hardware_flops": arch.hardware_flops, "compute_s": compute,
+            "bubble": float(par.bubble(pp, m)), "pipelined_s": pipelined, "communication": comm,
+            "step_s": step, "overlapped": _rates(arch, gpus, pipelined, peak),
+            "serial": _rates(arch, gpus, step, peak), "published": row.get("published", {})}
+
+
+@analysis("training_at_scale", "Training at scale: pipeline bubble, communication, MFU",
+          needs_model=False)
+def training_at_scale(ctx, params) -> dict:
+    path = ("analyses", "training_at_scale", "runs")
+    return {"runs": [_run(ctx, row, path + (i,)) for i, row in enumerate(params.runs)]}
