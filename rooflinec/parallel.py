@@ -172,14 +172,21 @@ def training_memory(params: float, weight_bytes: int, grad_bytes: int, dp: int, 
             "optimizer": params * ADAM_BYTES / split(1)}
 
 
+# Korthikanti et al. 2022, table 2: activation bytes per layer at 16 bits, in units of s*b*h
+ACTIVATIONS = {
+    "none": "tensor parallelism, scores kept: 10 + 24/t + 5·a·s/(h·t)",
+    "selective": "tensor and sequence parallelism, attention's scores recomputed (or never "
+                 "stored, as FlashAttention does): 34/t",
+    "full": "full recomputation: each layer's input, 2",
+}
+
+
 def activation_bytes(seq: int, micro: int, hidden: int, heads: int, layers: int, tp: int,
-                     recompute: bool) -> float:
-    """Activations per device for `layers` layers of one microbatch at 16 bits (Korthikanti et
-    al. 2022, table 2: tensor parallelism without sequence parallelism,
-    s b h (10 + 24/t + 5 a s / (h t)) per layer; with full recomputation 2 s b h per layer)."""
+                     policy: str) -> float:
+    """Activations per device for `layers` layers of one microbatch (ACTIVATIONS)."""
     s, bsz, h = seq, micro, hidden
-    per_layer = 2 * s * bsz * h if recompute else s * bsz * h * (10 + 24 / tp + 5 * heads * s / (h * tp))
-    return per_layer * layers
+    per = {"none": 10 + 24 / tp + 5 * heads * s / (h * tp), "selective": 34 / tp, "full": 2}[policy]
+    return s * bsz * h * per * layers
 
 
 # --- memory per device ------------------------------------------------------------------------

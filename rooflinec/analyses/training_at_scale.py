@@ -22,10 +22,16 @@ from rooflinec.symbols import model_values
 ACT_BYTES = 2    # bf16 activations, activation gradients and weight gradients
 
 
+def _recompute(row: dict) -> bool:
+    """Full recomputation: as written, else Megatron-LM's Table 1 (on) for a gpt run, off for a model."""
+    return row.get("recompute", "gpt" in row)
+
+
 @dataclass(frozen=True)
 class Arch:
     layers: int
     hidden: int
+    heads: int
     params: int
     model_flops: int      # per iteration, no recomputation
     hardware_flops: int   # per iteration, recomputation included
@@ -38,8 +44,8 @@ def _gpt(row: dict) -> Arch:
     l, h, v = g["layers"], g["hidden"], g["vocab"]
     params = 12 * l * h * h * (1 + sp.Rational(13, 12 * h) + sp.Rational(v + s, 12 * l * h))
     model = par.megatron_flops(batch, s, l, h, v, recompute=False)
-    hardware = par.megatron_flops(batch, s, l, h, v) if row.get("recompute", True) else model
-    return Arch(l, h, int(params), model, hardware,
+    hardware = par.megatron_flops(batch, s, l, h, v) if _recompute(row) else model
+    return Arch(l, h, g["heads"], int(params), model, hardware,
                 "Narayanan et al. 2021, eq. (3): F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) with full "
                 "recomputation; model FLOPs without it, 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h))")
 
@@ -50,15 +56,15 @@ def _spec(ctx, row: dict, path: tuple) -> Arch:
     n = int(count(model).total.subs(model_values(model)))
     s = row["sequence"]
     flops = (6 * n + 12 * model.n_layers * model.n_heads * model.head_dim * s) * row["batch"] * s
-    hardware = flops * 4 // 3 if row.get("recompute", False) else flops
-    return Arch(model.n_layers, model.d_model, n, flops, hardware,
+    hardware = flops * 4 // 3 if _recompute(row) else flops
+    return Arch(model.n_layers, model.d_model, model.n_heads, n, flops, hardware,
                 f"PaLM appendix B: 6N + 12·L·H·Q·T per token, N = {n:,} from the model spec")
 
 
 def _communication(ctx, device, row: dict, arch: Arch, m: int) -> list[dict]:
     tp, pp, dp, micro = row["tp"], row["pp"], row["dp"], row.get("microbatch", 1)
     act = micro * row["sequence"] * arch.hidden * ACT_BYTES
-    per_layer = 4 + (2 if row.get("recompute", "gpt" in row) else 0)   # fwd 2, bwd 2, recomputed 2
+    per_layer = 4 + (2 if _recompute(row) else 0)   # fwd 2, bwd 2, recomputed 2
     groups = [("tensor-parallel all-reduces", "all_reduce", tp, tp, act, per_layer * -(-arch.layers // pp) * m),
               ("pipeline sends (activations forward, gradients backward)", "p2p", pp, tp * pp, act, 2 * m),
               ("data-parallel gradient all-reduce", "all_reduce", dp, tp * pp * dp,
@@ -71,6 +77,22 @@ def _communication(ctx, device, row: dict, arch: Arch, m: int) -> list[dict]:
             out.append({"name": name, "kind": kind, "devices": n, "count": times, "payload": payload,
                         "link": link.name, "time_s": times * C.time(volume, C.steps(kind, n), link)})
     return out
+
+
+def _memory(row: dict, arch: Arch, m: int, recompute: bool) -> dict:
+    """Bytes per device on the first pipeline stage, which holds min(p, m) microbatches'
+    activations under 1F1B: bf16 weights and gradients, Adam state, ZeRO across dp."""
+    tp, pp, zero = row["tp"], row["pp"], row.get("zero", 0)
+    states = par.training_memory(arch.params / (tp * pp), ACT_BYTES, ACT_BYTES, row["dp"], zero)
+    policy = "full" if recompute else row.get("activations", "none")
+    one = lambda p: par.activation_bytes(row["sequence"], row.get("microbatch", 1),  # noqa: E731
+                                         arch.hidden, arch.heads, 1, tp, p)
+    kept = min(pp, m) * -(-arch.layers // pp) * one(policy)
+    if recompute:   # one layer's full activations exist while it reruns
+        kept += one(row.get("activations", "none"))
+    total = sum(states.values()) + kept
+    return {**states, "activations": kept, "total": total, "zero": zero,
+            "policy": par.ACTIVATIONS[policy]}
 
 
 def _rates(arch: Arch, gpus: int, seconds: float, peak: float) -> dict:
@@ -91,6 +113,8 @@ def _run(ctx, row: dict, path: tuple) -> dict:
     pipelined = compute * (m + pp - 1) / m          # 1F1B: the bubble idles (p-1)/(m+p-1)
     comm = _communication(ctx, device, row, arch, m)
     step = pipelined + sum(c["time_s"] for c in comm)
+    recompute = _recompute(row)
+    memory = _memory(row, arch, m, recompute)
     return {"name": row["name"], "source": row["source"], "device": device.key, "peak": peak,
             "gpus": gpus, "tp": tp, "pp": pp, "dp": dp, "microbatches": m, "microbatch": micro,
             "batch": row["batch"], "sequence": row["sequence"], "counting": arch.counting,
@@ -98,7 +122,8 @@ def _run(ctx, row: dict, path: tuple) -> dict:
             "hardware_flops": arch.hardware_flops, "compute_s": compute,
             "bubble": float(par.bubble(pp, m)), "pipelined_s": pipelined, "communication": comm,
             "step_s": step, "overlapped": _rates(arch, gpus, pipelined, peak),
-            "serial": _rates(arch, gpus, step, peak), "published": row.get("published", {})}
+            "serial": _rates(arch, gpus, step, peak), "published": row.get("published", {}),
+            "recompute": recompute, "memory": memory, "capacity": device.capacity, "fits": memory["total"] <= device.capacity}
 
 
 @analysis("training_at_scale", "Training at scale: pipeline bubble, communication, MFU",
