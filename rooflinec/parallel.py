@@ -136,7 +136,7 @@ def shard(program: Program, model, tp: int) -> Program:
     ops = tuple(replace(op, cost=_cost(op.cost, subs), epilogue=_cost(op.epilogue, subs))
                 for op in program.ops)
     kv = (f"KV heads replicated: {model.n_kv_heads} KV heads over {tp} devices, each keeps one"
-          if kv_replicated(model, tp) else f"{model.n_kv_heads // tp} KV heads per device")
+          if kv_replicated(model, tp) else f"{model.n_kv_heads // tp} KV head{'s' if model.n_kv_heads // tp > 1 else ''} per device")
     stated = (("tensor parallelism", f"tp = {tp} (Megatron-LM): q/k/v and gate/up "
                "column-parallel, o and down row-parallel, embedding and LM head vocabulary-parallel; "
                f"{kv}; norms and residual adds run whole on every device"),)
