@@ -267,7 +267,9 @@ def roofline(chart: dict):
                    s=max(44 - 6 * i, 20), zorder=3,
                    marker=MARKERS[i % len(MARKERS)], color=SERIES_COLOURS[i % len(SERIES_COLOURS)],
                    edgecolors="white", linewidths=0.5, label=name)
-    _log_axes(ax, (xmin, xmax), (xmin * dev["bandwidth"] / 2, dev["tensor_peak"] * 3),
+    # a measured point far under its roof widens the axis down to it
+    ylo = min(xmin * dev["bandwidth"] / 2, *(p["attained"] / 2 for p in pts))
+    _log_axes(ax, (xmin, xmax), (ylo, dev["tensor_peak"] * 3),
               "arithmetic intensity (FLOP / byte)", "attainable FLOP/s")
     # after the limits, which placement reads; an upper-left legend is kept clear of labels
     entries = [short(dev["tensor_peak"], "FLOP/s") + " matrix roof, " + short(dev["bandwidth"], "B/s"),

@@ -9,6 +9,7 @@ import sys
 from rooflinec import quick, serving_cli
 from rooflinec.progress import Progress, drawn
 from rooflinec.errors import RooflineError, SpecError
+from rooflinec.measure import cli as measure_cli   # no torch: it loads when a measure runs
 from rooflinec.output import write_all
 
 EPILOG = """\
@@ -22,6 +23,7 @@ examples:
   rooflinec serve llama-3.1-8b.yaml --device h100-sxm --batch 1,8,64 --context 4096
   rooflinec validate data/measured/serving-visible.csv   # serving model against measured runs
   rooflinec calibrate data/measured/serving-visible.csv --out my-calibration.yaml
+  rooflinec measure device --quick                 # time this machine (needs the [measure] extra)
 
 exit status: 0 built, 1 a spec is wrong (each problem as file:line:col: path: message),
 2 the command line is wrong.
@@ -78,7 +80,8 @@ def _parser(stdout, stderr) -> _Parser:
     e.add_argument("spec", metavar="SPEC")
     e.add_argument("op", metavar="OP", help="op name, e.g. q_proj, attention, lm_head")
     quick.register(sub, streams, parents=[quiet])
-    serving_cli.register(sub, streams)
+    serving_cli.register(sub, streams, parents=[quiet])
+    measure_cli.register(sub, streams, parents=[quiet])
     return p
 
 
@@ -176,7 +179,7 @@ def cmd_explain(args, stdout, stderr, parser) -> int:
 
 
 COMMANDS = {"build": cmd_build, "check": cmd_check, "explain": cmd_explain, **quick.COMMANDS,
-            **serving_cli.COMMANDS}
+            **serving_cli.COMMANDS, **measure_cli.COMMANDS}
 
 
 def run(argv: list[str], stdout=None, stderr=None) -> int:

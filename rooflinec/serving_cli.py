@@ -15,16 +15,16 @@ def shipped_calibration() -> str:
     return str(resources.files("rooflinec.calibrations").joinpath(SHIPPED))
 
 
-def register(sub, streams) -> None:
+def register(sub, streams, parents=()) -> None:
     c = sub.add_parser("calibrate", help="fit the serving model's efficiencies to measured runs",
-                       streams=streams)
+                       streams=streams, parents=parents)
     c.add_argument("csv", metavar="MEASUREMENTS.csv")
     c.add_argument("--out", default="calibration.yaml", metavar="FILE",
                    help="calibration YAML to write (default: calibration.yaml)")
     c.add_argument("--specs", metavar="DIR",
                    help="folder holding models/ and hardware/ that shadow the installed catalog")
     v = sub.add_parser("validate", help="predict measured serving runs; report the errors",
-                       streams=streams)
+                       streams=streams, parents=parents)
     v.add_argument("csv", metavar="MEASUREMENTS.csv")
     v.add_argument("--calibration", metavar="FILE",
                    help="calibration YAML (default: the shipped one, fitted on the repository's measurements)")

@@ -33,6 +33,8 @@ class Device:
     network: str = ""                     # scale-out network (InfiniBand), if declared
     network_bandwidth: float | None = None   # B/s per device per direction
     network_latency: float | None = None     # s per message or collective step
+    cache_size: int | None = None          # B, last-level cache (measured specs)
+    cache_bandwidth: float | None = None   # B/s, a stream that fits in that cache
 
     def peak(self, unit: str, dtype: str) -> float | None:
         """Peak FLOP/s of the matrix or vector units for `dtype` (vector falls back to fp32)."""
@@ -122,7 +124,7 @@ def _stem(file: str) -> str:
 
 def load_hardware(file: str) -> Device:
     d = _checked(file, "hardware").data
-    comp, mem, chip = d["compute"], d["memory"], d.get("on_chip") or {}
+    comp, mem, chip, cache = d["compute"], d["memory"], d.get("on_chip") or {}, d.get("cache") or {}
     rate = lambda peaks: {k: parse_quantity(v, "flops_rate") for k, v in (peaks or {}).items()}  # noqa: E731
     return Device(
         key=_stem(file), name=d["name"], tensor=rate(comp["tensor"]), vector=rate(comp.get("vector")),
@@ -131,7 +133,9 @@ def load_hardware(file: str) -> Device:
         sm_count=chip.get("sm_count"),
         sram_per_sm=parse_quantity(chip["sram_per_sm"], "bytes") if chip else None,
         notes=d.get("notes", ""), **_interconnect(d.get("interconnect"), "link"),
-        **_interconnect(d.get("scale_out"), "network"))
+        **_interconnect(d.get("scale_out"), "network"),
+        cache_size=parse_quantity(cache["size"], "bytes") if cache else None,
+        cache_bandwidth=parse_quantity(cache["bandwidth"], "bandwidth") if cache else None)
 
 
 def _interconnect(link: dict | None, prefix: str) -> dict:

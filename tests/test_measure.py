@@ -1,0 +1,253 @@
+"""`rooflinec measure` on this machine: a tiny GPT-2-style model (two layers, d_model 256)
+profiled on the CPU against a device spec calibrated here a moment before.
+
+The law checked: an op whose bytes per launch exceed the last-level cache cannot run faster
+than its roofline, max(FLOPs / peak, bytes / bandwidth), with the peak and bandwidth measured
+by `measure device` on this machine; a measurement under it (beyond the timer tolerance)
+means the spec or the cost model is wrong. Both run on one PyTorch thread, so the two agree
+on what "this machine" is even when other work shares the cores.
+"""
+
+import importlib.util
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+
+_MISSING = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+if os.environ.get("CI") and _MISSING:
+    # .ci/run installs the [measure] extra: in CI these tests must run, never skip
+    pytest.fail(f"CI is set but {', '.join(_MISSING)} is not installed "
+                "(pip install -e '.[test,measure]')", pytrace=False)
+torch = pytest.importorskip("torch", reason="the [measure] extra (PyTorch) is not installed")
+
+from rooflinec import spec  # noqa: E402
+from rooflinec.cli import run  # noqa: E402
+from rooflinec.measure import device as calibration  # noqa: E402
+from rooflinec.measure import model as measuring  # noqa: E402
+from rooflinec.measure import report  # noqa: E402
+from rooflinec.measure.model import TOLERANCE  # noqa: E402
+
+TINY = """\
+name: tiny GPT-2
+d_model: 256
+n_layers: 2
+vocab: 50257            # GPT-2's vocabulary: the LM head's 51 MB of fp32 weights exceed a 32 MiB L3
+max_context: 2048
+attention: {n_heads: 4, n_kv_heads: 4, head_dim: 64, qkv_bias: true, out_bias: true}
+mlp: {kind: gelu, d_ff: 1024, bias: true}
+norm: {kind: layernorm, bias: true}
+positions: learned
+tied_embeddings: true
+source: GPT-2's layout at small widths, for tests
+"""
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    """A spec tree: hardware/here.yaml measured now, models/tiny.yaml, and a study naming both."""
+    root = tmp_path_factory.mktemp("measured")
+    (root / "models").mkdir()
+    (root / "models" / "tiny.yaml").write_text(TINY)
+    out = io.StringIO()
+    code = run(["measure", "device", "--quick", "--threads", "1",
+                "--out", str(root / "hardware" / "here.yaml")], out, out)
+    assert code == 0, out.getvalue()
+    (root / "study.yaml").write_text("model: tiny\ndevices: [here]\ndtype: fp32\n"
+                                     "analyses: {ledger: {phases: [decode], workloads: [{batch: 1, context: 128}]}}\n")
+    return root
+
+
+IMPLS = ["reference", pytest.param("transformers", marks=pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None, reason="transformers is not installed"))]
+PHASES = {"decode": 128, "prefill": 2048}   # prefill: 4 heads x 2048^2 fp32 scores = 64 MiB
+_RUNS = {}
+
+
+@pytest.fixture(params=IMPLS)
+def impl(request):
+    return request.param
+
+
+def measured(tree, impl, phase):
+    """One measurement per implementation and phase, shared by the tests that read it."""
+    if (impl, phase) not in _RUNS:
+        dev = spec.load_hardware(str(tree / "hardware" / "here.yaml"))
+        model = spec.load_model(str(tree / "models" / "tiny.yaml"))
+        _RUNS[impl, phase] = report.build(measuring.measure_model(
+            model, dev, "fp32", phase, 1, PHASES[phase], "cpu", steps=3, threads=1, impl=impl))
+    return _RUNS[impl, phase]
+
+
+def test_calibration_writes_a_spec_that_check_accepts(tree):
+    out = io.StringIO()
+    assert run(["check", str(tree / "study.yaml")], out, out) == 0, out.getvalue()
+    dev = spec.load_hardware(str(tree / "hardware" / "here.yaml"))
+    # a CPU's fp32 product runs at more than 1 GFLOP/s and its memory streams at more than 1 GB/s
+    assert dev.tensor["fp32"] > 1e9 and dev.bandwidth > 1e9
+    assert dev.cache_size >= 2**20 and dev.cache_bandwidth > 0
+
+
+def test_the_measured_spec_says_how_it_was_measured(tree):
+    import yaml
+    data = yaml.safe_load((tree / "hardware" / "here.yaml").read_text())
+    m = data["measured"]
+    assert {"method", "date", "tool", "matmul", "copy", "read", "cache_copy", "leaves_out"} <= set(m)
+    assert "SRAM" in m["leaves_out"]
+    assert m["matmul"]["fp32"]["best"] == data["compute"]["tensor"]["fp32"]
+    assert "1 threads" in m["tool"]
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_mapped_kernels_cover_95_percent(tree, impl, phase):
+    rep = measured(tree, impl, phase)
+    assert rep["coverage"] >= 0.95, rep["unmapped"]
+    # every op of the spec ran, and the rest is listed with its time
+    assert all(r["ran"] for r in rep["rows"]), [r["op"] for r in rep["rows"] if not r["ran"]]
+    assert abs(rep["mapped_s"] + sum(u["time_s"] for u in rep["unmapped"]) - rep["profiled_s"]) \
+        <= 1e-9 * rep["profiled_s"]
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_no_op_above_the_cache_beats_its_roofline(tree, impl, phase):
+    rep = measured(tree, impl, phase)
+    cache = rep["device"]["cache_size"]
+    checked = [r for r in rep["rows"] if r["bytes_per_launch"] > cache]
+    assert checked, "the sizes chosen leave no op above the last-level cache: the law goes untested"
+    for r in checked:
+        assert r["law"] != "in cache"
+        assert r["best_s"] >= (1 - TOLERANCE) * r["predicted_s"], (
+            f"{r['op']} ran in {r['best_s']:.3g} s, under its roofline {r['predicted_s']:.3g} s")
+    assert all(r["law"] == "in cache" for r in rep["rows"] if r["bytes_per_launch"] <= cache)
+    assert rep["broken"] == []
+
+
+def test_the_prefill_scores_are_the_ops_above_the_cache(tree):
+    rows = measured(tree, "reference", "prefill")["rows"]
+    above = {r["op"] for r in rows if r["law"] != "in cache"}
+    assert {"scale", "causal_mask", "softmax", "lm_head"} <= above
+    # 2048 x 2048 scores per head, 4 heads, 4 bytes, read and written: 128 MiB per launch
+    row = next(r for r in rows if r["op"] == "scale")
+    assert row["bytes_per_launch"] == 2 * 4 * 2048 * 2048 * 4
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                    reason="transformers is not installed")
+def test_transformers_ranges_map_by_module_and_group(tree):
+    rep = measured(tree, "transformers", "prefill")
+    rows = {r["op"]: r for r in rep["rows"]}
+    assert rep["conventions"]["qkv"] == "fused" and "qkv_proj" in rows
+    assert rows["attention"]["covers"] == ["qk_matmul", "scale", "causal_mask", "softmax", "pv_matmul"]
+    # the group is set against the sum of its ops' rooflines
+    ref = {r["op"]: r for r in measured(tree, "reference", "prefill")["rows"]}
+    assert rows["attention"]["predicted_s"] == pytest.approx(
+        sum(ref[op]["predicted_s"] for op in rows["attention"]["covers"]))
+
+
+def test_report_sets_measured_beside_predicted(tree, tmp_path):
+    out = io.StringIO()
+    code = run(["measure", "model", str(tree / "models" / "tiny.yaml"), "--device",
+                str(tree / "hardware" / "here.yaml"), "--steps", "1", "--context", "64",
+                "--threads", "1", "--impl", "reference", "--out", str(tmp_path)], out, out)
+    assert code == 0, out.getvalue()
+    md = (tmp_path / "tiny-decode-b1-s64.md").read_text()
+    assert "| lm_head | 1 |" in md and "roofline" in md and "measured" in md
+    svg = (tmp_path / "tiny-decode-b1-s64.svg").read_text()
+    assert "predicted (roofline)" in svg and ">measured<" in svg.replace(" ", "")
+
+
+def test_build_never_imports_torch(tmp_path):
+    code = ("import sys\nfrom rooflinec.cli import run\n"
+            f"assert run(['build', 'specs/operators.yaml', '--out', {str(tmp_path)!r}]) == 0\n"
+            "assert run(['check', 'specs/gpt2-medium.yaml']) == 0\n"
+            "assert run(['explain', 'specs/qwen.yaml', 'k_proj']) == 0\n"
+            "assert run(['--help']) == 0\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_command_line_mistakes_exit_2(tree):
+    out = io.StringIO()
+    assert run(["measure", "model", "x.yaml", "--device", "y.yaml", "--batch", "0"], out, out) == 2
+    assert "positive" in out.getvalue()
+    assert run(["measure", "device", "--dtypes", "fp9"], out, out) == 2
+    assert run(["measure", "model", str(tree / "models" / "tiny.yaml"), "--device",
+                str(tree / "hardware" / "here.yaml"), "--dtype", "fp16"], out, out) == 2
+
+
+def test_a_wrong_device_spec_is_a_located_error(tree, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ncompute: {tensor: {fp32: fast}}\nmemory: {bandwidth: 1 GB/s, "
+                   "capacity: 1 GiB}\nsource: me\n")
+    out, err = io.StringIO(), io.StringIO()
+    assert run(["measure", "model", str(tree / "models" / "tiny.yaml"), "--device", str(bad)],
+               out, err) == 1
+    assert f"{bad}:2:" in err.getvalue()
+
+
+def test_config_json_gives_the_same_model_as_the_catalog(tmp_path):
+    # openai-community/gpt2's config.json, the keys rooflinec reads; measure resolves MODEL as serve does
+    from rooflinec import quick
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 768, '
+                   '"n_layer": 12, "n_head": 12, "vocab_size": 50257, "n_positions": 1024, '
+                   '"n_inner": null}')
+    a, b = quick._model(str(cfg), None), quick._model("gpt2", None)
+    fields = ("d_model", "n_layers", "vocab", "n_heads", "n_kv_heads", "head_dim", "mlp_kind",
+              "d_ff", "max_context", "qkv_bias", "out_bias", "mlp_bias", "norm_kind", "norm_bias",
+              "positions", "tied_embeddings")
+    assert [getattr(a, f) for f in fields] == [getattr(b, f) for f in fields]
+
+
+def test_rope_runs_in_the_reference_decoder(tree):
+    # a Llama-style layout: rotary positions, RMSNorm, SwiGLU, grouped KV heads
+    (tree / "models" / "tiny-rope.yaml").write_text(
+        TINY.replace("positions: learned", "positions: rope")
+            .replace("mlp: {kind: gelu, d_ff: 1024, bias: true}", "mlp: {kind: swiglu, d_ff: 688}")
+            .replace("norm: {kind: layernorm, bias: true}", "norm: {kind: rmsnorm}")
+            .replace("n_kv_heads: 4", "n_kv_heads: 2"))
+    dev = spec.load_hardware(str(tree / "hardware" / "here.yaml"))
+    model = spec.load_model(str(tree / "models" / "tiny-rope.yaml"))
+    rep = report.build(measuring.measure_model(model, dev, "fp32", "decode", 1, 128, "cpu",
+                                               steps=3, threads=1, impl="reference"))
+    rope = [r for r in rep["rows"] if r["op"] == "rope"]
+    assert rope and rope[0]["law"] != "not run" and rope[0]["best_s"] > 0, rope
+    assert rep["coverage"] >= 0.95, rep["unmapped"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: the GPU path "
+                    "(CUDA events, kernel times from the profiler) is not exercised")
+def test_gpu_calibration_and_model(tmp_path):
+    cal = calibration.calibrate("cuda", quick=True)
+    hw = tmp_path / "hardware" / "gpu.yaml"
+    hw.parent.mkdir()
+    hw.write_text(calibration.yaml_text(calibration.spec(cal)))
+    dev = spec.load_hardware(str(hw))
+    model = spec.load_model("rooflinec/catalog/models/gpt2.yaml")
+    rep = report.build(measuring.measure_model(model, dev, "fp32", "decode", 1, 512, "cuda", steps=3))
+    assert rep["coverage"] >= 0.95, rep["unmapped"]
+    checked = [r for r in rep["rows"] if r["law"] != "in cache"]
+    assert checked and rep["broken"] == [], [(r["op"], r["best_s"], r["predicted_s"]) for r in checked]
+
+
+def test_without_torch_measure_says_how_to_install_it():
+    code = ("import sys\nsys.modules['torch'] = None   # import torch fails as if not installed\n"
+            "from rooflinec.cli import run\n"
+            "sys.exit(run(['measure', 'device', '--quick', '--out', 'never.yaml']))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "pip install -e '.[measure]'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_wrong_out_is_said_before_any_timing(tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    assert run(["measure", "device", "--out", str(tmp_path)], out, err) == 1
+    assert "a folder" in err.getvalue()
+    (tmp_path / "file").write_text("")
+    assert run(["measure", "model", "m.yaml", "--device", "d.yaml", "--out",
+                str(tmp_path / "file")], out, err) == 1
+    assert "a file" in err.getvalue()
