@@ -185,6 +185,9 @@ class Workbench:
         """The study's `parallel` block; a tp that does not divide the model, located."""
         p = par.Parallel(**{**parallel_defaults(), **self.study.parallel})
         self.check_tp(p.tp, ("parallel", "tp"))
+        if p.ep > 1 and not getattr(self.model, "experts", None):
+            raise SpecError([self.problem(("parallel", "ep"), (
+                f"ep = {p.ep} splits a mixture of experts, and this model has none; leave ep at 1"))])
         return p
 
     def check_tp(self, tp: int, path: tuple) -> None:

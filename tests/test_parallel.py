@@ -161,6 +161,15 @@ def test_a_degree_that_splits_a_head_is_a_located_error(tmp_path):
     assert "does not divide the 64 query heads" in err.getvalue()
 
 
+def test_expert_parallelism_on_a_dense_model_is_a_located_error(tmp_path):
+    (tmp_path / "s.yaml").write_text(
+        "model: llama-3.1-70b\ndevices: [h100-sxm]\nparallel:\n  tp: 8\n  ep: 4\n"
+        "analyses: {params: {}}\n")
+    err = io.StringIO()
+    assert run(["build", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o")], io.StringIO(), err) == 1
+    assert "s.yaml:5:" in err.getvalue() and "parallel.ep" in err.getvalue()
+
+
 def test_a_group_past_the_domain_needs_a_network(tmp_path):
     from dataclasses import replace
 
