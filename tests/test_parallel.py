@@ -262,3 +262,38 @@ def test_estimates_are_ceilings_above_what_the_papers_measured(scale):
         assert r["overlapped"]["tflops_per_gpu"] >= r["serial"]["tflops_per_gpu"] >= pub["tflops_per_gpu"]
         if "mfu" in pub:
             assert r["serial"]["mfu"] >= max(pub["mfu"])
+
+
+# --- the per-device views --------------------------------------------------------------------
+
+def _sections(tmp_path, text):
+    from rooflinec import analyses
+    (tmp_path / "s.yaml").write_text(text)
+    return analyses.run(spec.load_study(str(tmp_path / "s.yaml")))
+
+
+def test_parallel_view_smallest_tp_and_latency_bound_decode(tmp_path):
+    [view] = _sections(tmp_path, "model: llama-3.1-70b\ndevices: [h100-sxm]\nanalyses:\n"
+                       "  parallel_view: {workloads: [{batch: 1, context: 4096}]}\n")
+    [dev] = view["devices"]
+    # tp 1: 70,553,706,496 x 2 B = 141.1 GB > 80 GiB; tp 2: 35,306,037,248 x 2 B = 70.6 GB plus
+    # 4096 tokens x 163,840 B of KV cache = 0.67 GB, under 85.9 GB
+    assert [m["fits"][0] for m in dev["memory"]] == [False, True, True, True]
+    assert dev["smallest_tp"] == [2]
+    decode = next(st for st in dev["steps"] if st["phase"] == "decode")
+    tp8 = decode["rows"][-1]
+    assert tp8["tp"] == 8 and tp8["step_s"] == pytest.approx(tp8["compute_s"] + tp8["memory_s"] + tp8["comm_s"])
+    assert tp8["tokens_per_s_per_device"] == pytest.approx(1 / tp8["step_s"] / 8)
+    # a 16 KiB all-reduce: 14 x 0.47 us of latency against 28,672 B / 450 GB/s = 64 ns
+    assert "o_proj_all_reduce" in tp8["latency_bound"]
+    assert decode["rows"][0]["comm_s"] == 0
+
+
+def test_ledger_of_a_tp_study_lists_its_collectives(tmp_path):
+    [led] = _sections(tmp_path, "model: llama-3.1-70b\ndevices: [h100-sxm]\nparallel: {tp: 8}\n"
+                      "analyses:\n  ledger: {workloads: [{batch: 1, context: 4096}], "
+                      "phases: [prefill], scopes: [layer], variants: [ideal]}\n")
+    [blk] = led["blocks"]
+    assert [c["name"] for c in blk["collectives"]] == ["o_proj_all_reduce", "down_proj_all_reduce"]
+    # one layer, prefill B 1, S 4096: 2 x 7/4 x 4096 x 8192 x 2 B sent
+    assert sum(c["volume"] for c in blk["collectives"]) == pytest.approx(2 * 7 / 4 * 4096 * 8192 * 2)
