@@ -297,3 +297,15 @@ def test_ledger_of_a_tp_study_lists_its_collectives(tmp_path):
     assert [c["name"] for c in blk["collectives"]] == ["o_proj_all_reduce", "down_proj_all_reduce"]
     # one layer, prefill B 1, S 4096: 2 x 7/4 x 4096 x 8192 x 2 B sent
     assert sum(c["volume"] for c in blk["collectives"]) == pytest.approx(2 * 7 / 4 * 4096 * 8192 * 2)
+
+
+def test_a_device_without_a_link_is_a_located_error_when_tp_needs_one(tmp_path):
+    (tmp_path / "s.yaml").write_text(
+        "model: llama-3.1-8b\ndevices: [h100-sxm, rtx4090]\nanalyses:\n"
+        "  parallel_view: {tp: [1, 2], workloads: [{batch: 1, context: 1024}]}\n")
+    err = io.StringIO()
+    assert run(["build", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o")], io.StringIO(), err) == 1
+    msg = err.getvalue()
+    assert "s.yaml:2:" in msg and "devices[1]" in msg
+    assert "rtx4090" in msg and "scale-up interconnect" in msg and "add interconnect" in msg
+    assert not (tmp_path / "o").exists()
