@@ -56,5 +56,5 @@ def derivations(ctx, params) -> dict:
                         "conventions": list(ctx.program(phase).conventions),
                         "ops": [op_derivation(ctx, op, devs) for op, devs in program_ops(ctx, phase, variant)],
                         "collectives": [collective_derivation(c)
-                                        for c in ctx.program(phase, variant).collectives]}
+                                        for c in ctx.program(phase, variant, ctx.devices[0]).collectives]}
                        for phase in phases]}
