@@ -218,13 +218,24 @@ class Workbench:
             values[s] = number(expr, values)
         return values
 
-    # memory fit: weights and the KV cache only (activations and workspace left out)
+    # memory fit: weights and the KV cache only (activations and workspace left out), on one
+    # device: its share when the study's `parallel` block splits the model
+
+    def _split(self) -> bool:
+        """Whether the study splits the model over devices: memory is then one device's share."""
+        return self.parallel.tp > 1 or self.parallel.pp > 1
 
     def weight_bytes(self, dtype: str | None = None) -> int:
+        if self._split():
+            p = self.parallel
+            return par.params_per_device(self.model, p.tp, p.pp) * DTYPE_BYTES[dtype or self.dtype]
         from rooflinec.params import count
         return int(number(count(self.model).total, self.values_for(dtype))) * DTYPE_BYTES[dtype or self.dtype]
 
     def kv_per_token(self, dtype: str | None = None) -> int:
+        if self._split():
+            p = self.parallel
+            return par.kv_bytes_per_token(self.model, p.tp, p.pp, DTYPE_BYTES[dtype or self.dtype])
         from rooflinec.efficiency import kv_bytes_per_token
         return int(number(kv_bytes_per_token(), self.values_for(dtype)))
 

@@ -309,3 +309,13 @@ def test_a_device_without_a_link_is_a_located_error_when_tp_needs_one(tmp_path):
     assert "s.yaml:2:" in msg and "devices[1]" in msg
     assert "rtx4090" in msg and "scale-up interconnect" in msg and "add interconnect" in msg
     assert not (tmp_path / "o").exists()
+
+
+def test_a_tp_study_fits_memory_per_device(tmp_path):
+    [view] = _sections(tmp_path, "model: llama-3.1-70b\ndevices: [h100-sxm]\nparallel: {tp: 8}\n"
+                       "analyses:\n  decode_view: {contexts: [4096]}\n")
+    # 17,640,734,720 B of weights and 4096 x 40,960 B of KV cache per device: fits in 80 GiB
+    [point] = view["points"]
+    assert point["devices"][0]["fits"]
+    w = Workbench(spec.load_study(str(tmp_path / "s.yaml")))
+    assert w.weight_bytes() == 17_640_734_720 and w.kv_per_token() == 40_960
