@@ -319,3 +319,14 @@ def test_a_tp_study_fits_memory_per_device(tmp_path):
     assert point["devices"][0]["fits"]
     w = Workbench(spec.load_study(str(tmp_path / "s.yaml")))
     assert w.weight_bytes() == 17_640_734_720 and w.kv_per_token() == 40_960
+
+
+def test_a_run_takes_its_degrees_from_the_study_parallel_block(tmp_path):
+    [section] = _sections(tmp_path, "devices: [a100-80gb]\nparallel: {tp: 8, pp: 64, dp: 6, "
+                          "microbatches: 512}\nanalyses:\n  training_at_scale:\n    runs:\n"
+                          "      - {name: 1T, source: Narayanan et al. 2021 Table 1, sequence: 2048, "
+                          "batch: 3072, gpt: {layers: 128, hidden: 25600, heads: 160, vocab: 51200}}\n")
+    [r] = section["runs"]
+    # 3072 sequences over dp 6 in 512 microbatches: 1 sequence each; bubble 63/575
+    assert (r["gpus"], r["microbatch"], r["microbatches"]) == (3072, 1, 512)
+    assert r["bubble"] == pytest.approx(63 / 575)

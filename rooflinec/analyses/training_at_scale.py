@@ -62,7 +62,7 @@ def _spec(ctx, row: dict, path: tuple) -> Arch:
 
 
 def _communication(ctx, device, row: dict, arch: Arch, m: int) -> list[dict]:
-    tp, pp, dp, micro = row["tp"], row["pp"], row["dp"], row.get("microbatch", 1)
+    tp, pp, dp, micro = row["tp"], row["pp"], row["dp"], row["microbatch"]
     act = micro * row["sequence"] * arch.hidden * ACT_BYTES
     per_layer = 4 + (2 if _recompute(row) else 0)   # fwd 2, bwd 2, recomputed 2
     groups = [("tensor-parallel all-reduces", "all_reduce", tp, tp, act, per_layer * -(-arch.layers // pp) * m),
@@ -82,10 +82,10 @@ def _communication(ctx, device, row: dict, arch: Arch, m: int) -> list[dict]:
 def _memory(row: dict, arch: Arch, m: int, recompute: bool) -> dict:
     """Bytes per device on the first pipeline stage, which holds min(p, m) microbatches'
     activations under 1F1B: bf16 weights and gradients, Adam state, ZeRO across dp."""
-    tp, pp, zero = row["tp"], row["pp"], row.get("zero", 0)
+    tp, pp, zero = row["tp"], row["pp"], row["zero"]
     states = par.training_memory(arch.params / (tp * pp), ACT_BYTES, ACT_BYTES, row["dp"], zero)
     policy = "full" if recompute else row.get("activations", "none")
-    one = lambda p: par.activation_bytes(row["sequence"], row.get("microbatch", 1),  # noqa: E731
+    one = lambda p: par.activation_bytes(row["sequence"], row["microbatch"],  # noqa: E731
                                          arch.hidden, arch.heads, 1, tp, p)
     kept = min(pp, m) * -(-arch.layers // pp) * one(policy)
     if recompute:   # one layer's full activations exist while it reruns
@@ -100,10 +100,29 @@ def _rates(arch: Arch, gpus: int, seconds: float, peak: float) -> dict:
             "mfu": arch.model_flops / (gpus * seconds * peak)}
 
 
+def _with_degrees(ctx, row: dict, path: tuple) -> dict:
+    """The run with the degrees it leaves out taken from the study's `parallel` block; the
+    block's microbatch count m, where written, sets the microbatch size batch / (dp x m),
+    else a microbatch is one sequence."""
+    p = ctx.parallel
+    row = {"tp": p.tp, "pp": p.pp, "dp": p.dp, "zero": p.zero, **row}
+    if "microbatch" not in row and "microbatches" not in ctx.study.parallel:
+        row["microbatch"] = 1
+    if "microbatch" not in row:
+        per_replica = row["batch"] // row["dp"]
+        if row["batch"] % row["dp"] or per_replica % p.microbatches:
+            raise SpecError([ctx.problem(path + ("batch",), (
+                f"batch {row['batch']} does not split into {p.microbatches} microbatches on each of "
+                f"{row['dp']} data-parallel replicas; set the run's microbatch size"))])
+        row["microbatch"] = per_replica // p.microbatches
+    return row
+
+
 def _run(ctx, row: dict, path: tuple) -> dict:
+    row = _with_degrees(ctx, row, path)
     device = ctx.device(path + ("device",), row.get("device"))
     peak = ctx.peak(device, "matrix")
-    tp, pp, dp, micro = row["tp"], row["pp"], row["dp"], row.get("microbatch", 1)
+    tp, pp, dp, micro = row["tp"], row["pp"], row["dp"], row["microbatch"]
     if row["batch"] % (dp * micro):
         raise SpecError([ctx.problem(path + ("batch",), f"batch {row['batch']} is not a whole "
                                      f"number of microbatches of {micro} over dp {dp}")])
