@@ -185,9 +185,10 @@ class Workbench:
         """The study's `parallel` block; a tp that does not divide the model, located."""
         p = par.Parallel(**{**parallel_defaults(), **self.study.parallel})
         self.check_tp(p.tp, ("parallel", "tp"))
-        if p.ep > 1 and not getattr(self.model, "experts", None):
-            raise SpecError([self.problem(("parallel", "ep"), (
-                f"ep = {p.ep} splits a mixture of experts, and this model has none; leave ep at 1"))])
+        if p.ep > 1:   # expert ops are not split yet: say so rather than ignore it
+            why = ("expert parallelism is not modelled yet" if getattr(self.model, "moe", None)
+                   else "it splits a mixture of experts, and this model has none")
+            raise SpecError([self.problem(("parallel", "ep"), f"ep = {p.ep}: {why}; leave ep at 1")])
         return p
 
     def check_tp(self, tp: int, path: tuple) -> None:

@@ -168,6 +168,7 @@ def test_expert_parallelism_on_a_dense_model_is_a_located_error(tmp_path):
     err = io.StringIO()
     assert run(["build", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o")], io.StringIO(), err) == 1
     assert "s.yaml:5:" in err.getvalue() and "parallel.ep" in err.getvalue()
+    assert "this model has none" in err.getvalue()
 
 
 def test_a_group_past_the_domain_needs_a_network(tmp_path):
