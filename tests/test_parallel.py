@@ -144,6 +144,19 @@ def test_activation_memory_golden():
     assert par.activation_bytes(2048, 1, 12288, 96, 1, 8, "full") == 2 * 2048 * 12288
 
 
+def test_replicated_kv_heads_are_duplicated_work():
+    """PaLM 540B is multi-query (one KV head): at tp 8 every device computes the whole k and v
+    projections, 2 x M x 18432 x 256 FLOPs each, so k_proj's per-device FLOPs equal the
+    single-device ones while q_proj's are an eighth."""
+    palm = spec.load_model(str(ROOT / "rooflinec/catalog/models/palm-540b.yaml"))
+    w = bench(palm)
+    whole, part = w.program("decode", "unfused", H100, 1), w.program("decode", "unfused", H100, 8)
+    values = w.at({B: 4, S: 2048}, whole.bindings)
+    f = lambda p, name: number(p.op(name).cost.flops, values)  # noqa: E731
+    assert f(part, "k_proj") == f(whole, "k_proj") == 2 * 4 * 18432 * 256
+    assert f(part, "q_proj") * 8 == f(whole, "q_proj")
+
+
 def test_kv_heads_replicate_past_their_count_and_the_program_says_so():
     m = spec.load_model(str(ROOT / "rooflinec/catalog/models/llama-3.1-8b.yaml"))
     prog = bench(m).program("decode", "ideal", H100, tp=16)
@@ -187,18 +200,25 @@ def test_a_group_past_the_domain_needs_a_network(tmp_path):
 SHARDED = {"n_q", "n_kv", "d_ff", "V"}
 
 
-@settings(max_examples=25, deadline=None)
+QWEN = spec.load_model(str(ROOT / "rooflinec/catalog/models/qwen2.5-7b.yaml"))
+# (model, tp) with tp dividing the KV heads and the vocabulary: Llama-3.1-70B (8 KV heads,
+# V 128256) and Qwen2.5-7B (4 KV heads, q/k/v biases, V 152064)
+SPLITS = [(LLAMA_70B, 2), (LLAMA_70B, 4), (LLAMA_70B, 8), (QWEN, 2), (QWEN, 4)]
+
+
+@settings(max_examples=30, deadline=None)
 @given(st.sampled_from(["decode", "prefill"]), st.sampled_from(["unfused", "fused", "ideal"]),
-       st.sampled_from([2, 4, 8]), st.integers(1, 64), st.integers(1, 8192),
+       st.sampled_from(SPLITS), st.integers(1, 64), st.integers(1, 8192),
        st.sampled_from([Conventions(), Conventions(qkv="fused", bias="in_gemm", logits="all")]))
-def test_per_device_flops_times_tp_is_the_whole_plus_duplicated_work(phase, variant, tp, batch,
+def test_per_device_flops_times_tp_is_the_whole_plus_duplicated_work(phase, variant, split, batch,
                                                                       context, conv):
     """Sharding splits every FLOP term written over n_q, n_kv, d_ff or V and duplicates the
     rest (norms, residual adds, also those fused into a GEMM's epilogue, the embedding's
     gather): per-device FLOPs x tp = single-device FLOPs + (tp - 1) x the FLOPs of the terms
     no sharded symbol touches (tp divides the KV heads here, so none are replicated)."""
     from dataclasses import asdict
-    w = bench(conventions=asdict(conv))
+    model, tp = split
+    w = bench(model, conventions=asdict(conv))
     whole, part = w.program(phase, variant, H100, 1), w.program(phase, variant, H100, tp)
     values = w.at({B: batch, S: context}, whole.bindings)
     flops = lambda p: sum(number(o.cost.flops * o.repeat, values) for o in p.ops)  # noqa: E731
