@@ -97,7 +97,8 @@ def _memory(row: dict, arch: Arch, m: int, recompute: bool) -> dict:
 
 def _rates(arch: Arch, gpus: int, seconds: float, peak: float) -> dict:
     return {"tflops_per_gpu": arch.hardware_flops / (gpus * seconds) / 1e12,
-            "mfu": arch.model_flops / (gpus * seconds * peak)}
+            "mfu": arch.model_flops / (gpus * seconds * peak),
+            "hfu": arch.hardware_flops / (gpus * seconds * peak)}
 
 
 def _with_degrees(ctx, row: dict, path: tuple) -> dict:
