@@ -42,10 +42,6 @@ class Parallel:
     zero: int = 0           # ZeRO stage across dp: 1 optimizer states, 2 + gradients, 3 + weights
     overlap: bool = False   # communication overlaps compute (else it adds to the step)
 
-    @property
-    def devices(self) -> int:
-        return self.tp * self.pp * self.dp
-
 
 class Unshardable(ValueError):
     """A degree that does not divide what it splits; the message says which."""

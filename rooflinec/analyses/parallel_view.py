@@ -50,16 +50,16 @@ def parallel_view(ctx, params) -> dict:
     overlap = ctx.parallel.overlap
     devices = []
     for dev in ctx.devices_named(("analyses", "parallel_view", "devices"), params.devices):
-        memory = [_memory(ctx, dev, tp, params.workloads) for tp in params.tp]
+        memory = [_memory(ctx, dev, tp, params.workloads) for tp in sorted(params.tp)]
         smallest = [next((m["tp"] for m in memory if m["fits"][i]), None)
                     for i in range(len(params.workloads))]
         steps = [{"phase": phase, "workload": w,
-                  "rows": [_step(ctx, dev, phase, params.variant, tp, w, overlap) for tp in params.tp]}
+                  "rows": [_step(ctx, dev, phase, params.variant, tp, w, overlap) for tp in sorted(params.tp)]}
                  for phase in params.phases for w in params.workloads]
         link = {"name": dev.link or None, "bandwidth": dev.link_bandwidth,
                 "latency": dev.link_latency, "domain": dev.link_domain}
         devices.append({"key": dev.key, "name": dev.name, "capacity": dev.capacity, "link": link,
                         "memory": memory, "smallest_tp": smallest, "steps": steps})
-    return {"variant": params.variant, "dtype": ctx.dtype, "tps": list(params.tp),
+    return {"variant": params.variant, "dtype": ctx.dtype, "tps": sorted(params.tp),
             "workloads": params.workloads, "overlap": OVERLAP[overlap], "devices": devices,
             "kv_heads": ctx.model.n_kv_heads, "pp": ctx.parallel.pp}
