@@ -135,7 +135,8 @@ def shard(program: Program, model, tp: int) -> Program:
           if kv_replicated(model, tp) else f"{model.n_kv_heads // tp} KV head{'s' if model.n_kv_heads // tp > 1 else ''} per device")
     stated = (("tensor parallelism", f"tp = {tp} (Megatron-LM): q/k/v and gate/up "
                "column-parallel, o and down row-parallel, embedding and LM head vocabulary-parallel; "
-               f"{kv}; norms and residual adds run whole on every device"),)
+               f"{kv}; every op written over n_q, n_kv, d_ff or V (declared operators too) divides by tp, "
+               "norms and residual adds run whole on every device"),)
     return verify(replace(program, ops=ops, conventions=program.conventions + stated,
                           collectives=collectives(program, model, tp)))
 
