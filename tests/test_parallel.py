@@ -308,6 +308,9 @@ def test_parallel_view_smallest_tp_and_latency_bound_decode(tmp_path):
     # a 16 KiB all-reduce: 14 x 0.47 us of latency against 28,672 B / 450 GB/s = 64 ns
     assert "o_proj_all_reduce" in tp8["latency_bound"]
     assert decode["rows"][0]["comm_s"] == 0
+    # duplicated work: none on one device, then norms and residual adds on every device
+    assert decode["rows"][0]["duplicated_flops"] == 0
+    assert 0 < decode["rows"][1]["duplicated_flops"] < decode["rows"][-1]["duplicated_flops"]
 
 
 def test_ledger_of_a_tp_study_lists_its_collectives(tmp_path):

@@ -27,13 +27,15 @@ def _step(ctx, device, phase: str, variant: str, tp: int, workload: dict, overla
     w = {B: workload["batch"], S: workload["context"]}
     program = ctx.program(phase, variant, device, tp)
     led = ctx.ledger(program, device, w)
+    whole = ctx.ledger(ctx.program(phase, variant, device, 1), device, w).flops
     comm = ctx.communication(program, device, w)
     compute = sum(r.roof.time for r in led.rows if r.roof.bound == "compute")
     memory = led.time - compute
     comm_s = sum(c.time for c in comm)
     step = max(led.time, comm_s) if overlap else led.time + comm_s
     tokens = workload["batch"] * (1 if phase == "decode" else workload["context"])
-    return {"tp": tp, "compute_s": compute, "memory_s": memory, "comm_s": comm_s, "step_s": step,
+    return {"tp": tp, "flops": led.flops, "duplicated_flops": led.flops * tp - whole,
+            "duplicated_share": (led.flops * tp - whole) / whole, "compute_s": compute, "memory_s": memory, "comm_s": comm_s, "step_s": step,
             "tokens_per_s_per_device": tokens / step / tp, "comm_share": comm_s / step,
             "latency_bound": [c.collective.name for c in comm if c.latency_bound],
             "collectives": [{"name": c.collective.name, "kind": c.collective.kind,
