@@ -6,11 +6,10 @@ import argparse
 import os
 import sys
 
-from rooflinec import quick, serving_cli
+from rooflinec import output, quick, serving_cli, streams
+from rooflinec.errors import RooflineError, SpecError, UsageError
 from rooflinec.progress import Progress, drawn
-from rooflinec.errors import RooflineError, SpecError
 from rooflinec.measure import cli as measure_cli   # no torch: it loads when a measure runs
-from rooflinec.output import write_all
 
 EPILOG = """\
 examples:
@@ -67,6 +66,7 @@ def _parser(stdout, stderr) -> _Parser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     b = sub.add_parser("build", help="build reports for one or more study specs", streams=streams,
                        parents=[quiet])
+    b.set_defaults(parser=b)
     b.add_argument("specs", nargs="+", metavar="SPEC", help="study spec files, e.g. specs/qwen.yaml")
     b.add_argument("--out", default="reports", metavar="DIR", help="output folder (default: reports)")
     b.add_argument("--format", default="md,html,json", metavar="LIST",
@@ -74,9 +74,11 @@ def _parser(stdout, stderr) -> _Parser:
                         "md also writes its chart files under <stem>/")
     c = sub.add_parser("check", help="validate study specs and everything they reference",
                        streams=streams)
+    c.set_defaults(parser=c)
     c.add_argument("specs", nargs="+", metavar="SPEC")
     e = sub.add_parser("explain", help="print one op's derivation: FLOPs, bytes, intensity, crossings",
                        streams=streams)
+    e.set_defaults(parser=e)
     e.add_argument("spec", metavar="SPEC")
     e.add_argument("op", metavar="OP", help="op name, e.g. q_proj, attention, lm_head")
     quick.register(sub, streams, parents=[quiet])
@@ -93,12 +95,13 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def _formats(text: str, parser) -> list[str]:
+def _formats(text: str) -> list[str]:
     from rooflinec.formats import FORMATS
     formats = [f.strip() for f in text.split(",") if f.strip()]
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
-        parser.error(f"--format: unknown format {', '.join(bad) or '(empty)'}; choose from {', '.join(FORMATS)}")
+        raise UsageError(f"--format: unknown format {', '.join(bad) or '(empty)'}; choose from "
+                         f"{', '.join(FORMATS)}")
     return formats
 
 
@@ -127,10 +130,24 @@ def _build_all(specs: list[str], painter=None, progress=None) -> list[tuple[dict
     return built
 
 
-def cmd_build(args, stdout, stderr, parser) -> int:
+def _distinct(specs: list[str]) -> None:
+    seen = {}
+    for path in specs:
+        key = os.path.realpath(path)
+        if key in seen:
+            raise UsageError(f"{path}: the same spec is given twice (also as {seen[key]})")
+        seen[key] = path
+
+
+def cmd_build(args, stdout, stderr) -> int:
     from rooflinec.charts import Painter
     from rooflinec.formats import CHARTED
-    formats = _formats(args.format, parser)
+    formats = _formats(args.format)
+    if not args.out:
+        raise UsageError("--out: empty; name the output folder, e.g. --out reports")
+    _distinct(args.specs)
+    say = lambda message: stderr.write(f"{message}\n")   # noqa: E731
+    output.probe(args.out, say)   # an unusable folder fails before the analyses run
     charted = any(f in CHARTED for f in formats)
     # start matplotlib's import on the other core now; the studies are evaluated meanwhile
     painter = Painter() if charted and Painter.available() else None
@@ -139,40 +156,36 @@ def cmd_build(args, stdout, stderr, parser) -> int:
     finally:
         if painter is not None:
             painter.close()
-    try:
-        write_all(outputs)
-    except OSError as exc:   # a folder where a report goes, no permission, a full disk ...
-        raise RooflineError(f"{exc.filename or args.out}: cannot write the reports: "
-                            f"{exc.strerror or exc}") from None
-    for target in outputs:
+    for target in output.write_reports(args.out, outputs, say):
         stdout.write(f"wrote {target}\n")
     return 0
 
 
-def _render_all(args, formats, painter, progress) -> dict[str, str]:
+def _render_all(args, formats, painter, progress) -> dict[str, dict[str, str]]:
+    """{study stem: {path under --out: text}}."""
     from rooflinec.render import render_many
     outputs = {}
     for path, (rep, tickets) in zip(args.specs, _build_all(args.specs, painter, progress)):
         svgs = (lambda tickets=tickets, path=path: [drawn(painter.result(t), path, progress)
                                                     for t in tickets]) \
             if tickets is not None else None
-        for rel, text in render_many(rep, formats, svgs).items():
-            target = os.path.join(args.out, *rel.split("/"))
-            if target in outputs:
-                raise RooflineError(f"{path}: its reports would overwrite those of another spec with "
-                                    f"the same file name ({target}); build them with different --out")
-            outputs[target] = text
+        files = render_many(rep, formats, svgs)
+        if rep["study"] in outputs:
+            target = os.path.join(args.out, next(iter(files)))
+            raise RooflineError(f"{path}: its reports would overwrite those of another spec with "
+                                f"the same file name ({target}); build them with different --out")
+        outputs[rep["study"]] = files
     return outputs
 
 
-def cmd_check(args, stdout, stderr, parser) -> int:
+def cmd_check(args, stdout, stderr) -> int:
     _build_all(args.specs)
     for path in args.specs:
         stdout.write(f"{path}: ok\n")
     return 0
 
 
-def cmd_explain(args, stdout, stderr, parser) -> int:
+def cmd_explain(args, stdout, stderr) -> int:
     from rooflinec.explain import explain
     stdout.write(explain(args.spec, args.op))
     return 0
@@ -187,7 +200,10 @@ def run(argv: list[str], stdout=None, stderr=None) -> int:
     parser = _parser(stdout, stderr)
     try:
         args = parser.parse_args(argv)
-        return COMMANDS[args.command](args, stdout, stderr, parser)
+        try:
+            return COMMANDS[args.command](args, stdout, stderr)
+        except UsageError as exc:   # a mistake on the command line: the command's usage, 2
+            args.parser.error(str(exc))
     except _Exit as exc:
         return exc.status
     except RooflineError as exc:
@@ -196,9 +212,8 @@ def run(argv: list[str], stdout=None, stderr=None) -> int:
 
 
 def main() -> None:
-    code = run(sys.argv[1:])
+    stdout, stderr = streams.process_streams()
+    code = streams.guarded(lambda out, err: run(sys.argv[1:], out, err), stdout, stderr)
     # Leave without tearing the interpreter down: freeing sympy's caches and matplotlib's
-    # state takes a noticeable part of a build and helps no one. Output is flushed first.
-    sys.stdout.flush()
-    sys.stderr.flush()
+    # state takes a noticeable part of a build and helps no one. Output was flushed.
     os._exit(code)

@@ -30,6 +30,10 @@ def one_line(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
+class UsageError(RooflineError):
+    """A mistake on the command line: the CLI prints the command's usage line and exits 2."""
+
+
 class SpecError(RooflineError):
     def __init__(self, problems: list[Problem]):
         self.problems = sorted(set(problems))

@@ -3,7 +3,7 @@
 from rooflinec import spec
 from rooflinec.workbench import Workbench
 from rooflinec.analyses.derivations import op_derivation
-from rooflinec.errors import DeviceLacks, RooflineError
+from rooflinec.errors import DeviceLacks, RooflineError, UsageError
 from rooflinec.passes import DEFAULT_VARIANT
 from rooflinec.render import environment
 
@@ -21,7 +21,7 @@ def explain(path: str, op_name: str) -> str:
             program = _kernel_program(ctx, phase) or program
             names += [op.name for op in program.ops if op.name not in names]
         if op_name not in names:
-            raise RooflineError(f"{path}: no op '{op_name}' in {ctx.model.name}; ops: {', '.join(names)}")
+            raise UsageError(f"{path}: no op '{op_name}' in {ctx.model.name}; ops: {', '.join(names)}")
         phases.append({"phase": phase, "bindings": program.bindings,
                        "op": op_derivation(ctx, program.op(op_name))})
     return environment(False).get_template("explain.txt.j2").render(

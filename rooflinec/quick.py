@@ -1,7 +1,7 @@
 """Answers without a study file: list the catalog, import a config.json, serve a model.
 
 `register(sub, streams)` adds the commands to the CLI's parser; each command is
-`fn(args, stdout, stderr, parser) -> int`.
+`fn(args, stdout, stderr) -> int`; a mistake on the command line raises UsageError.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 import os
 
 from rooflinec import catalog
-from rooflinec.errors import RooflineError
+from rooflinec.errors import RooflineError, UsageError, one_line
 
 SERVE_EPILOG = """\
 MODEL is a catalog name (rooflinec models), a model spec YAML, or a Hugging Face config.json
@@ -45,6 +45,8 @@ def register(sub, streams, parents=()) -> None:
                    help="prompt tokens for the time to first token (default: 2048)")
     s.add_argument("--dtype", default="bf16", metavar="DTYPE", help="default: bf16")
     s.add_argument("--json", action="store_true", help="the serving section as JSON")
+    for command in (d, m, i, s):   # a UsageError prints the command's own usage line
+        command.set_defaults(parser=command)
 
 
 # --- the catalog ----------------------------------------------------------------------
@@ -59,7 +61,7 @@ def _models() -> list:
     return [load_model(catalog.path("models", n)) for n in catalog.names("models")]
 
 
-def cmd_devices(args, stdout, stderr, parser) -> int:
+def cmd_devices(args, stdout, stderr) -> int:
     from rooflinec.quantities import gib, si
     rows = [{"name": d.key, "device": d.name, "year": d.year, "tensor_flops": d.tensor,
              "vector_flops": d.vector, "bandwidth": d.bandwidth, "capacity": d.capacity,
@@ -78,7 +80,7 @@ def cmd_devices(args, stdout, stderr, parser) -> int:
     return 0
 
 
-def cmd_models(args, stdout, stderr, parser) -> int:
+def cmd_models(args, stdout, stderr) -> int:
     from rooflinec import params
     from rooflinec.evaluate import number
     from rooflinec.symbols import model_values
@@ -99,13 +101,16 @@ def cmd_models(args, stdout, stderr, parser) -> int:
 
 
 def _table(rows) -> str:
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    """Aligned columns; a spec's text with its control characters spelled out (one_line), so a
+    name cannot move the cursor or break a row."""
+    rows = [[one_line(str(c)) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in rows)
 
 
 # --- import ---------------------------------------------------------------------------
 
-def cmd_import(args, stdout, stderr, parser) -> int:
+def cmd_import(args, stdout, stderr) -> int:
     from rooflinec import hfimport, params, spec
     from rooflinec.evaluate import number
     from rooflinec.symbols import model_values
@@ -120,18 +125,18 @@ def cmd_import(args, stdout, stderr, parser) -> int:
     if args.out is None:
         stdout.write(text)
         return 0
-    from rooflinec.output import write_all
+    from rooflinec.output import write_file
     try:
-        write_all({args.out: text})
+        write_file(args.out, text)
     except OSError as exc:
         raise RooflineError(f"{args.out}: cannot write the spec: {exc.strerror or exc}") from None
-    stdout.write(f"wrote {args.out}: {model.name}, {count:,} parameters\n")
+    stdout.write(one_line(f"wrote {args.out}: {model.name}, {count:,} parameters") + "\n")
     return 0
 
 
 # --- serve ----------------------------------------------------------------------------
 
-def _model(ref: str, parser):
+def _model(ref: str):
     """A catalog name, a model spec YAML, or a config.json (or its folder), as a Model."""
     from rooflinec import hfimport, spec
     if ref.endswith((".yaml", ".yml")) and os.path.isfile(ref):
@@ -141,17 +146,17 @@ def _model(ref: str, parser):
         return spec.load_model(hfimport.config_file(ref) + " (imported)", text)
     if catalog.path("models", ref):
         return spec.load_model(catalog.path("models", ref))
-    parser.error(_unknown("model", ref, catalog.names("models")) +
+    raise UsageError(_unknown("model", ref, catalog.names("models")) +
                  "; or give a model spec YAML or a config.json")
 
 
-def _device(ref: str, parser):
+def _device(ref: str):
     from rooflinec import spec
     if ref.endswith((".yaml", ".yml")) and os.path.isfile(ref):
         return spec.load_hardware(ref)
     if catalog.path("hardware", ref):
         return spec.load_hardware(catalog.path("hardware", ref))
-    parser.error(_unknown("device", ref, catalog.names("hardware")) + "; or give a hardware spec YAML")
+    raise UsageError(_unknown("device", ref, catalog.names("hardware")) + "; or give a hardware spec YAML")
 
 
 def _unknown(kind: str, ref: str, names) -> str:
@@ -160,13 +165,13 @@ def _unknown(kind: str, ref: str, names) -> str:
            f"{closest(ref, names)}catalog {kind}s: {', '.join(names)}"
 
 
-def _counts(text: str, parser, flag: str) -> list[int]:
+def _counts(text: str, flag: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         values = []
     if not values or min(values) < 1:
-        parser.error(f"{flag}: expected whole numbers >= 1 separated by commas, got '{text}'")
+        raise UsageError(f"{flag}: expected whole numbers >= 1 separated by commas, got '{text}'")
     return values
 
 
@@ -184,15 +189,15 @@ def serving_section(model, device, dtype: str, batches, context: int, prompt: in
     return ANALYSES["serving"][1](Workbench(study), parse("serving", options))
 
 
-def cmd_serve(args, stdout, stderr, parser) -> int:
+def cmd_serve(args, stdout, stderr) -> int:
     from rooflinec.spec import DTYPE_BYTES
-    batches = _counts(args.batch, parser, "--batch")
+    batches = _counts(args.batch, "--batch")
     for flag, value in (("--context", args.context), ("--prompt", args.prompt)):
         if value < 1:
-            parser.error(f"{flag}: expected a whole number >= 1, got {value}")
+            raise UsageError(f"{flag}: expected a whole number >= 1, got {value}")
     if args.dtype not in DTYPE_BYTES:
-        parser.error(f"--dtype: unknown dtype '{args.dtype}'; choose from {', '.join(DTYPE_BYTES)}")
-    model, device = _model(args.model, parser), _device(args.device, parser)
+        raise UsageError(f"--dtype: unknown dtype '{args.dtype}'; choose from {', '.join(DTYPE_BYTES)}")
+    model, device = _model(args.model), _device(args.device)
     if device.peak("matrix", args.dtype) is None:
         raise RooflineError(f"{args.device}: device '{device.key}' lists no tensor peak for "
                             f"{args.dtype}; it has: {', '.join(device.tensor)}")
@@ -219,8 +224,8 @@ def summary(model, device, dtype: str, section: dict) -> str:
     """The serving section as the few lines a model report opens with."""
     from rooflinec.quantities import gib, seconds, si
     mem = section["memory"][0]
-    lines = [f"{model.name} on {device.name} ({device.key}), {dtype}, {section['variant']} variant: "
-             "roofline lower bounds",
+    lines = [one_line(f"{model.name} on {device.name} ({device.key}), {dtype}, {section['variant']} "
+                      "variant: roofline lower bounds"),
              f"weights {gib(section['weight_bytes'])}, KV cache {si(section['kv_per_token'], 'B')} per "
              f"token; {gib(mem['capacity'])} holds "
              + (f"the weights and {mem['kv_tokens']:,} tokens of KV cache" if mem["weights_fit"]

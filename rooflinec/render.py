@@ -10,8 +10,10 @@ from functools import cache, lru_cache
 
 import jinja2
 import sympy as sp
+from markupsafe import Markup
 
 from rooflinec import bounds
+from rooflinec.errors import one_line
 from rooflinec.formats import CHARTED, FORMATS
 from rooflinec.quantities import gib, seconds, si, sig
 from rooflinec.vocabulary import CATEGORIES
@@ -51,23 +53,53 @@ def symbol(name: str):
     return sp.Symbol(name)
 
 
-def _bytecode_cache(autoescape: bool):
+def _bytecode_cache(kind: str, filters: dict):
     """Jinja's own cache of compiled templates (a private per-user temp folder, keyed by the
     template source's checksum): compiling the templates is ~0.05 s of every build. Compiled
-    code also depends on autoescaping (the shared prose compiles to escaping code for HTML
-    only) and on which filters take the context, so the file names carry both."""
-    passes = sorted((name, str(getattr(f, "jinja_pass_arg", ""))) for name, f in
-                    {**FILTERS, **MD_MARKS}.items())
-    key = zlib.crc32(repr((autoescape, passes)).encode())
+    code holds the environment's escaping (HTML, Markdown or terminal text) and which filters
+    take the context, so the file names carry both."""
+    passes = sorted((name, str(getattr(f, "jinja_pass_arg", ""))) for name, f in filters.items())
+    key = zlib.crc32(repr((kind, passes)).encode())
     try:
         return jinja2.FileSystemBytecodeCache(pattern=f"__rooflinec_{key:08x}_%s.cache")
     except (OSError, RuntimeError):
         return None
 
 
+class Verbatim(str):
+    """Markdown that a filter made (a code span, a formula) and that is not escaped again."""
+
+
+# characters that would start a link, code, HTML or an entity inside a line, or end a table
+# cell (emphasis, * and _, is left alone: it cannot break the page, and names are full of _)
+_MD_SPECIAL = re.compile(r"([\\`\[\]<>|&])")
+
+
+def md_text(value):
+    """Every value a Markdown template prints, as text: markup in a spec's names is shown, not
+    obeyed (a `|` would end a table cell, a newline the row, `<b>` would be HTML)."""
+    if isinstance(value, (Verbatim, Markup)) or not isinstance(value, str):   # Markup: | safe
+        return value
+    return _MD_SPECIAL.sub(r"\\\1", one_line(value))
+
+
+def md_code(value) -> Verbatim:
+    """`value` as a Markdown code span, however many backticks it holds; `|` escaped, which a
+    table needs even inside code."""
+    text = one_line(str(value)).replace("|", "\\|")
+    ticks = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return Verbatim(f"{ticks}{pad}{text}{pad}{ticks}")
+
+
+def _finalize_text(value):
+    """Terminal text: control characters (escape sequences, line breaks) spelled out."""
+    return one_line(value) if isinstance(value, str) else value
+
+
 def _mark(fn):
-    """A filter never folded at compile time: the compiled prose is shared by both formats
-    (one bytecode cache), so its marks must be looked up when it renders."""
+    """A filter never folded at compile time: the prose is written once for every format, so
+    its marks are looked up when it renders."""
     return jinja2.pass_context(lambda _context, text: fn(text))
 
 
@@ -90,10 +122,16 @@ def _html_sub(base, index):
     return Markup(f"<var>{escape(base)}<sub>{escape(index)}</sub></var>")
 
 
-MD_MARKS = {"strong": _mark(lambda text: f"**{text}**"), "var": _mark(str),
-            "code": _mark(lambda text: f"`{text}`"),
-            "star": _mark(lambda text: f"{text}\\*"),
+_MD = {"strong": lambda text: f"**{text}**", "var": str, "code": lambda text: f"`{text}`",
+       "star": lambda text: f"{text}\\*"}
+MD_MARKS = {**{name: _mark(fn) for name, fn in _MD.items()},      # terminal text
             "sub": jinja2.pass_context(lambda _c, base, index: _md_sub(base, index))}
+# Markdown reports: the marked text escaped (md_text), the mark itself kept (Verbatim)
+MD_REPORT_MARKS = {**{name: _mark(lambda text, fn=fn: Verbatim(fn(md_text(text))))
+                      for name, fn in _MD.items()},
+                   "code": _mark(md_code),
+                   "sub": jinja2.pass_context(lambda _c, base, index:
+                                              Verbatim(_md_sub(md_text(base), md_text(index))))}
 HTML_MARKS = {"strong": _mark(_html("strong")), "var": _mark(_html("var")),
               "code": _mark(_html("code")),
               "star": _mark(lambda text: _html("var")(text) + "*"),
@@ -101,13 +139,20 @@ HTML_MARKS = {"strong": _mark(_html("strong")), "var": _mark(_html("var")),
 
 
 @cache
-def environment(autoescape: bool) -> jinja2.Environment:
+def environment(autoescape: bool, markdown: bool = False) -> jinja2.Environment:
+    """HTML (autoescape), Markdown (`md_text` on every value) or terminal text."""
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("rooflinec", "templates"), bytecode_cache=_bytecode_cache(autoescape),
+        loader=jinja2.PackageLoader("rooflinec", "templates"),
         autoescape=autoescape, undefined=jinja2.StrictUndefined,
+        finalize=None if autoescape else md_text if markdown else _finalize_text,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters.update(FILTERS)
-    env.filters.update(HTML_MARKS if autoescape else MD_MARKS)
+    if autoescape:
+        env.filters.update(HTML_MARKS)
+    elif markdown:
+        env.filters.update({**MD_REPORT_MARKS, "formula": lambda e: Verbatim(formula(e))})
+    else:
+        env.filters.update(MD_MARKS)
     env.globals["rules"] = bounds.RULES
     if autoescape:
         from rooflinec import mathml
@@ -115,6 +160,8 @@ def environment(autoescape: bool) -> jinja2.Environment:
         env.filters.update({"math": mathml.mathml, "symbol": symbol, "slug": slug})
         env.globals.update({"identity": mathml.identity, "cancelled": mathml.cancelled,
                             "categories": CATEGORIES})
+    env.bytecode_cache = _bytecode_cache("html" if autoescape else "md" if markdown else "text",
+                                         env.filters)
     return env
 
 
@@ -130,7 +177,8 @@ def chart_slots(report: dict) -> list[list[dict]]:
 def markdown(report: dict, charts: list[list[dict]] | None = None) -> str:
     """Markdown links the chart files; it never holds their SVG."""
     charts = charts if charts is not None else [[] for _ in report["sections"]]
-    return environment(False).get_template("md/report.md.j2").render(r=report, charts=charts)
+    return environment(False, markdown=True).get_template("md/report.md.j2").render(
+        r=report, charts=charts)
 
 
 def _token(i: int, j: int) -> str:

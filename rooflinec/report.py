@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from rooflinec import analyses
+import hashlib
+import os
+
+from rooflinec import analyses, catalog
 from rooflinec import symbols as sym
 from rooflinec.lower import PHASES
 from rooflinec.spec import Study
@@ -35,6 +38,21 @@ def _model(m) -> dict:
     }
 
 
+def _inputs(study: Study) -> list[dict]:
+    """The spec files the report was built from, relative to the study's folder (a catalog
+    file as catalog/...), with the SHA-256 of their bytes: reports that state the same inputs
+    came from the same specs."""
+    root = os.path.dirname(study.file)
+    files = [study.file, *([study.model.file] if study.model else []), *(d.file for d in study.devices)]
+    inputs = []
+    for file in dict.fromkeys(files):
+        with open(file, "rb") as fh:
+            digest = hashlib.sha256(fh.read()).hexdigest()
+        shown = catalog.shown(file) or os.path.relpath(file, root or ".").replace(os.sep, "/")
+        inputs.append({"file": shown, "sha256": digest})
+    return inputs
+
+
 def build(study: Study, on_section=None) -> dict:
     """The report of a study. `on_section(report, index, section)` hears of each section as
     soon as it is evaluated (the report then holds the header and the sections so far)."""
@@ -42,6 +60,7 @@ def build(study: Study, on_section=None) -> dict:
     conv = bench.conventions
     report = {
         "format": FORMAT, "version": VERSION, "title": study.title, "study": study.stem,
+        "inputs": _inputs(study),
         "model": _model(study.model) if study.model else None, "dtype": study.dtype,
         "bytes_per_element": study.bytes_per_element,
         "devices": [_device(d, study.dtype) for d in study.devices],

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from importlib import resources
 
+from rooflinec import output
 from rooflinec.errors import RooflineError
-from rooflinec.output import write_all
 
 SHIPPED = "serving-visible.yaml"   # fitted on the measurements the repository keeps
 
@@ -18,6 +18,7 @@ def shipped_calibration() -> str:
 def register(sub, streams, parents=()) -> None:
     c = sub.add_parser("calibrate", help="fit the serving model's efficiencies to measured runs",
                        streams=streams, parents=parents)
+    c.set_defaults(parser=c)   # a UsageError prints this command's usage line
     c.add_argument("csv", metavar="MEASUREMENTS.csv")
     c.add_argument("--out", default="calibration.yaml", metavar="FILE",
                    help="calibration YAML to write (default: calibration.yaml)")
@@ -25,6 +26,7 @@ def register(sub, streams, parents=()) -> None:
                    help="folder holding models/ and hardware/ that shadow the installed catalog")
     v = sub.add_parser("validate", help="predict measured serving runs; report the errors",
                        streams=streams, parents=parents)
+    v.set_defaults(parser=v)
     v.add_argument("csv", metavar="MEASUREMENTS.csv")
     v.add_argument("--calibration", metavar="FILE",
                    help="calibration YAML (default: the shipped one, fitted on the repository's measurements)")
@@ -36,15 +38,6 @@ def register(sub, streams, parents=()) -> None:
                    help="comma-separated formats among: md, html, json")
 
 
-def _write(outputs: dict[str, str], stdout) -> None:
-    try:
-        write_all(outputs)
-    except OSError as exc:
-        raise RooflineError(f"{exc.filename}: cannot write: {exc.strerror or exc}") from None
-    for target in outputs:
-        stdout.write(f"wrote {target}\n")
-
-
 def _specs_folder(path: str | None) -> str | None:
     if path is not None and not os.path.isdir(path):
         raise RooflineError(f"{path}: no such specs folder (it should hold models/ and hardware/); "
@@ -52,7 +45,7 @@ def _specs_folder(path: str | None) -> str | None:
     return path
 
 
-def cmd_calibrate(args, stdout, stderr, parser) -> int:
+def cmd_calibrate(args, stdout, stderr) -> int:
     import yaml
 
     from rooflinec import calibrate, measurements
@@ -65,18 +58,23 @@ def cmd_calibrate(args, stdout, stderr, parser) -> int:
     doc = calibrate.document(cal, prepared, os.path.basename(args.csv))
     text = ("# rooflinec serving-model calibration, written by `rooflinec calibrate`.\n"
             + yaml.safe_dump(doc, sort_keys=False, width=120))
-    _write({args.out: text}, stdout)
+    try:
+        output.write_file(args.out, text)
+    except OSError as exc:
+        raise RooflineError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
+    stdout.write(f"wrote {args.out}\n")
     return 0
 
 
-def cmd_validate(args, stdout, stderr, parser) -> int:
+def cmd_validate(args, stdout, stderr) -> int:
     from rooflinec import validate_runs
     from rooflinec.cli import _formats
-    formats = _formats(args.format, parser)
+    formats = _formats(args.format)
+    say = lambda message: stderr.write(f"{message}\n")   # noqa: E731
+    output.probe(args.out, say)
     rep = validate_runs.report(args.csv, _specs_folder(args.specs), args.calibration or shipped_calibration())
-    outputs = {os.path.join(args.out, *rel.split("/")): text
-               for rel, text in validate_runs.render(rep, formats).items()}
-    _write(outputs, stdout)
+    for target in output.write_reports(args.out, {"serving": validate_runs.render(rep, formats)}, say):
+        stdout.write(f"wrote {target}\n")
     t, f = rep["tpot"], rep["ttft"]
     stdout.write(f"{t['rows']} of {rep['rows_total']} rows predicted: median abs error TPOT "
                  f"{100 * t['median_abs']:.1f}%, TTFT {100 * f['median_abs']:.1f}%; "

@@ -35,6 +35,7 @@ class Device:
     network_latency: float | None = None     # s per message or collective step
     cache_size: int | None = None          # B, last-level cache (measured specs)
     cache_bandwidth: float | None = None   # B/s, a stream that fits in that cache
+    file: str = field(default="", compare=False)   # the hardware spec it was read from
 
     def peak(self, unit: str, dtype: str) -> float | None:
         """Peak FLOP/s of the matrix or vector units for `dtype` (vector falls back to fp32)."""
@@ -74,6 +75,7 @@ class Model:
     hf_id: str = ""            # Hugging Face id, how measured runs name the model
     dimensions: tuple = ()    # (name, value) pairs: the model's own symbols (rooflinec.custom)
     operators: tuple = ()     # custom.Declared ops, placed by lowering
+    file: str = field(default="", compare=False)   # the model spec it was read from
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,8 @@ def load_hardware(file: str) -> Device:
         notes=d.get("notes", ""), **_interconnect(d.get("interconnect"), "link"),
         **_interconnect(d.get("scale_out"), "network"),
         cache_size=parse_quantity(cache["size"], "bytes") if cache else None,
-        cache_bandwidth=parse_quantity(cache["bandwidth"], "bandwidth") if cache else None)
+        cache_bandwidth=parse_quantity(cache["bandwidth"], "bandwidth") if cache else None,
+        file=file)
 
 
 def _interconnect(link: dict | None, prefix: str) -> dict:
@@ -185,7 +188,7 @@ def load_model(file: str, text: str | None = None) -> Model:
         positions=d.get("positions", "rope"), block=d.get("block", "sequential"),
         tied_embeddings=d.get("tied_embeddings", False), qk_norm=att.get("qk_norm", False),
         post_norms=norm.get("post", False), notes=d.get("notes", ""),
-        hf_id=d.get("hf_id", ""))
+        hf_id=d.get("hf_id", ""), file=file)
     dims, ops, _ = custom.declare(doc)
     return replace(model, dimensions=dims, operators=ops) if (dims or ops) else model
 
@@ -231,6 +234,16 @@ def _known(root: str, folder: str) -> list[str]:
         return []
 
 
+def _unique_key(doc: yamlio.Located, path: tuple, devices: list[Device]) -> list[Problem]:
+    """A device is known by its file stem in charts, sweeps and tables: two with one stem
+    would be one column."""
+    *earlier, dev = devices
+    if dev.key in {d.key for d in earlier}:
+        return [doc.problem(path, f"a second device with key '{dev.key}' (devices are known by "
+                                  "their file name); rename one of the files")]
+    return []
+
+
 def load_model_ref(doc: yamlio.Located, path: tuple, ref: str) -> Model:
     """A model a study names somewhere other than its `model` key, resolved the same way."""
     target = _resolve(doc, path, ref, "models")
@@ -265,6 +278,8 @@ def load_study(file: str) -> Study:
             devices.append(load_hardware(target))
         except SpecError as exc:
             problems.extend(exc.problems)
+            continue
+        problems += _unique_key(doc, ("devices", i), devices)
     dtype = d.get("dtype", study_default("dtype"))
     # a model study runs the model on every device at `dtype`; catalogs check what they use
     for dev in devices if "dtype" not in bad and "model" in d else ():

@@ -193,7 +193,7 @@ def render(rep: dict, formats) -> dict[str, str]:
     out = {}
     svg = chart(rep) if {"md", "html"} & set(formats) else None
     if "md" in formats:
-        out[f"{STEM}.md"] = rnd.environment(False).get_template("md/validation.md.j2").render(r=rep, chart=CHART)
+        out[f"{STEM}.md"] = rnd.environment(False, markdown=True).get_template("md/validation.md.j2").render(r=rep, chart=CHART)
         out[CHART] = svg
     if "html" in formats:
         from markupsafe import Markup

@@ -29,7 +29,8 @@ def tree(tmp_path):
 def test_build_writes_md_and_json(tmp_path):
     code, out, err = call("build", "specs/qwen.yaml", "--out", str(tmp_path), "--format", "md,json")
     assert code == 0, err
-    assert sorted(os.listdir(tmp_path)) == ["qwen", "qwen.json", "qwen.md"]   # qwen/: the charts
+    # qwen/: the charts; the manifest: which files this study's build wrote
+    assert sorted(os.listdir(tmp_path)) == [".rooflinec.manifest.json", "qwen", "qwen.json", "qwen.md"]
     assert f"wrote {tmp_path / 'qwen.md'}" in out
 
 
@@ -46,7 +47,8 @@ def test_explain_prints_the_derivation():
 
 def test_explain_unknown_op_lists_the_ops():
     code, _, err = call("explain", "specs/qwen.yaml", "qproj")
-    assert code == 1 and "no op 'qproj'" in err and "q_proj" in err
+    assert code == 2 and "no op 'qproj'" in err and "q_proj" in err
+    assert err.startswith("usage: rooflinec explain ")     # a command-line mistake: exit 2, usage
 
 
 def test_explain_works_where_the_first_device_has_no_sram():

@@ -79,7 +79,7 @@ def test_five_mistakes_five_located_messages_reports_untouched(tree, reports):
 def test_second_study_failing_writes_nothing_for_the_first(tree, reports):
     edit(tree / "gpt2-medium.yaml", "dtype: bf16", "dtype: bf17")
     before = snapshot(reports)
-    code, out, err = call("build", tree / "qwen.yaml", tree / "gpt2-medium.yaml", "--out", reports)
+    code, out, err = call("build", "-q", tree / "qwen.yaml", tree / "gpt2-medium.yaml", "--out", reports)
     assert code == 1 and out == ""
     assert err.startswith(f"{tree / 'gpt2-medium.yaml'}:") and len(err.splitlines()) == 1, err
     assert snapshot(reports) == before

@@ -231,7 +231,7 @@ def test_every_analysis_has_an_html_and_a_markdown_template():
     assert len(ANALYSES) >= 12
     for kind in ANALYSES:
         environment(True).get_template(f"html/{kind}.html.j2")
-        environment(False).get_template(f"md/{kind}.md.j2")
+        environment(False, markdown=True).get_template(f"md/{kind}.md.j2")
 
 
 def test_ledger_chart_shows_each_variant_and_phase_per_device(qwen):

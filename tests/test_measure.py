@@ -196,7 +196,7 @@ def test_config_json_gives_the_same_model_as_the_catalog(tmp_path):
     cfg.write_text('{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 768, '
                    '"n_layer": 12, "n_head": 12, "vocab_size": 50257, "n_positions": 1024, '
                    '"n_inner": null}')
-    a, b = quick._model(str(cfg), None), quick._model("gpt2", None)
+    a, b = quick._model(str(cfg)), quick._model("gpt2")
     fields = ("d_model", "n_layers", "vocab", "n_heads", "n_kv_heads", "head_dim", "mlp_kind",
               "d_ff", "max_context", "qkv_bias", "out_bias", "mlp_bias", "norm_kind", "norm_bias",
               "positions", "tied_embeddings")

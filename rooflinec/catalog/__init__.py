@@ -25,3 +25,12 @@ def names(folder: str) -> list[str]:
         return sorted(f[:-5] for f in os.listdir(os.path.join(ROOT, folder)) if f.endswith(".yaml"))
     except OSError:
         return []
+
+
+def shown(file: str) -> str | None:
+    """`file` as the package names it (`catalog/hardware/a100-40gb.yaml`) when the catalog
+    ships it, so a report never names where the package happens to be installed; else None."""
+    root, target = os.path.realpath(ROOT), os.path.realpath(file)
+    if os.path.commonpath([root, target]) != root:
+        return None
+    return "/".join(["catalog", *os.path.relpath(target, root).split(os.sep)])

@@ -6,8 +6,8 @@ import argparse
 import os
 
 
-from rooflinec.errors import RooflineError
-from rooflinec.output import write_all
+from rooflinec import output
+from rooflinec.errors import RooflineError, UsageError
 
 EPILOG = """\
 examples:
@@ -38,6 +38,7 @@ def register(sub, streams, parents=()) -> None:
     what = m.add_subparsers(dest="what", required=True, metavar="WHAT")
     d = what.add_parser("device", help="time matrix products and memory streams; write a hardware spec",
                         streams=streams)
+    d.set_defaults(parser=d)   # a UsageError prints this command's usage line
     d.add_argument("--out", default="hardware/this-machine.yaml", metavar="FILE",
                    help="hardware spec to write (default: hardware/this-machine.yaml)")
     d.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (seconds)")
@@ -48,6 +49,7 @@ def register(sub, streams, parents=()) -> None:
                    "PyTorch's); measure models with the same number")
     o = what.add_parser("model", help="profile one step of a model; report each op beside its roofline",
                         streams=streams)
+    o.set_defaults(parser=o)
     o.add_argument("model", metavar="MODEL", help="a catalog model (rooflinec models), a model spec YAML, "
                    "or a Hugging Face config.json (or its folder)")
     o.add_argument("--device", required=True, metavar="SPEC",
@@ -71,23 +73,33 @@ def register(sub, streams, parents=()) -> None:
                    help="output folder (default: measured): <model>-<phase>.md, .json, .svg")
 
 
-def cmd_measure(args, stdout, stderr, parser) -> int:
+def cmd_measure(args, stdout, stderr) -> int:
     # a wrong --out is said before minutes of timing, not after
     if args.what == "device" and os.path.isdir(args.out):
         raise RooflineError(f"{args.out}: a folder; --out names the hardware spec file to write")
     if args.what == "model" and os.path.exists(args.out) and not os.path.isdir(args.out):
         raise RooflineError(f"{args.out}: a file; --out names the folder the report goes to")
-    outputs = _device(args, parser) if args.what == "device" else _model(args, parser)
-    try:
-        write_all(outputs)
-    except OSError as exc:
-        raise RooflineError(f"{exc.filename or args.out}: cannot write: {exc.strerror or exc}") from None
-    for target in outputs:
+    if args.what == "device":
+        written = [_write_spec(args.out, _device(args))]
+    else:
+        say = lambda message: stderr.write(f"{message}\n")   # noqa: E731
+        output.probe(args.out, say)
+        stem, files = _model(args)
+        written = output.write_reports(args.out, {stem: files}, say)
+    for target in written:
         stdout.write(f"wrote {target}\n")
     return 0
 
 
-def _device(args, parser) -> dict[str, str]:
+def _write_spec(path: str, text: str) -> str:
+    try:
+        output.write_file(path, text)
+    except OSError as exc:
+        raise RooflineError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    return path
+
+
+def _device(args) -> str:
     from rooflinec.measure import device
     from rooflinec.spec import DTYPE_BYTES
     dtypes = None
@@ -95,25 +107,26 @@ def _device(args, parser) -> dict[str, str]:
         dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
         bad = [d for d in dtypes if d not in device.TORCH_DTYPES or d not in DTYPE_BYTES]
         if bad or not dtypes:
-            parser.error(f"--dtypes: unknown {', '.join(bad) or '(empty)'}; choose from "
+            raise UsageError(f"--dtypes: unknown {', '.join(bad) or '(empty)'}; choose from "
                          f"{', '.join(d for d in device.TORCH_DTYPES if d in DTYPE_BYTES)}")
     cal = device.calibrate(args.on, args.quick, dtypes, args.threads)
-    return {args.out: device.yaml_text(device.spec(cal))}
+    return device.yaml_text(device.spec(cal))
 
 
-def _model(args, parser) -> dict[str, str]:
+def _model(args) -> tuple[str, dict[str, str]]:
+    """The report's stem and its files, by path under --out."""
     from rooflinec import quick
     from rooflinec.measure import model, report
-    dev = quick._device(args.device, parser)
+    dev = quick._device(args.device)
     if dev.peak("matrix", args.dtype) is None:
-        parser.error(f"--dtype {args.dtype}: {args.device} lists no tensor peak for it; it has "
+        raise UsageError(f"--dtype {args.dtype}: {args.device} lists no tensor peak for it; it has "
                      f"{', '.join(dev.tensor)}")
-    m = quick._model(args.model, parser)
+    m = quick._model(args.model)
     measured = model.measure_model(m, dev, args.dtype, args.phase, args.batch, args.context,
                                    args.on, args.steps, args.layers, args.threads,
                                    args.impl)
     stem = f"{m.key}-{args.phase}-b{args.batch}-s{args.context}"
-    return report.outputs(report.build(measured), args.out, stem)
+    return stem, report.render(report.build(measured), stem)
 
 
 COMMANDS = {"measure": cmd_measure}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 
 from rooflinec.measure.model import TOLERANCE, Measurement
 
@@ -114,9 +113,5 @@ def render(report: dict, stem: str) -> dict[str, str]:
     from rooflinec import charts
     from rooflinec.render import environment
     svg = charts.draw(chart(report))
-    md = environment(False).get_template("measure.md.j2").render(r=report, chart=f"{stem}.svg")
+    md = environment(False, markdown=True).get_template("measure.md.j2").render(r=report, chart=f"{stem}.svg")
     return {f"{stem}.md": md, f"{stem}.json": json.dumps(report, indent=1) + "\n", f"{stem}.svg": svg}
-
-
-def outputs(report: dict, out: str, stem: str) -> dict[str, str]:
-    return {os.path.join(out, name): text for name, text in render(report, stem).items()}
