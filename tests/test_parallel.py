@@ -240,7 +240,8 @@ def test_comm_time_grows_with_payload_and_falls_with_bandwidth(kind, n, p1, p2, 
 
 def test_tp_1_gives_exactly_todays_reports(tmp_path):
     """Every shipped study with a model, given `parallel: {tp: 1}`, builds the JSON report
-    it builds without it, byte for byte."""
+    it builds without it, every number and formula the same (the study file's own name and
+    hash aside)."""
     for study in sorted(glob.glob(str(ROOT / "specs/*.yaml"))):
         text = Path(study).read_text(encoding="utf-8")
         if "\nmodel:" not in text or "\nparallel:" in text:
@@ -253,7 +254,9 @@ def test_tp_1_gives_exactly_todays_reports(tmp_path):
                    io.StringIO(), io.StringIO()) == 0
         mine = json.loads((out / (copy.stem + ".json")).read_text(encoding="utf-8"))
         shipped = json.loads((ROOT / "reports" / (copy.stem + ".json")).read_text(encoding="utf-8"))
-        mine.pop("study", None), shipped.pop("study", None)
+        for report in (mine, shipped):   # the study file itself differs by the added block
+            report.pop("study", None)
+            report["inputs"] = report["inputs"][1:]
         assert mine == shipped, study
 
 
