@@ -4,8 +4,7 @@ A model may declare extra dimensions (``n_experts: 8``), which become positive i
 symbols beside the alphabet, and extra operators whose FLOPs and bytes are formulas over
 that alphabet (``flops: 2*M*d_model*n_experts``). Formulas are read by the whitelist parser
 (rooflinec.formula), never by ``sympify``; every mistake becomes a located problem.
-Lowering places each declared op in the program (`place`) after the op it names, or at
-the end of the layer (per-layer ops) or of the model (once-per-model ops).
+Lowering places the declared ops (rooflinec.lower_custom).
 """
 
 from __future__ import annotations
@@ -16,18 +15,15 @@ from dataclasses import dataclass, replace
 import sympy as sp
 
 from rooflinec import symbols as sym
-from rooflinec.errors import Problem, SpecError
+from rooflinec.errors import Problem
 from rooflinec.formula import FUNCTIONS, FormulaError, parse_formula
-from rooflinec.ir import Cost, Op
+from rooflinec.ir import Cost
 from rooflinec.yamlio import Located, format_path
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 CLASSES = ("weights", "kv_cache", "activations")   # "scores" belongs to the attention steps
 DEFAULT_CLASS = "activations"
-RUNS = {"per_layer": sym.L, "once": sp.Integer(1)}
 KNOBS = {s.name: s for s in sym.WORKLOAD}
-FORMULA = "declared"          # Op.formula of every user-declared op
-FLASH_KERNEL = "attention"    # the op the flash variant adds (rooflinec.flash.kernel)
 
 
 @dataclass(frozen=True)
@@ -48,12 +44,6 @@ class Declared:
     def problem(self, message: str, key: str = "") -> Problem:
         return replace(dict(self.at).get(key) or dict(self.at)[""], message=message)
 
-    def op(self) -> Op:
-        return Op(self.name, FORMULA, self.category, self.unit, self.cost, RUNS[self.runs],
-                  self.shape, self.crossing)
-
-
-# --- reading the spec ----------------------------------------------------------------
 
 def declare(doc: Located) -> tuple[tuple, tuple, list[Problem]]:
     """(dimensions as (name, value) pairs, Declared ops, problems) from a model document.
@@ -196,51 +186,3 @@ def _knob(doc: Located, path: tuple, cost: Cost, knob: sp.Symbol) -> list[Proble
                                   f"{', '.join(sorted(map(str, free - {knob})))}; a crossing "
                                   "knob must be the only workload symbol (B, S, M) in it")]
     return []
-
-
-# --- lowering ------------------------------------------------------------------------
-
-def place(ops: list[Op], declared, phase: str) -> list[Op]:
-    """`ops` with every declared op inserted; SpecError (located in the model) if one cannot be."""
-    out, problems, tail = list(ops), [], {}
-    taken = {o.name for o in ops} | {a for o in ops for a in o.absorbed} | {FLASH_KERNEL}
-    for d in declared:
-        if d.name in taken:
-            problems.append(d.problem(f"'{d.name}' is the name of a built-in op of the {phase} "
-                                      "program; choose another name", "name"))
-            continue
-        index = _position(out, d, tail)
-        if index is None:
-            key = "after" if d.after is not None else "before"
-            names = ", ".join(o.name for o in out)
-            problems.append(d.problem(f"no op '{getattr(d, key)}' in the {phase} program to place "
-                                      f"'{d.name}' {key}; ops: {names}", key))
-            continue
-        out.insert(index, d.op())
-        tail[d.after] = d.name
-        taken.add(d.name)
-    if problems:
-        raise SpecError(problems)
-    return out
-
-
-def _position(ops: list[Op], d: Declared, tail: dict) -> int | None:
-    if d.before is not None:   # each op placed before X goes after those placed before X
-        return next((i for i, o in enumerate(ops) if o.name == d.before or d.before in o.absorbed),
-                    None)
-    if d.after is None:
-        if d.runs == "once":
-            return len(ops)
-        # the end of the layer: before the first once-per-model op that follows a layer op
-        layer = [i for i, o in enumerate(ops) if o.repeat == sym.L]
-        return (layer[-1] + 1) if layer else len(ops)
-    anchor = tail.get(d.after, d.after)   # after the ops already placed after the same op
-    for i, o in enumerate(ops):
-        if o.name == anchor or anchor in o.absorbed:
-            return i + 1
-    return None
-
-
-def symbols(model) -> tuple[sp.Symbol, ...]:
-    """The model's extra dimension symbols, in the order declared."""
-    return tuple(sym.extra_values(model))

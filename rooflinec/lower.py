@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from rooflinec import custom
+from rooflinec import lower_custom
 from rooflinec.ir import Op, Program, verify
 from rooflinec.ops import FORMULAS, UNITS
 from rooflinec.symbols import B, L, M, S, V, b, d_ff, d_head, d_model, n_kv, n_q
@@ -182,7 +182,7 @@ def lower(model, phase: str, conv: Conventions = Conventions()) -> Program:
     ops = [*_embedding(model), *_layer(model, phase, conv), _norm(model, "final_norm", repeat=1),
            *_linear("lm_head", logit_tokens, d_model, V, f"X[{logit_tokens},d_model] @ W[d_model,V]",
                     False, conv, repeat=1)]
-    ops = custom.place(ops, getattr(model, "operators", ()), phase)   # user-declared ops
+    ops = lower_custom.place(ops, getattr(model, "operators", ()), phase)   # user-declared ops
     bindings = {M: B} if phase == "decode" else {M: B * S}
     return verify(Program(model.name, phase, "unfused", tuple(ops), bindings, conv.stated(phase),
-                          custom.symbols(model)))
+                          lower_custom.symbols(model)))

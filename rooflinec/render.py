@@ -225,6 +225,10 @@ def _compact(text: str) -> str:
 
 
 def to_json(report: dict) -> str:
+    """The report's numbers; each section's chart points, drawn from those numbers, stay out."""
+    if "sections" in report:
+        report = dict(report, sections=[{k: v for k, v in s.items() if k != "chart_points"}
+                                        for s in report["sections"]])
     return _compact(json.dumps(report, default=_plain, indent=1, ensure_ascii=False)) + "\n"
 
 

@@ -64,6 +64,11 @@ def ridge(peak, bandwidth, exactly: bool = False):
     return exact(peak) / exact(bandwidth) if exactly else peak / bandwidth
 
 
+def attainable(intensity: float, peak: float, bandwidth: float) -> float:
+    """min(peak, intensity x bandwidth): the FLOP/s the roof allows at `intensity`."""
+    return min(peak, intensity * bandwidth)
+
+
 def regime(intensity: float, ridge_value) -> str:
     return "compute-bound" if intensity >= ridge_value else "memory-bound"
 
@@ -292,20 +297,22 @@ class Workbench:
 
     # programs
 
-    def program(self, phase: str, variant: str = "unfused", device=None, tp: int | None = None) -> Program:
+    def program(self, phase: str, variant: str = "unfused", device=None, tp: int | None = None,
+                conventions: Conventions | None = None) -> Program:
         """The lowered program of `phase` after the passes of `variant`, as one of `tp`
         devices runs it (the study's tp by default), built once; the passes that need a
-        device (FlashAttention's tiles) get `device`."""
+        device (FlashAttention's tiles) get `device`. `conventions`: other choices than the
+        study's (training counts the logits of every token)."""
         tp = self.parallel.tp if tp is None else tp
-        key = (phase, variant, device.key if device is not None else None, tp)
+        conv = conventions or self.conventions
+        key = (phase, variant, device.key if device is not None else None, conv, tp)
         if key not in self._programs:
-            whole = key[:3] + (1,)
+            whole = key[:4] + (1,)
             if whole not in self._programs:
-                naive = (phase, "unfused", None, 1)
+                naive = (phase, "unfused", None, conv, 1)
                 if naive not in self._programs:
-                    self._programs[naive] = lower(self.model, phase, self.conventions)
-                target = passes.Target(device, self.conventions, self.model.head_dim,
-                                       self.bytes_per_element)
+                    self._programs[naive] = lower(self.model, phase, conv)
+                target = passes.Target(device, conv, self.model.head_dim, self.bytes_per_element)
                 self._programs[whole] = passes.apply(self._programs[naive], variant, target)
             self._programs[key] = par.shard(self._programs[whole], self.model, tp)
         return self._programs[key]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec import custom, sweep as sw
+from rooflinec import lower_custom, sweep as sw
 from rooflinec.cli import run
 from rooflinec.errors import SpecError
 from rooflinec.workbench import Workbench
@@ -126,7 +126,7 @@ def test_declared_op_in_json_markdown_and_explain(tree, tmp_path):
     ledger_section = next(s for s in rep["sections"] if s["kind"] == "ledger")
     rows = {r["op"]: r for r in ledger_section["blocks"][0]["ledgers"][0]["rows"]}
     assert rows["router"]["symbolic"]["flops"] == "2*M*d_model*n_experts"
-    assert rows["router"]["formula"] == custom.FORMULA
+    assert rows["router"]["formula"] == lower_custom.FORMULA
     derivation = next(s for s in rep["sections"] if s["kind"] == "derivations")
     router = next(o for o in derivation["phases"][0]["ops"] if o["op"] == "router")
     assert router["depends_on"] == ["M", "b", "d_model", "n_experts"]

@@ -110,3 +110,26 @@ def test_palm_report_shows_the_reproduced_figures(tmp_path):
     text = (tmp_path / "palm.md").read_text(encoding="utf-8")
     for figure in ("45.7%", "46.2%", "57.8%", "3.278 TFLOP", "4.100 TFLOP", "37.88", "57.00", "1.505"):
         assert figure in text
+
+
+def test_training_program_comes_from_the_workbench_cache(monkeypatch):
+    """Training's program (logits of every token) is lowered by the workbench and kept in its
+    cache: asking the workbench for it again lowers nothing."""
+    from rooflinec import analyses, workbench
+    lowered = []
+    real = workbench.lower
+
+    def spy(model, phase, conv):
+        lowered.append((phase, conv))
+        return real(model, phase, conv)
+
+    monkeypatch.setattr(workbench, "lower", spy)
+    study = spec.load_study(str(ROOT / "specs/palm.yaml"))
+    bench = workbench.Workbench(study)
+    training = next(s for s in analyses.run(study, None, bench) if s["kind"] == "training")
+    assert len(lowered) == 1
+    phase, conv = lowered[0]
+    assert phase == "prefill" and conv.logits == "all"
+    assert list(conv.stated("prefill")) == training["program_conventions"]
+    assert bench.program("prefill", conventions=conv).variant == training["variant"]
+    assert len(lowered) == 1

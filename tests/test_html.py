@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import sympy as sp
 
-from rooflinec import chartdata, mathml, report, spec
+from rooflinec import chartdata, chartpoints, mathml, report, spec
 from rooflinec.cli import run
 from rooflinec.render import chart_slots, render_many
 from rooflinec.symbols import B, S, b, d_head, n_kv, n_q
@@ -137,30 +137,43 @@ def test_attention_section_shows_the_derivation(files, qwen):
 # --- chart points and charts ------------------------------------------------------------------
 
 def test_chart_points_share_one_shape(qwen):
-    keys = {"label", "series", "intensity", "unit", "device", "flops_per_s"}
+    keys = {"label", "series", "intensity", "unit", "device", "flops_per_s", "roof"}
+    devices = {d["key"] for d in qwen["devices"]}
     for section in qwen["sections"]:
-        for p in chartdata.section_points(section, qwen):
+        for p in section["chart_points"]:
             assert set(p) == keys
             assert p["unit"] in ("matrix", "vector") and p["intensity"] > 0
+            assert set(p["roof"]) == (devices if p["device"] is None else {p["device"]})
 
 
 def test_a_section_may_carry_its_own_points(qwen):
+    roof = {d["key"]: 1e12 for d in qwen["devices"]}
     section = {"kind": "ledger_of_the_future", "title": "Ledger",
-               "chart_points": [chartdata.point("attention", "flash", 170.9),
-                                chartdata.point("softmax", "unfused", 1.25, unit="vector")]}
+               "chart_points": [dict(chartpoints.point("attention", "flash", 170.9), roof=roof),
+                                dict(chartpoints.point("softmax", "unfused", 1.25, unit="vector"),
+                                     roof=roof)]}
     charts = chartdata.plan(dict(qwen, sections=[section]))[0]
     assert [c["device"]["key"] for c in charts] == [d["key"] for d in qwen["devices"]]
     assert {p["series"] for p in charts[0]["points"]} == {"flash", "unfused"}
 
 
 def test_points_sit_on_the_roof(qwen):
-    dev = qwen["devices"][0]
-    ridge = dev["tensor_peak"] / dev["bandwidth"]
-    below, above = chartdata.point("x", "s", ridge / 4), chartdata.point("y", "s", ridge * 4)
-    assert chartdata.attained(below, dev) == pytest.approx(ridge / 4 * dev["bandwidth"])
-    assert chartdata.attained(above, dev) == dev["tensor_peak"]
-    vec = chartdata.point("z", "s", 1e6, unit="vector")
-    assert chartdata.attained(vec, dev) == dev["vector_peak"]
+    """Each point's height is min(peak, intensity x bandwidth) of its unit's roof, computed with
+    the section; the chart draws exactly that number."""
+    devices = {d["key"]: d for d in qwen["devices"]}
+    seen = set()
+    for i, section in enumerate(qwen["sections"]):
+        for chart in chartdata.plan_section(i, section, qwen):
+            if chart["kind"] == "roofline":
+                assert all(p["attained"] == p["roof"][chart["device"]["key"]] for p in chart["points"])
+        for p in section["chart_points"]:
+            for key, height in p["roof"].items():
+                dev = devices[key]
+                peak = dev["tensor_peak"] if p["unit"] == "matrix" else dev["vector_peak"] or dev["tensor_peak"]
+                if p["flops_per_s"] is None:
+                    assert height == pytest.approx(min(peak, p["intensity"] * dev["bandwidth"]))
+                    seen.add("roof" if height == peak else "slope")
+    assert seen == {"roof", "slope"}
 
 
 def test_gemm_sweep_crosses_the_ridge_where_the_table_says(qwen):

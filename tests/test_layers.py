@@ -9,7 +9,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "rooflinec"
 RENDER_STAGE = ("render.py", "chartdata.py", "charts.py", "mathml.py", "quantities.py")
 COMPUTING = {"ir", "evaluate", "lower", "passes", "flash", "workbench", "sweep", "derive",
-             "efficiency", "analyses", "ops", "params", "custom"}
+             "efficiency", "analyses", "ops", "params", "custom", "lower_custom", "chartpoints"}
 
 
 def _imports(path: Path) -> set[str]:
@@ -32,3 +32,10 @@ def test_render_stage_imports_no_computing_module(module):
 
 def test_the_check_sees_imports():
     assert "workbench" in _imports(PACKAGE / "analyses" / "__init__.py")
+
+
+def test_chartdata_reads_heights_it_does_not_compute():
+    """Where a point sits is computed with the analyses (chartpoints); the chart data only
+    reads it: its source holds no peak, bandwidth or min()."""
+    source = (PACKAGE / "chartdata.py").read_text(encoding="utf-8")
+    assert "min(" not in source and "bandwidth\"]" not in source and "_peak" not in source

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rooflinec import chartpoints
 from rooflinec.errors import DeviceLacks, SpecError
 from rooflinec.options import parse as parse_options
 from rooflinec.spec import Study
@@ -49,7 +50,9 @@ def run(study: Study, on_section=None, bench: Workbench | None = None) -> list[d
             problems.extend(found)
             continue
         try:
-            sections.append({"kind": key, "title": title, **fn(ctx, parse_options(key, options))})
+            section = {"kind": key, "title": title, **fn(ctx, parse_options(key, options))}
+            section["chart_points"] = chartpoints.section_points(section, study.devices, study.dtype)
+            sections.append(section)
             if on_section is not None and not problems:
                 on_section(len(sections) - 1, sections[-1])
         except SpecError as exc:

@@ -8,7 +8,7 @@ from rooflinec import efficiency as E
 from rooflinec import params as P
 from rooflinec.analyses import analysis
 from rooflinec.evaluate import number
-from rooflinec.lower import Conventions, lower
+from rooflinec.lower import Conventions
 from rooflinec.symbols import S
 from rooflinec.units import parse_quantity
 
@@ -56,7 +56,7 @@ def training(ctx, params) -> dict:
     counted = P.count(ctx.model)
     n_params = int(number(counted.total, ctx.values))
     conv = Conventions(causal_halving=ctx.conventions.causal_halving, logits="all")
-    program = lower(ctx.model, "prefill", conv)
+    program = ctx.program("prefill", tp=1, conventions=conv)   # the whole model's FLOPs
     values = {**ctx.values, S: seq}
     value = lambda e: float(number(sp.sympify(e).xreplace({N: counted.total}), values))  # noqa: E731
     palm = E.palm_account(N)

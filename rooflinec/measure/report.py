@@ -89,7 +89,7 @@ def build(m: Measurement) -> dict:
 
 def chart(report: dict) -> dict:
     """The device's roofline with each op twice: on its roof (predicted) and where it ran."""
-    from rooflinec.chartdata import attained, point
+    from rooflinec.chartpoints import point
     dev = report["device"]
     pts = []
     for r in report["rows"]:
@@ -105,7 +105,7 @@ def chart(report: dict) -> dict:
     return {"kind": "roofline", "name": "measured",
             "title": f"{report['model']['name']}, {w['phase']} B={w['batch']} S={w['context']}: "
                      f"measured vs roofline",
-            "device": dev, "points": [dict(p, attained=attained(p, dev)) for p in pts]}
+            "device": dev, "points": [dict(p, attained=p["flops_per_s"]) for p in pts]}
 
 
 def render(report: dict, stem: str) -> dict[str, str]:
