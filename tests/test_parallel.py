@@ -164,24 +164,25 @@ def test_kv_heads_replicate_past_their_count_and_the_program_says_so():
     assert par.kv_bytes_per_token(m, 16, 1, 2) == 2 * 32 * 1 * 128 * 2
 
 
-def test_a_degree_that_splits_a_head_is_a_located_error(tmp_path):
-    (tmp_path / "s.yaml").write_text(
-        "model: llama-3.1-70b\ndevices: [h100-sxm]\nparallel: {tp: 3}\n"
-        "analyses: {params: {}}\n")
+def build_fails(tmp_path, study: str) -> str:
+    """Build `study` (written as s.yaml): it must fail with exit 1 and write nothing; its stderr."""
+    (tmp_path / "s.yaml").write_text(study)
     err = io.StringIO()
     assert run(["build", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o")], io.StringIO(), err) == 1
-    assert "s.yaml:3:" in err.getvalue() and "parallel.tp" in err.getvalue()
-    assert "does not divide the 64 query heads" in err.getvalue()
+    assert not (tmp_path / "o").exists()
+    return err.getvalue()
+
+
+def test_a_degree_that_splits_a_head_is_a_located_error(tmp_path):
+    msg = build_fails(tmp_path, "model: llama-3.1-70b\ndevices: [h100-sxm]\nparallel: {tp: 3}\n"
+                                "analyses: {params: {}}\n")
+    assert "s.yaml:3:" in msg and "parallel.tp" in msg and "does not divide the 64 query heads" in msg
 
 
 def test_expert_parallelism_on_a_dense_model_is_a_located_error(tmp_path):
-    (tmp_path / "s.yaml").write_text(
-        "model: llama-3.1-70b\ndevices: [h100-sxm]\nparallel:\n  tp: 8\n  ep: 4\n"
-        "analyses: {params: {}}\n")
-    err = io.StringIO()
-    assert run(["build", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o")], io.StringIO(), err) == 1
-    assert "s.yaml:5:" in err.getvalue() and "parallel.ep" in err.getvalue()
-    assert "this model has none" in err.getvalue()
+    msg = build_fails(tmp_path, "model: llama-3.1-70b\ndevices: [h100-sxm]\nparallel:\n  tp: 8\n"
+                                "  ep: 4\nanalyses: {params: {}}\n")
+    assert "s.yaml:5:" in msg and "parallel.ep" in msg and "this model has none" in msg
 
 
 def test_a_group_past_the_domain_needs_a_network(tmp_path):
@@ -327,15 +328,10 @@ def test_ledger_of_a_tp_study_lists_its_collectives(tmp_path):
 
 
 def test_a_device_without_a_link_is_a_located_error_when_tp_needs_one(tmp_path):
-    (tmp_path / "s.yaml").write_text(
-        "model: llama-3.1-8b\ndevices: [h100-sxm, rtx4090]\nanalyses:\n"
-        "  parallel_view: {tp: [1, 2], workloads: [{batch: 1, context: 1024}]}\n")
-    err = io.StringIO()
-    assert run(["build", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o")], io.StringIO(), err) == 1
-    msg = err.getvalue()
+    msg = build_fails(tmp_path, "model: llama-3.1-8b\ndevices: [h100-sxm, rtx4090]\nanalyses:\n"
+                                "  parallel_view: {tp: [1, 2], workloads: [{batch: 1, context: 1024}]}\n")
     assert "s.yaml:2:" in msg and "devices[1]" in msg
     assert "rtx4090" in msg and "scale-up interconnect" in msg and "add interconnect" in msg
-    assert not (tmp_path / "o").exists()
 
 
 def test_a_tp_study_fits_memory_per_device(tmp_path):
