@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from rooflinec.finite import settle
+
 def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "x"
 
@@ -98,13 +100,55 @@ SWEEPS = {"gemm_intensity": gemm_sweep, "sweep": throughput_sweep}
 SPLITS = {"parallel_view": tp_split}
 
 
+def for_section(report: dict, section: dict) -> dict:
+    """The report as one section sees it: the devices that section could evaluate."""
+    lacking = {row["device"] for row in section.get("lacking", ())}
+    if not lacking:
+        return report
+    return {**report, "devices": [d for d in report["devices"] if d["key"] not in lacking]}
+
+
+CHART_RANGE = (1e-100, 1e100)   # magnitudes a log axis is drawn over; 0 is left to the chart
+
+
+def _outside(node) -> float | None:
+    """A number in a chart's data that no log axis can show, if any."""
+    if isinstance(node, dict):
+        node = list(node.values())
+    if isinstance(node, (list, tuple)):
+        return next((x for x in map(_outside, node) if x is not None), None)
+    if isinstance(node, (int, float)) and not isinstance(node, bool) and node != 0:
+        if not CHART_RANGE[0] <= abs(node) <= CHART_RANGE[1]:   # NaN fails too
+            return node
+    return None
+
+
+def _checked(chart: dict) -> dict:
+    """`chart`, or `chart` with `left_out` saying why it is not drawn (the report shows that)."""
+    found: list = []
+    chart = settle(chart, "", found)
+    if found:
+        return dict(chart, left_out=f"it would plot a number that is not finite ({found[0]}); the "
+                                    "numbers are in the tables")
+    bad = _outside({k: v for k, v in chart.items() if k != "section"})
+    if bad is None:
+        return chart
+    return dict(chart, left_out=f"it would plot {float(bad):.3g}, outside the {CHART_RANGE[0]:g} to "
+                                f"{CHART_RANGE[1]:g} a log axis here is drawn over; the numbers are in "
+                                "the tables")
+
+
 def plan_section(index: int, section: dict, report: dict) -> list[dict]:
     """The charts of one section: rooflines per device, then its sweep chart if any."""
+    if section.get("omitted"):          # every device lacked a figure it needs
+        return []
+    report = for_section(report, section)
     charts = _roofline_charts(index, section, report)
     sweep = SWEEPS.get(section["kind"])
     extra = sweep(index, section, report) if sweep else None
     split = SPLITS.get(section["kind"])
-    return charts + ([extra] if extra else []) + (split(index, section, report) if split else [])
+    splits = split(index, section, report) if split else []
+    return [_checked(c) for c in charts + ([extra] if extra else []) + splits]
 
 
 def plan(report: dict) -> list[list[dict]]:

@@ -257,8 +257,8 @@ def roofline(chart: dict):
     fig, ax = _figure((SIZE[0], SIZE[1] + min(len(pts), 60) * 0.025 + extra), extra)
     ridge = dev["tensor_peak"] / dev["bandwidth"]
     xs = [p["intensity"] for p in pts]
-    xmin = 10 ** math.floor(math.log10(min(0.5, *xs)))
-    xmax = 10 ** math.ceil(math.log10(max(4 * ridge, *xs) * 1.5))
+    xmin = 10.0 ** math.floor(math.log10(min(0.5, *xs)))
+    xmax = 10.0 ** math.ceil(math.log10(max(4 * ridge, *xs) * 1.5))
     _roofs(ax, dev, xmin, xmax)
     for i, name in enumerate(series):
         mine = [p for p in pts if p["series"] == name]
@@ -365,7 +365,8 @@ DRAW = {"roofline": roofline, "sweep": sweep, "throughput": throughput, "split":
 
 
 def draw(chart: dict) -> str:
-    return _svg(DRAW[chart["kind"]](chart))
+    """The chart's SVG; "" for a chart left out (rooflinec.chartdata says why, the report shows it)."""
+    return "" if chart.get("left_out") else _svg(DRAW[chart["kind"]](chart))
 
 
 def _cores() -> int:

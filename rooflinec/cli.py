@@ -81,6 +81,9 @@ def _parser(stdout, stderr) -> _Parser:
     e.set_defaults(parser=e)
     e.add_argument("spec", metavar="SPEC")
     e.add_argument("op", metavar="OP", help="op name, e.g. q_proj, attention, lm_head")
+    e.add_argument("--variant", choices=("unfused", "fused", "flash", "ideal"), default=None,
+                   help="the program variant whose op is derived (default: the naive op, else "
+                        "the default variant's kernel); flash shows each device's tiles")
     quick.register(sub, streams, parents=[quiet])
     serving_cli.register(sub, streams, parents=[quiet])
     measure_cli.register(sub, streams, parents=[quiet])
@@ -105,7 +108,20 @@ def _formats(text: str) -> list[str]:
     return formats
 
 
-def _build_all(specs: list[str], painter=None, progress=None) -> list[tuple[dict, list | None]]:
+def _warn(study, stderr) -> None:
+    """Located warnings of the study's devices (figures far outside any accelerator), once."""
+    for line in dict.fromkeys(w for d in study.devices for w in d.warnings):
+        stderr.write(f"warning: {line}\n")
+
+
+def _lacking(path: str, rep: dict, stderr) -> None:
+    """What the report leaves out for a device lacking a figure, as build and explain say it."""
+    for section in rep["sections"]:
+        for row in section.get("lacking", ()):
+            stderr.write(f"note: {path}: {section['title']}: not evaluated on {row['device']}: {row['why']}\n")
+
+
+def _build_all(specs: list[str], painter=None, progress=None, stderr=None) -> list[tuple[dict, list | None]]:
     """Load and evaluate every study; raise one SpecError holding every problem.
 
     With a painter, each section's charts go to it as soon as the section is evaluated;
@@ -121,8 +137,12 @@ def _build_all(specs: list[str], painter=None, progress=None) -> list[tuple[dict
             if tickets is not None:
                 tickets.append(painter.submit(chartdata.plan_section(i, section, rep)))
         try:
-            built.append((report.build(spec.load_study(path),
-                                       heard if painter or progress else None), tickets))
+            study = spec.load_study(path)
+            if stderr is not None:
+                _warn(study, stderr)
+            built.append((report.build(study, heard if painter or progress else None), tickets))
+            if stderr is not None:
+                _lacking(path, built[-1][0], stderr)
         except SpecError as exc:
             problems.extend(exc.problems)
     if problems:
@@ -152,7 +172,7 @@ def cmd_build(args, stdout, stderr) -> int:
     # start matplotlib's import on the other core now; the studies are evaluated meanwhile
     painter = Painter() if charted and Painter.available() else None
     try:
-        outputs = _render_all(args, formats, painter, None if args.quiet else Progress(stderr))
+        outputs = _render_all(args, formats, painter, None if args.quiet else Progress(stderr), stderr)
     finally:
         if painter is not None:
             painter.close()
@@ -161,11 +181,11 @@ def cmd_build(args, stdout, stderr) -> int:
     return 0
 
 
-def _render_all(args, formats, painter, progress) -> dict[str, dict[str, str]]:
+def _render_all(args, formats, painter, progress, stderr=None) -> dict[str, dict[str, str]]:
     """{study stem: {path under --out: text}}."""
     from rooflinec.render import render_many
     outputs = {}
-    for path, (rep, tickets) in zip(args.specs, _build_all(args.specs, painter, progress)):
+    for path, (rep, tickets) in zip(args.specs, _build_all(args.specs, painter, progress, stderr)):
         svgs = (lambda tickets=tickets, path=path: [drawn(painter.result(t), path, progress)
                                                     for t in tickets]) \
             if tickets is not None else None
@@ -179,7 +199,7 @@ def _render_all(args, formats, painter, progress) -> dict[str, dict[str, str]]:
 
 
 def cmd_check(args, stdout, stderr) -> int:
-    _build_all(args.specs)
+    _build_all(args.specs, stderr=stderr)
     for path in args.specs:
         stdout.write(f"{path}: ok\n")
     return 0
@@ -187,7 +207,7 @@ def cmd_check(args, stdout, stderr) -> int:
 
 def cmd_explain(args, stdout, stderr) -> int:
     from rooflinec.explain import explain
-    stdout.write(explain(args.spec, args.op))
+    stdout.write(explain(args.spec, args.op, args.variant))
     return 0
 
 

@@ -40,10 +40,14 @@ class Declared:
     crossing: sp.Symbol | None
     shape: str
     at: tuple[tuple[str, Problem], ...]   # where its entry, name, after, before are written
+    params: sp.Expr = sp.Integer(0)       # weights it holds, one copy (× L when per_layer)
+    cache: sp.Expr = sp.Integer(0)        # cache bytes per token of context, one copy
 
     def problem(self, message: str, key: str = "") -> Problem:
         return replace(dict(self.at).get(key) or dict(self.at)[""], message=message)
 
+
+# --- reading the spec ----------------------------------------------------------------
 
 def declare(doc: Located) -> tuple[tuple, tuple, list[Problem]]:
     """(dimensions as (name, value) pairs, Declared ops, problems) from a model document.
@@ -106,6 +110,8 @@ def _operator(doc: Located, path: tuple, entry: dict, alphabet) -> tuple[Declare
             "digits or '_' (at most 64), e.g. rope or moe_router")))
     flops = _formula(doc, path + ("flops",), entry.get("flops"), alphabet, problems)
     traffic = _traffic(doc, path, entry.get("bytes"), alphabet, problems)
+    held = {key: _held(doc, path + (key,), entry.get(key, 0), alphabet, problems, free)
+            for key, free in (("params", set(sym.WORKLOAD) | {sym.b}), ("cache_per_token", set(sym.WORKLOAD)))}
     if flops is None or traffic is None or problems:
         return None, problems
     cost = Cost(flops, traffic)
@@ -121,7 +127,8 @@ def _operator(doc: Located, path: tuple, entry: dict, alphabet) -> tuple[Declare
                for key in ("", "name", "after", "before"))
     return Declared(name, entry.get("category", "custom"), entry.get("unit", "vector"),
                     entry.get("runs", "per_layer"), entry.get("after"), entry.get("before"), cost, knob,
-                    entry.get("shape") or f"declared in {doc.file}", at), []
+                    entry.get("shape") or f"declared in {doc.file}", at,
+                    held["params"], held["cache_per_token"]), []
 
 
 def _formula(doc: Located, path: tuple, text, alphabet, problems: list) -> sp.Expr | None:
@@ -134,8 +141,34 @@ def _formula(doc: Located, path: tuple, text, alphabet, problems: list) -> sp.Ex
         line, col = doc.where(path)
         if path in doc.plain:   # the text starts where the value does: point at the character
             col += exc.column - 1
-        problems.append(Problem(doc.file, line, col, format_path(path), exc.message))
+        problems.append(Problem(doc.file, line, col, format_path(path), exc.message + _cut(str(text))))
         return None
+
+
+def _cut(text: str) -> str:
+    """A formula with a call left open was most likely cut at a comma by YAML's flow mapping
+    ({flops: max(M, 1)} is the keys 'flops' and '1)'): say so."""
+    if text.count("(") <= text.count(")"):
+        return ""
+    return ("; in a YAML flow mapping { ... } a comma ends the value, so a formula with commas "
+            f"(min, max) must be quoted, e.g. \"{text}, ...)\"")
+
+
+def _held(doc: Located, path: tuple, text, alphabet, problems: list, barred: set) -> sp.Expr:
+    """What an operator holds in memory (parameters, cache bytes per token): a formula that
+    does not depend on the workload (nor, for parameters, on bytes per element)."""
+    expr = _formula(doc, path, text, alphabet, problems)
+    if expr is None:
+        return sp.Integer(0)
+    used = sorted(map(str, expr.free_symbols & barred))
+    if used:
+        problems.append(doc.problem(path, (
+            f"'{expr}' depends on {', '.join(used)}; what an operator holds is fixed by the "
+            f"model, so write it over the model's dimensions"
+            + ("" if "b" not in used else " (parameters are counted, not bytes: leave out b)"))))
+    elif expr.is_nonnegative is not True:
+        problems.append(doc.problem(path, f"'{expr}' may be negative for some positive dimensions"))
+    return expr
 
 
 def _traffic(doc: Located, path: tuple, spec, alphabet, problems: list) -> tuple | None:

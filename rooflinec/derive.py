@@ -9,6 +9,7 @@ from functools import lru_cache
 
 import sympy as sp
 
+from rooflinec import piecewise, timebox
 from rooflinec.ir import Op, factored, intensity
 from rooflinec.symbols import S
 
@@ -81,14 +82,20 @@ def _crossing(expr: sp.Expr, var: sp.Symbol, fixed: frozenset, ridge: sp.Rationa
         return _crossing_general(num, den, var, ridge)
     if p.eval(1) / q.eval(1) >= ridge:   # the first candidate below holds: no roots needed
         return Crossing(var, 1, _leading_ratio(p, q))
-    try:
-        # intensity >= ridge  <=>  num - ridge * den >= 0, since den > 0
-        roots = [r for r in (p - q * ridge).real_roots() if r > 0]
-    except sp.PolynomialError:
-        roots = []
+    # intensity >= ridge  <=>  num - ridge * den >= 0, since den > 0; past the budget, searched
+    roots = timebox.run(timebox.ROOTS_S, lambda: _positive_roots(p - q * ridge), lambda: None)
+    if roots is None:
+        return _crossing_general(num, den, var, ridge)
     candidates = sorted({1, *(max(1, int(math.ceil(r))) for r in roots)})
     at = next((c for c in candidates if p.eval(c) / q.eval(c) >= ridge), None)
     return Crossing(var, at, _leading_ratio(p, q))
+
+
+def _positive_roots(poly: sp.Poly) -> list:
+    try:
+        return [r for r in poly.real_roots() if r > 0]
+    except sp.PolynomialError:
+        return []
 
 
 def _leading_ratio(p: sp.Poly, q: sp.Poly) -> sp.Expr:
@@ -100,33 +107,18 @@ def _leading_ratio(p: sp.Poly, q: sp.Poly) -> sp.Expr:
     return factored(p.LC() / q.LC())
 
 
-SEARCH_DOUBLINGS = 40   # a declared op's knob is searched up to 2^40
-
-
 def _crossing_general(num: sp.Expr, den: sp.Expr, var: sp.Symbol, ridge: sp.Rational) -> Crossing:
-    """Intensity not rational in `var` (a declared op's min, max, ceil): doubling finds a power
-    of two at which it is compute-bound, bisection the first value after the last power that
-    is not (the smallest crossing wherever intensity rises with `var`), all evaluated exactly."""
-    bound = lambda x: num.xreplace({var: x}) / den.xreplace({var: x}) >= ridge  # noqa: E731
-    supremum = _limit(num / den, var)
-    if bound(1):
-        return Crossing(var, 1, supremum)
-    lo = 1   # not compute-bound here
-    for k in range(1, SEARCH_DOUBLINGS + 1):
-        hi = 2 ** k
-        if bound(hi):
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                lo, hi = (lo, mid) if bound(mid) else (mid, hi)
-            return Crossing(var, hi, supremum)
-        lo = hi
-    return Crossing(var, None, supremum)
+    """Intensity not rational in `var` (a declared op's min, max, ceil): searched, exactly
+    (rooflinec.piecewise.first_true)."""
+    at = piecewise.first_true(lambda x: piecewise.at(num, var, x) / piecewise.at(den, var, x) >= ridge)
+    return Crossing(var, at, _limit(num / den, var))
 
 
 def _limit(f: sp.Expr, var: sp.Symbol) -> sp.Expr | None:
-    """lim f as var -> oo; None where sympy cannot say (a user formula with min, max ...)."""
+    """lim f as var -> oo; None where sympy cannot say (a user formula with min, max ...) or
+    does not within the time budget."""
     try:
-        return limit_at_infinity(f, var)
+        return timebox.run(timebox.LIMIT_S, lambda: limit_at_infinity(f, var), lambda: None)
     except (NotImplementedError, ValueError, TypeError):
         return None
 

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from rooflinec import piecewise, timebox
 from rooflinec.derive import exact
+from rooflinec.evaluate import number
 from rooflinec.ir import Program
 from rooflinec.symbols import B, L, M, S, b, d_head, n_kv, n_q
 from rooflinec.workbench import Roofline
@@ -36,6 +38,8 @@ RECOMPUTE = {
     "full": (sp.Integer(1), sp.Integer(1), "the whole forward runs twice (full activation checkpointing)"),
     "palm": (sp.Rational(3, 4), sp.Integer(1),
              "PaLM's: 75% of the non-attention forward and all of the attention forward run again"),
+    "selective": (sp.Integer(0), sp.Integer(1),
+                  "selective (Korthikanti et al. 2022): only the attention forward runs again"),
 }
 
 
@@ -96,7 +100,8 @@ def palm_account(n_params: sp.Expr, sequence=S) -> Account:
 def _per_token(program: Program, keep) -> sp.Expr:
     total = sp.Add(*(op.cost.flops * op.repeat for op in program.ops if keep(op)))
     tokens = (M * 1).subs(program.bindings)    # tokens through the layers: B·S in prefill
-    return sp.factor(sp.cancel(total.subs(program.bindings) / tokens))
+    per_token = total.subs(program.bindings) / tokens
+    return timebox.run(timebox.SIMPLIFY_S, lambda: sp.factor(sp.cancel(per_token)), lambda: per_token)
 
 
 def ledger_account(program: Program) -> Account:
@@ -117,7 +122,7 @@ def difference(convention: Account, ledger: Account, n_params: sp.Expr) -> list[
     return [
         {"term": "weights", "flops": _tidy(3 * (convention.dense_matrix - ledger.dense_matrix)),
          "params": _tidy(n_params - ledger.dense_matrix / 2),
-         "why": "6N counts every parameter; the ledger's matmuls use only matrix weights "
+         "why": "6N counts each of N's parameters; the ledger's matmuls use only matrix weights "
                 "(norm scales, biases and an untied input table do no matmul), 6 FLOPs per parameter"},
         {"term": "attention", "flops": _tidy(3 * (convention.attention_matrix - ledger.attention_matrix)),
          "why": "12·L·H·Q·T computes every score; a ledger that skips the causal half counts half"},
@@ -193,8 +198,9 @@ def step_terms(program: Program, values: dict, peak, bandwidth) -> Terms:
         if f != 0:
             compute += f / peak(op)
         flops += f
-    return Terms(sp.expand(flops), sp.expand(nbytes), sp.expand(compute),
-                 sp.expand(nbytes / exact(bandwidth)))
+    terms = (flops, nbytes, compute, nbytes / exact(bandwidth))
+    return timebox.run(timebox.SIMPLIFY_S, lambda: Terms(*map(sp.expand, terms)),
+                       lambda: Terms(*terms))   # not expanded: the same values, slower to evaluate
 
 
 @dataclass(frozen=True)
@@ -208,9 +214,13 @@ class Crossover:
 
 
 def crossover(terms: Terms, context: int) -> Crossover:
-    """Both terms are linear in B at a fixed S: c0 + c1·B and m0 + m1·B."""
-    c = sp.Poly(terms.compute.xreplace({S: context}), B)
-    m = sp.Poly(terms.memory.xreplace({S: context}), B)
+    """Both terms are linear in B at a fixed S: c0 + c1·B and m0 + m1·B (or piecewise: searched)."""
+    if piecewise.has_piecewise(terms.compute, B) or piecewise.has_piecewise(terms.memory, B):
+        return _crossover_searched(terms, context)
+    c = piecewise.polynomial(terms.compute.xreplace({S: context}), B)
+    m = piecewise.polynomial(terms.memory.xreplace({S: context}), B)
+    if c is None or m is None or c.degree() > 1 or m.degree() > 1:
+        return _crossover_searched(terms, context)
     c0, c1 = c.coeff_monomial(1), c.coeff_monomial(B)
     m0, m1 = m.coeff_monomial(1), m.coeff_monomial(B)
     ceiling = float(1 / max(c1, m1)) if max(c1, m1) > 0 else math.inf
@@ -219,6 +229,23 @@ def crossover(terms: Terms, context: int) -> Crossover:
         return Crossover(context, at, max(1, int(math.ceil(at))), ceiling)
     first = 1 if (c1 == m1 and c0 >= m0) else None   # parallel lines, or memory pulls away
     return Crossover(context, None, first, ceiling)
+
+
+def _crossover_searched(terms: Terms, context: int) -> Crossover:
+    """Terms a declared op made piecewise (ceil, min, max) or nonlinear in B: the first
+    compute-bound batch is searched, `at` is that batch (no meeting point is solved for),
+    and the ceiling is tokens/s at the end of the search, B = 2^40."""
+    def step(batch) -> tuple:
+        point = {B: batch, S: context}
+        return number(terms.compute, point), number(terms.memory, point)
+
+    def compute_bound(batch) -> bool:
+        compute, memory = step(batch)
+        return compute >= memory
+    first = piecewise.first_true(compute_bound)
+    far = piecewise.far()
+    ceiling = far / max(step(far))
+    return Crossover(context, None if first is None else sp.Integer(first), first, ceiling)
 
 
 def fit_tokens(capacity: int, weight_bytes: int, kv_per_token: int) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -18,7 +19,28 @@ class Problem:
     message: str    # what is wrong; what is accepted
 
     def __str__(self) -> str:
-        return one_line(f"{self.file}:{self.line}:{self.col}: {self.path}: {self.message}")
+        return one_line(f"{self.file}:{self.line}:{self.col}: {capped(self.path)}: {capped(self.message)}")
+
+
+MAX_RUN = 200        # characters of one unbroken word a message quotes in full (a file path fits)
+MAX_MESSAGE = 2000   # characters of one message
+_RUN = re.compile(r"\S{%d,}" % (MAX_RUN + 1))
+
+
+def shortened(text: str, keep: int = 60) -> str:
+    """The start of a long `text` and its length: a message quotes a value, not a file."""
+    return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"
+
+
+def _short_run(match) -> str:
+    head, run, tail = re.fullmatch(r"(\W{0,3})(.*?)(\W{0,3})", match.group(), re.DOTALL).groups()
+    return head + shortened(run) + tail   # the quotes and ';' around a value stay whole
+
+
+def capped(text: str) -> str:
+    """`text` with every word over MAX_RUN characters, and the whole over MAX_MESSAGE, shortened."""
+    text = _RUN.sub(_short_run, text)
+    return text if len(text) <= MAX_MESSAGE else shortened(text, MAX_MESSAGE)
 
 
 # control characters a spec may smuggle into a key or value: one problem stays one line
@@ -40,11 +62,18 @@ class SpecError(RooflineError):
         super().__init__("\n".join(map(str, self.problems)))
 
 
-class DeviceLacks(RooflineError):
+class DeviceError(RooflineError):
+    """One device cannot serve what the study asks of it; `analyses.run` locates it at the device."""
+
+    def __init__(self, device, message: str):
+        super().__init__(message)
+        self.device = device
+
+
+class DeviceLacks(DeviceError):
     """A device lacks a figure the study needs: a peak for an op's unit and dtype, or the
-    on-chip memory FlashAttention's tiles come from. `analyses.run` locates it at the device."""
+    on-chip memory FlashAttention's tiles come from."""
 
     def __init__(self, device, figure: str, field: str, needed_by: str):
-        super().__init__(f"device '{device.key}' lists no {figure}, which {needed_by} needs; "
-                         f"add {field} to its hardware spec")
-        self.device = device
+        super().__init__(device, f"device '{device.key}' lists no {figure}, which {needed_by} needs; "
+                                 f"add {field} to its hardware spec")

@@ -75,12 +75,20 @@ def _compiled(expr: sp.Expr):
         return args, sp.lambdify(args, expr, modules="math", docstring_limit=0)
 
 
+class Unbound(ValueError):
+    """An expression uses a symbol the analysis gives no value (a declared op brought it in)."""
+
+    def __init__(self, missing):
+        self.names = sorted(map(str, missing))
+        super().__init__(f"no value for {', '.join(self.names)}")
+
+
 def number(expr: sp.Expr, values: dict[sp.Symbol, float]):
     """Evaluate `expr` at `values` (every symbol it uses must be given)."""
     expr = sp.sympify(expr)
     missing = expr.free_symbols - values.keys()
     if missing:
-        raise ValueError(f"no value for {sorted(map(str, missing))} in {expr}")
+        raise Unbound(missing)
     args, fn = _compiled(expr)
     return fn(*(values.get(s, 0) for s in args))
 

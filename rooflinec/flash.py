@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rooflinec.errors import DeviceError
 from rooflinec.ir import Op, Program
 from rooflinec.ops import FORMULAS
 from rooflinec.symbols import B, L, S, b, d_head, n_kv, n_q
@@ -25,8 +26,19 @@ def sram_elements(device, bytes_per_element) -> int | None:
     return int(device.sram_per_sm // bytes_per_element)
 
 
-def blocks(sram: int, d: int) -> Blocks:
+class SramTooSmall(DeviceError):
+    """One SM's SRAM holds less than one tile: the Q, K, V and O rows of one step (4d elements)."""
+
+    def __init__(self, device, sram: int, d: int):
+        super().__init__(device, f"device '{getattr(device, 'key', device)}' has {sram} elements of "
+                                 f"SRAM per SM, fewer than one FlashAttention tile needs (4 x d_head = "
+                                 f"{4 * d}); give its real on_chip.sram_per_sm or choose the 'ideal' variant")
+
+
+def blocks(sram: int, d: int, device=None) -> Blocks:
     # Algorithm 1, line 1: Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d)
+    if sram < 4 * d:   # Bc would be 1 only by rounding up, and the tile would not fit
+        raise SramTooSmall(device, sram, d)
     cols = math.ceil(sram / (4 * d))
     return Blocks(sram, min(cols, d), cols)
 

@@ -9,6 +9,11 @@ climber accept exactly:
 - ``+ - * /``, powers ``**`` or ``^`` with a small whole-number exponent, unary minus;
 - parentheses, and calls to ``min``, ``max``, ``ceil`` and ``floor``.
 
+Budgets, checked before sympy simplifies anything: at most MAX_CHARS characters,
+MAX_DEPTH levels of nesting, MAX_SYMBOLS distinct symbols, no symbol raised past
+MAX_EXPONENT once the formula is multiplied out (so ``(M**16)**16`` and ``M**16*M`` are
+refused, not just ``M**17``), and at most MAX_TERMS terms when multiplied out.
+
 Anything else raises FormulaError with the 1-based column where it starts and a
 message saying what is wrong and what is accepted.
 
@@ -19,6 +24,7 @@ associative, so ``-x**2`` is ``-(x**2)`` and ``2**-1`` is ``1/2``).
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass
 
 import sympy as sp
@@ -27,6 +33,8 @@ MAX_CHARS = 1000
 MAX_DEPTH = 50          # nested parentheses, unary signs, powers and calls
 MAX_EXPONENT = 16       # |n| in x**n
 MAX_BITS = 4096         # size of a number a power may build: 2**4096 is plenty
+MAX_SYMBOLS = 24        # distinct symbols in one formula
+MAX_TERMS = 256         # terms of the formula multiplied out (an upper bound, not expanded)
 
 FUNCTIONS = {"min": sp.Min, "max": sp.Max, "ceil": sp.ceiling, "floor": sp.floor}
 _ARITY = {"min": "two or more arguments", "max": "two or more arguments",
@@ -193,6 +201,7 @@ class _Parser:
             if op == "/" and right.is_zero:
                 raise FormulaError("division by zero; a divisor must not be 0", column)
             left = left * right if op == "*" else left / right
+            _check_degree(left, column)
         return left
 
     def unary(self) -> sp.Expr:
@@ -214,7 +223,9 @@ class _Parser:
         column = self.tok.column
         exponent = self.unary()     # right associative: 2**3**2 is 2**9; 2**-1 is 1/2
         self.depth -= 1
-        return _power(base, exponent, base_column, column)
+        result = _power(base, exponent, base_column, column)
+        _check_degree(result, op.column)
+        return result
 
     def atom(self) -> sp.Expr:
         token = self.tok
@@ -293,6 +304,58 @@ def _power(base: sp.Expr, exponent: sp.Expr, base_column: int, column: int) -> s
     return base ** exponent
 
 
+def degrees(expr: sp.Expr) -> dict:
+    """An upper bound of the power each symbol reaches in `expr` multiplied out (a negative
+    power counts by its size: 1/M**20 is as hard on the polynomial tools as M**20)."""
+    if expr.is_Symbol:
+        return {expr: 1}
+    if expr.is_Pow and expr.exp.is_Integer:
+        return {s: d * abs(int(expr.exp)) for s, d in degrees(expr.base).items()}
+    out: dict = {}
+    for arg in expr.args:
+        for s, d in degrees(arg).items():
+            out[s] = out.get(s, 0) + d if expr.is_Mul else max(out.get(s, 0), d)
+    return out
+
+
+def _check_degree(expr: sp.Expr, column: int) -> None:
+    over = {s: d for s, d in degrees(expr).items() if d > MAX_EXPONENT}
+    if over:
+        s, d = max(over.items(), key=lambda item: item[1])
+        raise FormulaError(f"{s} reaches the power {d} once multiplied out; powers of a symbol "
+                           f"are limited to {MAX_EXPONENT} (nested or repeated powers count in full)",
+                           column)
+
+
+def expanded_terms(expr: sp.Expr) -> int:
+    """An upper bound of the number of terms of `expr` multiplied out, without expanding it:
+    a sum of t terms to the n-th power has at most C(t + n - 1, n)."""
+    if expr.is_Atom:
+        return 1
+    if expr.is_Pow and expr.exp.is_Integer:
+        t, n = expanded_terms(expr.base), abs(int(expr.exp))
+        return math.comb(t + n - 1, n) if t > 1 else 1
+    counts = [expanded_terms(a) for a in expr.args]
+    if expr.is_Add:
+        return sum(counts)
+    if expr.is_Mul:
+        return math.prod(counts)
+    return max(1, sum(counts))   # min, max, ceil, floor: their arguments are multiplied out apart
+
+
+def check_budget(expr: sp.Expr) -> None:
+    """The budgets a whole formula must keep (see the module docstring), column 1."""
+    symbols = expr.free_symbols
+    if len(symbols) > MAX_SYMBOLS:
+        raise FormulaError(f"formula uses {len(symbols)} distinct symbols; at most {MAX_SYMBOLS} "
+                           "are accepted", 1)
+    terms = expanded_terms(expr)
+    if terms > MAX_TERMS:
+        raise FormulaError(f"formula multiplies out to about {terms} terms; at most {MAX_TERMS} "
+                           "are accepted (write the cost as the kernel computes it, not a "
+                           "high power of a sum)", 1)
+
+
 def _short(expr: sp.Expr, limit: int = 40) -> str:
     text = str(expr)
     return text if len(text) <= limit else text[:limit - 3] + "..."
@@ -311,6 +374,7 @@ def parse_formula(text: str, alphabet: dict[str, sp.Symbol]) -> sp.Expr:
         raise FormulaError(f"formula is {len(text)} characters; at most {MAX_CHARS} are accepted",
                            MAX_CHARS + 1)
     expr = _Parser(text, alphabet).formula()
+    check_budget(expr)
     if expr.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
         raise FormulaError("formula divides by zero somewhere; every divisor must be nonzero", 1)
     return expr

@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from rooflinec import yamlio
+from rooflinec import validate, yamlio
 from rooflinec.errors import Problem, SpecError
 
 # Fields that change no FLOP or byte count, and why; read for every architecture.
@@ -245,6 +245,9 @@ def convert(path: str, hf_id: str | None = None) -> tuple[str, list[Problem]]:
     doc = yamlio.load(file)
     if not isinstance(doc.data, dict):
         raise SpecError([doc.problem((), "expected a config.json: a mapping of fields")])
+    problems = validate.numbers(doc, doc.data)   # finite, integers exact: as in any spec
+    if problems:
+        raise SpecError(problems)
     r = Reader(doc)
     r.used.update({"model_type", "_name_or_path"})   # read for the name, or only informative
     archs = r.get("architectures")

@@ -7,6 +7,8 @@ from functools import lru_cache
 
 import sympy as sp
 
+from rooflinec import timebox
+
 from rooflinec import symbols as sym
 
 from rooflinec.vocabulary import CATEGORIES, TRAFFIC_CLASSES, UNITS  # noqa: F401 (re-exported)
@@ -44,8 +46,9 @@ class Cost:
 
 @lru_cache(maxsize=4096)
 def factored(expr: sp.Expr) -> sp.Expr:
-    """sp.factor, once per expression: phases, variants and analyses share many costs."""
-    return sp.factor(expr)
+    """sp.factor, once per expression: phases, variants and analyses share many costs.
+    Not simplified (returned as written) where factoring runs past its time budget."""
+    return timebox.run(timebox.SIMPLIFY_S, lambda: sp.factor(expr), lambda: expr)
 
 
 @lru_cache(maxsize=None)

@@ -64,3 +64,8 @@ def _position(ops: list[Op], d: custom.Declared, tail: dict) -> int | None:
 def symbols(model) -> tuple[sp.Symbol, ...]:
     """The model's extra dimension symbols, in the order declared."""
     return tuple(sym.extra_values(model))
+
+
+def cache_per_token(model) -> sp.Expr:
+    """Cache bytes per token of context the model's declared operators keep."""
+    return sp.Add(*(d.cache * RUNS[d.runs] for d in model.operators))

@@ -10,11 +10,12 @@ model (Hugging Face id), device (hardware spec name), engine, engine_version, we
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from dataclasses import dataclass
 
-from rooflinec import catalog, spec
+from rooflinec import catalog, spec, yamlio
 from rooflinec.errors import Problem, SpecError
 from rooflinec.serving_model import Run
 
@@ -43,12 +44,10 @@ class Row:
 
 def read(file: str) -> list[Row]:
     """Every row of a measurements CSV; every problem located as file:line:col: column: what."""
-    try:
-        if os.path.getsize(file) > MAX_BYTES:
-            raise SpecError([Problem(file, 1, 1, "(file)", f"larger than {MAX_BYTES // 2**20} MiB")])
-        with open(file, encoding="utf-8-sig", newline="") as fh:   # a spreadsheet's BOM is fine
-            lines = list(csv.reader(fh))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+    raw = yamlio.read_bytes(file, MAX_BYTES, "measurements CSV", "a UTF-8 CSV text file")
+    try:   # utf-8-sig: a spreadsheet's BOM is fine
+        lines = list(csv.reader(io.StringIO(raw.decode("utf-8-sig"), newline="")))
+    except (UnicodeDecodeError, csv.Error) as exc:
         raise SpecError([Problem(file, 1, 1, "(file)", f"cannot read it as UTF-8 CSV: {exc}")]) from None
     if not lines:
         raise SpecError([Problem(file, 1, 1, "(header)", "empty file; expected a header row: "
@@ -89,8 +88,8 @@ def _row(file, n, header, cells, problems) -> Row | None:
     out, before = {}, len(problems)
     for name in INTEGERS:
         text = value[name]
-        if not (text.isascii() and text.isdigit()) or int(text) < 1:
-            problems.append(_at(file, n, header, cells, name, f"'{text}' is not a whole number >= 1"))
+        if not (text.isascii() and text.isdigit()) or len(text) > 15 or int(text) < 1:
+            problems.append(_at(file, n, header, cells, name, f"'{text}' is not a whole number >= 1 of at most 15 digits"))
         else:
             out[name] = int(text)
     for name in TIMES:

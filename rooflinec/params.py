@@ -133,4 +133,11 @@ def _head(model) -> list[Component]:
 def count(model) -> Params:
     """Every parameter of the model, one component per kind of tensor."""
     parts = _embeddings(model) + _attention(model) + _mlp(model) + _norms(model) + _head(model)
-    return Params(model.name, tuple(parts))
+    return Params(model.name, tuple(parts + _declared(model)))
+
+
+def _declared(model) -> list[Component]:
+    """Weights the model spec's own operators hold (not assumed to meet every token)."""
+    from rooflinec.lower_custom import RUNS
+    return [Component(d.name, "declared", d.params, RUNS[d.runs], False, False, "declared by the model spec")
+            for d in model.operators if d.params != 0]

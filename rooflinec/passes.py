@@ -31,7 +31,7 @@ class Target:
     @property
     def tiles(self) -> flash.Blocks | None:
         sram = flash.sram_elements(self.device, self.bytes_per_element)
-        return None if sram is None else flash.blocks(sram, self.head_dim)
+        return None if sram is None else flash.blocks(sram, self.head_dim, self.device)
 
 
 def fuse_epilogues(program: Program, target: Target) -> Program:

@@ -12,10 +12,11 @@ import os
 
 from rooflinec import catalog
 from rooflinec.errors import RooflineError, UsageError, one_line
+from rooflinec.summary import CONTEXT, PROMPT
 
 SERVE_EPILOG = """\
 MODEL is a catalog name (rooflinec models), a model spec YAML, or a Hugging Face config.json
-(or the model folder holding one). The figures are roofline lower bounds for the flash variant:
+(or the model folder holding one). The figures are roofline lower bounds for the ideal variant:
 decode tokens/s per batch at the context, time to first token for one prompt, memory fit
 (weights and KV cache), and what bounds each step.
 """
@@ -39,9 +40,9 @@ def register(sub, streams, parents=()) -> None:
     s.add_argument("--device", required=True, metavar="NAME",
                    help="a catalog device (rooflinec devices) or a hardware spec YAML")
     s.add_argument("--batch", default="1,8,64", metavar="LIST", help="batch sizes (default: 1,8,64)")
-    s.add_argument("--context", default=4096, type=int, metavar="S",
+    s.add_argument("--context", default=CONTEXT, type=int, metavar="S",
                    help="tokens in the KV cache while decoding (default: 4096)")
-    s.add_argument("--prompt", default=2048, type=int, metavar="S",
+    s.add_argument("--prompt", default=PROMPT, type=int, metavar="S",
                    help="prompt tokens for the time to first token (default: 2048)")
     s.add_argument("--dtype", default="bf16", metavar="DTYPE", help="default: bf16")
     s.add_argument("--json", action="store_true", help="the serving section as JSON")
@@ -176,17 +177,15 @@ def _counts(text: str, flag: str) -> list[int]:
 
 
 def serving_section(model, device, dtype: str, batches, context: int, prompt: int) -> dict:
-    """The adapter: the study's serving analysis, run on one model and one device."""
-    from rooflinec import yamlio
-    from rooflinec.analyses import ANALYSES
-    from rooflinec.options import parse
+    """The adapter: the study's serving analysis, run on one model and one device (through
+    analyses.run, so the study's budgets, time boxes and finite numbers hold here too)."""
+    from rooflinec import analyses, yamlio
     from rooflinec.spec import Study
-    from rooflinec.workbench import Workbench
     where = yamlio.Located("<command line>", {}, {}, {})
     options = {"batch": batches, "contexts": [context], "prompts": [prompt]}
     study = Study(file="<command line>", stem="serve", title="serve", model=model, devices=(device,),
                   dtype=dtype, conventions={}, doc=where, analyses={"serving": options})
-    return ANALYSES["serving"][1](Workbench(study), parse("serving", options))
+    return analyses.run(study)[0]
 
 
 def cmd_serve(args, stdout, stderr) -> int:
@@ -205,6 +204,7 @@ def cmd_serve(args, stdout, stderr) -> int:
     if args.json:
         stdout.write(json.dumps({"model": model.name, "device": device.key, "dtype": args.dtype,
                                  "context": args.context, "prompt": args.prompt,
+                                 "summary": _plain(_answers(device, args.dtype, section)),
                                  "serving": _plain(section)}, indent=1) + "\n")
     else:
         stdout.write(summary(model, device, args.dtype, section))
@@ -220,20 +220,21 @@ def _plain(value):
     return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
 
 
+def _answers(device, dtype: str, section: dict) -> dict:
+    """The report's summary of this one device (`summary` owns it)."""
+    from rooflinec import summary as answers
+    from rooflinec.workbench import ridge
+    dev = {"key": device.key, "name": device.name,
+           "ridge_matrix": ridge(device.peak("matrix", dtype), device.bandwidth)}
+    return answers.answers(section, [dev], variant=section.get("variant"))
+
+
 def summary(model, device, dtype: str, section: dict) -> str:
-    """The serving section as the few lines a model report opens with."""
-    from rooflinec.quantities import gib, seconds, si
-    mem = section["memory"][0]
-    lines = [one_line(f"{model.name} on {device.name} ({device.key}), {dtype}, {section['variant']} "
-                      "variant: roofline lower bounds"),
-             f"weights {gib(section['weight_bytes'])}, KV cache {si(section['kv_per_token'], 'B')} per "
-             f"token; {gib(mem['capacity'])} holds "
-             + (f"the weights and {mem['kv_tokens']:,} tokens of KV cache" if mem["weights_fit"]
-                else "not even the weights")]
-    for row in section["prefill"]:
-        d = row["devices"][0]
-        lines.append(f"time to first token (prompt {row['prompt']:,}, batch 1): "
-                     f"{seconds(d['time_s'])}, {d['bound']}-bound")
+    """The serving section as the few lines a model report opens with (`summary` owns them),
+    and the decode batches asked for."""
+    from rooflinec import summary as answers
+    from rooflinec.quantities import gib, seconds
+    lines = [answers.text(model.name, dtype, _answers(device, dtype, section)).rstrip("\n")]
     lines.append(f"decode at context {section['steps'][0]['context']:,}:")
     table = [("batch", "tokens/s", "step", "bound", "memory needed", "fits")]
     for row in section["steps"]:

@@ -44,8 +44,10 @@ def pct(x, decimals: int = 1) -> str:
     return "—" if x is None else f"{100 * x:.{decimals}f}%"
 
 
+# the unit policy for bytes, stated in every report: bytes moved in decimal units (GB),
+# memory held (capacity, weights, KV cache that must fit) in binary units (GiB)
 FILTERS = {"formula": formula, "sig": sig, "fixed": fixed, "pct": pct, "si": si, "gib": gib,
-           "seconds": seconds}
+           "seconds": seconds, "traffic": lambda x: si(x, "B"), "capacity": gib}
 
 
 def symbol(name: str):
@@ -147,6 +149,8 @@ def environment(autoescape: bool, markdown: bool = False) -> jinja2.Environment:
         finalize=None if autoescape else md_text if markdown else _finalize_text,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters.update(FILTERS)
+    from rooflinec.chartdata import for_section
+    env.filters["for_section"] = for_section
     if autoescape:
         env.filters.update(HTML_MARKS)
     elif markdown:
@@ -170,15 +174,17 @@ def chart_slots(report: dict) -> list[list[dict]]:
     text and the data to draw it from."""
     from rooflinec import chartdata
     return [[{"path": f"{report['study']}/{c['name']}.svg", "title": c["title"], "alt": c["alt"],
-              "kind": c["kind"], "spec": c} for c in section]
+              "kind": c["kind"], "spec": c, "left_out": c.get("left_out")} for c in section]
             for section in chartdata.plan(report)]
 
 
 def markdown(report: dict, charts: list[list[dict]] | None = None) -> str:
     """Markdown links the chart files; it never holds their SVG."""
     charts = charts if charts is not None else [[] for _ in report["sections"]]
-    return environment(False, markdown=True).get_template("md/report.md.j2").render(
+    from rooflinec.mdtables import narrow
+    text = environment(False, markdown=True).get_template("md/report.md.j2").render(
         r=report, charts=charts)
+    return narrow(text, [d["key"] for d in report["devices"]])
 
 
 def _token(i: int, j: int) -> str:
@@ -203,6 +209,8 @@ def inline_charts(text: str, charts: list[list[dict]], svgs: list[list[str]]) ->
     from rooflinec.charts import inline
     for i, (section, drawn) in enumerate(zip(charts, svgs)):
         for j, (c, svg) in enumerate(zip(section, drawn)):
+            if c["left_out"]:   # the template wrote why instead of a marker
+                continue
             text = text.replace(_token(i, j), inline(svg, f"c{i}-{j}-{slug(c['kind'])}"), 1)
     return text
 
@@ -258,5 +266,5 @@ def render_many(report: dict, formats, svgs=None) -> dict[str, str]:
         out[f"{stem}.html"] = inline_charts(out[f"{stem}.html"], slots, svgs)
     if "md" in formats:
         out.update({c["path"]: svg for section, drawn in zip(slots, svgs)
-                    for c, svg in zip(section, drawn)})
+                    for c, svg in zip(section, drawn) if not c["left_out"]})
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from rooflinec import analyses, catalog
+from rooflinec import analyses, catalog, summary
 from rooflinec import symbols as sym
 from rooflinec.lower import PHASES
 from rooflinec.spec import Study
@@ -77,4 +77,15 @@ def build(study: Study, on_section=None) -> dict:
 
     sections = analyses.run(study, heard if on_section else None, bench)
     report["sections"] = sections
+    report["summary"] = _summary(study, bench, report) if study.model else None
     return report
+
+
+def _summary(study: Study, bench: Workbench, report: dict) -> dict:
+    """The answers the report opens with, from its serving section (or one run for them)."""
+    from rooflinec.options import parse
+    shown = next((s for s in report["sections"] if s["kind"] == "serving"), None)
+    options = parse("serving", summary.serving_options(study))
+    section = shown or analyses.evaluate(bench, "serving", options, empty=True)
+    link = {"kind": "serving", "title": shown["title"]} if shown else None
+    return summary.answers(section, report["devices"], link, options.variant)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from fractions import Fraction
 from dataclasses import dataclass, field, replace
 
 from rooflinec import catalog, custom, validate, yamlio
 from rooflinec.errors import Problem, SpecError
 from rooflinec.options import study_default
-from rooflinec.units import parse_quantity
+from rooflinec.plausible import device_warnings
+from rooflinec.units import QuantityError, parse_quantity
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
@@ -36,6 +38,7 @@ class Device:
     cache_size: int | None = None          # B, last-level cache (measured specs)
     cache_bandwidth: float | None = None   # B/s, a stream that fits in that cache
     file: str = field(default="", compare=False)   # the hardware spec it was read from
+    warnings: tuple = field(default=(), compare=False)   # located: figures far outside any accelerator
 
     def peak(self, unit: str, dtype: str) -> float | None:
         """Peak FLOP/s of the matrix or vector units for `dtype` (vector falls back to fp32)."""
@@ -124,11 +127,60 @@ def _stem(file: str) -> str:
     return os.path.splitext(os.path.basename(file))[0]
 
 
+# What any device could have: outside these a number is a typo or a unit slip (GB/s for
+# TB/s ...), and it would put zeros or infinities into every report that uses it.
+PHYSICAL = {
+    ("memory", "bandwidth"): ("bandwidth", 10**9, 10**15, "1 GB/s", "1 PB/s"),
+    ("memory", "capacity"): ("bytes", 2**20, 10**15, "1 MiB", "1 PB"),
+    ("on_chip", "sram_per_sm"): ("bytes", 2**10, 2**30, "1 KiB", "1 GiB"),
+    ("cache", "size"): ("bytes", 2**10, 2**40, "1 KiB", "1 TiB"),
+    ("cache", "bandwidth"): ("bandwidth", 10**9, 10**15, "1 GB/s", "1 PB/s"),
+    ("compute", "tensor"): ("flops_rate", 10**9, 10**19, "1 GFLOP/s", "10 EFLOP/s"),
+    ("compute", "vector"): ("flops_rate", 10**9, 10**19, "1 GFLOP/s", "10 EFLOP/s"),
+}
+RIDGE = (Fraction(1, 1000), 10**5)   # FLOPs per byte a peak over the bandwidth may come to
+
+
+def _quantity(value, dimension: str):
+    try:
+        return parse_quantity(value, dimension)
+    except QuantityError:
+        return None   # the schema reports it
+
+
+def _device_problems(doc: yamlio.Located) -> list[Problem]:
+    """Peaks, bandwidth and sizes within PHYSICAL, and each ridge within RIDGE."""
+    d, problems, found = doc.data, [], {}
+    for (section, key), (dimension, lo, hi, lo_text, hi_text) in PHYSICAL.items():
+        value = d.get(section, {}).get(key) if isinstance(d.get(section), dict) else None
+        entries = value.items() if isinstance(value, dict) else [(None, value)]
+        for dtype, v in entries:
+            path = (section, key) + ((dtype,) if dtype is not None else ())
+            number = _quantity(v, dimension) if v is not None else None
+            if number is None:
+                continue
+            if lo <= number <= hi:
+                found[path] = number
+            else:
+                problems.append(doc.problem(path, (
+                    f"{validate.show(v)} is outside what any device has ({lo_text} to {hi_text}); "
+                    "check the number and its unit")))
+    bandwidth = found.get(("memory", "bandwidth"))
+    for path, peak in found.items():   # both within PHYSICAL: the ratio is a modest float
+        ridge = Fraction(peak) / Fraction(bandwidth) if bandwidth and path[0] == "compute" else None
+        if ridge is not None and not RIDGE[0] <= ridge <= RIDGE[1]:
+            problems.append(doc.problem(path, (
+                f"peak / bandwidth is {float(ridge):.3g} FLOPs per byte, outside what any device "
+                f"has ({float(RIDGE[0])} to {RIDGE[1]}); check the peak, the bandwidth and their units")))
+    return problems
+
+
 def load_hardware(file: str) -> Device:
-    d = _checked(file, "hardware").data
+    doc = _checked(file, "hardware", _device_problems)
+    d = doc.data
     comp, mem, chip, cache = d["compute"], d["memory"], d.get("on_chip") or {}, d.get("cache") or {}
     rate = lambda peaks: {k: parse_quantity(v, "flops_rate") for k, v in (peaks or {}).items()}  # noqa: E731
-    return Device(
+    device = Device(
         key=_stem(file), name=d["name"], tensor=rate(comp["tensor"]), vector=rate(comp.get("vector")),
         bandwidth=parse_quantity(mem["bandwidth"], "bandwidth"),
         capacity=parse_quantity(mem["capacity"], "bytes"), source=d["source"], year=d.get("year"),
@@ -139,6 +191,7 @@ def load_hardware(file: str) -> Device:
         cache_size=parse_quantity(cache["size"], "bytes") if cache else None,
         cache_bandwidth=parse_quantity(cache["bandwidth"], "bandwidth") if cache else None,
         file=file)
+    return replace(device, warnings=device_warnings(doc, device))
 
 
 def _interconnect(link: dict | None, prefix: str) -> dict:

@@ -21,7 +21,7 @@ from rooflinec.symbols import B, L, M, S
 from rooflinec.workbench import Roofline
 
 CHUNK = 1 << 16            # points per chunk
-MAX_AXIS = 10_000_000      # values one axis may expand to
+MAX_AXIS = 100_000         # values one list or range may expand to (the sweep's point budget)
 AXES = {"batch": B, "context": S, "tokens": M}   # workload axes a study may sweep
 
 

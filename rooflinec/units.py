@@ -133,11 +133,11 @@ def _table(dimension: str) -> Mapping[str, Fraction]:
 
 # --- parsing ------------------------------------------------------------------------
 
-_DIGITS = r"\d(?:_?\d)*"
+_DIGITS = r"[0-9](?:_?[0-9])*"    # ASCII only: fullwidth or Arabic-Indic digits are not numbers
 _QUANTITY = re.compile(
-    rf"""\s*(?P<number>[+-]?(?:{_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})(?:[eE][+-]?\d+)?)
+    rf"""\s*(?P<number>[+-]?(?:{_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})(?:[eE][+-]?[0-9]+)?)
          \s*(?P<unit>.*?)\s*""",
-    re.VERBOSE | re.DOTALL,
+    re.VERBOSE | re.DOTALL | re.ASCII,
 )
 _NON_FINITE = re.compile(r"\s*[+-]?\.?(?:nan|inf(?:inity)?)\b", re.IGNORECASE)
 _POSITIVE = "must be a positive finite number"
@@ -283,6 +283,9 @@ def parse_quantity(value: object, dimension: str) -> int | float:
         shown = _repr(value)
     if result <= 0 or result > Fraction(sys.float_info.max):
         raise QuantityError(f"{shown} {_POSITIVE}", value, dimension)
+    if dimension == "bytes" and result.denominator != 1:
+        raise QuantityError(f"{shown} is not a whole number of bytes; {_expected(dimension)} "
+                            f"such as '{_NOUN[dimension][1]}'", value, dimension)
     out = _exact(result)
     if out == 0:  # underflowed to 0.0, e.g. '1e-400 s'
         raise QuantityError(f"{shown} {_POSITIVE}", value, dimension)

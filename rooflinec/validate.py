@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from functools import cache
 from importlib import resources
 
@@ -40,8 +41,25 @@ def _validator(name: str):
     return _Validator(schema(name))
 
 
+MAX_INTEGER = 2 ** 53   # the largest integer every later step (floats, NumPy) holds exactly
+
+
+def numbers(doc: Located, node, path: tuple = ()) -> list[Problem]:
+    """Rules for every number in a spec, whatever the field: finite, and integers exact as floats."""
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in numbers(doc, v, path + (k,))]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in numbers(doc, v, path + (i,))]
+    if isinstance(node, float) and not math.isfinite(node):
+        return [doc.problem(path, f"{node} is not accepted; numbers in a spec must be finite")]
+    if isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_INTEGER:
+        return [doc.problem(path, f"integer of {len(str(abs(node)))} digits is too large; integers "
+                                  f"in a spec are at most 2^53 = {MAX_INTEGER}")]
+    return []
+
+
 def check(doc: Located, name: str) -> list[Problem]:
-    """Every schema violation in `doc`, as located problems."""
+    """Every schema violation in `doc`, and every number no field accepts, as located problems."""
     errors = list(_validator(name).iter_errors(doc.data))
     # a value of the wrong type gets one message, not also "must be >= 1" for -.inf
     mistyped = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
@@ -49,7 +67,8 @@ def check(doc: Located, name: str) -> list[Problem]:
     for err in errors:
         if err.validator == "type" or tuple(err.absolute_path) not in mistyped:
             problems.extend(_explain(doc, err))
-    return problems
+    said = {p.path for p in problems}   # the schema's own message is the more specific
+    return problems + [p for p in numbers(doc, doc.data) if p.path not in said]
 
 
 def closest(word: str, choices) -> str:
@@ -61,7 +80,7 @@ _TYPE_NAMES = {"integer": "an integer", "number": "a number", "string": "a strin
                "boolean": "true or false", "array": "a list", "object": "a mapping", "null": "null"}
 
 
-def _show(instance, limit: int = 60) -> str:
+def show(instance, limit: int = 60) -> str:
     """A value as JSON, cut short: a message quotes a value, not a whole file."""
     text = json.dumps(instance, default=str)
     return text if len(text) <= limit else text[:limit - 3] + "..."
@@ -70,7 +89,7 @@ def _show(instance, limit: int = 60) -> str:
 def _got(instance) -> str:
     kind = {bool: "boolean", int: "integer", float: "number", str: "string",
             list: "list", dict: "mapping", type(None): "null"}.get(type(instance), type(instance).__name__)
-    text = _show(instance) if not isinstance(instance, (dict, list)) else kind
+    text = show(instance) if not isinstance(instance, (dict, list)) else kind
     return f"got {kind} {text}" if text != kind else f"got a {kind}"
 
 
@@ -101,7 +120,7 @@ def _explain(doc: Located, err: ValidationError) -> list[Problem]:
         accepted = f"{closest(inst, choices)}accepted: {', '.join(map(str, choices))}"
         if "propertyNames" in err.relative_schema_path and isinstance(inst, str):
             return [doc.problem(path + (inst,), f"unknown key '{inst}'; {accepted}", at_key=True)]
-        return [doc.problem(path, f"{_show(inst)} is not accepted; {accepted}")]
+        return [doc.problem(path, f"{show(inst)} is not accepted; {accepted}")]
     if kw in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
         op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[kw]
         return [doc.problem(path, f"must be {op} {err.validator_value}, {_got(inst)}")]
@@ -114,6 +133,6 @@ def _explain(doc: Located, err: ValidationError) -> list[Problem]:
     if kw == "uniqueItems":
         return [doc.problem(path, "items must be unique")]
     if kw == "pattern":
-        return [doc.problem(path, f"{_show(inst)} is not a spec name or relative .yaml path "
+        return [doc.problem(path, f"{show(inst)} is not a spec name or relative .yaml path "
                                   "(letters, digits, '_', '.', '-' and '/')")]
     return [doc.problem(path, err.message)]

@@ -169,12 +169,21 @@ class Workbench:
         self.devices = study.devices
         self.dtype = study.dtype
         self._programs: dict = {}
+        self.named = study.devices   # the devices an option may name, left-out ones included
 
     @classmethod
     def of(cls, model, devices=(), dtype: str = "bf16", conventions: dict | None = None) -> Workbench:
         """A workbench without a study file (tests, the benchmark): problems cannot be located."""
         from rooflinec.spec import Study
         return cls(Study("", "", "", model, tuple(devices), dtype, dict(conventions or {})))
+
+    def without(self, device) -> Workbench:
+        """The same study less one device (a section it lacks a figure for); programs are
+        shared, since each is keyed by its device."""
+        from dataclasses import replace
+        bench = Workbench(replace(self.study, devices=tuple(d for d in self.devices if d is not device)))
+        bench._programs, bench.named = self._programs, self.named
+        return bench
 
     def problem(self, path: tuple, message: str) -> Problem:
         return self.study.doc.problem(path, message)
@@ -238,12 +247,18 @@ class Workbench:
         from rooflinec.params import count
         return int(number(count(self.model).total, self.values_for(dtype))) * DTYPE_BYTES[dtype or self.dtype]
 
+    @cached_property
+    def kv_formula(self):
+        """Cache bytes per token: K and V, plus what the model's declared operators keep."""
+        from rooflinec.lower_custom import cache_per_token
+        from rooflinec.efficiency import kv_bytes_per_token
+        return kv_bytes_per_token() + cache_per_token(self.model)
+
     def kv_per_token(self, dtype: str | None = None) -> int:
         if self._split():
             p = self.parallel
             return par.kv_bytes_per_token(self.model, p.tp, p.pp, DTYPE_BYTES[dtype or self.dtype])
-        from rooflinec.efficiency import kv_bytes_per_token
-        return int(number(kv_bytes_per_token(), self.values_for(dtype)))
+        return int(number(self.kv_formula, self.values_for(dtype)))
 
     def memory_needed(self, batch, context, dtype: str | None = None):
         """Bytes of weights plus B·S tokens of KV cache (NumPy arrays work too)."""
@@ -261,17 +276,17 @@ class Workbench:
 
     def device(self, path: tuple, key: str | None):
         """One of the study's devices by key; with no key, the study's only device."""
-        keys = [d.key for d in self.devices]
-        if key is None and len(keys) == 1:
-            return self.devices[0]
+        keys = [d.key for d in self.named]
+        if key is None and len(self.named) == 1:
+            return self.named[0]
         if key in keys:
-            return self.devices[keys.index(key)]
+            return self.named[keys.index(key)]
         what = "name the device this uses" if key is None else f"'{key}' is not a device of this study"
         raise SpecError([self.problem(path, f"{what}; the study's devices: {', '.join(keys)}")])
 
     def device_problems(self, path: tuple, keys) -> list[Problem]:
         """A located problem for each of `keys` (written at `path`) that names no device."""
-        known = [d.key for d in self.devices]
+        known = [d.key for d in self.named]
         return [self.problem(path + (i,), f"'{k}' is not a device of this study; its devices: "
                                           f"{', '.join(known)}")
                 for i, k in enumerate(keys) if k not in known]

@@ -3,13 +3,17 @@
 Only plain YAML: strings, numbers, booleans, null, lists and mappings with string
 keys. Any other tag (``!!python/object``, ``!!set``, ``!!binary``, ``!custom``) is
 refused before anything is constructed, and so are duplicate keys. Expansion is
-bounded in node count and depth, so an alias bomb ("billion laughs") or a recursive
-alias fails fast instead of eating time and memory in the walk or in validation.
+bounded in node count, depth and expanded text (an alias counts the bytes it expands
+to), so an alias bomb ("billion laughs"), a recursive alias or a large node repeated by
+aliases fails fast instead of eating time and memory in the walk, validation or output.
+Only regular files are read: a FIFO, device or folder is refused before it is opened
+for reading, so it cannot block.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 
 import yaml
 
@@ -17,6 +21,7 @@ from rooflinec.errors import Problem, SpecError
 
 MAX_BYTES = 1 << 20       # a spec is a page of text, not a data set
 MAX_NODES = 100_000       # after alias expansion
+MAX_EXPANDED = 4 * MAX_BYTES   # bytes of scalar text after alias expansion
 MAX_DEPTH = 64            # nesting of lists and mappings
 MAX_NUMBER_CHARS = 64     # digits a number literal may have
 
@@ -64,17 +69,29 @@ def _fail(file: str, message: str, mark=None, path: str = "(file)") -> SpecError
     return SpecError([Problem(file, line, col, path, message)])
 
 
-def read_text(file: str) -> str:
+def read_bytes(file: str, limit: int = MAX_BYTES, kind: str = "spec",
+               form: str = "a YAML text file") -> bytes:
+    """The bytes of `file`, a regular file of at most `limit` bytes (a located SpecError if
+    not); every reader of user files (specs, measurements, config.json) opens them here."""
     try:
-        size = os.path.getsize(file)
-        if size > MAX_BYTES:
-            raise _fail(file, f"file is {size} bytes; specs are limited to {MAX_BYTES} bytes")
-        with open(file, "rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)   # a device or pipe may report size 0
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it
+        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        try:
+            _check_regular(file, fd, limit, kind, form)
+        except BaseException:
+            os.close(fd)
+            raise
+        with os.fdopen(fd, "rb") as fh:
+            raw = fh.read(limit + 1)   # the file may grow while it is read
     except OSError as exc:
         raise _fail(file, f"cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_BYTES:
-        raise _fail(file, f"file is over {MAX_BYTES} bytes; specs are limited to {MAX_BYTES} bytes")
+    if len(raw) > limit:
+        raise _fail(file, f"file is over {limit} bytes; {kind}s are limited to {limit} bytes")
+    return raw
+
+
+def read_text(file: str) -> str:
+    raw = read_bytes(file)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -86,6 +103,25 @@ def read_text(file: str) -> str:
         raise SpecError([Problem(file, line, col, "(file)",
                                  "contains NUL bytes; a spec is a YAML text file")])
     return text
+
+
+def _check_regular(file: str, fd: int, limit: int, kind: str, form: str) -> None:
+    """Refuse what is not a regular file of at most `limit` bytes."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise _fail(file, f"cannot read: it is {_kind(info.st_mode)}, not a regular file; "
+                          f"a {kind} is {form}")
+    if info.st_size > limit:
+        raise _fail(file, f"file is {info.st_size} bytes; {kind}s are limited to {limit} bytes")
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 def _line_col(text: str, position: int | None) -> tuple[int, int]:
@@ -159,6 +195,7 @@ class _Walk:
         self.plain: set = set()
         self.problems: list[Problem] = []
         self.count = 0
+        self.expanded = 0              # bytes of scalar text, each alias counted again
         self.stack: set[int] = set()   # ids of the collections being walked
 
     def _problem(self, node, path: Path, message: str) -> None:
@@ -176,6 +213,11 @@ class _Walk:
                         node.start_mark, format_path(path))
         self.marks.setdefault(path, _at(node.start_mark))
         if isinstance(node, yaml.ScalarNode):
+            self.expanded += len(node.value)
+            if self.expanded > MAX_EXPANDED:
+                raise _fail(self.file, f"the document expands to more than {MAX_EXPANDED} bytes of "
+                                       "text (an alias to a large value repeated?); specs must be small",
+                            node.start_mark, format_path(path))
             self._scalar(node, path)
             return
         if id(node) in self.stack:

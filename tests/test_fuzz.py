@@ -28,6 +28,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hostile import paths as _paths
 from rooflinec.errors import SpecError
 from rooflinec.spec import Device, Model, Study, load_hardware, load_model, load_study
 
@@ -77,17 +78,6 @@ VALUES = st.recursive(
                             st.dictionaries(st.text(max_size=8), inner, max_size=3)),
     max_leaves=6,
 )
-
-
-def _paths(node, path=()):
-    """Every path to a value inside `node`."""
-    yield path
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from _paths(value, path + (key,))
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            yield from _paths(value, path + (i,))
 
 
 def _parent(data, path):

@@ -327,11 +327,14 @@ def test_ledger_of_a_tp_study_lists_its_collectives(tmp_path):
     assert sum(c["volume"] for c in blk["collectives"]) == pytest.approx(2 * 7 / 4 * 4096 * 8192 * 2)
 
 
-def test_a_device_without_a_link_is_a_located_error_when_tp_needs_one(tmp_path):
-    msg = build_fails(tmp_path, "model: llama-3.1-8b\ndevices: [h100-sxm, rtx4090]\nanalyses:\n"
-                                "  parallel_view: {tp: [1, 2], workloads: [{batch: 1, context: 1024}]}\n")
-    assert "s.yaml:2:" in msg and "devices[1]" in msg
-    assert "rtx4090" in msg and "scale-up interconnect" in msg and "add interconnect" in msg
+def test_a_device_without_a_link_is_left_out_of_a_tp_view_saying_why(tmp_path):
+    """A device that lacks a figure a section needs is left out of that section, which names
+    the key to add (as for a missing peak)."""
+    [view] = _sections(tmp_path, "model: llama-3.1-8b\ndevices: [h100-sxm, rtx4090]\nanalyses:\n"
+                       "  parallel_view: {tp: [1, 2], workloads: [{batch: 1, context: 1024}]}\n")
+    [lack] = view["lacking"]
+    assert lack["device"] == "rtx4090"
+    assert "scale-up interconnect" in lack["why"] and "add interconnect" in lack["why"]
 
 
 def test_a_tp_study_fits_memory_per_device(tmp_path):

@@ -72,7 +72,7 @@ def test_serve_llama_on_h100():
     assert data["prefill"][0]["prompt"] == 2048 and data["prefill"][0]["devices"][0]["bound"] == "compute"
     code, text, _ = call("serve", CONFIGS / "llama-3.1-8b", "--device", "h100-sxm", "--batch", "1")
     assert code == 0
-    assert f"{step['tokens_per_s']:,.1f}" in text and "time to first token (prompt 2,048" in text
+    assert f"{step['tokens_per_s']:,.1f}" in text and "time to first token ≥" in text and "(prompt 2,048, batch 1)" in text
 
 
 def test_serve_catalog_name_and_options():
@@ -146,7 +146,7 @@ def test_readme_config_to_answer_example_runs(tmp_path, monkeypatch):
     assert "h100-sxm" in outputs[0]
     assert "8,030,261,248 parameters" in outputs[1]
     assert "Llama-3.1-8B on NVIDIA H100 SXM5 80GB (h100-sxm), bf16" in outputs[2]
-    assert "time to first token (prompt 2,048" in outputs[2] and "decode at context 4,096" in outputs[2]
+    assert "time to first token ≥" in outputs[2] and "(prompt 2,048, batch 1)" in outputs[2] and "decode at context 4,096" in outputs[2]
 
 
 def test_serve_says_when_the_context_is_past_the_model():

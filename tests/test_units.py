@@ -84,7 +84,7 @@ def test_parses_datasheet_strings_exactly(text, dimension, expected):
         ("20 \u03bcs", "time", 20e-6),  # Greek mu
         ("7 ns", "time", 7e-9),
         ("1e-3 s", "time", 1e-3),
-        ("0.5 B", "bytes", 0.5),
+        ("2.5 B/s", "bandwidth", 2.5),   # a byte count must be whole; a rate need not
     ],
 )
 def test_fractional_results_are_floats(text, dimension, expected):
@@ -299,6 +299,12 @@ def test_prefix_scales_exactly(n, prefix, space):
     assert parse_quantity(f"{n}{space}{name}B/s", "bandwidth") == n * factor
 
 
+@pytest.mark.parametrize("text", ["1.5 B", "0.3 KiB", "41.51 GiB"])
+def test_fractional_bytes_are_refused(text):
+    with pytest.raises(QuantityError, match="whole number of bytes"):
+        parse_quantity(text, "bytes")
+
+
 @given(n=st.integers(min_value=1, max_value=10**9))
 def test_gib_over_gb_is_the_fixed_ratio(n):
     ratio = Fraction(parse_quantity(f"{n} GiB", "bytes"), parse_quantity(f"{n} GB", "bytes"))
@@ -325,6 +331,10 @@ def test_decimal_mantissa_is_exact(mantissa, prefix):
 def test_format_round_trips_to_four_significant_digits(value, kind):
     text = {"bandwidth": lambda v: si(v, "B/s"), "flops_rate": lambda v: si(v, "FLOP/s"),
             "bytes": gib, "time": seconds}[kind](value)
-    back = parse_quantity(text.replace(",", "").replace("µs", "us"), kind)
+    try:
+        back = parse_quantity(text.replace(",", "").replace("µs", "us"), kind)
+    except QuantityError as exc:   # a byte count must be whole; '41.51 GiB' is not
+        assert kind == "bytes" and "whole number of bytes" in str(exc)
+        return
     # 4 significant digits: half a unit in the 4th digit is at most 5e-4 relative
     assert math.isclose(back, value, rel_tol=5.1e-4)

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rooflinec import chartpoints
-from rooflinec.errors import DeviceLacks, SpecError
+from rooflinec import chartpoints, timebox
+from rooflinec.budget import Budget
+from rooflinec.errors import DeviceError, SpecError
+from rooflinec.evaluate import Unbound
+from rooflinec.finite import settle
 from rooflinec.options import parse as parse_options
 from rooflinec.spec import Study
 from rooflinec.sweep import expand_ranges
@@ -31,36 +34,64 @@ def analysis(key: str, title: str, needs_model: bool = True):
     return register
 
 
+def _expanded(study: Study, ctx: Workbench) -> dict:
+    """Every analysis's options with ranges expanded, all within their budgets; SpecError with
+    every problem before anything is evaluated."""
+    out, problems = {}, []
+    budget = Budget(len(study.devices), ctx.problem)
+    for key, options in study.analyses.items():
+        if study.model is None and key not in MODEL_FREE:
+            problems.append(study.doc.problem(("analyses", key), (
+                f"analysis '{key}' needs a model; add 'model: <name under models/>' to the study"),
+                at_key=True))
+            continue
+        out[key], found = expand_ranges(options or {}, ("analyses", key), ctx.problem)
+        problems += found or budget.charge(key, out[key])
+    if problems:
+        raise SpecError(problems)
+    return out
+
+
 def run(study: Study, on_section=None, bench: Workbench | None = None) -> list[dict]:
     """Every analysis of the study, in the order written, as report sections.
     `on_section(index, section)` hears of each section as soon as it is evaluated."""
     ctx = bench or Workbench(study)
     if study.model is not None:
         ctx.parallel   # noqa: B018  (checks the `parallel` block against the model, located)
+    timebox.reset()
     sections, problems = [], []
-    for key, options in study.analyses.items():
-        title, fn = ANALYSES[key]
-        if study.model is None and key not in MODEL_FREE:
-            problems.append(study.doc.problem(("analyses", key), (
-                f"analysis '{key}' needs a model; add 'model: <name under models/>' to the study"),
-                at_key=True))
-            continue
-        options, found = expand_ranges(options or {}, ("analyses", key), ctx.problem)
-        if found:
-            problems.extend(found)
-            continue
+    for key, options in _expanded(study, ctx).items():
+        title = ANALYSES[key][0]
         try:
-            section = {"kind": key, "title": title, **fn(ctx, parse_options(key, options))}
-            section["chart_points"] = chartpoints.section_points(section, study.devices, study.dtype)
+            bad: list = []   # checked before any format or chart sees the section
+            data = evaluate(ctx, key, parse_options(key, options))
+            section = settle({"kind": key, "title": title, **data}, "", bad)
+            if bad:
+                problems.append(study.doc.problem(("analyses", key), (
+                    f"analysis '{key}' computes a number that is not finite ({bad[0]}); check its "
+                    "workload sizes, the devices' numbers and the formulas the model declares"),
+                    at_key=True))
+                continue
+            # from the settled numbers, for the devices the section evaluated; a chart holding a
+            # number past its axis is left out
+            left_out = {row["device"] for row in section["lacking"]}
+            section["chart_points"] = [] if section.get("omitted") else chartpoints.section_points(
+                section, [d for d in study.devices if d.key not in left_out], study.dtype)
             sections.append(section)
             if on_section is not None and not problems:
                 on_section(len(sections) - 1, sections[-1])
         except SpecError as exc:
             problems.extend(exc.problems)
-        except DeviceLacks as exc:
+        except DeviceError as exc:   # a missing figure, SRAM smaller than a tile
             where = study.devices.index(exc.device) if exc.device in study.devices else None
             problems.append(study.doc.problem(("devices", where) if where is not None
                                               else ("analyses", key), str(exc)))
+        except Unbound as exc:
+            problems.append(study.doc.problem(("analyses", key), (
+                f"analysis '{key}' evaluates at no value of {', '.join(exc.names)}, but its formulas "
+                "still depend on it (an operator the model declares brings it in, or does not "
+                "simplify within the time budget); this analysis cannot use such an operator"),
+                at_key=True))
         except (OverflowError, ZeroDivisionError) as exc:   # numbers past what a float holds
             problems.append(study.doc.problem(("analyses", key), (
                 f"analysis '{key}' cannot evaluate its numbers ({exc}); check its workload sizes "
@@ -68,6 +99,24 @@ def run(study: Study, on_section=None, bench: Workbench | None = None) -> list[d
     if problems:
         raise SpecError(problems)
     return sections
+
+
+def evaluate(ctx: Workbench, key: str, options, empty: bool = False) -> dict:
+    """Analysis `key`'s section. A device lacking a figure it needs (a vector peak, the SRAM
+    FlashAttention's tiles come from) is left out of this section only, and the section
+    says so (`lacking`: device and why). With no device left the last lack is raised, an
+    error located at that device, unless `empty`: then the section is only the note."""
+    fn, lacking = ANALYSES[key][1], []
+    while True:
+        try:
+            return {**fn(ctx, options), "lacking": lacking}
+        except DeviceError as exc:   # a lacking figure, SRAM smaller than a tile
+            if exc.device not in ctx.devices or (len(ctx.devices) == 1 and not empty):
+                raise
+            lacking.append({"device": exc.device.key, "why": str(exc)})
+            ctx = ctx.without(exc.device)
+            if not ctx.devices:
+                return {"lacking": lacking, "omitted": True}
 
 
 def _register_all() -> None:

@@ -44,19 +44,31 @@ def _steps(ctx, terms, batches, contexts) -> list[dict]:
     return rows
 
 
+def _crossover(terms, context):
+    """Where decode turns compute-bound; terms a declared op made piecewise in B (min, max,
+    ceil) are not lines, so no meeting point is claimed for them."""
+    import sympy as sp
+    try:
+        return E.crossover(terms, context)
+    except sp.PolynomialError:
+        return E.Crossover(context, None, None, None)
+
+
 def _crossovers(ctx, terms, contexts) -> list[dict]:
     rows = []
     for context in contexts:
         per = []
         for d in ctx.devices:
-            c = E.crossover(terms[d.key], context)
+            c = _crossover(terms[d.key], context)
             fit = ctx.largest_batch(d, context)
             at_fit = _bound(terms[d.key], fit, context) if fit >= 1 else None
             per.append({"device": d.key, "at": None if c.at is None else float(c.at),
                         "first": c.first, "ceiling": c.ceiling, "max_batch": fit,
-                        "at_max_batch": at_fit,
+                        "at_max_batch": at_fit, "at_one": _bound(terms[d.key], 1, context),
+                        "size_at_max": _size(terms[d.key], max(fit, 1), context),
                         "reachable": c.first is not None and c.first <= fit})
-        rows.append({"context": context, "devices": per})
+        flops, nbytes = _size(terms[ctx.devices[0].key], 1, context)
+        rows.append({"context": context, "flops_one": flops, "bytes_one": nbytes, "devices": per})
     return rows
 
 
@@ -89,7 +101,7 @@ def _measured(ctx, terms, entries) -> list[dict]:
 @analysis("serving", "Serving bounds")
 def serving(ctx, params) -> dict:
     weight_bytes, kv_token = ctx.weight_bytes(), ctx.kv_per_token()
-    kv_expr = E.kv_bytes_per_token()
+    kv_expr = ctx.kv_formula
     variant = params.variant
     terms = _terms(ctx, "decode", variant)
     contexts = params.contexts

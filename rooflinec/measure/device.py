@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from rooflinec import measure
 from rooflinec.measure.timing import Timing, clock, repeat
 from rooflinec.quantities import BINARY, prefixed, short
+from rooflinec.units import QuantityError, parse_quantity
 
 MiB = 2**20
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
@@ -148,9 +149,20 @@ def calibrate(on: str | None = None, quick: bool = False, dtypes=None,
 def format_quantity(value, dimension: str, binary: bool = False) -> str:
     """A base-unit number as a spec writes it (4 significant figures), e.g. 123.4 GFLOP/s."""
     if binary:
-        value, prefix = prefixed(value, BINARY)
-        return f"{value:.4g} {prefix}B"
+        return _bytes(value)
     return short(value, {"flops_rate": "FLOP/s", "bandwidth": "B/s"}[dimension])
+
+
+def _bytes(nbytes: int) -> str:
+    """4 significant figures where that is a whole number of bytes (a spec takes no other),
+    e.g. 32 MiB; else whole MiB, rounded down: 23.54 GiB would be 0.44 of a byte past a count."""
+    value, prefix = prefixed(nbytes, BINARY)
+    text = f"{value:.4g} {prefix}B"
+    try:
+        parse_quantity(text, "bytes")
+    except QuantityError:
+        return f"{nbytes // MiB} MiB" if nbytes >= MiB else f"{int(nbytes)} B"
+    return text
 
 
 def _timed(t: Timing, size, dimension: str, repeats: int) -> dict:

@@ -1,0 +1,378 @@
+"""Hostile and absurd input: each class ends in a located error or a sane report, quickly.
+
+Budgets on lists and ranges, formula budgets and time budgets, piecewise formulas through
+every analysis, numbers no device could have, finite reports, input files that are not
+files, long values in messages; then a few cases of the mutation fuzzer (tests/hostile.py;
+ROOFLINEC_HOSTILE_EXAMPLES=5000 for a long run).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import sympy as sp
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rooflinec.cli import run as cli_run
+
+SPECS = Path(__file__).resolve().parent.parent / "specs"
+CATALOG = SPECS.parent / "rooflinec" / "catalog"   # shipped models/ and hardware/
+QWEN = yaml.safe_load((SPECS / "qwen.yaml").read_text(encoding="utf-8"))
+LOCATED = __import__("re").compile(r"^.+:\d+:\d+: .+: .+$")
+EXAMPLES = int(os.environ.get("ROOFLINEC_HOSTILE_EXAMPLES", "6"))
+
+
+@pytest.fixture
+def tree(tmp_path) -> Path:
+    shutil.copytree(CATALOG / "models", tmp_path / "models")
+    shutil.copytree(CATALOG / "hardware", tmp_path / "hardware")
+    return tmp_path
+
+
+def _write(path: Path, data) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def _study(tree: Path, analyses: dict, devices=("a100-40gb",), model="qwen2.5-7b") -> Path:
+    return _write(tree / "study.yaml", {"model": model, "devices": list(devices), "analyses": analyses})
+
+
+def _device(tree: Path, section: str, key: str, value) -> None:
+    path = tree / "hardware" / "a100-40gb.yaml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data[section][key] = value
+    _write(path, data)
+
+
+def _operator(tree: Path, flops: str, nbytes: str = "2*d_model*M", **extra) -> None:
+    path = tree / "models" / "qwen2.5-7b.yaml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data.update(extra)
+    data["operators"] = [{"name": "padded", "unit": "matrix", "flops": flops, "bytes": nbytes}]
+    _write(path, data)
+
+
+def _run(*argv) -> tuple[int, str, str, float]:
+    out, err = io.StringIO(), io.StringIO()
+    start = time.perf_counter()
+    code = cli_run([str(a) for a in argv], out, err)
+    return code, out.getvalue(), err.getvalue(), time.perf_counter() - start
+
+
+def _refused(study: Path, *fragments: str, within: float = 10.0) -> str:
+    """`check` exits 1, quickly, with located problems only, one of them holding every fragment."""
+    code, _, err, took = _run("check", study)
+    lines = err.splitlines()
+    assert code == 1 and lines and all(LOCATED.match(line) for line in lines), err
+    assert any(all(f in line for f in fragments) for line in lines), err
+    assert took < within, f"{took:.1f} s"
+    return err
+
+
+def _all_analyses(device: str = "a100-40gb") -> dict:
+    analyses = json.loads(json.dumps(QWEN["analyses"]))
+    analyses["sweep"]["devices"] = [device]
+    return analyses
+
+
+# --- budgets on lists, ranges and the whole study ---------------------------------------
+
+def test_a_range_past_the_axis_limit_is_refused_before_expanding(tree):
+    study = _study(tree, {"gemm_intensity": {"tokens": {"from": 1, "to": 10 ** 7, "step": 1}}})
+    _refused(study, "analyses.gemm_intensity.tokens", "at most 100000")
+
+
+def test_a_geometric_range_with_a_ratio_barely_above_one_is_refused(tree):
+    study = _study(tree, {"attention_intensity": {"contexts": {"from": 1, "to": 10 ** 6,
+                                                               "geometric": 1.0000001}}})
+    _refused(study, "attention_intensity.contexts", "at most 100000")
+
+
+def test_crossed_lists_past_the_analysis_budget_are_refused(tree):
+    rng = {"from": 1, "to": 10 ** 4, "step": 1}
+    study = _study(tree, {"serving": {"batch": rng, "contexts": rng}})
+    _refused(study, "analyses.serving", "at most 4096")
+
+
+def test_an_operator_whose_argument_lists_cross_past_the_budget_is_refused(tree):
+    values = list(range(1, 101))   # 100^3 points for one GEMM
+    study = _write(tree / "study.yaml", {"devices": ["a100-40gb"], "analyses": {"operators": {"ops": [
+        {"label": "big", "formula": "gemm", "args": {"m": values, "k": values, "n": values}}]}}})
+    _refused(study, "analyses.operators", "at most 4096", within=5.0)
+
+
+def test_analyses_within_their_budgets_but_past_the_study_budget_are_refused(tree):
+    rng = {"from": 1, "to": 1000, "step": 1}   # 4000 points each on 4 devices
+    study = _study(tree, {"gemm_intensity": {"tokens": rng}, "attention_intensity": {"contexts": rng},
+                          "decode_view": {"contexts": rng},
+                          "serving": {"batch": [1], "contexts": list(range(1, 101))}},
+                   devices=["a100-40gb", "rtx4090", "h100-sxm", "l4"])   # serving: 3 x 100 x 4
+    err = _refused(study, "analyses.serving", "at most 12288", within=5.0)
+    assert "at most 4096" not in err   # each analysis alone is within its budget
+
+
+# --- formula budgets and time budgets ----------------------------------------------------
+
+@pytest.mark.parametrize("formula, fragment", [
+    ("((((M**16)**16)**16)**16)", "power 256"),        # nested powers count in full
+    ("M**16*M", "power 17"),
+    ("(B+S+M+1)**16", "terms"),                       # 969 terms multiplied out
+    ("(B+S+M+1)**40", "exponent"),
+])
+def test_formulas_past_their_budgets_are_located(tree, formula, fragment):
+    _operator(tree, formula)
+    _refused(_study(tree, {"params": {}}), "operators[0].flops", fragment)
+
+
+def test_a_formula_with_too_many_symbols_is_located(tree):
+    dims = {f"k{i}": 2 for i in range(30)}
+    _operator(tree, "*".join(dims), dimensions=dims)
+    _refused(_study(tree, {"params": {}}), "operators[0].flops", "distinct symbols")
+
+
+def test_a_model_with_too_many_dimensions_is_located(tree):
+    _operator(tree, "2*M", dimensions={f"k{i}": 2 for i in range(40)})
+    _refused(_study(tree, {"params": {}}), "dimensions")
+
+
+def test_a_time_budget_returns_the_stated_fallback():
+    from rooflinec import timebox
+    start = time.perf_counter()
+    assert timebox.run(0.2, lambda: time.sleep(5) or "done", lambda: "fallback") == "fallback"
+    assert time.perf_counter() - start < 2
+    assert timebox.run(1.0, lambda: "done", lambda: "fallback") == "done"
+
+
+def test_a_limit_past_its_time_budget_is_none_not_a_hang(monkeypatch):
+    from rooflinec import derive, timebox
+    monkeypatch.setattr(timebox, "LIMIT_S", 0.05)
+    monkeypatch.setattr(derive, "limit_at_infinity", lambda f, var: time.sleep(5))
+    start = time.perf_counter()
+    assert derive._limit(sp.Symbol("S"), sp.Symbol("S")) is None
+    assert time.perf_counter() - start < 2
+
+
+# --- piecewise formulas through every analysis -------------------------------------------
+
+PIECEWISE = ["ceil(B/128)*d_model", "max(4096, 2048*B)", "min(4096, B)*d_model",
+             "max(1, floor(B/128))*d_model", "B**(-16)*d_model + d_model"]
+
+
+@pytest.mark.parametrize("formula", PIECEWISE)
+def test_piecewise_formulas_check_through_every_analysis(tree, formula):
+    _operator(tree, formula, f"2*d_model + {formula}")
+    code, out, err, _ = _run("check", _study(tree, _all_analyses()))
+    assert code == 0, err
+
+
+PARTS = st.sampled_from(["B", "S", "M", "ceil(B/128)", "floor(S/64)", "max(B, 8)", "min(M, 4096)",
+                         "max(1, floor(M/128))", "B**(-2)", "ceil(S/256)"])
+PIECE = st.tuples(PARTS, PARTS, st.sampled_from(["+", "*"])).map(lambda t: f"({t[0]}{t[2]}{t[1]})")
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(flops=PIECE, nbytes=PIECE)
+def test_random_piecewise_formulas_give_sane_sections(tmp_path_factory, flops, nbytes):
+    """Every analysis succeeds; every crossover found is compute-bound where it says it is."""
+    from rooflinec import report, spec
+    from rooflinec.workbench import Workbench
+    tree = tmp_path_factory.mktemp("pw")
+    shutil.copytree(CATALOG / "models", tree / "models")
+    shutil.copytree(CATALOG / "hardware", tree / "hardware")
+    _operator(tree, f"d_model*{flops}", f"2*d_model + d_model*{nbytes}")
+    study = spec.load_study(str(_study(tree, _all_analyses())))
+    rep = report.build(study)
+    serving = next(s for s in rep["sections"] if s["kind"] == "serving")
+    terms = Workbench(study).step_terms("decode", serving["variant"], study.devices[0])
+    for row in serving["crossovers"]:
+        first = row["devices"][0]["first"]
+        if first is not None:
+            compute, memory = terms.at(first, row["context"])
+            assert compute >= memory * (1 - 1e-12), (row, compute, memory)
+    json.loads(__import__("rooflinec.render", fromlist=["to_json"]).to_json(rep),
+               parse_constant=lambda c: pytest.fail(f"report holds {c}"))
+
+
+# --- numbers no device could have, finite reports ----------------------------------------
+
+def test_sram_smaller_than_one_tile_is_located(tree):
+    _device(tree, "on_chip", "sram_per_sm", "1 B")
+    _refused(_study(tree, _all_analyses()), "sram_per_sm")
+
+
+def test_fractional_bytes_are_refused(tree):
+    _device(tree, "on_chip", "sram_per_sm", 0.5)
+    _refused(_study(tree, {"params": {}}), "on_chip.sram_per_sm", "whole number of bytes")
+
+
+@pytest.mark.parametrize("section, key, value", [
+    ("memory", "bandwidth", "1e-300 B/s"), ("memory", "bandwidth", "1e30 GB/s"),
+    ("compute", "tensor", {"bf16": "1e-300 FLOP/s"}), ("memory", "capacity", "1 B"),
+])
+def test_numbers_no_device_has_are_located(tree, section, key, value):
+    _device(tree, section, key, value)
+    _refused(_study(tree, {"params": {}}), f"{section}.{key}", "outside what any device has")
+
+
+def test_a_ridge_no_device_has_is_located(tree):
+    _device(tree, "memory", "bandwidth", "1 GB/s")   # 312 TFLOP/s over 1 GB/s: 312000 FLOP/B
+    _refused(_study(tree, {"params": {}}), "compute.tensor.bf16", "peak / bandwidth")
+
+
+@pytest.mark.parametrize("value, fragment", [
+    (2 ** 53 + 1, "at most 2^53"), (10 ** 63, "at most 2^53"), (float("nan"), "finite"),
+])
+def test_huge_or_non_finite_numbers_in_a_spec_are_located(tree, value, fragment):
+    study = _study(tree, {"attention_intensity": {"contexts": [1, value]}})
+    _refused(study, "contexts[1]", fragment)
+
+
+def test_a_nan_geometric_ratio_is_located(tree):
+    study = _study(tree, {"attention_intensity": {"contexts": {"from": 1, "to": 100,
+                                                               "geometric": float("nan")}}})
+    _refused(study, "geometric", "finite")
+
+
+def test_a_number_that_is_not_finite_never_reaches_a_report(tree, monkeypatch):
+    from rooflinec import analyses
+    title, fn = analyses.ANALYSES["params"]
+    monkeypatch.setitem(analyses.ANALYSES, "params", (title, lambda ctx, p: {"x": [1.0, math.inf]}))
+    _refused(_study(tree, {"params": {}}), "analyses.params", "not finite", "x[1] = inf")
+
+
+def test_huge_but_valid_values_draw_or_say_why_a_chart_was_left_out(tree):
+    _operator(tree, "d_model**16*V**16*d_ff**16", "2*d_model")
+    study = _study(tree, {"decode_view": {"contexts": [1024, 2 ** 53]}})
+    code, _, err, _ = _run("build", study, "--out", tree / "out", "--format", "md,html")
+    assert code == 0, err
+    md = (tree / "out" / "study.md").read_text(encoding="utf-8")
+    html = (tree / "out" / "study.html").read_text(encoding="utf-8")
+    assert "left out: it would plot" in md and "left out: it would plot" in html
+    svgs = list((tree / "out" / "study").glob("*.svg")) if (tree / "out" / "study").exists() else []
+    for svg in svgs:   # a chart left out is not written; the others are whole
+        assert svg.read_text(encoding="utf-8").rstrip().endswith("</svg>")
+
+
+# --- input files --------------------------------------------------------------------------
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_given_as_the_study_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "study.yaml"
+    os.mkfifo(fifo)
+    try:   # a separate process: if it blocked, the timeout ends it and the test fails
+        done = subprocess.run([sys.executable, "-m", "rooflinec", "check", str(fifo)],
+                              capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("check blocked on a FIFO")
+    assert done.returncode == 1 and "not a regular file" in done.stderr, done.stderr
+
+
+def test_an_alias_repeating_a_large_node_is_refused_quickly(tree):
+    lines = ["big: &b " + "x" * 500_000, "model: qwen2.5-7b", "devices: [a100-40gb]",
+             "analyses: {params: {}}", "junk:"] + ["  - *b"] * 400
+    study = tree / "study.yaml"
+    study.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    _refused(study, "expands to more than", within=5.0)
+
+
+# --- messages, digits --------------------------------------------------------------------
+
+def test_messages_quote_the_start_and_the_length_of_a_long_value(tree):
+    study = _write(tree / "study.yaml", {"model": "qwen2.5-7b", "devices": ["x" * 5000],
+                                         "analyses": {"params": {}, "y" * 5000: {}}})
+    err = _refused(study, "(5000 characters)")
+    assert all(len(line) < 1000 for line in err.splitlines()), [len(line) for line in err.splitlines()]
+
+
+@pytest.mark.parametrize("text", ["\uff14\uff10 GiB", "\u0664\u0660 GiB", "4\uff10 GiB"])
+def test_only_ascii_digits_are_numbers(text):
+    from rooflinec.units import QuantityError, parse_quantity
+    with pytest.raises(QuantityError):
+        parse_quantity(text, "bytes")
+
+
+# --- the mutation fuzzer -------------------------------------------------------------------
+
+def test_mutated_shipped_specs_end_located_or_finite():
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import hostile
+    result = hostile.fuzz(max(EXAMPLES * 3, 10), seed=int(os.environ.get("ROOFLINEC_HOSTILE_SEED", "7")))
+    assert not result["failures"], json.dumps(result["failures"][:3], indent=1)
+
+
+# --- the other inputs: a measurements CSV, an imported config.json ----------------------
+
+MEASURED_HEADER = ("model,device,engine,engine_version,weights,tp,pp,isl,osl,concurrency,"
+                   "ttft_ms,tpot_ms,measured,row_id\n")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize("reader", ["measurements", "import"])
+def test_a_fifo_as_a_csv_or_config_is_refused_without_blocking(tmp_path, reader):
+    fifo = tmp_path / ("runs.csv" if reader == "measurements" else "config.json")
+    os.mkfifo(fifo)
+    code = ("from rooflinec import measurements, hfimport\n"
+            + (f"measurements.read({str(fifo)!r})" if reader == "measurements"
+               else f"hfimport.convert({str(fifo)!r})"))
+    try:   # a separate process: if it blocked, the timeout ends it and the test fails
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{reader} blocked on a FIFO")
+    assert "SpecError" in done.stderr and "not a regular file" in done.stderr, done.stderr
+
+
+def test_a_measurements_csv_over_the_cap_is_refused_before_it_is_read(tmp_path):
+    from rooflinec import measurements
+    from rooflinec.errors import SpecError
+    big = tmp_path / "runs.csv"
+    with open(big, "wb") as fh:   # sparse: the size is checked, not the bytes
+        fh.write(MEASURED_HEADER.encode())
+        fh.truncate(measurements.MAX_BYTES + 1)
+    with pytest.raises(SpecError, match=f"limited to {measurements.MAX_BYTES} bytes"):
+        measurements.read(str(big))
+
+
+def test_a_measurements_count_of_many_digits_is_located(tmp_path):
+    from rooflinec import measurements
+    from rooflinec.errors import SpecError
+    runs = tmp_path / "runs.csv"
+    runs.write_text(MEASURED_HEADER + f"m,d,e,1,bf16,1,1,{'9' * 5000},1,1,1,1,,r1\n", encoding="utf-8")
+    with pytest.raises(SpecError) as err:
+        measurements.read(str(runs))
+    assert "isl" in str(err.value) and "at most 15 digits" in str(err.value)
+    assert len(str(err.value)) < 1000   # the 5000 digits are not repeated whole
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ("1.0e+999", "must be finite"), (".nan", "must be finite"), (str(2 ** 64), "at most 2^53")])
+def test_an_imported_config_with_a_number_past_a_float_is_located(tmp_path, value, fragment):
+    from rooflinec import hfimport
+    from rooflinec.errors import SpecError
+    cfg = tmp_path / "config.json"
+    src = (Path(__file__).parent / "hf_configs" / "llama-3.1-8b" / "config.json").read_text(encoding="utf-8")
+    data = json.loads(src)
+    data["rope_theta"] = "VALUE"
+    cfg.write_text(json.dumps(data, indent=2).replace('"VALUE"', value), encoding="utf-8")
+    with pytest.raises(SpecError) as err:
+        hfimport.convert(str(cfg))
+    assert "rope_theta" in str(err.value) and fragment in str(err.value), str(err.value)
+    assert LOCATED.match(str(err.value)), str(err.value)
+
+
+def test_serve_keeps_the_serving_analysis_budget():
+    batches = ",".join(map(str, range(1, 5001)))
+    code, out, err, took = _run("serve", "qwen2.5-7b", "--device", "a100-40gb", "--batch", batches)
+    assert code == 1 and not out and "at most 4096" in err and "Traceback" not in err, err
+    assert took < 10, f"{took:.1f} s"
