@@ -73,7 +73,31 @@ def throughput_sweep(index: int, section: dict, report: dict) -> dict | None:
             "lines": lines}
 
 
+def tp_split(index: int, section: dict, report: dict) -> list[dict]:
+    """A step's time split into compute-bound kernels, memory-bound kernels and collectives
+    against tp: one chart per device and phase, at the section's last workload."""
+    charts = []
+    for d in section["devices"]:
+        for st in d["steps"]:
+            if st["workload"] != section["workloads"][-1]:
+                continue
+            w, rows = st["workload"], st["rows"]
+            what = f"{st['phase']} step, B = {w['batch']}, S = {w['context']}"
+            charts.append({
+                "kind": "split", "section": index,
+                "name": f"{slug(section['kind'])}-{slug(d['key'])}-{st['phase']}",
+                "title": f"{d['key']}: {what}, per device against tp",
+                "alt": f"Time of one {what} on one {d['key']}, stacked as compute-bound kernels, "
+                       "memory-bound kernels and collectives, for each tensor-parallel degree",
+                "tp": [r["tp"] for r in rows],
+                "parts": {"compute-bound kernels": [r["compute_s"] for r in rows],
+                          "memory-bound kernels": [r["memory_s"] for r in rows],
+                          "collectives": [r["comm_s"] for r in rows]}})
+    return charts
+
+
 SWEEPS = {"gemm_intensity": gemm_sweep, "sweep": throughput_sweep}
+SPLITS = {"parallel_view": tp_split}
 
 
 def for_section(report: dict, section: dict) -> dict:
@@ -122,7 +146,9 @@ def plan_section(index: int, section: dict, report: dict) -> list[dict]:
     charts = _roofline_charts(index, section, report)
     sweep = SWEEPS.get(section["kind"])
     extra = sweep(index, section, report) if sweep else None
-    return [_checked(c) for c in charts + ([extra] if extra else [])]
+    split = SPLITS.get(section["kind"])
+    splits = split(index, section, report) if split else []
+    return [_checked(c) for c in charts + ([extra] if extra else []) + splits]
 
 
 def plan(report: dict) -> list[list[dict]]:

@@ -344,7 +344,24 @@ def throughput(chart: dict):
     return fig
 
 
-DRAW = {"roofline": roofline, "sweep": sweep, "throughput": throughput}
+def split(chart: dict):
+    """Stacked bars: each tp's step time in parts (linear seconds, one bar per degree)."""
+    fig, ax = _figure()
+    xs = list(range(len(chart["tp"])))
+    base = [0.0] * len(xs)
+    for i, (name, values) in enumerate(chart["parts"].items()):
+        ax.bar(xs, values, bottom=base, width=0.6, color=SERIES_COLOURS[i % len(SERIES_COLOURS)],
+               label=name)
+        base = [b + v for b, v in zip(base, values)]
+    ax.set_xticks(xs, [str(t) for t in chart["tp"]])
+    ax.set_xlabel("tensor-parallel degree tp")
+    ax.set_ylabel("seconds per step, per device")
+    _title(fig, chart["title"])
+    ax.legend(loc="upper right", frameon=False)
+    return fig
+
+
+DRAW = {"roofline": roofline, "sweep": sweep, "throughput": throughput, "split": split}
 
 
 def draw(chart: dict) -> str:

@@ -98,6 +98,7 @@ class Program:
     bindings: dict = field(default_factory=dict)   # derived symbols, e.g. {M: B} in decode
     conventions: tuple[tuple[str, str], ...] = ()  # (key, stated choice) pairs for the report
     symbols: tuple[sp.Symbol, ...] = ()            # the model's own dimensions beyond the alphabet
+    collectives: tuple = ()                        # collectives.Collective, per device (tp > 1)
 
     def op(self, name: str) -> Op:
         for o in self.ops:

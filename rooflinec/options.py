@@ -53,3 +53,8 @@ def study_default(name: str):
 def convention_defaults() -> dict:
     props = _study()["properties"]["conventions"]["properties"]
     return {name: spec["default"] for name, spec in props.items()}
+
+
+def parallel_defaults() -> dict:
+    props = _study()["properties"]["parallel"]["properties"]
+    return {name: spec["default"] for name, spec in props.items()}

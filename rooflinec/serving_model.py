@@ -16,12 +16,12 @@ fitted numbers; at `BOUND` (datasheet peaks, no overheads) the step time is a lo
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from rooflinec import params, program_costs
+from rooflinec import collectives as C
+from rooflinec import parallel, params, program_costs
 from rooflinec.spec import DTYPE_BYTES
 from rooflinec.symbols import B, S, model_values
 
@@ -59,24 +59,14 @@ class Unpredictable(ValueError):
     """A run the model cannot predict; the message says why."""
 
 
-# --- tensor parallelism, the minimum this model needs (Megatron-LM sharding) --------------
+# --- tensor parallelism: rooflinec.parallel's Megatron-LM sharding and ring collectives ---------
 
 def shard(model, tp: int):
-    """One device's slice of `model` under tensor parallelism: query heads, MLP width and
-    vocabulary (column/row- and vocabulary-parallel layers) divided by tp; KV heads too,
-    but never below one: with tp above their count each device keeps a replicated head."""
-    for what, n in (("query heads", model.n_heads), ("MLP width", model.d_ff)):
-        if n % tp:
-            raise Unpredictable(f"tensor parallel degree {tp} does not divide the {n} {what}")
-    return replace(model, key=f"{model.key}/tp{tp}", n_heads=model.n_heads // tp,
-                   n_kv_heads=max(1, model.n_kv_heads // tp), d_ff=model.d_ff // tp,
-                   vocab=math.ceil(model.vocab / tp))
-
-
-def ring_all_reduce_bytes(payload: float, n: int) -> float:
-    """Bytes each device sends in a ring all-reduce of `payload` bytes over n devices:
-    2(n-1)/n x payload (a reduce-scatter then an all-gather, each (n-1)/n of it)."""
-    return 2 * (n - 1) / n * payload
+    """One device's slice of `model` (rooflinec.parallel.shard_model), or why not."""
+    try:
+        return parallel.shard_model(model, tp)
+    except parallel.Unshardable as exc:
+        raise Unpredictable(str(exc)) from None
 
 
 # --- memory ----------------------------------------------------------------------------
@@ -158,8 +148,11 @@ def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float)
             raise Unpredictable(f"{dev.key} declares no interconnect bandwidth for tensor parallelism")
         collectives = ALL_REDUCES_PER_LAYER * model.n_layers
         payload = tokens * model.d_model * DTYPE_BYTES[ACTIVATION_DTYPE]
-        link_s = collectives * (ring_all_reduce_bytes(payload, run.tp) / dev.link_bandwidth
-                                + (dev.link_latency or 0.0))
+        link = C.Link(dev.link, dev.link_bandwidth, dev.link_latency)
+        volume = float(C.fraction("all_reduce", run.tp)) * payload
+        # engines run small all-reduces one-shot over NVSwitch (vLLM's custom all-reduce,
+        # TensorRT-LLM's): one link latency per collective, not the ring's 2(n-1) steps
+        link_s = collectives * C.time(volume, 1, link)
     return StepCost(np.array(compute), np.array(memory), model.n_layers, collectives, link_s)
 
 

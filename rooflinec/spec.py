@@ -31,6 +31,10 @@ class Device:
     link: str = ""                        # scale-up interconnect (NVLink), if declared
     link_bandwidth: float | None = None   # B/s per device per direction
     link_latency: float | None = None     # s per collective step
+    link_domain: int | None = None        # devices one scale-up domain joins (None: unbounded)
+    network: str = ""                     # scale-out network (InfiniBand), if declared
+    network_bandwidth: float | None = None   # B/s per device per direction
+    network_latency: float | None = None     # s per message or collective step
     cache_size: int | None = None          # B, last-level cache (measured specs)
     cache_bandwidth: float | None = None   # B/s, a stream that fits in that cache
     file: str = field(default="", compare=False)   # the hardware spec it was read from
@@ -93,6 +97,7 @@ class Study:
     dtype: str
     conventions: dict
     analyses: dict = field(default_factory=dict)   # name -> params, in the order written
+    parallel: dict = field(default_factory=dict)   # the `parallel` block as written
     doc: object = field(default=None, compare=False, repr=False)  # the located study file
     quantization: dict = field(default_factory=dict)   # tensor class -> storage format
 
@@ -188,19 +193,24 @@ def load_hardware(file: str) -> Device:
         capacity=parse_quantity(mem["capacity"], "bytes"), source=d["source"], year=d.get("year"),
         sm_count=chip.get("sm_count"),
         sram_per_sm=parse_quantity(chip["sram_per_sm"], "bytes") if chip else None,
-        notes=d.get("notes", ""), **_interconnect(d.get("interconnect")),
+        notes=d.get("notes", ""), **_interconnect(d.get("interconnect"), "link"),
+        **_interconnect(d.get("scale_out"), "network"),
         cache_size=parse_quantity(cache["size"], "bytes") if cache else None,
         cache_bandwidth=parse_quantity(cache["bandwidth"], "bandwidth") if cache else None,
         file=file)
     return replace(device, warnings=device_warnings(doc, device))
 
 
-def _interconnect(link: dict | None) -> dict:
+def _interconnect(link: dict | None, prefix: str) -> dict:
+    """A scale-up link ("link") or the scale-out network ("network") as Device fields."""
     if not link:
         return {}
     latency = link.get("latency")
-    return {"link": link["name"], "link_bandwidth": parse_quantity(link["bandwidth"], "bandwidth"),
-            "link_latency": None if latency is None else parse_quantity(latency, "time")}
+    fields = {prefix: link["name"], f"{prefix}_bandwidth": parse_quantity(link["bandwidth"], "bandwidth"),
+              f"{prefix}_latency": None if latency is None else parse_quantity(latency, "time")}
+    if "devices_per_domain" in link:
+        fields["link_domain"] = link["devices_per_domain"]
+    return fields
 
 
 def _count(section, key: str) -> int | None:
@@ -360,4 +370,5 @@ def load_study(file: str) -> Study:
     title = d.get("title") or (f"{model.name}: operator rooflines" if model else _stem(file))
     return Study(file=file, stem=_stem(file), title=title, model=model, devices=tuple(devices),
                  dtype=dtype, conventions=conv, analyses=dict(d["analyses"]), doc=doc,
-                 quantization=dict(d.get("quantization") or {}))
+                 quantization=dict(d.get("quantization") or {}),
+                 parallel=dict(d.get("parallel") or {}))

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
+from rooflinec import collectives as C
+from rooflinec import parallel as par
 from rooflinec import passes, quant
 from rooflinec import symbols as sym
 from rooflinec.derive import exact
@@ -20,7 +22,7 @@ from rooflinec.errors import DeviceLacks, Problem, SpecError
 from rooflinec.evaluate import number
 from rooflinec.ir import Op, Program
 from rooflinec.lower import Conventions, lower
-from rooflinec.options import convention_defaults
+from rooflinec.options import convention_defaults, parallel_defaults
 from rooflinec.spec import DTYPE_BYTES
 
 # --- the roofline ---------------------------------------------------------------------
@@ -133,6 +135,27 @@ class Ledger:
         return self.flops / self.peak / self.time
 
 
+@dataclass(frozen=True)
+class CommRow:
+    """One collective of a program on a device at one workload point, all its launches."""
+
+    collective: C.Collective
+    count: int            # launches: L for a per-layer collective over the whole model
+    payload: float        # bytes of one launch's whole tensor
+    volume: float         # bytes each device sends, all launches
+    link: C.Link
+    bandwidth_s: float    # volume / link bandwidth
+    latency_s: float      # steps x link latency
+
+    @property
+    def time(self) -> float:
+        return self.bandwidth_s + self.latency_s
+
+    @property
+    def latency_bound(self) -> bool:
+        return self.latency_s > self.bandwidth_s
+
+
 # --- the workbench ----------------------------------------------------------------------
 
 
@@ -172,6 +195,24 @@ class Workbench:
     def conventions(self) -> Conventions:
         return Conventions(**{**convention_defaults(), **self.study.conventions})
 
+    @cached_property
+    def parallel(self) -> par.Parallel:
+        """The study's `parallel` block; a tp that does not divide the model, located."""
+        p = par.Parallel(**{**parallel_defaults(), **self.study.parallel})
+        self.check_tp(p.tp, ("parallel", "tp"))
+        if p.ep > 1:   # expert ops are not split yet: say so rather than ignore it
+            why = ("expert parallelism is not modelled yet" if getattr(self.model, "moe", None)
+                   else "it splits a mixture of experts, and this model has none")
+            raise SpecError([self.problem(("parallel", "ep"), f"ep = {p.ep}: {why}; leave ep at 1")])
+        return p
+
+    def check_tp(self, tp: int, path: tuple) -> None:
+        try:
+            if self.model is not None:
+                par.check(self.model, tp)
+        except par.Unshardable as exc:
+            raise SpecError([self.problem(path, f"{exc}; pick a degree that divides them")]) from None
+
     @property
     def bytes_per_element(self) -> int:
         return DTYPE_BYTES[self.dtype]
@@ -200,9 +241,21 @@ class Workbench:
             values[s] = number(expr, values)
         return values
 
-    # memory fit: weights and the KV cache only (activations and workspace left out)
+    # memory fit: weights and the KV cache only (activations and workspace left out), on one
+    # device: its share when the study's `parallel` block splits the model
+
+    def _split(self) -> bool:
+        """Whether the study splits the model over devices: memory is then one device's share."""
+        return self.parallel.tp > 1 or self.parallel.pp > 1
 
     def weight_bytes(self, dtype: str | None = None, formats: dict | None = None) -> int:
+        """Weight bytes one device holds, at the weights' format."""
+        from rooflinec.params import count
+        if self._split():
+            n = par.params_per_device(self.model, self.parallel.tp, self.parallel.pp)
+        else:
+            n = int(number(count(self.model).total, self.values_for(dtype)))
+        return math.ceil(n * DTYPE_BYTES[self.storage("weights", dtype, formats)])
         from rooflinec.params import count
         n = int(number(count(self.model).total, self.values_for(dtype)))
         return math.ceil(n * DTYPE_BYTES[self.storage("weights", dtype, formats)])
@@ -216,10 +269,14 @@ class Workbench:
         return kv_bytes_per_token(self.model) + cache_per_token(self.model)
 
     def kv_per_token(self, dtype: str | None = None, formats: dict | None = None) -> int:
-        """KV-cache bytes of one token at the KV cache's format (every layer counted at the full
-        context: windowed layers hold fewer, so this bounds the memory from above)."""
-        values = {**self.values_for(dtype), sym.b: quant.byte_value(self.storage("kv_cache", dtype, formats))}
-        return math.ceil(number(self.kv_formula, values))
+        """KV-cache bytes of one token on one device at the KV cache's format (every layer counted
+        at the full context: windowed layers hold fewer, so this bounds the memory from above).
+        A latent-attention cache is whole on every tensor-parallel device."""
+        b = quant.byte_value(self.storage("kv_cache", dtype, formats))
+        if self._split() and self.model.mla is None:
+            p = self.parallel
+            return math.ceil(par.kv_bytes_per_token(self.model, p.tp, p.pp, b))
+        return math.ceil(number(self.kv_formula, {**self.values_for(dtype), sym.b: b}))
 
     def memory_needed(self, batch, context, dtype: str | None = None, formats: dict | None = None):
         """Bytes of weights plus B·S tokens of KV cache (NumPy arrays work too)."""
@@ -273,21 +330,54 @@ class Workbench:
 
     # programs
 
-    def program(self, phase: str, variant: str = "unfused", device=None,
+    def program(self, phase: str, variant: str = "unfused", device=None, tp: int | None = None,
                 conventions: Conventions | None = None) -> Program:
-        """The lowered program of `phase` after the passes of `variant`, built once; the
-        passes that need a device (FlashAttention's tiles) get `device`. `conventions`: other
-        choices than the study's (training counts the logits of every token)."""
+        """The lowered program of `phase` after the passes of `variant`, as one of `tp`
+        devices runs it (the study's tp by default), built once; the passes that need a
+        device (FlashAttention's tiles) get `device`. `conventions`: other choices than the
+        study's (training counts the logits of every token)."""
+        tp = self.parallel.tp if tp is None else tp
         conv = conventions or self.conventions
-        key = (phase, variant, device.key if device is not None else None, conv)
+        key = (phase, variant, device.key if device is not None else None, conv, tp)
         if key not in self._programs:
-            naive = (phase, "unfused", None, conv)
-            if naive not in self._programs:
-                self._programs[naive] = lower(self.model, phase, conv)
-            target = passes.Target(device, conv, self.model.head_dim, self.bytes_per_element)
-            self._programs[key] = quant.retype(passes.apply(self._programs[naive], variant, target),
-                                               tuple(self.study.quantization))
+            whole = key[:4] + (1,)
+            if whole not in self._programs:
+                naive = (phase, "unfused", None, conv, 1)
+                if naive not in self._programs:
+                    self._programs[naive] = lower(self.model, phase, conv)
+                target = passes.Target(device, conv, self.model.head_dim, self.bytes_per_element)
+                self._programs[whole] = quant.retype(passes.apply(self._programs[naive], variant, target),
+                                                     tuple(self.study.quantization))
+            self._programs[key] = par.shard(self._programs[whole], self.model, tp)
         return self._programs[key]
+
+    # links between devices
+
+    def link(self, device, span: int, needed_by: str) -> C.Link:
+        """The link a group of `span` devices talks over: the scale-up link while the group
+        fits in one scale-up domain, else the scale-out network."""
+        domain = device.link_domain
+        if device.link_bandwidth is not None and (domain is None or span <= domain):
+            return C.Link(device.link, device.link_bandwidth, device.link_latency)
+        if device.network_bandwidth is not None:
+            return C.Link(device.network, device.network_bandwidth, device.network_latency)
+        if device.link_bandwidth is None:
+            raise DeviceLacks(device, "scale-up interconnect", "interconnect", needed_by)
+        raise DeviceLacks(device, f"scale-out network (its scale-up domain joins {domain} devices, "
+                                  f"the group {span})", "scale_out", needed_by)
+
+    def communication(self, program: Program, device, workload: dict,
+                      dtype: str | None = None) -> tuple[CommRow, ...]:
+        """Every collective of `program` at one workload point, timed by the ring model."""
+        values = self.at(workload, program.bindings, dtype)
+        rows = []
+        for c in program.collectives:
+            count = int(number(c.repeat, values))
+            link = self.link(device, c.span, f"the {c.kind.replace('_', '-')} '{c.name}'")
+            volume = count * number(c.volume, values)
+            rows.append(CommRow(c, count, number(c.payload, values), volume, link,
+                                volume / link.bandwidth, count * c.steps * (link.latency or 0.0)))
+        return tuple(rows)
 
     # evaluation
 

@@ -56,6 +56,8 @@ def run(study: Study, on_section=None, bench: Workbench | None = None) -> list[d
     """Every analysis of the study, in the order written, as report sections.
     `on_section(index, section)` hears of each section as soon as it is evaluated."""
     ctx = bench or Workbench(study)
+    if study.model is not None:
+        ctx.parallel   # noqa: B018  (checks the `parallel` block against the model, located)
     timebox.reset()
     sections, problems = [], []
     for key, options in _expanded(study, ctx).items():

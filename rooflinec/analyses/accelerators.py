@@ -53,4 +53,13 @@ def accelerators(ctx, params) -> dict:
     _check(ctx, dtypes, pairs)
     rows = {d.key: _row(d, dtypes) for d in ctx.devices}
     return {"dtypes": dtypes, "rows": list(rows.values()),
-            "pairs": [_pair(rows, old, new) for old, new in pairs]}
+            "pairs": [_pair(rows, old, new) for old, new in pairs],
+            "links": [_links(d) for d in ctx.devices if d.link or d.network]}
+
+
+def _links(dev) -> dict:
+    """What joins the device to others: its scale-up link and scale-out network, as declared."""
+    return {"key": dev.key, "link": dev.link or None, "link_bandwidth": dev.link_bandwidth,
+            "link_latency": dev.link_latency, "domain": dev.link_domain,
+            "network": dev.network or None, "network_bandwidth": dev.network_bandwidth,
+            "network_latency": dev.network_latency}

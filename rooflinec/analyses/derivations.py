@@ -39,6 +39,13 @@ def program_ops(ctx, phase: str, variant: str) -> list[tuple]:
     return out
 
 
+def collective_derivation(c) -> dict:
+    """A collective's bytes as formulas: the payload, and what each device sends (ring model)."""
+    return {"name": c.name, "kind": c.kind, "devices": c.devices, "group": c.group,
+            "repeat": c.repeat, "payload": c.payload, "volume": c.volume, "steps": c.steps,
+            "after": c.after, "why": c.why}
+
+
 @analysis("derivations", "Derivations")
 def derivations(ctx, params) -> dict:
     phases = params.phases
@@ -47,5 +54,7 @@ def derivations(ctx, params) -> dict:
             "phases": [{"phase": phase,
                         "bindings": {str(k): v for k, v in ctx.program(phase).bindings.items()},
                         "conventions": list(ctx.program(phase).conventions),
-                        "ops": [op_derivation(ctx, op, devs) for op, devs in program_ops(ctx, phase, variant)]}
+                        "ops": [op_derivation(ctx, op, devs) for op, devs in program_ops(ctx, phase, variant)],
+                        "collectives": [collective_derivation(c)
+                                        for c in ctx.program(phase, variant, ctx.devices[0]).collectives]}
                        for phase in phases]}

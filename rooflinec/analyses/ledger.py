@@ -10,7 +10,7 @@ from rooflinec import flash, window
 from rooflinec.analyses import analysis
 from rooflinec.evaluate import number
 from rooflinec.ir import TRAFFIC_CLASSES, intensity
-from rooflinec.symbols import B, S
+from rooflinec.symbols import B, L, S
 from rooflinec.workbench import Ledger
 
 
@@ -133,7 +133,21 @@ def _block(ctx, params, phase, device, workload, scope) -> dict:
                for v in variants]
     return {"phase": phase, "device": device.key, "scope": scope,
             "workload": {s.name: v for s, v in workload.items()},
-            "ledgers": ledgers, "comparison": _comparison(ledgers)}
+            "ledgers": ledgers, "comparison": _comparison(ledgers),
+            "collectives": _collectives(ctx, ctx.program(phase, variants[0], device), device,
+                                        workload, scope)}
+
+
+def _collectives(ctx, program, device, workload: dict, scope: str) -> list[dict]:
+    """The program's collectives (tp > 1; the same in every variant), timed by the ring model;
+    one layer's in the layer scope."""
+    rows = [c for c in ctx.communication(program, device, workload)
+            if scope == "model" or c.collective.repeat == L]
+    return [{"name": c.collective.name, "kind": c.collective.kind, "devices": c.collective.devices,
+             "count": 1 if scope == "layer" else c.count,
+             "volume": c.volume / (c.count if scope == "layer" else 1), "link": c.link.name,
+             "time_s": c.time / (c.count if scope == "layer" else 1),
+             "latency_bound": c.latency_bound} for c in rows]
 
 
 @analysis("ledger", "Operator ledgers")

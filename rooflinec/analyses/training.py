@@ -92,7 +92,7 @@ def training(ctx, params) -> dict:
     n_expr = _n(ctx, counted, params)
     n_params = int(number(n_expr, ctx.values))
     conv = replace(ctx.conventions, logits="all")   # the study's conventions, every token's logits
-    program = ctx.program("prefill", conventions=conv)
+    program = ctx.program("prefill", tp=1, conventions=conv)   # the whole model's FLOPs
     values = {**ctx.values, S: seq}
     value = lambda e: float(number(sp.sympify(e).xreplace({N: n_expr}), values))  # noqa: E731
     palm = E.palm_account(N)

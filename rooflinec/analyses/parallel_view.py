@@ -1,0 +1,67 @@
+"""One device's share of a model split over tp devices: memory fit, step time with its
+collectives, tokens/s per GPU, and the smallest tp that fits."""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from rooflinec import parallel as par
+from rooflinec.analyses import analysis
+from rooflinec.symbols import B, S
+
+OVERLAP = {True: "communication overlaps compute: a step takes max(kernels, collectives)",
+           False: "communication does not overlap compute: collectives add to the step time"}
+
+
+def _memory(ctx, device, tp: int, workloads) -> dict:
+    p = ctx.parallel
+    weights = par.params_per_device(ctx.model, tp, p.pp) * ctx.bytes_per_element
+    kv = par.kv_bytes_per_token(ctx.model, tp, p.pp, ctx.bytes_per_element)
+    need = [weights + w["batch"] * w["context"] * kv for w in workloads]
+    return {"tp": tp, "weights": weights, "kv_per_token": kv, "needed": need,
+            "fits": [n <= device.capacity for n in need],
+            "kv_replicated": par.kv_replicated(ctx.model, tp)}
+
+
+def _step(ctx, device, phase: str, variant: str, tp: int, workload: dict, overlap: bool) -> dict:
+    w = {B: workload["batch"], S: workload["context"]}
+    program = ctx.program(phase, variant, device, tp)
+    led = ctx.ledger(program, device, w)
+    whole = ctx.ledger(ctx.program(phase, variant, device, 1), device, w).flops
+    comm = ctx.communication(program, device, w)
+    compute = sum(r.roof.time for r in led.rows if r.roof.bound == "compute")
+    memory = led.time - compute
+    comm_s = sum(c.time for c in comm)
+    step = max(led.time, comm_s) if overlap else led.time + comm_s
+    tokens = workload["batch"] * (1 if phase == "decode" else workload["context"])
+    return {"tp": tp, "flops": led.flops, "duplicated_flops": led.flops * tp - whole,
+            "duplicated_share": (led.flops * tp - whole) / whole, "compute_s": compute, "memory_s": memory, "comm_s": comm_s, "step_s": step,
+            "tokens_per_s_per_device": tokens / step / tp, "comm_share": comm_s / step,
+            "latency_bound": [c.collective.name for c in comm if c.latency_bound],
+            "collectives": [{"name": c.collective.name, "kind": c.collective.kind,
+                             "count": c.count, "payload": c.payload, "volume": c.volume,
+                             "link": c.link.name, "bandwidth_s": c.bandwidth_s,
+                             "latency_s": c.latency_s, "time_s": c.time,
+                             "formula": sp.sympify(c.collective.volume)} for c in comm]}
+
+
+@analysis("parallel_view", "Per device under tensor parallelism")
+def parallel_view(ctx, params) -> dict:
+    for i, tp in enumerate(params.tp):
+        ctx.check_tp(tp, ("analyses", "parallel_view", "tp", i))
+    overlap = ctx.parallel.overlap
+    devices = []
+    for dev in ctx.devices_named(("analyses", "parallel_view", "devices"), params.devices):
+        memory = [_memory(ctx, dev, tp, params.workloads) for tp in sorted(params.tp)]
+        smallest = [next((m["tp"] for m in memory if m["fits"][i]), None)
+                    for i in range(len(params.workloads))]
+        steps = [{"phase": phase, "workload": w,
+                  "rows": [_step(ctx, dev, phase, params.variant, tp, w, overlap) for tp in sorted(params.tp)]}
+                 for phase in params.phases for w in params.workloads]
+        link = {"name": dev.link or None, "bandwidth": dev.link_bandwidth,
+                "latency": dev.link_latency, "domain": dev.link_domain}
+        devices.append({"key": dev.key, "name": dev.name, "capacity": dev.capacity, "link": link,
+                        "memory": memory, "smallest_tp": smallest, "steps": steps})
+    return {"variant": params.variant, "dtype": ctx.dtype, "tps": sorted(params.tp),
+            "workloads": params.workloads, "overlap": OVERLAP[overlap], "devices": devices,
+            "kv_heads": ctx.model.n_kv_heads, "pp": ctx.parallel.pp}

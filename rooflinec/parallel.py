@@ -1,0 +1,204 @@
+"""Many devices: the `parallel` block, Megatron-LM tensor-parallel sharding as a pass over a
+lowered program, the collectives it adds, and the per-device facts (memory, bubble) that
+follow from the degrees.
+
+Sharding (Shoeybi et al. 2019, Megatron-LM, section 3; Narayanan et al. 2021):
+- q, k, v and gate/up are column-parallel, o and down row-parallel: each device holds n_q/tp
+  query heads, n_kv/tp KV heads and d_ff/tp of the MLP width, so every op written over n_q,
+  n_kv or d_ff divides by tp (attention included: heads are independent);
+- KV heads are replicated when tp exceeds their count: each device keeps the one KV head its
+  query heads read (n_kv per device = 1), which is duplicated work and memory;
+- the embedding and the LM head are vocabulary-parallel: V/tp rows (rounded up) per device;
+- norms, residual adds and the embedding's gather run whole on every device (no sequence
+  parallelism): duplicated work.
+The forward pass then needs one all-reduce of the [M, d_model] activations after o_proj and
+one after down_proj per layer (one per layer for a parallel block), one after the
+vocabulary-parallel embedding, and an all-gather of the logits.
+
+It is a pass applied after the variant's passes (the attention kernels they build are
+written over n_q and n_kv too); at tp = 1 it returns the program unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import sympy as sp
+
+from rooflinec.collectives import Collective
+from rooflinec.ir import Cost, Program, verify
+from rooflinec.symbols import L, M, V, b, d_ff, d_model, n_kv, n_q
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """Degrees of parallelism and the training schedule; the study's `parallel` block."""
+
+    tp: int = 1             # tensor parallel
+    pp: int = 1             # pipeline stages
+    ep: int = 1             # expert parallel (within the data-parallel ranks)
+    dp: int = 1             # data parallel
+    microbatches: int = 1   # per pipeline flush (training)
+    zero: int = 0           # ZeRO stage across dp: 1 optimizer states, 2 + gradients, 3 + weights
+    overlap: bool = False   # communication overlaps compute (else it adds to the step)
+
+
+class Unshardable(ValueError):
+    """A degree that does not divide what it splits; the message says which."""
+
+
+def check(model, tp: int) -> None:
+    if tp < 1:
+        raise Unshardable("tensor-parallel degree must be at least 1")
+    for what, n in (("query heads", model.n_heads), ("MLP width d_ff", model.d_ff)):
+        if n % tp:
+            raise Unshardable(f"tensor-parallel degree {tp} does not divide the {n} {what}")
+    kv = model.n_kv_heads
+    if kv % tp and tp % kv:
+        raise Unshardable(f"tensor-parallel degree {tp} neither divides nor is a multiple of the "
+                          f"{kv} KV heads")
+
+
+def kv_replicated(model, tp: int) -> bool:
+    return tp > model.n_kv_heads
+
+
+def per_device(model, tp: int) -> dict:
+    """Each sharded symbol -> what one of tp devices holds of it."""
+    if tp == 1:
+        return {}
+    check(model, tp)
+    return {n_q: n_q / tp, n_kv: sp.Integer(1) if kv_replicated(model, tp) else n_kv / tp,
+            d_ff: d_ff / tp, V: sp.ceiling(V / tp)}
+
+
+def shard_model(model, tp: int):
+    """One device's slice of `model` as a model spec (memory, the serving model)."""
+    check(model, tp)
+    return replace(model, key=f"{model.key}/tp{tp}", n_heads=model.n_heads // tp,
+                   n_kv_heads=max(1, model.n_kv_heads // tp), d_ff=model.d_ff // tp,
+                   vocab=-(-model.vocab // tp))
+
+
+def _cost(cost: Cost | None, subs: dict) -> Cost | None:
+    if cost is None:
+        return None
+    return Cost(cost.flops.xreplace(subs), tuple((c, e.xreplace(subs)) for c, e in cost.traffic))
+
+
+def collectives(program: Program, model, tp: int) -> tuple[Collective, ...]:
+    """The forward pass's tensor-parallel collectives, after the ops whose outputs are partial."""
+    names = {op.name for op in program.ops}
+    act = M * d_model * b
+    out = []
+    if "embedding" in names:
+        out.append(Collective("embedding_all_reduce", "all_reduce", act, tp, "tp", tp,
+                              after="embedding", why="vocabulary-parallel embedding: each device "
+                              "holds V/tp rows, the others contribute zeros"))
+    layer = ("down_proj",) if model.block == "parallel" else ("o_proj", "down_proj")
+    for name in layer:
+        if name in names:
+            out.append(Collective(f"{name}_all_reduce", "all_reduce", act, tp, "tp", tp, repeat=L,
+                                  after=name, why="row-parallel: each device holds a partial sum "
+                                  "of the [M, d_model] output"))
+    if "lm_head" in names:
+        tokens = program.op("lm_head").crossing
+        out.append(Collective("logits_all_gather", "all_gather", tokens * V * b, tp, "tp", tp,
+                              after="lm_head", why="vocabulary-parallel LM head: each device "
+                              "holds V/tp of every token's logits"))
+    return tuple(out)
+
+
+# the backward pass's conjugate of each row-parallel output's all-reduce: Megatron's f operator,
+# the identity forward, an all-reduce of the input's gradient before the column-parallel GEMMs
+_CONJUGATE = {"o_proj_all_reduce": ("attention_input_grad_all_reduce", "the gradient of the "
+                                    "attention block's input, summed over the column-parallel q, k, v"),
+              "down_proj_all_reduce": ("mlp_input_grad_all_reduce", "the gradient of the MLP's "
+                                       "input, summed over the column-parallel gate and up")}
+
+
+def backward_collectives(forward: tuple[Collective, ...]) -> tuple[Collective, ...]:
+    """The per-layer all-reduces a training step adds in its backward pass (one per forward
+    all-reduce of a layer: four per layer in all for a sequential block)."""
+    return tuple(replace(c, name=_CONJUGATE[c.name][0], after="", why=_CONJUGATE[c.name][1])
+                 for c in forward if c.name in _CONJUGATE)
+
+
+def shard(program: Program, model, tp: int) -> Program:
+    """`program` as one of tp devices runs it, with its collectives; unchanged at tp = 1."""
+    if tp == 1:
+        return program
+    subs = per_device(model, tp)
+    ops = tuple(replace(op, cost=_cost(op.cost, subs), epilogue=_cost(op.epilogue, subs))
+                for op in program.ops)
+    kv = (f"KV heads replicated: {model.n_kv_heads} KV heads over {tp} devices, each keeps one"
+          if kv_replicated(model, tp) else f"{model.n_kv_heads // tp} KV head{'s' if model.n_kv_heads // tp > 1 else ''} per device")
+    stated = (("tensor parallelism", f"tp = {tp} (Megatron-LM): q/k/v and gate/up "
+               "column-parallel, o and down row-parallel, embedding and LM head vocabulary-parallel; "
+               f"{kv}; every op written over n_q, n_kv, d_ff or V (declared operators too) divides by tp, "
+               "norms and residual adds run whole on every device"),)
+    return verify(replace(program, ops=ops, conventions=program.conventions + stated,
+                          collectives=collectives(program, model, tp)))
+
+
+# --- training at scale ------------------------------------------------------------------------
+
+def bubble(pp: int, microbatches: int) -> sp.Rational:
+    """1F1B's idle share of a pipeline flush: (p - 1) / (m + p - 1) (Narayanan et al. 2021, §2.2)."""
+    return sp.Rational(pp - 1, microbatches + pp - 1)
+
+
+def megatron_flops(batch, seq, layers, hidden, vocab, recompute: bool = True) -> int:
+    """FLOPs per iteration of a GPT model, Narayanan et al. 2021, eq. (3), with full activation
+    recomputation: F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)); without it (one forward fewer
+    in the layers, the LM head unchanged): 72 B s l h^2 (1 + s/(6h) + V/(12 l h))."""
+    k = 96 if recompute else 72
+    f = k * sp.Integer(batch) * seq * layers * hidden ** 2 * (
+        1 + sp.Rational(seq, 6 * hidden) + sp.Rational(6 * vocab, k * layers * hidden))
+    return int(f)
+
+
+ADAM_BYTES = 12   # fp32 master weights, first and second moments (Rajbhandari et al. 2020, ZeRO)
+
+
+def training_memory(params: float, weight_bytes: int, grad_bytes: int, dp: int, zero: int) -> dict:
+    """Bytes per device of weights, gradients and Adam state for `params` parameters per device
+    (after tp and pp), with ZeRO stage `zero` splitting them across dp (ZeRO, figure 1)."""
+    split = lambda stage: dp if zero >= stage else 1   # noqa: E731
+    return {"weights": params * weight_bytes / split(3), "gradients": params * grad_bytes / split(2),
+            "optimizer": params * ADAM_BYTES / split(1)}
+
+
+# Korthikanti et al. 2022, table 2: activation bytes per layer at 16 bits, in units of s*b*h
+ACTIVATIONS = {
+    "none": "tensor parallelism, scores kept: 10 + 24/t + 5·a·s/(h·t)",
+    "selective": "tensor and sequence parallelism, attention's scores recomputed (or never "
+                 "stored, as FlashAttention does): 34/t",
+    "full": "full recomputation: each layer's input, 2",
+}
+
+
+def activation_bytes(seq: int, micro: int, hidden: int, heads: int, layers: int, tp: int,
+                     policy: str) -> float:
+    """Activations per device for `layers` layers of one microbatch (ACTIVATIONS)."""
+    s, bsz, h = seq, micro, hidden
+    per = {"none": 10 + 24 / tp + 5 * heads * s / (h * tp), "selective": 34 / tp, "full": 2}[policy]
+    return s * bsz * h * per * layers
+
+
+# --- memory per device ------------------------------------------------------------------------
+
+def params_per_device(model, tp: int, pp: int = 1) -> int:
+    """Parameters one device holds: the sharded count over ceil(L/pp) layers, with the
+    embedding and LM head on the same stage (the stage that holds both, an upper bound for pp > 1);
+    norms and, past n_kv, KV heads are replicated."""
+    from rooflinec.params import count
+    from rooflinec.symbols import model_values
+    subs = {**per_device(model, tp), L: sp.ceiling(L / pp)}
+    return int(count(model).total.xreplace(subs).subs(model_values(model)))
+
+
+def kv_bytes_per_token(model, tp: int, pp: int, bytes_per_element: int) -> int:
+    """K and V of one token on one device: 2 x ceil(L/pp) x KV heads per device x d_head x b."""
+    heads = 1 if kv_replicated(model, tp) else model.n_kv_heads // tp
+    return 2 * -(-model.n_layers // pp) * heads * model.head_dim * bytes_per_element
