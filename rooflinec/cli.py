@@ -14,7 +14,7 @@ from rooflinec.measure import cli as measure_cli   # no torch: it loads when a m
 EPILOG = """\
 examples:
   rooflinec build specs/qwen.yaml                  # reports/qwen.{md,html,json}, charts in reports/qwen/
-  rooflinec build specs/*.yaml --out /tmp/r --format md
+  rooflinec build specs/*.yaml --out my-reports --format md
   rooflinec check specs/qwen.yaml                  # validate only; every problem, located
   rooflinec explain specs/qwen.yaml k_proj         # one op's derivation in the terminal
   rooflinec devices                                # the installed catalog; also: rooflinec models
