@@ -35,7 +35,14 @@ def _model(m) -> dict:
         "mlp": m.mlp_kind, "d_ff": m.d_ff, "vocab": m.vocab, "norm": m.norm_kind,
         "block": m.block, "tied_embeddings": m.tied_embeddings, "source": m.source, "notes": m.notes,
         "dimensions": dict(m.dimensions), "operators": [d.name for d in m.operators],
+        "moe": _routing(m.moe) if getattr(m, "moe", None) else None,
     }
+
+
+def _routing(moe) -> dict:
+    """What the expert weight traffic assumes: uniform routing over E/rho hot experts."""
+    return {"experts": moe.experts, "top_k": moe.top_k, "imbalance": moe.imbalance,
+            "hot": moe.experts / moe.imbalance if moe.imbalance != 1 else moe.experts}
 
 
 def _inputs(study: Study) -> list[dict]:

@@ -4,6 +4,7 @@ the formulas obey."""
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from fractions import Fraction
 from pathlib import Path
@@ -350,3 +351,13 @@ def test_the_serving_model_caches_deepseek_v3s_latent_whole_on_every_device():
     from rooflinec.serving_model import kv_bytes_per_token
     m = model("deepseek-v3")
     assert kv_bytes_per_token(m, "fp8", 1) == kv_bytes_per_token(m, "fp8", 8) == 35_136
+
+
+@pytest.mark.parametrize("suffix", ["md", "html"])
+def test_the_moe_report_states_its_routing_assumption(suffix):
+    # the committed reports are kept fresh by the reports test; both formats carry the prose
+    text = (ROOT / "reports" / f"moe-mixtral.{suffix}").read_text()
+    plain = re.sub(r"<[^>]+>", "", text).replace("**", "")
+    assert "Expert weight traffic assumes uniform routing" in plain
+    assert "E·(1 − (1 − k/E)^M)" in plain
+    assert "imbalance factor ρ = 1" in plain and "E = 8 routed experts" in plain
