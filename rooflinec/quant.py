@@ -58,7 +58,22 @@ BYTES: dict[str, float | int] = {name: f.bytes if isinstance(f.bytes, int) else 
 b_w = sp.Symbol("b_w", positive=True)     # bytes per weight element
 b_kv = sp.Symbol("b_kv", positive=True)   # bytes per KV-cache element
 CLASS_SYMBOLS = {"weights": b_w, "kv_cache": b_kv}
-DESCRIPTIONS = {b_w: "bytes per weight element", b_kv: "bytes per KV-cache element"}
+
+# Weight-only formats (int4, NVFP4, ... weights with bf16 compute): the GEMM runs on the compute
+# dtype's peak and first turns each weight element it reads into the compute dtype: one convert
+# and one multiply by its (block or tensor) scale. Counted as part of the GEMM's FLOPs, as the
+# fused epilogues are, since the dequantisation runs inside the GEMM's kernel on loaded weights.
+DEQUANT_FLOPS = 2
+f_dq = sp.Symbol("f_dq", nonnegative=True)   # dequantisation FLOPs per weight element read
+DESCRIPTIONS = {b_w: "bytes per weight element", b_kv: "bytes per KV-cache element",
+                f_dq: f"dequantisation FLOPs per weight element a GEMM reads: {DEQUANT_FLOPS} "
+                      "(convert, scale) for weights stored in a format the compute dtype's peak "
+                      "does not run on, 0 otherwise"}
+
+
+def dequant_flops(weights: str, compute: str) -> int:
+    """f_dq's value: weights whose format computes on another peak than `compute` need it."""
+    return DEQUANT_FLOPS if peak_dtype(weights) != peak_dtype(compute) else 0
 
 
 def peak_dtype(name: str) -> str:
@@ -75,7 +90,8 @@ def byte_value(name: str):
 def retype(program, classes):
     """`program` with the bytes of each traffic class in `classes` written over that class's
     own symbol (b_w for weights, b_kv for the KV cache) instead of b: a class stored in a
-    format other than the activations'. The FLOPs do not change."""
+    format other than the activations'. A matrix op that reads weights gains f_dq FLOPs per
+    weight element it reads (the dequantisation; zero when the weights are in the compute's format)."""
     from dataclasses import replace
 
     from rooflinec.ir import Cost
@@ -84,12 +100,17 @@ def retype(program, classes):
     if not swap:
         return program
 
-    def cost(c):
+    def cost(c, unit):
         if c is None:
             return None
-        return Cost(c.flops, tuple((cls, e.xreplace({b: swap[cls]}) if cls in swap else e)
-                                   for cls, e in c.traffic))
+        flops = c.flops
+        if "weights" in swap and unit == "matrix":
+            flops += f_dq * sp.cancel(c.bytes_of("weights") / b)   # weight elements read
+        return Cost(flops, tuple((cls, e.xreplace({b: swap[cls]}) if cls in swap else e)
+                                 for cls, e in c.traffic))
 
-    ops = tuple(replace(op, cost=cost(op.cost), epilogue=cost(op.epilogue)) for op in program.ops)
-    extra = tuple(s for s in swap.values() if s not in program.symbols)
+    ops = tuple(replace(op, cost=cost(op.cost, op.unit), epilogue=cost(op.epilogue, op.unit))
+                for op in program.ops)
+    used = (*swap.values(), *((f_dq,) if "weights" in swap else ()))
+    extra = tuple(s for s in used if s not in program.symbols)
     return replace(program, ops=ops, symbols=program.symbols + extra)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from rooflinec import analyses, catalog, summary
+from rooflinec import analyses, catalog, quant, summary
 from rooflinec import symbols as sym
 from rooflinec.lower import PHASES
 from rooflinec.spec import Study
@@ -45,6 +45,14 @@ def _routing(moe) -> dict:
             "hot": moe.experts / moe.imbalance if moe.imbalance != 1 else moe.experts}
 
 
+def _weight_only(study: Study) -> bool:
+    """Whether the study stores weights (its quantization, a sweep's formats) in a format
+    the compute dtype's peak does not run on: its GEMMs then pay dequantisation FLOPs."""
+    sweep = (study.analyses.get("sweep") or {}).get("formats") or []
+    formats = [study.quantization, *sweep]
+    return any(quant.dequant_flops(f["weights"], study.dtype) for f in formats if "weights" in f)
+
+
 def _inputs(study: Study) -> list[dict]:
     """The spec files the report was built from, relative to the study's folder (a catalog
     file as catalog/...), with the SHA-256 of their bytes: reports that state the same inputs
@@ -72,6 +80,7 @@ def build(study: Study, on_section=None) -> dict:
         "bytes_per_element": study.bytes_per_element,
         "devices": [_device(d, study.dtype) for d in study.devices],
         "conventions": [{"phase": p, "key": k, "choice": v} for p in PHASES for k, v in conv.stated(p)],
+        "dequant_flops": quant.DEQUANT_FLOPS if _weight_only(study) else None,
         "symbols": [{"name": s.name, "meaning": m} for s, m in sym.DESCRIPTIONS.items()]
         + [{"name": name, "meaning": f"declared by the model spec (= {value})"}
            for name, value in (study.model.dimensions if study.model else ())],

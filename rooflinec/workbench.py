@@ -228,7 +228,8 @@ class Workbench:
         model = sym.model_values(self.model) if self.model is not None else {}
         return {**model, sym.b: quant.byte_value(dtype or self.dtype),
                 **{s: quant.byte_value(self.storage(cls, dtype, formats))
-                   for cls, s in quant.CLASS_SYMBOLS.items()}}
+                   for cls, s in quant.CLASS_SYMBOLS.items()},
+                quant.f_dq: quant.dequant_flops(self.storage("weights", dtype, formats), dtype or self.dtype)}
 
     @cached_property
     def values(self) -> dict:

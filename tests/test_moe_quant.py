@@ -160,13 +160,14 @@ def test_a_dtype_the_device_has_no_peak_for_is_a_located_error(tmp_path):
     assert "b200" not in message.split("h100-sxm")[0]
 
 
-def test_weight_only_quantization_changes_weight_bytes_not_flops(tmp_path):
+def test_weight_only_quantization_changes_weight_bytes_and_adds_dequant_flops(tmp_path):
     plain = Workbench(spec.load_study(_study(tmp_path, "bf16", "b200")))
     quant4 = Workbench(spec.load_study(_study(tmp_path, "bf16", "b200", "quantization: {weights: nvfp4, kv_cache: fp8}")))
     point = {B: 64, S: 4096}
     a = plain.ledger(plain.program("decode", "ideal"), plain.devices[0], point)
     q = quant4.ledger(quant4.program("decode", "ideal"), quant4.devices[0], point)
-    assert q.flops == pytest.approx(a.flops)
+    # the GEMMs dequantise every weight element they read: 2 FLOPs each (convert, scale)
+    assert q.flops == pytest.approx(a.flops + quant.DEQUANT_FLOPS * a.traffic("weights") / 2)
     assert q.traffic("weights") == pytest.approx(a.traffic("weights") * 0.5625 / 2)
     assert q.traffic("kv_cache") == pytest.approx(a.traffic("kv_cache") / 2)
     assert q.traffic("activations") == pytest.approx(a.traffic("activations"))
@@ -361,3 +362,26 @@ def test_the_moe_report_states_its_routing_assumption(suffix):
     assert "Expert weight traffic assumes uniform routing" in plain
     assert "E·(1 − (1 − k/E)^M)" in plain
     assert "imbalance factor ρ = 1" in plain and "E = 8 routed experts" in plain
+
+
+def test_a_weight_only_gemm_pays_two_dequant_flops_per_weight_element(tmp_path):
+    # Mixtral-8x7B's q_proj (its config: hidden_size 4096, 32 heads of 128): W_q is
+    # 4096 x 4096 = 16,777,216 elements. At M = 8 tokens the GEMM does 2*8*4096*4096 =
+    # 268,435,456 FLOPs; NVFP4 weights under bf16 compute add 2 per weight element,
+    # 2*16,777,216 = 33,554,432, for 301,989,888 in all.
+    w = Workbench(spec.load_study(_study(tmp_path, "bf16", "b200", "quantization: {weights: nvfp4}")))
+    flops = w.program("decode", "ideal").op("q_proj").cost.flops
+    assert int(number(flops, {**w.values, M: 8})) == 268_435_456 + 33_554_432
+
+
+@pytest.mark.parametrize("dtype, weights", [("bf16", "bf16"), ("fp8", "fp8"), ("nvfp4", "nvfp4")])
+def test_no_dequant_flops_when_weights_are_in_the_compute_dtype(tmp_path, dtype, weights):
+    devices = "b200"
+    w = Workbench(spec.load_study(_study(tmp_path, dtype, devices, f"quantization: {{weights: {weights}}}")))
+    plain = Workbench(spec.load_study(_study(tmp_path, dtype, devices)))
+    assert w.values[quant.f_dq] == 0 and quant.dequant_flops(weights, dtype) == 0
+    point = {B: 8, S: 1024}
+    q = w.ledger(w.program("decode", "ideal"), w.devices[0], point)
+    a = plain.ledger(plain.program("decode", "ideal"), plain.devices[0], point)
+    assert q.flops == pytest.approx(a.flops)
+
