@@ -104,8 +104,10 @@ def retype(program, classes):
         if c is None:
             return None
         flops = c.flops
-        if "weights" in swap and unit == "matrix":
-            flops += f_dq * sp.cancel(c.bytes_of("weights") / b)   # weight elements read
+        # weight elements read; a program retyped once already (a sweep's formats over the
+        # study's) keeps the count it has
+        if "weights" in swap and unit == "matrix" and f_dq not in flops.free_symbols:
+            flops += f_dq * sp.cancel(c.bytes_of("weights") / b)
         return Cost(flops, tuple((cls, e.xreplace({b: swap[cls]}) if cls in swap else e)
                                  for cls, e in c.traffic))
 

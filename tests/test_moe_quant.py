@@ -385,3 +385,11 @@ def test_no_dequant_flops_when_weights_are_in_the_compute_dtype(tmp_path, dtype,
     a = plain.ledger(plain.program("decode", "ideal"), plain.devices[0], point)
     assert q.flops == pytest.approx(a.flops)
 
+
+
+def test_retyping_the_weights_twice_counts_their_dequantisation_once(tmp_path):
+    # a sweep's formats retype a program the study's quantization retyped already
+    w = Workbench(spec.load_study(_study(tmp_path, "bf16", "b200", "quantization: {weights: nvfp4}")))
+    once = w.program("decode", "ideal")
+    twice = quant.retype(once, ("weights",))
+    assert [op.cost.flops for op in twice.ops] == [op.cost.flops for op in once.ops]
