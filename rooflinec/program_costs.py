@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from functools import cache
 
+from rooflinec import quant
 from rooflinec.evaluate import number
 from rooflinec.lower import Conventions
 from rooflinec.passes import DEFAULT_VARIANT
@@ -49,6 +50,7 @@ def op_costs(model, phase: str, device, workload: dict, tokens=None, bytes_per_e
     values = {**bench.at(workload, prog.bindings if tokens is None else {}), b: bytes_per_element}
     if tokens is not None:
         values[M] = tokens
+    values[quant.f_dq] = 0   # the serving model runs GEMMs on the weights' own peak: no dequantisation
     out = []
     for op in prog.ops:
         count = number(op.repeat, values)
