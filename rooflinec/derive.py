@@ -113,10 +113,10 @@ def _crossing_general(num: sp.Expr, den: sp.Expr, var: sp.Symbol, ridge: sp.Rati
     """Intensity not rational in `var` (a declared op's min, max, ceil): searched, exactly
     (rooflinec.piecewise.first_true)."""
     at = piecewise.first_true(lambda x: piecewise.at(num, var, x) / piecewise.at(den, var, x) >= ridge)
-    return Crossing(var, at, _limit(num / den, var)[0])
+    return Crossing(var, at, limit_within_budget(num / den, var)[0])
 
 
-def _limit(f: sp.Expr, var: sp.Symbol) -> tuple[sp.Expr | None, bool]:
+def limit_within_budget(f: sp.Expr, var: sp.Symbol) -> tuple[sp.Expr | None, bool]:
     """lim f as var -> oo, and whether its time budget ran out; None where sympy cannot say
     (a user formula with min, max ...) or does not within the budget."""
     try:
@@ -146,5 +146,5 @@ def derive(op: Op) -> Derivation:
     simple = intensity(op.cost)
     i_done = op.cost.flops == 0 or factoring(op.cost.flops / op.cost.bytes)[1]
     deps = tuple(sorted(simple.free_symbols, key=lambda s: s.name))
-    limit, expired = _limit(simple, S) if S in simple.free_symbols else (None, False)
+    limit, expired = limit_within_budget(simple, S) if S in simple.free_symbols else (None, False)
     return Derivation(op, flops, nbytes, simple, deps, limit, f_done and b_done and i_done, expired)

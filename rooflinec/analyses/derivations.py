@@ -34,6 +34,12 @@ def budget_flags(**expired: bool) -> dict:
     return {k: k != "simplified" for k, hit in expired.items() if hit}
 
 
+def over_budget(crossings: dict) -> dict:
+    """The devices (by key) whose crossing was not found within the time budget, where any."""
+    keys = [key for key, c in crossings.items() if c.budget_expired]
+    return {"crossing_over_budget": keys} if keys else {}
+
+
 def program_ops(ctx, phase: str, variant: str) -> list[tuple]:
     """(op, devices) in program order; an op whose form differs by device (FlashAttention's
     tiles) appears once per form with the devices it holds on, else once with None."""
