@@ -10,7 +10,7 @@ from functools import lru_cache
 import sympy as sp
 
 from rooflinec import piecewise, timebox
-from rooflinec.ir import Op, factored, intensity
+from rooflinec.ir import Op, factored, factoring, intensity
 from rooflinec.symbols import S
 
 
@@ -19,6 +19,7 @@ class Crossing:
     variable: sp.Symbol
     at: int | None        # smallest value at which the op is compute-bound; None if never
     supremum: sp.Expr     # intensity as the variable grows without bound
+    budget_expired: bool = False   # roots ran out of time and the bounded search found none
 
 
 def limit_at_infinity(f: sp.Expr, var: sp.Symbol) -> sp.Expr:
@@ -85,7 +86,8 @@ def _crossing(expr: sp.Expr, var: sp.Symbol, fixed: frozenset, ridge: sp.Rationa
     # intensity >= ridge  <=>  num - ridge * den >= 0, since den > 0; past the budget, searched
     roots = timebox.run(timebox.ROOTS_S, lambda: _positive_roots(p - q * ridge), lambda: None)
     if roots is None:
-        return _crossing_general(num, den, var, ridge)
+        found = _crossing_general(num, den, var, ridge)
+        return Crossing(var, found.at, found.supremum, budget_expired=found.at is None)
     candidates = sorted({1, *(max(1, int(math.ceil(r))) for r in roots)})
     at = next((c for c in candidates if p.eval(c) / q.eval(c) >= ridge), None)
     return Crossing(var, at, _leading_ratio(p, q))
@@ -111,16 +113,17 @@ def _crossing_general(num: sp.Expr, den: sp.Expr, var: sp.Symbol, ridge: sp.Rati
     """Intensity not rational in `var` (a declared op's min, max, ceil): searched, exactly
     (rooflinec.piecewise.first_true)."""
     at = piecewise.first_true(lambda x: piecewise.at(num, var, x) / piecewise.at(den, var, x) >= ridge)
-    return Crossing(var, at, _limit(num / den, var))
+    return Crossing(var, at, limit_within_budget(num / den, var)[0])
 
 
-def _limit(f: sp.Expr, var: sp.Symbol) -> sp.Expr | None:
-    """lim f as var -> oo; None where sympy cannot say (a user formula with min, max ...) or
-    does not within the time budget."""
+def limit_within_budget(f: sp.Expr, var: sp.Symbol) -> tuple[sp.Expr | None, bool]:
+    """lim f as var -> oo, and whether its time budget ran out; None where sympy cannot say
+    (a user formula with min, max ...) or does not within the budget."""
     try:
-        return timebox.run(timebox.LIMIT_S, lambda: limit_at_infinity(f, var), lambda: None)
+        return timebox.run(timebox.LIMIT_S, lambda: (limit_at_infinity(f, var), False),
+                           lambda: (None, True))
     except (NotImplementedError, ValueError, TypeError):
-        return None
+        return None, False
 
 
 @dataclass(frozen=True)
@@ -131,14 +134,17 @@ class Derivation:
     intensity: sp.Expr
     depends_on: tuple[sp.Symbol, ...]
     limit_S: sp.Expr | None     # intensity as the context S grows, where it depends on S
+    simplified: bool = True     # False where factoring ran past its time budget (as written)
+    limit_expired: bool = False  # the limit in S ran past its time budget
 
 
 
 
 @lru_cache(maxsize=1024)
 def derive(op: Op) -> Derivation:
-    flops, nbytes = factored(op.cost.flops), factored(op.cost.bytes)
+    (flops, f_done), (nbytes, b_done) = factoring(op.cost.flops), factoring(op.cost.bytes)
     simple = intensity(op.cost)
+    i_done = op.cost.flops == 0 or factoring(op.cost.flops / op.cost.bytes)[1]
     deps = tuple(sorted(simple.free_symbols, key=lambda s: s.name))
-    limit = _limit(simple, S) if S in simple.free_symbols else None
-    return Derivation(op, flops, nbytes, simple, deps, limit)
+    limit, expired = limit_within_budget(simple, S) if S in simple.free_symbols else (None, False)
+    return Derivation(op, flops, nbytes, simple, deps, limit, f_done and b_done and i_done, expired)

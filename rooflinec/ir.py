@@ -45,10 +45,14 @@ class Cost:
 
 
 @lru_cache(maxsize=4096)
+def factoring(expr: sp.Expr) -> tuple[sp.Expr, bool]:
+    """sp.factor, once per expression (phases, variants and analyses share many costs), and
+    whether it finished: past its time budget, the expression as written and False."""
+    return timebox.run(timebox.SIMPLIFY_S, lambda: (sp.factor(expr), True), lambda: (expr, False))
+
+
 def factored(expr: sp.Expr) -> sp.Expr:
-    """sp.factor, once per expression: phases, variants and analyses share many costs.
-    Not simplified (returned as written) where factoring runs past its time budget."""
-    return timebox.run(timebox.SIMPLIFY_S, lambda: sp.factor(expr), lambda: expr)
+    return factoring(expr)[0]
 
 
 @lru_cache(maxsize=None)

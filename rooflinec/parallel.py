@@ -15,6 +15,13 @@ The forward pass then needs one all-reduce of the [M, d_model] activations after
 one after down_proj per layer (one per layer for a parallel block), one after the
 vocabulary-parallel embedding, and an all-gather of the logits.
 
+Expert parallelism (ep, GShard and DeepSpeed-MoE's layout) splits the E routed experts over ep
+devices, E/ep each; attention, the router and shared experts stay whole on every one. Under
+uniform routing (each token's k experts equally likely to sit on any device) a device serves
+M*k/ep of the M*k routings and touches (E/ep)*(1-(1-k/E)^M) of its experts: every routed-expert
+op's FLOPs and bytes divide by ep. Tokens reach their experts and come back by two all-to-alls
+per MoE layer (dispatch and combine) of M*k*d_model elements each.
+
 It is a pass applied after the variant's passes (the attention kernels they build are
 written over n_q and n_kv too); at tp = 1 it returns the program unchanged.
 """
@@ -57,6 +64,16 @@ def check(model, tp: int) -> None:
     if kv % tp and tp % kv:
         raise Unshardable(f"tensor-parallel degree {tp} neither divides nor is a multiple of the "
                           f"{kv} KV heads")
+
+
+def check_ep(model, ep: int) -> None:
+    moe = getattr(model, "moe", None)
+    if ep < 1:
+        raise Unshardable("expert-parallel degree must be at least 1")
+    if ep > 1 and moe is None:
+        raise Unshardable(f"expert-parallel degree {ep} splits a mixture of experts, and this model has none")
+    if moe is not None and moe.experts % ep:
+        raise Unshardable(f"expert-parallel degree {ep} does not divide the {moe.experts} routed experts")
 
 
 def kv_replicated(model, tp: int) -> bool:
@@ -124,10 +141,52 @@ def backward_collectives(forward: tuple[Collective, ...]) -> tuple[Collective, .
                  for c in forward if c.name in _CONJUGATE)
 
 
-def shard(program: Program, model, tp: int) -> Program:
-    """`program` as one of tp devices runs it, with its collectives; unchanged at tp = 1."""
-    if tp == 1:
+def routed(op) -> bool:
+    """An op of the routed experts (moe.ffn names them expert_*): the ops ep splits."""
+    return op.name.startswith("expert_")
+
+
+def _scaled(cost: Cost | None, factor) -> Cost | None:
+    if cost is None:
+        return None
+    return Cost(cost.flops * factor, tuple((c, e * factor) for c, e in cost.traffic))
+
+
+def expert_collectives(model, tp: int, ep: int) -> tuple[Collective, ...]:
+    """Each MoE layer's dispatch and combine all-to-alls: M*k rows of d_model, (ep-1)/ep of
+    them to other devices."""
+    from rooflinec.moe import k, repeats
+    payload, repeat = M * k * d_model * b, repeats(model)[0]
+    return (Collective("moe_dispatch_all_to_all", "all_to_all", payload, ep, "ep", tp * ep,
+                       repeat=repeat, after="router_topk", why="each token's k routed rows go to "
+                       "the devices holding their experts"),
+            Collective("moe_combine_all_to_all", "all_to_all", payload, ep, "ep", tp * ep,
+                       repeat=repeat, after="expert_down_proj", why="the experts' outputs return "
+                       "to their tokens' devices for the weighted combine"))
+
+
+def split_experts(program: Program, model, ep: int, tp: int = 1) -> Program:
+    """`program` as one of ep expert-parallel devices runs it; unchanged at ep = 1."""
+    if ep == 1:
         return program
+    check_ep(model, ep)
+    share = sp.Rational(1, ep)
+    ops = tuple(replace(op, cost=_scaled(op.cost, share), epilogue=_scaled(op.epilogue, share))
+                if routed(op) else op for op in program.ops)
+    stated = (("expert parallelism", f"ep = {ep}: the {model.moe.experts} routed experts split "
+               f"{model.moe.experts // ep} per device; uniform routing, so each device serves "
+               "1/ep of the M*k routings and touches (E/ep)*(1-(1-k/E)^M) of its experts: the "
+               "routed-expert ops divide by ep; attention, router and shared experts whole on "
+               "every device; a dispatch and a combine all-to-all per MoE layer"),)
+    return verify(replace(program, ops=ops, conventions=program.conventions + stated,
+                          collectives=program.collectives + expert_collectives(model, tp, ep)))
+
+
+def shard(program: Program, model, tp: int, ep: int = 1) -> Program:
+    """`program` as one of tp (and ep) devices runs it, with its collectives; unchanged at
+    tp = ep = 1."""
+    if tp == 1:
+        return split_experts(program, model, ep)
     subs = per_device(model, tp)
     ops = tuple(replace(op, cost=_cost(op.cost, subs), epilogue=_cost(op.epilogue, subs))
                 for op in program.ops)
@@ -137,8 +196,8 @@ def shard(program: Program, model, tp: int) -> Program:
                "column-parallel, o and down row-parallel, embedding and LM head vocabulary-parallel; "
                f"{kv}; every op written over n_q, n_kv, d_ff or V (declared operators too) divides by tp, "
                "norms and residual adds run whole on every device"),)
-    return verify(replace(program, ops=ops, conventions=program.conventions + stated,
-                          collectives=collectives(program, model, tp)))
+    return split_experts(verify(replace(program, ops=ops, conventions=program.conventions + stated,
+                                        collectives=collectives(program, model, tp))), model, ep, tp)
 
 
 # --- training at scale ------------------------------------------------------------------------
@@ -188,14 +247,20 @@ def activation_bytes(seq: int, micro: int, hidden: int, heads: int, layers: int,
 
 # --- memory per device ------------------------------------------------------------------------
 
-def params_per_device(model, tp: int, pp: int = 1) -> int:
+def params_per_device(model, tp: int, pp: int = 1, ep: int = 1) -> int:
     """Parameters one device holds: the sharded count over ceil(L/pp) layers, with the
     embedding and LM head on the same stage (the stage that holds both, an upper bound for pp > 1);
-    norms and, past n_kv, KV heads are replicated."""
+    norms and, past n_kv, KV heads are replicated; E/ep of the routed experts."""
     from rooflinec.params import count
     from rooflinec.symbols import model_values
+    counted = count(model)
+    total = counted.total
+    if ep > 1:
+        check_ep(model, ep)
+        experts = next(c for c in counted.components if c.name == "experts")
+        total -= experts.count * (1 - sp.Rational(1, ep))
     subs = {**per_device(model, tp), L: sp.ceiling(L / pp)}
-    return int(count(model).total.xreplace(subs).subs(model_values(model)))
+    return int(total.xreplace(subs).subs(model_values(model)))
 
 
 def kv_bytes_per_token(model, tp: int, pp: int, bytes_per_element: int) -> int:

@@ -200,10 +200,11 @@ class Workbench:
         """The study's `parallel` block; a tp that does not divide the model, located."""
         p = par.Parallel(**{**parallel_defaults(), **self.study.parallel})
         self.check_tp(p.tp, ("parallel", "tp"))
-        if p.ep > 1:   # expert ops are not split yet: say so rather than ignore it
-            why = ("expert parallelism is not modelled yet" if getattr(self.model, "moe", None)
-                   else "it splits a mixture of experts, and this model has none")
-            raise SpecError([self.problem(("parallel", "ep"), f"ep = {p.ep}: {why}; leave ep at 1")])
+        try:
+            par.check_ep(self.model, p.ep)
+        except par.Unshardable as exc:
+            raise SpecError([self.problem(("parallel", "ep"), f"{exc}; pick a degree that divides "
+                                          "the routed experts, or leave ep at 1")]) from None
         return p
 
     def check_tp(self, tp: int, path: tuple) -> None:
@@ -247,13 +248,13 @@ class Workbench:
 
     def _split(self) -> bool:
         """Whether the study splits the model over devices: memory is then one device's share."""
-        return self.parallel.tp > 1 or self.parallel.pp > 1
+        return self.parallel.tp > 1 or self.parallel.pp > 1 or self.parallel.ep > 1
 
     def weight_bytes(self, dtype: str | None = None, formats: dict | None = None) -> int:
         """Weight bytes one device holds, at the weights' format."""
         from rooflinec.params import count
         if self._split():
-            n = par.params_per_device(self.model, self.parallel.tp, self.parallel.pp)
+            n = par.params_per_device(self.model, self.parallel.tp, self.parallel.pp, self.parallel.ep)
         else:
             n = int(number(count(self.model).total, self.values_for(dtype)))
         return math.ceil(n * DTYPE_BYTES[self.storage("weights", dtype, formats)])
@@ -341,15 +342,15 @@ class Workbench:
         conv = conventions or self.conventions
         key = (phase, variant, device.key if device is not None else None, conv, tp)
         if key not in self._programs:
-            whole = key[:4] + (1,)
+            whole = key[:4] + ("whole",)   # one device's whole program, before any split
             if whole not in self._programs:
-                naive = (phase, "unfused", None, conv, 1)
+                naive = (phase, "unfused", None, conv, "naive")
                 if naive not in self._programs:
                     self._programs[naive] = lower(self.model, phase, conv)
                 target = passes.Target(device, conv, self.model.head_dim, self.bytes_per_element)
                 self._programs[whole] = quant.retype(passes.apply(self._programs[naive], variant, target),
                                                      tuple(self.study.quantization))
-            self._programs[key] = par.shard(self._programs[whole], self.model, tp)
+            self._programs[key] = par.shard(self._programs[whole], self.model, tp, self.parallel.ep)
         return self._programs[key]
 
     # links between devices

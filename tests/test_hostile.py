@@ -160,7 +160,7 @@ def test_a_limit_past_its_time_budget_is_none_not_a_hang(monkeypatch):
     monkeypatch.setattr(timebox, "LIMIT_S", 0.05)
     monkeypatch.setattr(derive, "limit_at_infinity", lambda f, var: time.sleep(5))
     start = time.perf_counter()
-    assert derive._limit(sp.Symbol("S"), sp.Symbol("S")) is None
+    assert derive.limit_within_budget(sp.Symbol("S"), sp.Symbol("S")) == (None, True)
     assert time.perf_counter() - start < 2
 
 
@@ -376,3 +376,73 @@ def test_serve_keeps_the_serving_analysis_budget():
     code, out, err, took = _run("serve", "qwen2.5-7b", "--device", "a100-40gb", "--batch", batches)
     assert code == 1 and not out and "at most 4096" in err and "Traceback" not in err, err
     assert took < 10, f"{took:.1f} s"
+
+
+@pytest.fixture
+def expired_budgets(monkeypatch):
+    """Every time box runs out at once; the caches it fills are emptied before and after, so
+    no other test sees a derivation left unsimplified."""
+    from rooflinec import derive, ir, timebox
+    caches = (ir.factoring, ir.intensity, derive.derive, derive._crossing)
+
+    def clear():
+        for cache in caches:
+            cache.cache_clear()
+        timebox.reset()
+    for name in ("SIMPLIFY_S", "LIMIT_S", "ROOTS_S", "AFTER_STRIKES"):
+        monkeypatch.setattr(timebox, name, 1e-6)
+    clear()
+    yield
+    clear()
+
+
+def test_an_expired_time_budget_is_stated_in_every_format(tree, expired_budgets):
+    """Not simplified, limit and crossing not found: each said in md, html, JSON and explain,
+    never printed as if sympy had simplified the formula or proved no crossing."""
+    study = _study(tree, {"derivations": {"phases": ["decode"]}})
+    code, _, err, _ = _run("build", study, "--out", tree / "out", "--quiet")
+    assert code == 0, err
+    data = json.loads((tree / "out" / "study.json").read_text(encoding="utf-8"))
+    ops = [op for s in data["sections"] if s["kind"] == "derivations"
+           for ph in s["phases"] for op in ph["ops"]]
+    assert any(op.get("simplified") is False for op in ops)
+    assert any(op.get("limit_expired") is True for op in ops)
+    assert any(c.get("budget_expired") is True for op in ops for c in op["crossings"])
+    for fmt in ("md", "html"):
+        text = (tree / "out" / f"study.{fmt}").read_text(encoding="utf-8")
+        for said in ("not simplified (time budget)", "limit not found within the time budget",
+                     "crossing not found within the time budget"):
+            assert said in text, (fmt, said)
+    code, out, err, _ = _run("explain", study, "attention")
+    assert code == 0, err
+    assert "not simplified (time budget)" in out
+
+
+def test_attention_states_a_limit_and_a_crossing_past_their_time_budgets(tree, monkeypatch):
+    """Limits and roots that cannot finish (simplification still does, so the section runs):
+    the attention section says so in JSON, md and html instead of "never"."""
+    from rooflinec import derive, timebox
+    for name in ("LIMIT_S", "ROOTS_S"):
+        monkeypatch.setattr(timebox, name, 0.01)
+    monkeypatch.setattr(derive, "limit_at_infinity", lambda f, var: time.sleep(5))
+    monkeypatch.setattr(derive, "_positive_roots", lambda poly: time.sleep(5))
+    derive._crossing.cache_clear()
+    timebox.reset()
+    try:
+        study = _study(tree, {"attention_intensity": QWEN["analyses"]["attention_intensity"]})
+        code, _, err, _ = _run("build", study, "--out", tree / "out", "--quiet")
+    finally:
+        derive._crossing.cache_clear()
+        timebox.reset()
+    assert code == 0, err
+    data = json.loads((tree / "out" / "study.json").read_text(encoding="utf-8"))
+    cases = next(s for s in data["sections"] if s["kind"] == "attention_intensity")["cases"]
+    assert all(case.get("limit_expired") is True and case["limit"] is None
+               for case in cases if case["depends_on_S"])
+    # decode attention never reaches the ridge: its roots ran out of time, the search found none
+    assert any(case.get("crossing_over_budget") == ["a100-40gb"] for case in cases)
+    for fmt in ("md", "html"):
+        text = (tree / "out" / f"study.{fmt}").read_text(encoding="utf-8")
+        for said in ("limit not found within the time budget",
+                     "crossing not found within the time budget"):
+            assert said in text, (fmt, said)

@@ -249,7 +249,7 @@ def test_tp_1_gives_exactly_todays_reports(tmp_path):
             continue
         copy = tmp_path / "specs" / Path(study).name
         copy.parent.mkdir(exist_ok=True)
-        copy.write_text(text + "\nparallel: {tp: 1, pp: 1, dp: 1}\n", encoding="utf-8")
+        copy.write_text(text + "\nparallel: {tp: 1, pp: 1, ep: 1, dp: 1}\n", encoding="utf-8")
         out = tmp_path / "out"
         assert run(["build", "-q", str(copy), "--out", str(out), "--format", "json"],
                    io.StringIO(), io.StringIO()) == 0
@@ -356,3 +356,64 @@ def test_a_run_takes_its_degrees_from_the_study_parallel_block(tmp_path):
     # 3072 sequences over dp 6 in 512 microbatches: 1 sequence each; bubble 63/575
     assert (r["gpus"], r["microbatch"], r["microbatches"]) == (3072, 1, 512)
     assert r["bubble"] == pytest.approx(63 / 575)
+
+
+# --- expert parallelism ------------------------------------------------------------------------
+
+MIXTRAL = spec.load_model(str(ROOT / "rooflinec/catalog/models/mixtral-8x7b.yaml"))
+
+
+def ep_bench(ep: int) -> Workbench:
+    return Workbench(spec.Study("", "", "", MIXTRAL, (H100,), "bf16", {}, parallel={"ep": ep}))
+
+
+def test_mixtral_at_ep_8_golden():
+    """Mixtral-8x7B (Jiang et al. 2024; config.json: d_model 4096, 32 layers, 8 experts of
+    SwiGLU width 14336, top-2) at ep 8: each device keeps 1 expert per layer, 3 x 4096 x 14336 =
+    176,160,768 parameters, x 32 layers = 5,637,144,576, so the 7 of 8 experts it drops are
+    7 x 5,637,144,576 = 39,460,012,032 parameters fewer than the whole model. Each MoE layer
+    dispatches and combines M x k x d_model = M x 2 x 4096 elements = 16,384 M bytes at bf16,
+    7/8 of it leaving the device: 14,336 M bytes each way per layer."""
+    whole, split = par.params_per_device(MIXTRAL, 1), par.params_per_device(MIXTRAL, 1, ep=8)
+    assert whole - split == 7 * 3 * 4096 * 14336 * 32 == 39_460_012_032
+    bench = ep_bench(8)
+    assert bench.weight_bytes() == split * 2
+    program = bench.program("decode", "unfused", H100)
+    a2a = [c for c in program.collectives if c.kind == "all_to_all"]
+    assert [c.name for c in a2a] == ["moe_dispatch_all_to_all", "moe_combine_all_to_all"]
+    m = 1000
+    rows = bench.communication(program, H100, {B: m, S: 4096})
+    for row in rows:
+        assert row.count == 32 and row.payload == 16_384 * m and row.volume == 32 * 14_336 * m
+    assert any("ep = 8" in text for _, text in program.conventions)
+
+
+def test_ep_that_does_not_divide_the_experts_is_a_located_error(tmp_path):
+    msg = build_fails(tmp_path, "model: mixtral-8x7b\ndevices: [h100-sxm]\nparallel:\n  ep: 3\n"
+                                "analyses: {params: {}}\n")
+    assert "s.yaml:4:" in msg and "parallel.ep" in msg and "does not divide the 8 routed experts" in msg
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.sampled_from([2, 4, 8]), st.sampled_from(["decode", "prefill"]),
+       st.integers(1, 4096), st.integers(1, 8192))
+def test_per_device_expert_flops_times_ep_is_the_whole(ep, phase, batch, context):
+    """Under uniform routing each device serves 1/ep of the routings: its routed-expert FLOPs
+    and bytes times ep are the single device's; every other op is unchanged."""
+    w = {B: batch, S: context}
+    one = ep_bench(1).ledger(ep_bench(1).program(phase, "unfused", H100), H100, w)
+    split = ep_bench(ep).ledger(ep_bench(ep).program(phase, "unfused", H100), H100, w)
+    for a, s in zip(one.rows, split.rows):
+        assert a.op.name == s.op.name
+        factor = ep if par.routed(a.op) else 1
+        assert s.flops * factor == pytest.approx(a.flops, rel=1e-12)
+        assert s.bytes * factor == pytest.approx(a.bytes, rel=1e-12)
+    assert any(par.routed(r.op) for r in one.rows)
+
+
+def test_ep_1_gives_exactly_todays_program():
+    one = ep_bench(1)
+    whole = Workbench.of(MIXTRAL, (H100,), "bf16")
+    for phase in ("decode", "prefill"):
+        assert one.program(phase, "unfused", H100) == whole.program(phase, "unfused", H100)
+    assert one.weight_bytes() == whole.weight_bytes()

@@ -1,7 +1,8 @@
 """Decode and prefill attention intensity at given contexts, two ways of counting bytes."""
 
 from rooflinec.analyses import analysis
-from rooflinec.derive import crossing, limit_at_infinity
+from rooflinec.analyses.derivations import budget_flags, over_budget
+from rooflinec.derive import crossing, limit_within_budget
 from rooflinec.evaluate import number
 from rooflinec.ir import intensity
 from rooflinec.ops import FORMULAS
@@ -30,11 +31,12 @@ def attention_intensity(ctx, params) -> dict:
                 value = number(expr, {**ctx.values, S: s})
                 points.append({"context": s, "intensity": value,
                                "regime": {d.key: regime(value, ctx.ridge(d)) for d in ctx.devices}})
-            limit = limit_at_infinity(expr, S)
-            cross = {d.key: crossing(expr, S, ctx.values, ctx.ridge(d)).at for d in ctx.devices}
+            limit, expired = limit_within_budget(expr, S)
+            found = {d.key: crossing(expr, S, ctx.values, ctx.ridge(d)) for d in ctx.devices}
             cases.append({"phase": phase, "count": count, "flops": cost.flops, "bytes": cost.bytes,
                           "formula": expr, "limit": limit,
                           "depends_on_S": S in expr.free_symbols, "points": points,
-                          "crossing": cross})
+                          "crossing": {k: c.at for k, c in found.items()},
+                          **budget_flags(limit_expired=expired), **over_budget(found)})
     return {"contexts": params.contexts, "cases": cases,
             "causal_halving": ctx.conventions.causal_halving}

@@ -14,7 +14,8 @@ def op_derivation(ctx, op, devices=None) -> dict:
         for dev in devices or ctx.devices:
             c = crossing(d.intensity, op.crossing, ctx.values, ctx.ridge(dev, op.unit))
             crossings.append({"device": dev.key, "variable": c.variable, "at": c.at,
-                              "supremum": c.supremum, "ridge": float(ctx.ridge(dev, op.unit))})
+                              "supremum": c.supremum, "ridge": float(ctx.ridge(dev, op.unit)),
+                              **budget_flags(budget_expired=c.budget_expired)})
     workload = set(sym.WORKLOAD)
     return {
         "op": op.name, "label": op.label, "category": op.category, "unit": op.unit,
@@ -23,7 +24,20 @@ def op_derivation(ctx, op, devices=None) -> dict:
         "intensity": d.intensity, "depends_on": [s.name for s in d.depends_on],
         "workload_free": not (set(d.depends_on) & workload), "limit_S": d.limit_S,
         "crossings": crossings, "devices": [dev.key for dev in devices] if devices else None,
+        **budget_flags(simplified=not d.simplified, limit_expired=d.limit_expired),
     }
+
+
+def budget_flags(**expired: bool) -> dict:
+    """A time box that ran out, stated in the result (`simplified` as False, the others True);
+    only where one did, so a study that stays within its budgets reads as before."""
+    return {k: k != "simplified" for k, hit in expired.items() if hit}
+
+
+def over_budget(crossings: dict) -> dict:
+    """The devices (by key) whose crossing was not found within the time budget, where any."""
+    keys = [key for key, c in crossings.items() if c.budget_expired]
+    return {"crossing_over_budget": keys} if keys else {}
 
 
 def program_ops(ctx, phase: str, variant: str) -> list[tuple]:

@@ -2,6 +2,7 @@
 
 from rooflinec import symbols as sym
 from rooflinec.analyses import analysis
+from rooflinec.analyses.derivations import over_budget
 from rooflinec.derive import crossing
 from rooflinec.errors import SpecError
 from rooflinec.evaluate import number
@@ -32,12 +33,13 @@ def gemm_intensity(ctx, params) -> dict:
             values = [number(intensity(op.cost), {**ctx.values, op.crossing: m}) for op in ops]
             points.append({"tokens": m, "intensity": values[0], "spread": max(values) - min(values),
                            "regime": {d.key: regime(values[0], ctx.ridge(d)) for d in ctx.devices}})
-        cross = {d.key: crossing(intensity(ops[0].cost), ops[0].crossing, ctx.values, ctx.ridge(d)).at
+        found = {d.key: crossing(intensity(ops[0].cost), ops[0].crossing, ctx.values, ctx.ridge(d))
                  for d in ctx.devices}
         rows.append({"ops": group, "label": " / ".join(group), "shape": ops[0].shape,
                      "weight_elements": number(ops[0].cost.bytes_of("weights") / sym.b, ctx.values),
-                     "points": points, "crossing": cross,
-                     "formula": intensity(ops[0].cost), "variable": ops[0].crossing.name})
+                     "points": points, "crossing": {k: c.at for k, c in found.items()},
+                     "formula": intensity(ops[0].cost), "variable": ops[0].crossing.name,
+                     **over_budget(found)})
     return {"tokens": params.tokens, "rows": rows, "curves": _curves(ctx, rows)}
 
 

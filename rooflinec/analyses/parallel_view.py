@@ -15,7 +15,7 @@ OVERLAP = {True: "communication overlaps compute: a step takes max(kernels, coll
 
 def _memory(ctx, device, tp: int, workloads) -> dict:
     p = ctx.parallel
-    weights = par.params_per_device(ctx.model, tp, p.pp) * ctx.bytes_per_element
+    weights = par.params_per_device(ctx.model, tp, p.pp, p.ep) * ctx.bytes_per_element
     kv = par.kv_bytes_per_token(ctx.model, tp, p.pp, ctx.bytes_per_element)
     need = [weights + w["batch"] * w["context"] * kv for w in workloads]
     return {"tp": tp, "weights": weights, "kv_per_token": kv, "needed": need,
@@ -64,4 +64,5 @@ def parallel_view(ctx, params) -> dict:
                         "memory": memory, "smallest_tp": smallest, "steps": steps})
     return {"variant": params.variant, "dtype": ctx.dtype, "tps": sorted(params.tp),
             "workloads": params.workloads, "overlap": OVERLAP[overlap], "devices": devices,
-            "kv_heads": ctx.model.n_kv_heads, "pp": ctx.parallel.pp}
+            "kv_heads": ctx.model.n_kv_heads, "pp": ctx.parallel.pp, "ep": ctx.parallel.ep,
+            "experts": ctx.model.moe.experts if getattr(ctx.model, "moe", None) else None}
