@@ -259,11 +259,21 @@ def params_per_device(model, tp: int, pp: int = 1, ep: int = 1) -> int:
         check_ep(model, ep)
         experts = next(c for c in counted.components if c.name == "experts")
         total -= experts.count * (1 - sp.Rational(1, ep))
-    subs = {**per_device(model, tp), L: sp.ceiling(L / pp)}
-    return int(total.xreplace(subs).subs(model_values(model)))
+    return int(total.xreplace(on_one_device(model, tp, pp)).subs(model_values(model)))
 
 
-def kv_bytes_per_token(model, tp: int, pp: int, bytes_per_element: int) -> int:
-    """K and V of one token on one device: 2 x ceil(L/pp) x KV heads per device x d_head x b."""
-    heads = 1 if kv_replicated(model, tp) else model.n_kv_heads // tp
-    return 2 * -(-model.n_layers // pp) * heads * model.head_dim * bytes_per_element
+def on_one_device(model, tp: int, pp: int = 1) -> dict:
+    """Symbol -> what one device holds of it: the tensor-parallel shards and ceil(L/pp) layers."""
+    return {**per_device(model, tp), L: sp.ceiling(L / pp)}
+
+
+def kv_bytes_per_token(model, tp: int, pp: int, bytes_per_element) -> int | float:
+    """The cache one token keeps on one device: the model's KV formula (K and V, or a latent
+    cache, which tensor parallelism does not split) over that device's heads and layers."""
+    from rooflinec.efficiency import kv_bytes_per_token as whole
+    from rooflinec.symbols import b, model_values
+    value = whole(model).xreplace(on_one_device(model, tp, pp)).subs(
+        {**model_values(model), b: bytes_per_element})
+    return int(value) if value.is_Integer else float(value)
+
+

@@ -275,10 +275,10 @@ class Workbench:
         at the full context: windowed layers hold fewer, so this bounds the memory from above).
         A latent-attention cache is whole on every tensor-parallel device."""
         b = quant.byte_value(self.storage("kv_cache", dtype, formats))
-        if self._split() and self.model.mla is None:
-            p = self.parallel
-            return math.ceil(par.kv_bytes_per_token(self.model, p.tp, p.pp, b))
-        return math.ceil(number(self.kv_formula, {**self.values_for(dtype), sym.b: b}))
+        kv = self.kv_formula
+        if self._split():
+            kv = kv.xreplace(par.on_one_device(self.model, self.parallel.tp, self.parallel.pp))
+        return math.ceil(number(kv, {**self.values_for(dtype), sym.b: b}))
 
     def memory_needed(self, batch, context, dtype: str | None = None, formats: dict | None = None):
         """Bytes of weights plus B·S tokens of KV cache (NumPy arrays work too)."""
