@@ -24,13 +24,25 @@ class Crossing:
 
 def limit_at_infinity(f: sp.Expr, var: sp.Symbol) -> sp.Expr:
     """lim f as var -> oo; for a rational function, from the leading terms (fast and exact)."""
-    num, den = sp.fraction(sp.together(f))
+    num, den = sp.fraction(sp.together(_eventually(f, var)))
     try:
         p, q = sp.Poly(num, var), sp.Poly(den, var)
     except sp.PolynomialError:   # not rational in var (ceil, min, ...)
         squeezed = _squeeze_ceilings(num, den, var)
         return squeezed if squeezed is not None else sp.limit(f, var, sp.oo)
     return _leading_ratio(p, q)
+
+
+def _eventually(f: sp.Expr, var: sp.Symbol) -> sp.Expr:
+    """f once var exceeds the other arguments of its min and max (a sliding window's
+    min(S, W) is W from S = W on), which a limit as var -> oo may assume."""
+    def settled(e) -> bool:
+        return isinstance(e, (sp.Min, sp.Max)) and var in e.args and all(
+            var not in a.free_symbols for a in e.args if a != var)
+
+    def value(e):
+        return var if isinstance(e, sp.Max) else sp.Min(*(a for a in e.args if a != var))
+    return f.replace(settled, value)
 
 
 def _squeeze_ceilings(num: sp.Expr, den: sp.Expr, var: sp.Symbol) -> sp.Expr | None:

@@ -281,14 +281,10 @@ def _crossover_searched(terms: Terms, context: int) -> Crossover:
     return Crossover(context, None if first is None else sp.Integer(first), first, ceiling)
 
 
-def fit_tokens(capacity: int, weight_bytes: int, kv_per_token: int) -> int:
-    """Tokens of KV cache that fit beside the weights (activations and workspace ignored)."""
-    return max(0, (capacity - weight_bytes) // kv_per_token)
-
-
-def max_batch(capacity: int, weight_bytes: int, kv_per_token: int, context: int) -> int:
-    """Largest batch whose sequences of `context` tokens all fit in memory."""
-    return fit_tokens(capacity, weight_bytes, kv_per_token) // context
+def fit_tokens(capacity: int, weight_bytes: int, kv_per_item: int) -> int:
+    """Items (tokens, or whole sequences) of KV cache that fit beside the weights
+    (activations and workspace ignored)."""
+    return max(0, (capacity - weight_bytes) // kv_per_item)
 
 
 def bandwidth_utilisation(nbytes: float, seconds: float, bandwidth: float) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rooflinec import window
 from rooflinec.errors import DeviceError
 from rooflinec.ir import Op, Program
 from rooflinec.ops import FORMULAS
@@ -56,7 +57,7 @@ def ideal_kernel(phase: str, causal_fraction, keys=S, prefix: str = "", repeat=L
     if phase == "decode":
         return kernel(phase, causal_fraction, None, keys, prefix, repeat)
     cost = FORMULAS["attention"](B, S, keys, n_q, n_kv, d_head, b, io=True,
-                                 causal_fraction=causal_fraction)
+                                 causal_fraction=window.causal_share(causal_fraction, keys))
     k = str(keys).replace("Min", "min")
     return Op(prefix + "attention", "attention", "attention", "matrix", cost, repeat=repeat,
               shape=f"Q[B,n_q,S,d_head] . K,V[B,n_kv,{k},d_head] -> O, compulsory traffic only",

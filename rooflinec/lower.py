@@ -112,7 +112,7 @@ def _attention(phase: str, conv: Conventions, prefix: str = "", keys=S, repeat=L
     """QK^T, scale, mask, softmax, P.V: the score matrix [B, n_q, queries, keys] lives in HBM;
     windowed layers (rooflinec.window) attend to keys = min(S, W) under their own names."""
     queries = 1 if phase == "decode" else S
-    half = conv.causal_fraction(phase)
+    half = window.causal_share(conv.causal_fraction(phase), keys)
     knob = S if phase == "prefill" else None
     k = str(keys).replace("Min", "min")
     scores = f"[B,n_q,{queries},{k}]"

@@ -265,15 +265,3 @@ def params_per_device(model, tp: int, pp: int = 1, ep: int = 1) -> int:
 def on_one_device(model, tp: int, pp: int = 1) -> dict:
     """Symbol -> what one device holds of it: the tensor-parallel shards and ceil(L/pp) layers."""
     return {**per_device(model, tp), L: sp.ceiling(L / pp)}
-
-
-def kv_bytes_per_token(model, tp: int, pp: int, bytes_per_element) -> int | float:
-    """The cache one token keeps on one device: the model's KV formula (K and V, or a latent
-    cache, which tensor parallelism does not split) over that device's heads and layers."""
-    from rooflinec.efficiency import kv_bytes_per_token as whole
-    from rooflinec.symbols import b, model_values
-    value = whole(model).xreplace(on_one_device(model, tp, pp)).subs(
-        {**model_values(model), b: bytes_per_element})
-    return int(value) if value.is_Integer else float(value)
-
-

@@ -107,7 +107,7 @@ def retype(program, classes):
         # weight elements read; a program retyped once already (a sweep's formats over the
         # study's) keeps the count it has
         if "weights" in swap and unit == "matrix" and f_dq not in flops.free_symbols:
-            flops += f_dq * sp.cancel(c.bytes_of("weights") / b)
+            flops += f_dq * c.bytes_of("weights").xreplace({b: 1})   # bytes are elements x b
         return Cost(flops, tuple((cls, e.xreplace({b: swap[cls]}) if cls in swap else e)
                                  for cls, e in c.traffic))
 

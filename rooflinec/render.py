@@ -27,7 +27,8 @@ def formula(expr) -> str:
     expr = sp.sympify(expr)
     if expr == sp.oo:
         return "∞"
-    return _sstr(expr).replace("**", "^").replace("*", "·")
+    text = _sstr(expr).replace("**", "^").replace("*", "·")
+    return text.replace("Min(", "min(").replace("Max(", "max(")
 
 
 @lru_cache(maxsize=4096)

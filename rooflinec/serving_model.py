@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from rooflinec import collectives as C
-from rooflinec import parallel, params, program_costs
+from rooflinec import kvcache, parallel, params, program_costs
 from rooflinec.spec import DTYPE_BYTES
 from rooflinec.symbols import B, S, model_values
 
@@ -77,14 +77,6 @@ def weight_bytes(model, weights: str, tp: int) -> float:
     return int(total) * DTYPE_BYTES[weights] / tp
 
 
-def kv_bytes_per_token(model, kv: str, tp: int) -> float:
-    """K and V of one token on one device: 2 x layers x KV heads per device x head dim x bytes;
-    under latent attention the latent and rotary key, which every device holds whole."""
-    if model.mla is not None:
-        return model.n_layers * (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * DTYPE_BYTES[kv]
-    return 2 * model.n_layers * shard(model, tp).n_kv_heads * model.head_dim * DTYPE_BYTES[kv]
-
-
 def sequences_that_fit(run: Run) -> float:
     """How many sequences at mean context isl + osl/2 have their KV cache in the memory the
     weights leave free (all of it: engines reserve 0.9 or so, and activations take some)."""
@@ -92,7 +84,7 @@ def sequences_that_fit(run: Run) -> float:
     if free <= 0:
         raise Unpredictable(f"{run.weights} weights need {weight_bytes(run.model, run.weights, run.tp) / 1e9:.1f} GB "
                             f"per device; {run.device.key} has {run.device.capacity / 1e9:.1f} GB")
-    return free / (kv_bytes_per_token(run.model, run.weights, run.tp) * mean_context(run))
+    return free / kvcache.per_sequence(run.model, DTYPE_BYTES[run.weights], mean_context(run), run.tp)
 
 
 def mean_context(run: Run) -> float:

@@ -149,7 +149,8 @@ def _peaks(kernel: Kernel, bench, device, dtype: str):
 def _costs(kernel: Kernel, values: list, n: int):
     """FLOPs and bytes per op (rows) at each point of a chunk (columns), and the tokens."""
     import numpy as np
-    outputs = kernel.fn(*values)
+    with np.errstate(all="ignore"):     # a non-finite value is reported, located, downstream
+        outputs = kernel.fn(*values)
     flops = np.zeros((len(kernel.ops), n))
     nbytes = np.zeros((len(kernel.ops), n))
     for (i, what), out in zip(kernel.slots, outputs):

@@ -4,8 +4,9 @@ A model declares `attention.window` (W) and `attention.pattern`, a list of layer
 over the layers from the first (Gemma 2 and gpt-oss: [sliding, full]). A sliding-window layer's
 query attends to the last min(S, W) keys and caches only those; a chunked layer (Llama 4's
 local layers) attends within its chunk of W tokens, so at most min(S, W) keys: costed as that
-bound. In prefill a windowed layer is costed as S queries each seeing min(S, W) keys (early
-queries see fewer: an upper bound). Attention sinks (gpt-oss: one learned logit per head added
+bound. In prefill, query i of a sliding-window layer sees min(i, W) keys: with K = min(S, W),
+S*K - K^2/2 score pairs under the causal halving a full layer's S^2/2 uses (the two agree at
+K = S), and S*K when the masked scores are computed anyway. Attention sinks (gpt-oss: one learned logit per head added
 to the softmax denominator) are stated and counted as parameters; their one add per score row
 is negligible and not costed.
 """
@@ -43,6 +44,13 @@ def keys() -> sp.Expr:
     return sp.Min(sym.S, W)
 
 
+def causal_share(fraction, keys) -> sp.Expr:
+    """Share of the S x keys score block a prefill layer computes, given the share `fraction`
+    a full layer computes of its S x S: 1 - (1 - fraction) * K / S for K = min(S, W) keys, so
+    S*K - K^2/2 pairs under halving, S*K without it, and `fraction` itself when K = S."""
+    return 1 - (1 - fraction) * keys / sym.S
+
+
 def groups(model) -> list[tuple[str, sp.Expr, sp.Expr]]:
     """(name prefix, keys, layers) for each kind of attention layer the model has; a model
     whose every layer is windowed keeps the plain names."""
@@ -60,8 +68,8 @@ def stated(model) -> tuple:
         return ()
     kinds = "/".join(model.pattern)
     text = (f"{local} of {model.n_layers} layers attend to a window of W = {model.window} keys (pattern "
-            f"{kinds}, repeated): their attention and KV-cache reads use min(S, W); in prefill each "
-            "query is costed with min(S, W) keys (an upper bound)")
+            f"{kinds}, repeated): their attention, KV-cache reads and KV memory use min(S, W); in prefill query i "
+            "sees min(i, W) keys, costed with the same causal convention as full layers")
     if model.sinks:
         text += "; attention sinks (one logit per head) stated, their one add per score row not costed"
     return (("attention pattern", text),)

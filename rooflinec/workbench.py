@@ -15,7 +15,7 @@ from functools import cached_property
 
 from rooflinec import collectives as C
 from rooflinec import parallel as par
-from rooflinec import passes, quant
+from rooflinec import kvcache, passes, quant
 from rooflinec import symbols as sym
 from rooflinec.derive import exact
 from rooflinec.errors import DeviceLacks, Problem, SpecError
@@ -246,51 +246,51 @@ class Workbench:
     # memory fit: weights and the KV cache only (activations and workspace left out), on one
     # device: its share when the study's `parallel` block splits the model
 
-    def _split(self) -> bool:
-        """Whether the study splits the model over devices: memory is then one device's share."""
-        return self.parallel.tp > 1 or self.parallel.pp > 1 or self.parallel.ep > 1
-
-    def weight_bytes(self, dtype: str | None = None, formats: dict | None = None) -> int:
-        """Weight bytes one device holds, at the weights' format."""
+    def weight_bytes(self, dtype: str | None = None, formats: dict | None = None,
+                     tp: int | None = None) -> int:
+        """Weight bytes one device holds, at the weights' format (`tp`: instead of the study's)."""
         from rooflinec.params import count
-        if self._split():
-            n = par.params_per_device(self.model, self.parallel.tp, self.parallel.pp, self.parallel.ep)
+        p = self.parallel
+        tp = tp or p.tp
+        if tp > 1 or p.pp > 1 or p.ep > 1:
+            n = par.params_per_device(self.model, tp, p.pp, p.ep)
         else:
             n = int(number(count(self.model).total, self.values_for(dtype)))
-        return math.ceil(n * DTYPE_BYTES[self.storage("weights", dtype, formats)])
-        from rooflinec.params import count
-        n = int(number(count(self.model).total, self.values_for(dtype)))
-        return math.ceil(n * DTYPE_BYTES[self.storage("weights", dtype, formats)])
+        return math.ceil(n * quant.byte_value(self.storage("weights", dtype, formats)))
 
     @cached_property
     def kv_formula(self):
         """Cache bytes per token: K and V (a latent-attention model's latent and rotary key),
         plus what the model's declared operators keep."""
-        from rooflinec.lower_custom import cache_per_token
-        from rooflinec.efficiency import kv_bytes_per_token
-        return kv_bytes_per_token(self.model) + cache_per_token(self.model)
+        return kvcache.formula(self.model)
 
-    def kv_per_token(self, dtype: str | None = None, formats: dict | None = None) -> int:
-        """KV-cache bytes of one token on one device at the KV cache's format (every layer counted
-        at the full context: windowed layers hold fewer, so this bounds the memory from above).
-        A latent-attention cache is whole on every tensor-parallel device."""
-        b = quant.byte_value(self.storage("kv_cache", dtype, formats))
-        kv = self.kv_formula
-        if self._split():
-            kv = kv.xreplace(par.on_one_device(self.model, self.parallel.tp, self.parallel.pp))
-        return math.ceil(number(kv, {**self.values_for(dtype), sym.b: b}))
+    def _kv_args(self, dtype, formats, tp) -> tuple:
+        p = self.parallel
+        return (self.model, quant.byte_value(self.storage("kv_cache", dtype, formats)), tp or p.tp, p.pp)
+
+    def kv_per_token(self, dtype: str | None = None, formats: dict | None = None,
+                     tp: int | None = None) -> int:
+        """KV-cache bytes of one token on one device at the KV cache's format, every layer at
+        the full context (windowed layers hold fewer: kv_per_sequence counts them)."""
+        return math.ceil(kvcache.per_token(*self._kv_args(dtype, formats, tp)))
+
+    def kv_per_sequence(self, context, dtype: str | None = None, formats: dict | None = None,
+                        tp: int | None = None):
+        """KV-cache bytes of one sequence of `context` tokens on one device (NumPy arrays work)."""
+        model, b_kv, tp, pp = self._kv_args(dtype, formats, tp)
+        return kvcache.per_sequence(model, b_kv, context, tp, pp)
 
     def memory_needed(self, batch, context, dtype: str | None = None, formats: dict | None = None):
-        """Bytes of weights plus B·S tokens of KV cache (NumPy arrays work too)."""
-        return self.weight_bytes(dtype, formats) + batch * context * self.kv_per_token(dtype, formats)
+        """Bytes of weights plus B sequences of S tokens of KV cache (NumPy arrays work too)."""
+        return self.weight_bytes(dtype, formats) + batch * self.kv_per_sequence(context, dtype, formats)
 
-    def fits(self, device, batch, context, dtype: str | None = None):
+    def fits(self, device, batch, context, dtype: str | None = None) -> bool:
         return self.memory_needed(batch, context, dtype) <= device.capacity
 
     def largest_batch(self, device, context: int, dtype: str | None = None) -> int:
         """Largest batch whose sequences of `context` tokens all fit beside the weights."""
-        from rooflinec.efficiency import max_batch
-        return max_batch(device.capacity, self.weight_bytes(dtype), self.kv_per_token(dtype), context)
+        from rooflinec.efficiency import fit_tokens
+        return fit_tokens(device.capacity, self.weight_bytes(dtype), self.kv_per_sequence(context, dtype))
 
     # devices
 

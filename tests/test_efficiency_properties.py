@@ -134,9 +134,9 @@ def test_compute_bound_batch_is_where_the_terms_meet(model, device, context):
 @given(st.integers(1, 2**40), st.integers(1, 2**37), st.integers(1, 2**20), st.integers(1, 2**17),
        st.integers(1, 2**17), st.integers(0, 2**36))
 def test_memory_fit_is_monotone(capacity, weights, kv_token, context, more_context, more_capacity):
-    fit = E.max_batch(capacity, weights, kv_token, context)
-    assert E.max_batch(capacity, weights, kv_token, context + more_context) <= fit
-    assert E.max_batch(capacity + more_capacity, weights, kv_token, context) >= fit
+    fit = E.fit_tokens(capacity, weights, context * kv_token)
+    assert E.fit_tokens(capacity, weights, (context + more_context) * kv_token) <= fit
+    assert E.fit_tokens(capacity + more_capacity, weights, context * kv_token) >= fit
     assert weights + fit * context * kv_token <= max(capacity, weights)
     if weights <= capacity:     # one more sequence would not fit
         assert weights + (fit + 1) * context * kv_token > capacity

@@ -349,9 +349,9 @@ def test_every_analysis_builds_for_moe_mla_and_windowed_models(tmp_path, key):
 
 def test_the_serving_model_caches_deepseek_v3s_latent_whole_on_every_device():
     # 61 layers x (512 + 64) elements x 1 B (fp8) = 35,136 B, not divided by tensor parallelism
-    from rooflinec.serving_model import kv_bytes_per_token
+    from rooflinec.kvcache import per_token
     m = model("deepseek-v3")
-    assert kv_bytes_per_token(m, "fp8", 1) == kv_bytes_per_token(m, "fp8", 8) == 35_136
+    assert per_token(m, 1, tp=1) == per_token(m, 1, tp=8) == 35_136
 
 
 @pytest.mark.parametrize("suffix", ["md", "html"])

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from rooflinec import collectives as C
 from rooflinec import parallel as par
-from rooflinec import spec
+from rooflinec import kvcache, spec
 from rooflinec.cli import run
 from rooflinec.evaluate import number
 from rooflinec.lower import Conventions
@@ -120,7 +120,7 @@ def test_llama_70b_weights_per_device_at_tp8():
     8192: 8,820,367,360 parameters, 17,640,734,720 B at bf16 (16.43 GiB) per device."""
     assert par.params_per_device(LLAMA_70B, 8) == 8_820_367_360
     # KV cache per token per device: 2 x 80 layers x 1 head x 128 x 2 B = 40,960 B
-    assert par.kv_bytes_per_token(LLAMA_70B, 8, 1, 2) == 40_960
+    assert kvcache.per_token(LLAMA_70B, 2, tp=8) == 40_960
     # one device alone holds all 70,553,706,496 parameters: 141.1 GB, more than an H100's 80 GiB
     assert par.params_per_device(LLAMA_70B, 1) == 70_553_706_496
 
@@ -161,7 +161,7 @@ def test_kv_heads_replicate_past_their_count_and_the_program_says_so():
     m = spec.load_model(str(ROOT / "rooflinec/catalog/models/llama-3.1-8b.yaml"))
     prog = bench(m).program("decode", "ideal", H100, tp=16)
     assert "KV heads replicated" in dict(prog.conventions)["tensor parallelism"]
-    assert par.kv_bytes_per_token(m, 16, 1, 2) == 2 * 32 * 1 * 128 * 2
+    assert kvcache.per_token(m, 2, tp=16) == 2 * 32 * 1 * 128 * 2
 
 
 def build_fails(tmp_path, study: str) -> str:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rooflinec import collectives as C
-from rooflinec import params, program_costs, spec
+from rooflinec import kvcache, params, program_costs, spec
 from rooflinec import serving_model as sm
 from rooflinec.symbols import B, S, model_values
 
@@ -80,7 +80,7 @@ def test_kv_heads_replicate_beyond_their_count():
     # 8 KV heads over tp 16: each device still holds one (a replica), never zero
     m = replace(LLAMA_8B, n_heads=32)
     assert sm.shard(m, 16).n_kv_heads == 1
-    assert sm.kv_bytes_per_token(m, "bf16", 16) == 2 * 32 * 1 * 128 * 2
+    assert kvcache.per_token(m, 2, tp=16) == 2 * 32 * 1 * 128 * 2
 
 
 def test_shard_refuses_a_degree_that_splits_a_head():
@@ -90,9 +90,9 @@ def test_shard_refuses_a_degree_that_splits_a_head():
 
 def test_kv_and_weight_bytes_golden():
     # K and V per token: 2 x 32 layers x 8 heads x 128 x 2 B = 131,072 B (bf16, tp 1)
-    assert sm.kv_bytes_per_token(LLAMA_8B, "bf16", 1) == 131_072
+    assert kvcache.per_token(LLAMA_8B, 2) == 131_072
     # 70B at fp8 over 4 devices: 80 layers x 2 x (8/4) x 128 x 1 B = 40,960 B per token per device
-    assert sm.kv_bytes_per_token(LLAMA_70B, "fp8", 4) == 40_960
+    assert kvcache.per_token(LLAMA_70B, 1, tp=4) == 40_960
     assert sm.weight_bytes(LLAMA_70B, "fp8", 1) == 70_553_706_496
     assert sm.weight_bytes(LLAMA_8B, "bf16", 2) == 8_030_261_248
 

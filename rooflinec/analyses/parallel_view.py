@@ -14,10 +14,8 @@ OVERLAP = {True: "communication overlaps compute: a step takes max(kernels, coll
 
 
 def _memory(ctx, device, tp: int, workloads) -> dict:
-    p = ctx.parallel
-    weights = par.params_per_device(ctx.model, tp, p.pp, p.ep) * ctx.bytes_per_element
-    kv = par.kv_bytes_per_token(ctx.model, tp, p.pp, ctx.bytes_per_element)
-    need = [weights + w["batch"] * w["context"] * kv for w in workloads]
+    weights, kv = ctx.weight_bytes(tp=tp), ctx.kv_per_token(tp=tp)
+    need = [weights + w["batch"] * ctx.kv_per_sequence(w["context"], tp=tp) for w in workloads]
     return {"tp": tp, "weights": weights, "kv_per_token": kv, "needed": need,
             "fits": [n <= device.capacity for n in need],
             "kv_replicated": par.kv_replicated(ctx.model, tp)}

@@ -9,6 +9,7 @@ that assumes no overlap between ops). Memory fit counts weights and the KV cache
 from __future__ import annotations
 
 from rooflinec import efficiency as E
+from rooflinec import kvcache, window
 from rooflinec.analyses import analysis
 from rooflinec.symbols import B, S
 from rooflinec.units import parse_quantity
@@ -101,13 +102,15 @@ def _measured(ctx, terms, entries) -> list[dict]:
 @analysis("serving", "Serving bounds")
 def serving(ctx, params) -> dict:
     weight_bytes, kv_token = ctx.weight_bytes(), ctx.kv_per_token()
-    kv_expr = ctx.kv_formula
     variant = params.variant
     terms = _terms(ctx, "decode", variant)
     contexts = params.contexts
+    windowed = window.local_layers(ctx.model) > 0
     return {
-        "weight_bytes": weight_bytes, "kv_formula": kv_expr, "kv_per_token": kv_token,
-        "kv_per_sequence": [{"context": s, "bytes": s * kv_token} for s in contexts],
+        "weight_bytes": weight_bytes, "weights_format": ctx.storage("weights"),
+        "kv_format": ctx.storage("kv_cache"), "kv_formula": ctx.kv_formula, "kv_per_token": kv_token,
+        "kv_sequence_formula": kvcache.sequence_formula(ctx.model) if windowed else None,
+        "kv_per_sequence": [{"context": s, "bytes": ctx.kv_per_sequence(s)} for s in contexts],
         "memory": [{"device": d.key, "capacity": d.capacity, "weights_fit": weight_bytes <= d.capacity,
                     "kv_tokens": E.fit_tokens(d.capacity, weight_bytes, kv_token)}
                    for d in ctx.devices],

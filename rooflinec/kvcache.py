@@ -1,0 +1,73 @@
+"""The KV cache one device holds: per token, and for one sequence of a given context.
+
+The formula per token is efficiency.kv_bytes_per_token (K and V, or a latent cache) plus what
+the model's declared operators keep. On one of tp x pp devices the heads are its shard and the
+layers ceil(L / pp). A windowed layer (rooflinec.window) keeps only the last min(S, W) tokens,
+so a sequence of S tokens holds, per layer's bytes per token c:
+
+    c * (full layers * S + windowed layers * min(S, W))
+
+Under pipeline parallelism the device counted is the one holding the most full layers, so the
+figure stays an upper bound on every stage's memory.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import sympy as sp
+
+from rooflinec import window
+from rooflinec.evaluate import number
+from rooflinec.symbols import L, S, b, model_values
+
+
+def formula(model) -> sp.Expr:
+    """Bytes one token keeps, all layers at the full context (the symbolic owner)."""
+    from rooflinec.efficiency import kv_bytes_per_token
+    from rooflinec.lower_custom import cache_per_token
+    return kv_bytes_per_token(model) + cache_per_token(model)
+
+
+def sequence_formula(model) -> sp.Expr:
+    """Bytes one sequence of S tokens keeps: windowed layers hold min(S, W) of them."""
+    local = window.local_layers(model)
+    if not local:
+        return formula(model) * S
+    from rooflinec.efficiency import kv_bytes_per_token
+    from rooflinec.lower_custom import cache_per_token
+    per_layer = kv_bytes_per_token(model).xreplace({L: 1})
+    return per_layer * ((L - local) * S + local * window.keys()) + cache_per_token(model) * S
+
+
+def _value(expr: sp.Expr, model, b_kv, tp: int, pp: int):
+    from rooflinec.parallel import on_one_device
+    return number(expr.xreplace(on_one_device(model, tp, pp)), {**model_values(model), b: b_kv})
+
+
+def per_token(model, b_kv, tp: int = 1, pp: int = 1):
+    """Bytes one token keeps on one device at b_kv bytes per element, every layer at the full
+    context (an upper bound where layers are windowed)."""
+    return _value(formula(model), model, b_kv, tp, pp)
+
+
+def _windowed_on_device(model, pp: int) -> int:
+    """Windowed layers on the device with the most full layers (all of them when pp = 1)."""
+    layers = -(-model.n_layers // pp)
+    full = model.n_layers - window.local_layers(model)
+    return max(0, layers - full)
+
+
+def per_sequence(model, b_kv, context, tp: int = 1, pp: int = 1):
+    """Bytes one sequence of `context` tokens keeps on one device, rounded up; windowed
+    layers hold min(context, W). `context` may be a NumPy array."""
+    whole = per_token(model, b_kv, tp, pp) * context
+    local = _windowed_on_device(model, pp)
+    if local:
+        from rooflinec.efficiency import kv_bytes_per_token
+        per_layer = _value(kv_bytes_per_token(model).xreplace({L: 1}), model, b_kv, tp, 1)
+        whole = whole - local * per_layer * np.maximum(context - model.window, 0)
+    if isinstance(whole, np.ndarray):
+        return np.ceil(whole).astype(np.int64)
+    return math.ceil(whole)
