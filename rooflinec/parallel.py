@@ -54,10 +54,22 @@ class Unshardable(ValueError):
     """A degree that does not divide what it splits; the message says which."""
 
 
-def check(model, tp: int) -> None:
+def _widths(model, ep: int) -> tuple[tuple[str, int], ...]:
+    """The widths tensor parallelism splits: heads, the MLP, and a mixture of experts' shared
+    experts and (unless expert parallelism places whole experts) each routed expert."""
+    moe = getattr(model, "moe", None)
+    out = (("query heads", model.n_heads), ("MLP width d_ff", model.d_ff))
+    if moe is not None and moe.shared_experts:
+        out += (("shared experts' width d_s", moe.shared_width),)
+    if moe is not None and ep == 1:
+        out += (("routed expert width d_e", moe.d_expert),)
+    return out
+
+
+def check(model, tp: int, ep: int = 1) -> None:
     if tp < 1:
         raise Unshardable("tensor-parallel degree must be at least 1")
-    for what, n in (("query heads", model.n_heads), ("MLP width d_ff", model.d_ff)):
+    for what, n in _widths(model, ep):
         if n % tp:
             raise Unshardable(f"tensor-parallel degree {tp} does not divide the {n} {what}")
     kv = model.n_kv_heads
@@ -80,21 +92,29 @@ def kv_replicated(model, tp: int) -> bool:
     return tp > model.n_kv_heads
 
 
-def per_device(model, tp: int) -> dict:
-    """Each sharded symbol -> what one of tp devices holds of it."""
+def per_device(model, tp: int, ep: int = 1) -> dict:
+    """Each sharded symbol -> what one of tp devices holds of it. A mixture of experts' shared
+    experts split like the MLP; each routed expert too (1/tp of every expert, as vLLM and
+    Megatron-LM shard experts under tensor parallelism) unless ep places whole experts."""
     if tp == 1:
         return {}
-    check(model, tp)
+    check(model, tp, ep)
+    from rooflinec.moe import d_e, d_s
+    moe = getattr(model, "moe", None)
+    experts = {} if moe is None else {d_s: d_s / tp, **({d_e: d_e / tp} if ep == 1 else {})}
     return {n_q: n_q / tp, n_kv: sp.Integer(1) if kv_replicated(model, tp) else n_kv / tp,
-            d_ff: d_ff / tp, V: sp.ceiling(V / tp)}
+            d_ff: d_ff / tp, V: sp.ceiling(V / tp), **experts}
 
 
 def shard_model(model, tp: int):
     """One device's slice of `model` as a model spec (memory, the serving model)."""
     check(model, tp)
+    moe = getattr(model, "moe", None)
+    if moe is not None:
+        moe = replace(moe, d_expert=moe.d_expert // tp, d_shared=(moe.d_shared or moe.d_expert) // tp)
     return replace(model, key=f"{model.key}/tp{tp}", n_heads=model.n_heads // tp,
                    n_kv_heads=max(1, model.n_kv_heads // tp), d_ff=model.d_ff // tp,
-                   vocab=-(-model.vocab // tp))
+                   vocab=-(-model.vocab // tp), moe=moe)
 
 
 def _cost(cost: Cost | None, subs: dict) -> Cost | None:
@@ -103,7 +123,20 @@ def _cost(cost: Cost | None, subs: dict) -> Cost | None:
     return Cost(cost.flops.xreplace(subs), tuple((c, e.xreplace(subs)) for c, e in cost.traffic))
 
 
-def collectives(program: Program, model, tp: int) -> tuple[Collective, ...]:
+def _partial_outputs(program: Program, model, ep: int) -> list[str]:
+    """The ops whose [M, d_model] output is a partial sum over the tp devices: the row-parallel
+    o and down projections (a MoE model's dense layers' too), and a MoE layer's combine when
+    its experts (or its shared experts) are split by tp."""
+    names = {op.name for op in program.ops}
+    moe = getattr(model, "moe", None)
+    ffn = ["down_proj", "dense_down_proj"]
+    if moe is not None and (ep == 1 or moe.shared_experts):
+        ffn.append("moe_combine")
+    layer = ffn if model.block == "parallel" else ["o_proj", *ffn]
+    return [name for name in layer if name in names]
+
+
+def collectives(program: Program, model, tp: int, ep: int = 1) -> tuple[Collective, ...]:
     """The forward pass's tensor-parallel collectives, after the ops whose outputs are partial."""
     names = {op.name for op in program.ops}
     act = M * d_model * b
@@ -112,12 +145,10 @@ def collectives(program: Program, model, tp: int) -> tuple[Collective, ...]:
         out.append(Collective("embedding_all_reduce", "all_reduce", act, tp, "tp", tp,
                               after="embedding", why="vocabulary-parallel embedding: each device "
                               "holds V/tp rows, the others contribute zeros"))
-    layer = ("down_proj",) if model.block == "parallel" else ("o_proj", "down_proj")
-    for name in layer:
-        if name in names:
-            out.append(Collective(f"{name}_all_reduce", "all_reduce", act, tp, "tp", tp, repeat=L,
-                                  after=name, why="row-parallel: each device holds a partial sum "
-                                  "of the [M, d_model] output"))
+    for name in _partial_outputs(program, model, ep):
+        out.append(Collective(f"{name}_all_reduce", "all_reduce", act, tp, "tp", tp,
+                              repeat=program.op(name).repeat, after=name, why="row-parallel: each "
+                              "device holds a partial sum of the [M, d_model] output"))
     if "lm_head" in names:
         tokens = program.op("lm_head").crossing
         out.append(Collective("logits_all_gather", "all_gather", tokens * V * b, tp, "tp", tp,
@@ -131,7 +162,11 @@ def collectives(program: Program, model, tp: int) -> tuple[Collective, ...]:
 _CONJUGATE = {"o_proj_all_reduce": ("attention_input_grad_all_reduce", "the gradient of the "
                                     "attention block's input, summed over the column-parallel q, k, v"),
               "down_proj_all_reduce": ("mlp_input_grad_all_reduce", "the gradient of the MLP's "
-                                       "input, summed over the column-parallel gate and up")}
+                                       "input, summed over the column-parallel gate and up"),
+              "dense_down_proj_all_reduce": ("dense_mlp_input_grad_all_reduce", "the gradient of "
+                                             "a dense layer's MLP input, summed over gate and up"),
+              "moe_combine_all_reduce": ("moe_input_grad_all_reduce", "the gradient of a MoE "
+                                         "layer's input, summed over the split experts")}
 
 
 def backward_collectives(forward: tuple[Collective, ...]) -> tuple[Collective, ...]:
@@ -187,17 +222,21 @@ def shard(program: Program, model, tp: int, ep: int = 1) -> Program:
     tp = ep = 1."""
     if tp == 1:
         return split_experts(program, model, ep)
-    subs = per_device(model, tp)
+    subs = per_device(model, tp, ep)
     ops = tuple(replace(op, cost=_cost(op.cost, subs), epilogue=_cost(op.epilogue, subs))
                 for op in program.ops)
     kv = (f"KV heads replicated: {model.n_kv_heads} KV heads over {tp} devices, each keeps one"
           if kv_replicated(model, tp) else f"{model.n_kv_heads // tp} KV head{'s' if model.n_kv_heads // tp > 1 else ''} per device")
+    moe = getattr(model, "moe", None)
+    experts = "" if moe is None else (
+        "; each routed expert's width d_e and the shared experts' d_s split too, the router whole"
+        if ep == 1 else "; the shared experts' width d_s splits, routed experts stay whole (ep places them)")
     stated = (("tensor parallelism", f"tp = {tp} (Megatron-LM): q/k/v and gate/up "
                "column-parallel, o and down row-parallel, embedding and LM head vocabulary-parallel; "
                f"{kv}; every op written over n_q, n_kv, d_ff or V (declared operators too) divides by tp, "
-               "norms and residual adds run whole on every device"),)
+               f"norms and residual adds run whole on every device{experts}"),)
     return split_experts(verify(replace(program, ops=ops, conventions=program.conventions + stated,
-                                        collectives=collectives(program, model, tp))), model, ep, tp)
+                                        collectives=collectives(program, model, tp, ep))), model, ep, tp)
 
 
 # --- training at scale ------------------------------------------------------------------------
@@ -259,9 +298,9 @@ def params_per_device(model, tp: int, pp: int = 1, ep: int = 1) -> int:
         check_ep(model, ep)
         experts = next(c for c in counted.components if c.name == "experts")
         total -= experts.count * (1 - sp.Rational(1, ep))
-    return int(total.xreplace(on_one_device(model, tp, pp)).subs(model_values(model)))
+    return int(total.xreplace(on_one_device(model, tp, pp, ep)).subs(model_values(model)))
 
 
-def on_one_device(model, tp: int, pp: int = 1) -> dict:
+def on_one_device(model, tp: int, pp: int = 1, ep: int = 1) -> dict:
     """Symbol -> what one device holds of it: the tensor-parallel shards and ceil(L/pp) layers."""
-    return {**per_device(model, tp), L: sp.ceiling(L / pp)}
+    return {**per_device(model, tp, ep), L: sp.ceiling(L / pp)}

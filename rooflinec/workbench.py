@@ -199,7 +199,7 @@ class Workbench:
     def parallel(self) -> par.Parallel:
         """The study's `parallel` block; a tp that does not divide the model, located."""
         p = par.Parallel(**{**parallel_defaults(), **self.study.parallel})
-        self.check_tp(p.tp, ("parallel", "tp"))
+        self.check_tp(p.tp, ("parallel", "tp"), p.ep)
         try:
             par.check_ep(self.model, p.ep)
         except par.Unshardable as exc:
@@ -207,10 +207,11 @@ class Workbench:
                                           "the routed experts, or leave ep at 1")]) from None
         return p
 
-    def check_tp(self, tp: int, path: tuple) -> None:
+    def check_tp(self, tp: int, path: tuple, ep: int | None = None) -> None:
+        """A tp that does not divide the model, located at `path` (ep: the study's by default)."""
         try:
             if self.model is not None:
-                par.check(self.model, tp)
+                par.check(self.model, tp, self.parallel.ep if ep is None else ep)
         except par.Unshardable as exc:
             raise SpecError([self.problem(path, f"{exc}; pick a degree that divides them")]) from None
 

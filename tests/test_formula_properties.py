@@ -98,8 +98,10 @@ def test_crossing_through_a_ceiling_is_the_first_compute_bound_value(d, tile, ri
     assert at == first
 
 
-def test_crossing_through_max_has_no_known_supremum_but_still_a_crossing():
-    """sympy cannot take the limit of Max(M, 64); the crossing is found all the same."""
+def test_crossing_through_max_has_a_supremum_and_a_crossing():
+    """Max(M, 64) is M from M = 64 on, so the limit is that of 2 M d / (b (M + 8)): 2 d / b;
+    the crossing is searched (not rational in M) all the same."""
     d_ = sp.Symbol("d", positive=True)
     c = crossing(2 * M * d_ / (b * (sp.Max(M, 64) + 8)), M, {d_: 4096, b: 2}, 153)
-    assert c.at == 3 and c.supremum is None   # 2*3*4096 / (2*72) = 170.7 >= 153 > 113.8 at M = 2
+    assert c.at == 3   # 2*3*4096 / (2*72) = 170.7 >= 153 > 113.8 at M = 2
+    assert c.supremum == 4096   # 2 d / b at d = 4096, b = 2

@@ -198,13 +198,14 @@ def test_a_group_past_the_domain_needs_a_network(tmp_path):
 
 # --- properties ------------------------------------------------------------------------------
 
-SHARDED = {"n_q", "n_kv", "d_ff", "V"}
+SHARDED = {"n_q", "n_kv", "d_ff", "V", "d_e", "d_s"}   # d_e, d_s: a mixture of experts' widths
 
 
 QWEN = spec.load_model(str(ROOT / "rooflinec/catalog/models/qwen2.5-7b.yaml"))
+MIXTRAL = spec.load_model(str(ROOT / "rooflinec/catalog/models/mixtral-8x7b.yaml"))
 # (model, tp) with tp dividing the KV heads and the vocabulary: Llama-3.1-70B (8 KV heads,
-# V 128256) and Qwen2.5-7B (4 KV heads, q/k/v biases, V 152064)
-SPLITS = [(LLAMA_70B, 2), (LLAMA_70B, 4), (LLAMA_70B, 8), (QWEN, 2), (QWEN, 4)]
+# V 128256), Qwen2.5-7B (4 KV heads, q/k/v biases, V 152064) and Mixtral-8x7B (experts split)
+SPLITS = [(LLAMA_70B, 2), (LLAMA_70B, 4), (LLAMA_70B, 8), (QWEN, 2), (QWEN, 4), (MIXTRAL, 2), (MIXTRAL, 8)]
 
 
 @settings(max_examples=30, deadline=None)
@@ -360,8 +361,6 @@ def test_a_run_takes_its_degrees_from_the_study_parallel_block(tmp_path):
 
 # --- expert parallelism ------------------------------------------------------------------------
 
-MIXTRAL = spec.load_model(str(ROOT / "rooflinec/catalog/models/mixtral-8x7b.yaml"))
-
 
 def ep_bench(ep: int) -> Workbench:
     return Workbench(spec.Study("", "", "", MIXTRAL, (H100,), "bf16", {}, parallel={"ep": ep}))
@@ -409,6 +408,50 @@ def test_per_device_expert_flops_times_ep_is_the_whole(ep, phase, batch, context
         assert s.flops * factor == pytest.approx(a.flops, rel=1e-12)
         assert s.bytes * factor == pytest.approx(a.bytes, rel=1e-12)
     assert any(par.routed(r.op) for r in one.rows)
+
+
+def test_mixtral_at_tp_8_splits_every_expert_golden():
+    """Mixtral-8x7B at tp 8 without ep: every expert's width 14336 splits (1792 per device), as
+    vLLM and Megatron-LM shard experts. Per device and layer: q and o 2 x 4096 x 4096 / 8 =
+    4,194,304; k and v 2 x 4096 x 1024 / 8 = 1,048,576; router 4096 x 8 = 32,768 (whole);
+    experts 8 x 3 x 4096 x 1792 = 176,160,768; norms 2 x 4096 = 8,192: 181,444,608 x 32 layers =
+    5,806,227,456; embedding and LM head 2 x 32000 x 4096 / 8 = 32,768,000; final norm 4096:
+    5,838,999,552 parameters, an eighth of 46,702,792,704 plus the replicated router and norms."""
+    assert par.params_per_device(MIXTRAL, 8) == 5_838_999_552
+    program = bench(MIXTRAL).program("decode", "unfused", H100, tp=8)
+    reduces = {c.name: c.repeat for c in program.collectives if c.kind == "all_reduce"}
+    # each MoE layer's combined output is a partial sum over the 8 devices, as down_proj's is
+    assert reduces == {"embedding_all_reduce": 1, "o_proj_all_reduce": sp.Symbol("L", positive=True, integer=True),
+                       "moe_combine_all_reduce": sp.Symbol("L", positive=True, integer=True)}
+    assert any("d_e" in text for _, text in program.conventions)
+
+
+def test_deepseek_v3s_dense_and_moe_layers_each_reduce_their_output():
+    # DeepSeek-V3: the first 3 layers dense (first_k_dense_replace), 58 MoE layers with a shared
+    # expert: at tp 8 the dense layers' down projections and the MoE layers' combines each end
+    # in an all-reduce, 3 and L - 3 of them per step
+    m = spec.load_model(str(ROOT / "rooflinec/catalog/models/deepseek-v3.yaml"))
+    program = bench(m).program("decode", "unfused", H100, tp=8)
+    reduces = {c.name: c.repeat for c in program.collectives if c.kind == "all_reduce"}
+    L = sp.Symbol("L", positive=True, integer=True)
+    assert reduces["dense_down_proj_all_reduce"] == 3 and reduces["moe_combine_all_reduce"] == L - 3
+
+
+def test_under_ep_routed_experts_stay_whole_and_need_no_reduce():
+    w = Workbench(spec.Study("", "", "", MIXTRAL, (H100,), "bf16", {}, parallel={"tp": 2, "ep": 8}))
+    program = w.program("decode", "unfused", H100, tp=2)
+    assert "moe_combine_all_reduce" not in {c.name for c in program.collectives}
+    # tp 2 x ep 8: 1 whole expert per layer on each device (3 x 4096 x 14336 x 32 parameters)
+    assert par.params_per_device(MIXTRAL, 2, ep=8) - par.params_per_device(MIXTRAL, 2, ep=1) == \
+        3 * 4096 * 14336 * 32 - 8 * 3 * 4096 * 7168 * 32
+
+
+def test_a_tp_that_does_not_divide_an_experts_width_is_refused():
+    from dataclasses import replace
+    odd = replace(MIXTRAL, moe=replace(MIXTRAL.moe, d_expert=14335))
+    with pytest.raises(par.Unshardable, match="routed expert width d_e"):
+        par.check(odd, 8)
+    par.check(odd, 8, ep=8)   # whole experts under ep: their width is not split
 
 
 def test_ep_1_gives_exactly_todays_program():
