@@ -19,6 +19,12 @@ MODEL is a catalog name (rooflinec models), a model spec YAML, or a Hugging Face
 (or the model folder holding one). The figures are roofline lower bounds for the ideal variant:
 decode tokens/s per batch at the context, time to first token for one prompt, memory fit
 (weights and KV cache), and what bounds each step.
+
+With --tp N the model is split over N devices (Megatron-LM tensor parallelism): memory is one
+device's share of the weights and KV cache, a step is one device's (collectives left out, so it
+stays a lower bound), and tokens/s are the group's, as the N devices step together. --weights and --kv-cache store those tensors in another format than
+--dtype (weight-only or KV-cache quantization; --dtype stays the compute dtype), e.g.
+  rooflinec serve llama-3.1-70b --device h100-sxm --tp 4 --weights fp8 --kv-cache fp8
 """
 
 
@@ -44,7 +50,14 @@ def register(sub, streams, parents=()) -> None:
                    help="tokens in the KV cache while decoding (default: 4096)")
     s.add_argument("--prompt", default=PROMPT, type=int, metavar="S",
                    help="prompt tokens for the time to first token (default: 2048)")
-    s.add_argument("--dtype", default="bf16", metavar="DTYPE", help="default: bf16")
+    s.add_argument("--dtype", default="bf16", metavar="DTYPE",
+                   help="compute dtype: the tensor peak and the activations (default: bf16)")
+    s.add_argument("--weights", metavar="FORMAT", help="weights' storage format, e.g. fp8, int4, "
+                   "nvfp4 (default: --dtype)")
+    s.add_argument("--kv-cache", metavar="FORMAT", help="KV cache's storage format, e.g. fp8 "
+                   "(default: --dtype)")
+    s.add_argument("--tp", default=1, type=int, metavar="N",
+                   help="tensor-parallel degree; figures are one of N devices' (default: 1)")
     s.add_argument("--json", action="store_true", help="the serving section as JSON")
     for command in (d, m, i, s):   # a UsageError prints the command's own usage line
         command.set_defaults(parser=command)
@@ -176,7 +189,8 @@ def _counts(text: str, flag: str) -> list[int]:
     return values
 
 
-def serving_section(model, device, dtype: str, batches, context: int, prompt: int) -> dict:
+def serving_section(model, device, dtype: str, batches, context: int, prompt: int,
+                    tp: int = 1, quantization: dict | None = None) -> dict:
     """The adapter: the study's serving analysis, run on one model and one device (through
     analyses.run, so the study's budgets, time boxes and finite numbers hold here too)."""
     from rooflinec import analyses, yamlio
@@ -184,8 +198,36 @@ def serving_section(model, device, dtype: str, batches, context: int, prompt: in
     where = yamlio.Located("<command line>", {}, {}, {})
     options = {"batch": batches, "contexts": [context], "prompts": [prompt]}
     study = Study(file="<command line>", stem="serve", title="serve", model=model, devices=(device,),
-                  dtype=dtype, conventions={}, doc=where, analyses={"serving": options})
+                  dtype=dtype, conventions={}, doc=where, analyses={"serving": options},
+                  parallel={"tp": tp}, quantization=dict(quantization or {}))
     return analyses.run(study)[0]
+
+
+def _storage(args) -> dict:
+    """--weights and --kv-cache as a study's `quantization`, each a known format."""
+    from rooflinec.quant import FORMATS
+    out = {}
+    for flag, cls, value in (("--weights", "weights", args.weights), ("--kv-cache", "kv_cache", args.kv_cache)):
+        if value is None:
+            continue
+        if value not in FORMATS:
+            raise UsageError(f"{flag}: unknown format '{value}'; choose from {', '.join(FORMATS)}")
+        out[cls] = value
+    return out
+
+
+def _check_tp(model, tp: int) -> None:
+    from rooflinec import parallel
+    try:
+        parallel.check(model, tp)
+    except parallel.Unshardable as exc:
+        raise UsageError(f"--tp: {exc}; pick a degree that divides them") from None
+
+
+def _setup(dtype: str, tp: int, storage: dict) -> str:
+    """How the model runs, for the summary's heading: dtype, stored formats, devices."""
+    stored = "".join(f", {cls.replace('_', ' ')} {fmt}" for cls, fmt in storage.items())
+    return dtype + stored + (f", one of {tp} tensor-parallel devices" if tp > 1 else "")
 
 
 def cmd_serve(args, stdout, stderr) -> int:
@@ -196,18 +238,24 @@ def cmd_serve(args, stdout, stderr) -> int:
             raise UsageError(f"{flag}: expected a whole number >= 1, got {value}")
     if args.dtype not in DTYPE_BYTES:
         raise UsageError(f"--dtype: unknown dtype '{args.dtype}'; choose from {', '.join(DTYPE_BYTES)}")
+    storage = _storage(args)
     model, device = _model(args.model), _device(args.device)
+    if args.tp < 1:
+        raise UsageError(f"--tp: expected a whole number >= 1, got {args.tp}")
+    _check_tp(model, args.tp)
     if device.peak("matrix", args.dtype) is None:
         raise RooflineError(f"{args.device}: device '{device.key}' lists no tensor peak for "
                             f"{args.dtype}; it has: {', '.join(device.tensor)}")
-    section = serving_section(model, device, args.dtype, batches, args.context, args.prompt)
+    section = serving_section(model, device, args.dtype, batches, args.context, args.prompt,
+                              args.tp, storage)
     if args.json:
         stdout.write(json.dumps({"model": model.name, "device": device.key, "dtype": args.dtype,
+                                 "tp": args.tp, "quantization": storage,
                                  "context": args.context, "prompt": args.prompt,
                                  "summary": _plain(_answers(device, args.dtype, section)),
                                  "serving": _plain(section)}, indent=1) + "\n")
     else:
-        stdout.write(summary(model, device, args.dtype, section))
+        stdout.write(summary(model, device, _setup(args.dtype, args.tp, storage), section, args.dtype))
     return 0
 
 
@@ -229,12 +277,13 @@ def _answers(device, dtype: str, section: dict) -> dict:
     return answers.answers(section, [dev], variant=section.get("variant"))
 
 
-def summary(model, device, dtype: str, section: dict) -> str:
+def summary(model, device, setup: str, section: dict, dtype: str | None = None) -> str:
     """The serving section as the few lines a model report opens with (`summary` owns them),
-    and the decode batches asked for."""
+    and the decode batches asked for; `setup` heads them (the dtype, formats, devices)."""
     from rooflinec import summary as answers
     from rooflinec.quantities import gib, seconds
-    lines = [answers.text(model.name, dtype, _answers(device, dtype, section)).rstrip("\n")]
+    dtype = dtype or setup
+    lines = [answers.text(model.name, setup, _answers(device, dtype, section)).rstrip("\n")]
     lines.append(f"decode at context {section['steps'][0]['context']:,}:")
     table = [("batch", "tokens/s", "step", "bound", "memory needed", "fits")]
     for row in section["steps"]:

@@ -89,10 +89,37 @@ def test_serve_catalog_name_and_options():
     (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--batch", "1,x"), "--batch: expected whole"),
     (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--context", "0"), "--context: expected"),
     (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--dtype", "bf8"), "--dtype: unknown dtype"),
+    (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--tp", "0"), "--tp: expected a whole number"),
+    (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--tp", "3"), "--tp: tensor-parallel degree 3 does not divide"),
+    (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--weights", "fp9"), "--weights: unknown format 'fp9'"),
+    (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--kv-cache", "int3"), "--kv-cache: unknown format"),
 ])
 def test_serve_command_line_mistakes(argv, fragment):
     code, out, err = call(*argv)
     assert code == 2 and out == "" and fragment in err and "Traceback" not in err
+
+
+def test_serve_llama_70b_on_four_h100s_with_fp8_weights_and_kv_cache():
+    """Llama-3.1-70B at tp 4 (config: 80 layers, 8 KV heads of 128; 70,553,706,496 parameters):
+    one device keeps 2 KV heads, 2 x 80 x 2 x 128 x 1 B = 40,960 B of fp8 KV cache per token, and
+    its share of the weights at 1 B each: per layer q and o 2 x 8192^2 / 4 = 33,554,432, k and v
+    2 x 8192 x 1024 / 4 = 4,194,304, MLP 3 x 8192 x 28672 / 4 = 176,160,768, norms 16,384:
+    213,925,888 x 80 = 17,114,071,040; embedding and LM head 2 x 128256 x 8192 / 4 = 525,336,576;
+    final norm 8192: 17,639,415,808 B. The 70B does not fit one 80 GiB device at bf16; this does."""
+    code, out, err = call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--tp", "4",
+                          "--weights", "fp8", "--kv-cache", "fp8", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    serving = data["serving"]
+    assert data["tp"] == 4 and data["quantization"] == {"weights": "fp8", "kv_cache": "fp8"}
+    assert serving["kv_per_token"] == 40_960 and serving["weights_format"] == "fp8"
+    assert serving["weight_bytes"] == 17_639_415_808
+    one = json.loads(call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--json")[1])["serving"]
+    assert not one["memory"][0]["weights_fit"] and serving["memory"][0]["weights_fit"]
+    # a quarter of the weight bytes at half the bytes each: a batch-1 step well under a quarter
+    assert serving["steps"][0]["devices"][0]["time_s"] < one["steps"][0]["devices"][0]["time_s"] / 4
+    code, text, _ = call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--tp", "4", "--weights", "fp8")
+    assert code == 0 and "bf16, weights fp8, one of 4 tensor-parallel devices" in text
 
 
 def test_serve_dtype_the_device_lacks():
