@@ -104,4 +104,5 @@ def _summary(study: Study, bench: Workbench, report: dict) -> dict:
     options = parse("serving", summary.serving_options(study))
     section = shown or analyses.evaluate(bench, "serving", options, empty=True)
     link = {"kind": "serving", "title": shown["title"]} if shown else None
-    return summary.answers(section, report["devices"], link, options.variant)
+    split = next((s for s in report["sections"] if s["kind"] == "parallel_view"), None)
+    return summary.answers(section, report["devices"], link, options.variant, split)

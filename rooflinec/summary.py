@@ -27,10 +27,21 @@ def _point(bound: dict | None, flops: float, nbytes: float, fits: bool = True) -
             "bound": bound["bound"], "intensity": flops / nbytes, "fits": fits}
 
 
-def answers(section: dict, devices, link: dict | None = None, variant: str | None = None) -> dict:
+def smallest_tp(split: dict | None, device: str) -> list[dict]:
+    """From a report's tensor-parallel view: per workload, the smallest tp whose share fits
+    `device` (None where none of those tried does)."""
+    rows = next((d for d in (split or {}).get("devices", ()) if d["key"] == device), None)
+    if rows is None:
+        return []
+    return [{**w, "tp": tp} for w, tp in zip(split["workloads"], rows["smallest_tp"])]
+
+
+def answers(section: dict, devices, link: dict | None = None, variant: str | None = None,
+            split: dict | None = None) -> dict:
     """The summary of a serving section on `devices` (each with key, name and the tensor
     ridge); `link`: that section's kind and title in the report, None when it is not shown;
-    `variant`: the one it was asked for (a section no device could evaluate does not say)."""
+    `variant`: the one it was asked for (a section no device could evaluate does not say);
+    `split`: the report's tensor-parallel view, whose smallest fitting tp the memory row names."""
     lacking = {row["device"]: row["why"] for row in section.get("lacking", ())}
     memory = {m["device"]: m for m in section.get("memory", ())}
     rows = []
@@ -57,6 +68,7 @@ def answers(section: dict, devices, link: dict | None = None, variant: str | Non
         rows.append({"device": dev["key"], "name": dev["name"], "lacks": None,
                      "capacity": m["capacity"], "weights_fit": m["weights_fit"],
                      "kv_tokens": m["kv_tokens"], "ridge": dev["ridge_matrix"],
+                     "smallest_tp": smallest_tp(split, dev["key"]),
                      "decode": decode, "prefill": prefill})
     return {"variant": section.get("variant", variant), "weight_bytes": section.get("weight_bytes"),
             "kv_per_token": section.get("kv_per_token"), "link": link, "devices": rows}

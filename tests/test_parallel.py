@@ -318,6 +318,16 @@ def test_parallel_view_smallest_tp_and_latency_bound_decode(tmp_path):
     assert 0 < decode["rows"][1]["duplicated_flops"] < decode["rows"][-1]["duplicated_flops"]
 
 
+def test_the_summary_names_the_smallest_tp_where_one_device_does_not_fit(tmp_path):
+    from rooflinec import report
+    (tmp_path / "s.yaml").write_text("model: llama-3.1-70b\ndevices: [h100-sxm]\nanalyses:\n"
+                                     "  parallel_view: {workloads: [{batch: 1, context: 4096}]}\n")
+    built = report.build(spec.load_study(str(tmp_path / "s.yaml")))
+    [dev] = built["summary"]["devices"]
+    assert not dev["weights_fit"]   # 141.1 GB of weights on one 80 GiB device
+    assert dev["smallest_tp"] == [{"batch": 1, "context": 4096, "tp": 2}]
+
+
 def test_ledger_of_a_tp_study_lists_its_collectives(tmp_path):
     [led] = _sections(tmp_path, "model: llama-3.1-70b\ndevices: [h100-sxm]\nparallel: {tp: 8}\n"
                       "analyses:\n  ledger: {workloads: [{batch: 1, context: 4096}], "
