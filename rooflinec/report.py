@@ -53,6 +53,13 @@ def _weight_only(study: Study) -> bool:
     return any(quant.dequant_flops(f["weights"], study.dtype) for f in formats if "weights" in f)
 
 
+def _activations(bench: Workbench) -> dict:
+    """b, the activations' bytes per element, and their format where it is not the dtype."""
+    stored = bench.storage(quant.ACTIVATIONS)
+    return {"bytes_per_element": bench.values[sym.b],
+            **({"activations": stored} if stored != bench.dtype else {})}
+
+
 def _inputs(study: Study) -> list[dict]:
     """The spec files the report was built from, relative to the study's folder (a catalog
     file as catalog/...), with the SHA-256 of their bytes: reports that state the same inputs
@@ -77,7 +84,7 @@ def build(study: Study, on_section=None) -> dict:
         "format": FORMAT, "version": VERSION, "title": study.title, "study": study.stem,
         "inputs": _inputs(study),
         "model": _model(study.model) if study.model else None, "dtype": study.dtype,
-        "bytes_per_element": study.bytes_per_element,
+        **_activations(bench),
         "devices": [_device(d, study.dtype) for d in study.devices],
         "conventions": [{"phase": p, "key": k, "choice": v} for p in PHASES for k, v in conv.stated(p)],
         "dequant_flops": quant.DEQUANT_FLOPS if _weight_only(study) else None,
