@@ -112,7 +112,10 @@ def retype(program, classes):
         # weight elements read; a program retyped once already (a sweep's formats over the
         # study's) keeps the count it has
         if "weights" in swap and unit == "matrix" and f_dq not in flops.free_symbols:
-            flops += f_dq * sp.cancel(c.bytes_of("weights") / b)
+            # weight bytes are elements x b; b = 1 leaves the elements in the form they are
+            # written (cancelling would expand E*(1 - (1 - k/E)^M) into powers E^M that no
+            # float holds at a prefill's M)
+            flops += f_dq * c.bytes_of("weights").xreplace({b: 1})
         return Cost(flops, tuple((cls, e.xreplace({b: swap[cls]}) if cls in swap else e)
                                  for cls, e in c.traffic))
 

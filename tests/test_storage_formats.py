@@ -1,5 +1,6 @@
-"""Activations stored in their own format (a study's `quantization: {activations: ...}`): they
-set b, the bytes per activation element, while `dtype` keeps choosing the tensor peak."""
+"""Tensor classes stored in their own formats. Activations (a study's `quantization:
+{activations: ...}`) set b, the bytes per activation element, while `dtype` keeps choosing the
+tensor peak; weights in a format that peak does not run on pay their dequantisation."""
 
 from __future__ import annotations
 
@@ -108,3 +109,18 @@ def test_the_report_header_states_the_activations_format(tmp_path):
     # a study that stores them in its dtype keeps the short header and no key
     plain = report.build(spec.load_study(_study(tmp_path, "fp8", "{weights: fp8}")))
     assert "activations" not in plain and plain["bytes_per_element"] == 1
+
+
+def test_a_moe_prefill_counts_the_dequantisation_of_every_distinct_expert_it_reads():
+    # gpt-oss-120b's config.json: hidden_size 2880, 128 experts of intermediate_size 2880,
+    # top-4. NVFP4 weights under bf16 compute, prefill of one 8192-token prompt (M = 8192):
+    # expert_gate_proj does 2*M*k*d_model*d_e = 2*8192*4*2880*2880 = 543,581,798,400 FLOPs and
+    # reads E*(1 - (1 - 4/128)^8192) ~ 128 experts (the rest is 1e-113), 128*2880*2880 =
+    # 1,061,683,200 weight elements, each dequantised with 2 FLOPs: 2,123,366,400 more.
+    # (The count must keep (1 - k/E)^M as a power: expanded, E^M overflows a float.)
+    gpt = spec.load_model(str(ROOT / "rooflinec" / "catalog" / "models" / "gpt-oss-120b.yaml"))
+    bench = Workbench.of(gpt, [H100], "bf16", quantization={"weights": "nvfp4"})
+    rows = bench.ledger(bench.program("prefill"), H100, {B: 1, S: 8192}, scope="layer").rows
+    gate = {r.op.name: r for r in rows}["expert_gate_proj"]
+    assert gate.flops == pytest.approx(543_581_798_400 + 2_123_366_400, rel=1e-12)
+    assert gate.traffic["weights"] == pytest.approx(1_061_683_200 * 0.5625, rel=1e-12)
