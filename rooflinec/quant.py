@@ -89,6 +89,14 @@ def byte_value(name: str):
     return BYTES[name]
 
 
+def weight_elements(cost):
+    """The weight elements `cost` reads: its weight bytes at one byte per element (b or b_w).
+    Substituted, not divided and cancelled: cancelling expands E*(1 - (1 - k/E)^M) into
+    powers E^M that no float holds at a prefill's M."""
+    from rooflinec.symbols import b
+    return cost.bytes_of("weights").xreplace({b: 1, b_w: 1})
+
+
 def retype(program, classes):
     """`program` with the bytes of each traffic class in `classes` written over that class's
     own symbol (b_w for weights, b_kv for the KV cache) instead of b: a class stored in a
@@ -112,10 +120,7 @@ def retype(program, classes):
         # weight elements read; a program retyped once already (a sweep's formats over the
         # study's) keeps the count it has
         if "weights" in swap and unit == "matrix" and f_dq not in flops.free_symbols:
-            # weight bytes are elements x b; b = 1 leaves the elements in the form they are
-            # written (cancelling would expand E*(1 - (1 - k/E)^M) into powers E^M that no
-            # float holds at a prefill's M)
-            flops += f_dq * c.bytes_of("weights").xreplace({b: 1})
+            flops += f_dq * weight_elements(c)
         return Cost(flops, tuple((cls, e.xreplace({b: swap[cls]}) if cls in swap else e)
                                  for cls, e in c.traffic))
 

@@ -124,3 +124,16 @@ def test_a_moe_prefill_counts_the_dequantisation_of_every_distinct_expert_it_rea
     gate = {r.op.name: r for r in rows}["expert_gate_proj"]
     assert gate.flops == pytest.approx(543_581_798_400 + 2_123_366_400, rel=1e-12)
     assert gate.traffic["weights"] == pytest.approx(1_061_683_200 * 0.5625, rel=1e-12)
+
+
+def test_gemm_intensity_counts_weight_elements_whatever_their_format(tmp_path):
+    # Llama-3.1-8B's W_q: hidden_size 4096 x 32 heads of 128 = 16,777,216 elements, whether its
+    # weights are bf16 and activations fp8 (b_w = 2, b = 1) or weights NVFP4 (b_w = 0.5625)
+    for quantization in ("{activations: fp8}", "{weights: nvfp4}"):
+        path = _study(tmp_path, "bf16", quantization)
+        text = Path(path).read_text().replace("ledger: {workloads: [{batch: 1, context: 1024}]}",
+                                              "gemm_intensity: {tokens: [1], groups: [[q_proj]]}")
+        Path(path).write_text(text)
+        rep = report.build(spec.load_study(path))
+        row = next(s for s in rep["sections"] if s["kind"] == "gemm_intensity")["rows"][0]
+        assert row["weight_elements"] == 4096 * 4096
