@@ -55,9 +55,11 @@ BYTES: dict[str, float | int] = {name: f.bytes if isinstance(f.bytes, int) else 
                                  for name, f in FORMATS.items()}
 
 # tensor classes a study may store in their own format, and the symbol their bytes take
+# (activations keep b, the bytes per element of every class not stored otherwise)
 b_w = sp.Symbol("b_w", positive=True)     # bytes per weight element
 b_kv = sp.Symbol("b_kv", positive=True)   # bytes per KV-cache element
 CLASS_SYMBOLS = {"weights": b_w, "kv_cache": b_kv}
+ACTIVATIONS = "activations"
 
 # Weight-only formats (int4, NVFP4, ... weights with bf16 compute): the GEMM runs on the compute
 # dtype's peak and first turns each weight element it reads into the compute dtype: one convert
@@ -87,16 +89,27 @@ def byte_value(name: str):
     return BYTES[name]
 
 
+def weight_elements(cost):
+    """The weight elements `cost` reads: its weight bytes at one byte per element (b or b_w).
+    Substituted, not divided and cancelled: cancelling expands E*(1 - (1 - k/E)^M) into
+    powers E^M that no float holds at a prefill's M."""
+    from rooflinec.symbols import b
+    return cost.bytes_of("weights").xreplace({b: 1, b_w: 1})
+
+
 def retype(program, classes):
     """`program` with the bytes of each traffic class in `classes` written over that class's
     own symbol (b_w for weights, b_kv for the KV cache) instead of b: a class stored in a
-    format other than the activations'. A matrix op that reads weights gains f_dq FLOPs per
-    weight element it reads (the dequantisation; zero when the weights are in the compute's format)."""
+    format other than the activations'. Activations stored in their own format (b no longer
+    the compute dtype's bytes) give weights and KV cache their own symbols too. A matrix op
+    that reads weights gains f_dq FLOPs per weight element it reads (the dequantisation; zero
+    when the weights are in the compute's format)."""
     from dataclasses import replace
 
     from rooflinec.ir import Cost
     from rooflinec.symbols import b
-    swap = {cls: CLASS_SYMBOLS[cls] for cls in classes}
+    own = CLASS_SYMBOLS if ACTIVATIONS in classes else classes
+    swap = {cls: CLASS_SYMBOLS[cls] for cls in own}
     if not swap:
         return program
 
@@ -107,7 +120,7 @@ def retype(program, classes):
         # weight elements read; a program retyped once already (a sweep's formats over the
         # study's) keeps the count it has
         if "weights" in swap and unit == "matrix" and f_dq not in flops.free_symbols:
-            flops += f_dq * c.bytes_of("weights").xreplace({b: 1})   # bytes are elements x b
+            flops += f_dq * weight_elements(c)
         return Cost(flops, tuple((cls, e.xreplace({b: swap[cls]}) if cls in swap else e)
                                  for cls, e in c.traffic))
 

@@ -45,12 +45,53 @@ def _routing(moe) -> dict:
             "hot": moe.experts / moe.imbalance if moe.imbalance != 1 else moe.experts}
 
 
+def _sweep(study: Study, key: str) -> list:
+    """The sweep analysis's `key` (its dtypes, its storage formats) as written; [] without."""
+    return (study.analyses.get("sweep") or {}).get(key) or []
+
+
 def _weight_only(study: Study) -> bool:
     """Whether the study stores weights (its quantization, a sweep's formats) in a format
     the compute dtype's peak does not run on: its GEMMs then pay dequantisation FLOPs."""
-    sweep = (study.analyses.get("sweep") or {}).get("formats") or []
-    formats = [study.quantization, *sweep]
+    formats = [study.quantization, *_sweep(study, "formats")]
     return any(quant.dequant_flops(f["weights"], study.dtype) for f in formats if "weights" in f)
+
+
+def _symbols(study: Study, bench: Workbench) -> list[dict]:
+    """The symbol table: the alphabet, then every symbol beyond it that the study's programs
+    carry (a model's blocks and declared dimensions, the storage formats' b_w, b_kv, f_dq),
+    each with its meaning and with its value where it has one throughout the study."""
+    table = [{"name": s.name, "meaning": m} for s, m in sym.DESCRIPTIONS.items()]
+    if study.model is None:
+        return table
+    meanings, fixed = sym.descriptions(), _fixed_values(study, bench)
+    for s in _carried(study, bench):
+        table.append({"name": s.name, "meaning": meanings.get(s, "declared by the model spec"),
+                      **({"value": fixed[s]} if s in fixed else {})})
+    return table
+
+
+def _carried(study: Study, bench: Workbench) -> tuple:
+    """The symbols beyond the alphabet the study's programs carry, a sweep's storage formats
+    retyping them included, in order of first appearance."""
+    swept = tuple(dict.fromkeys(cls for f in _sweep(study, "formats") for cls in f))
+    programs = [quant.retype(bench.program(phase), swept) for phase in PHASES]
+    return tuple(dict.fromkeys(s for p in programs for s in p.symbols))
+
+
+def _fixed_values(study: Study, bench: Workbench) -> dict:
+    """The symbols' values that hold at every compute dtype and storage format the study
+    evaluates (a sweep's dtypes and formats; the study's own otherwise)."""
+    points = [bench.values_for(dtype, formats) for dtype in _sweep(study, "dtype") or [None]
+              for formats in _sweep(study, "formats") or [None]]
+    return {s: v for s, v in points[0].items() if all(p.get(s) == v for p in points)}
+
+
+def _activations(bench: Workbench) -> dict:
+    """b, the activations' bytes per element, and their format where it is not the dtype."""
+    stored = bench.storage(quant.ACTIVATIONS)
+    return {"bytes_per_element": bench.values[sym.b],
+            **({"activations": stored} if stored != bench.dtype else {})}
 
 
 def _inputs(study: Study) -> list[dict]:
@@ -77,13 +118,11 @@ def build(study: Study, on_section=None) -> dict:
         "format": FORMAT, "version": VERSION, "title": study.title, "study": study.stem,
         "inputs": _inputs(study),
         "model": _model(study.model) if study.model else None, "dtype": study.dtype,
-        "bytes_per_element": study.bytes_per_element,
+        **_activations(bench),
         "devices": [_device(d, study.dtype) for d in study.devices],
         "conventions": [{"phase": p, "key": k, "choice": v} for p in PHASES for k, v in conv.stated(p)],
         "dequant_flops": quant.DEQUANT_FLOPS if _weight_only(study) else None,
-        "symbols": [{"name": s.name, "meaning": m} for s, m in sym.DESCRIPTIONS.items()]
-        + [{"name": name, "meaning": f"declared by the model spec (= {value})"}
-           for name, value in (study.model.dimensions if study.model else ())],
+        "symbols": [],   # filled in once the analyses have checked the study
         "sections": [],
     }
 
@@ -93,6 +132,7 @@ def build(study: Study, on_section=None) -> dict:
 
     sections = analyses.run(study, heard if on_section else None, bench)
     report["sections"] = sections
+    report["symbols"] = _symbols(study, bench)
     report["summary"] = _summary(study, bench, report) if study.model else None
     return report
 

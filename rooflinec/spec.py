@@ -101,10 +101,6 @@ class Study:
     doc: object = field(default=None, compare=False, repr=False)  # the located study file
     quantization: dict = field(default_factory=dict)   # tensor class -> storage format
 
-    @property
-    def bytes_per_element(self) -> int:
-        return DTYPE_BYTES[self.dtype]
-
 
 _KINDS = {list: "a list", str: "a string", int: "a number", float: "a number",
           bool: "a boolean", type(None): "nothing (null)"}

@@ -63,6 +63,15 @@ def model_values(model) -> dict[sp.Symbol, int]:
     }
 
 
+def descriptions() -> dict[sp.Symbol, str]:
+    """What every symbol a formula may carry means: the alphabet, the model blocks' (experts,
+    latent attention, windows) and the storage formats' (b_w, b_kv, f_dq). A model's declared
+    dimensions are described by its spec."""
+    from rooflinec import mla, moe, quant, window
+    return {**DESCRIPTIONS, **moe.DESCRIPTIONS, **mla.DESCRIPTIONS, **window.DESCRIPTIONS,
+            **quant.DESCRIPTIONS}
+
+
 def _block_values(model) -> dict:
     """The symbols of a model's optional blocks (mixture of experts, latent attention)."""
     from rooflinec import mla, moe, window

@@ -220,15 +220,17 @@ class Workbench:
         return DTYPE_BYTES[self.dtype]
 
     def storage(self, cls: str, dtype: str | None = None, formats: dict | None = None) -> str:
-        """The format tensor class `cls` (weights, kv_cache) is stored in: `formats` (a sweep's
-        point), else the study's `quantization` for it, else the compute dtype."""
+        """The format tensor class `cls` (weights, kv_cache, activations) is stored in:
+        `formats` (a sweep's point), else the study's `quantization` for it, else the compute
+        dtype."""
         return {**self.study.quantization, **(formats or {})}.get(cls, dtype or self.dtype)
 
     def values_for(self, dtype: str | None = None, formats: dict | None = None) -> dict:
-        """Model dimensions and bytes per element at `dtype` (the study's by default): b for
-        activations, b_w and b_kv for weights and KV cache; the workload symbols stay free."""
+        """Model dimensions and bytes per element with compute at `dtype` (the study's by
+        default): b for activations, b_w and b_kv for weights and KV cache, each at its storage
+        format; the workload symbols stay free."""
         model = sym.model_values(self.model) if self.model is not None else {}
-        return {**model, sym.b: quant.byte_value(dtype or self.dtype),
+        return {**model, sym.b: quant.byte_value(self.storage(quant.ACTIVATIONS, dtype, formats)),
                 **{s: quant.byte_value(self.storage(cls, dtype, formats))
                    for cls, s in quant.CLASS_SYMBOLS.items()},
                 quant.f_dq: quant.dequant_flops(self.storage("weights", dtype, formats), dtype or self.dtype)}
@@ -348,7 +350,7 @@ class Workbench:
                 naive = (phase, "unfused", None, conv, "naive")
                 if naive not in self._programs:
                     self._programs[naive] = lower(self.model, phase, conv)
-                target = passes.Target(device, conv, self.model.head_dim, self.bytes_per_element)
+                target = passes.Target(device, conv, self.model.head_dim, self.values[sym.b])
                 self._programs[whole] = quant.retype(passes.apply(self._programs[naive], variant, target),
                                                      tuple(self.study.quantization))
             self._programs[key] = par.shard(self._programs[whole], self.model, tp, self.parallel.ep)

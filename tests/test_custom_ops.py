@@ -133,8 +133,9 @@ def test_declared_op_in_json_markdown_and_explain(tree, tmp_path):
     # intensity 2*M*d_model*n_experts / ((d_model*n_experts + M*(d_model + n_experts)) * b):
     # at d_model = 1024, n_experts = 8, b = 2 it tends to 8192 / 1032 = 7.94 < ridge 200.6
     assert router["crossings"][0]["at"] is None
-    assert {"name": "n_experts", "meaning": "declared by the model spec (= 8)"} in rep["symbols"]
+    assert {"name": "n_experts", "meaning": "declared by the model spec", "value": 8} in rep["symbols"]
     md = (tmp_path / "moe.md").read_text()
+    assert "| `n_experts` | declared by the model spec (= 8) |" in md
     assert "| router | linear | matrix |" in md
     assert "Operators declared by the model spec: router, router_topk. Its own dimensions: n_experts = 8." in md
     code, out, err = call("explain", str(tree / "moe.yaml"), "router")

@@ -70,8 +70,8 @@ def test_sweep_equals_sympy_subs(bb, ss, key):
 
 
 def _model_values():
-    from rooflinec import symbols as sym
-    return {**sym.model_values(QWEN.model), sym.b: QWEN.bytes_per_element}
+    from rooflinec.workbench import Workbench
+    return Workbench(QWEN).values
 
 
 def _alphabet(values):

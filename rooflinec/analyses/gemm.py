@@ -1,5 +1,6 @@
 """Per-projection GEMM intensity at given token counts, and where each crosses the ridge."""
 
+from rooflinec import quant
 from rooflinec import symbols as sym
 from rooflinec.analyses import analysis
 from rooflinec.analyses.derivations import over_budget
@@ -36,7 +37,7 @@ def gemm_intensity(ctx, params) -> dict:
         found = {d.key: crossing(intensity(ops[0].cost), ops[0].crossing, ctx.values, ctx.ridge(d))
                  for d in ctx.devices}
         rows.append({"ops": group, "label": " / ".join(group), "shape": ops[0].shape,
-                     "weight_elements": number(ops[0].cost.bytes_of("weights") / sym.b, ctx.values),
+                     "weight_elements": number(quant.weight_elements(ops[0].cost), ctx.values),
                      "points": points, "crossing": {k: c.at for k, c in found.items()},
                      "formula": intensity(ops[0].cost), "variable": ops[0].crossing.name,
                      **over_budget(found)})

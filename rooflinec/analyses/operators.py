@@ -64,7 +64,7 @@ def _symbolic(name: str, args: dict) -> sp.Expr:
 
 
 def _evaluate(ctx, name: str, point: dict, devices) -> dict:
-    cost = FORMULAS[name](**point, b=ctx.study.bytes_per_element)
+    cost = FORMULAS[name](**point, b=ctx.values[sym.b])
     flops, nbytes = float(cost.flops), float(cost.bytes)
     unit = UNITS[name]
     per_device = []

@@ -23,10 +23,11 @@ KEY = "sweep"
 
 
 def _label(dtype: str, formats: dict | None) -> str:
-    """The compute dtype, and the weights' and KV cache's formats where a point sets them."""
+    """The compute dtype, and the weights', KV cache's and activations' formats where a point
+    sets them."""
     if not formats:
         return dtype
-    names = {"weights": "weights", "kv_cache": "KV"}
+    names = {"weights": "weights", "kv_cache": "KV", quant.ACTIVATIONS: "activations"}
     return f"{dtype} ({', '.join(f'{names[c]} {f}' for c, f in formats.items())})"
 
 
