@@ -88,10 +88,14 @@ def _fixed_values(study: Study, bench: Workbench) -> dict:
 
 
 def _activations(bench: Workbench) -> dict:
-    """b, the activations' bytes per element, and their format where it is not the dtype."""
+    """b, the activations' bytes per element, their format where it is not the dtype, and the
+    weights' and KV cache's formats (with bytes per element) where theirs is not."""
     stored = bench.storage(quant.ACTIVATIONS)
+    others = {cls: {"format": bench.storage(cls), "bytes_per_element": bench.values[symbol]}
+              for cls, symbol in quant.CLASS_SYMBOLS.items() if bench.storage(cls) != bench.dtype}
     return {"bytes_per_element": bench.values[sym.b],
-            **({"activations": stored} if stored != bench.dtype else {})}
+            **({"activations": stored} if stored != bench.dtype else {}),
+            **({"stored": others} if others else {})}
 
 
 def _inputs(study: Study) -> list[dict]:

@@ -23,7 +23,6 @@ from rooflinec.evaluate import number
 from rooflinec.ir import Op, Program
 from rooflinec.lower import Conventions, lower
 from rooflinec.options import convention_defaults, parallel_defaults
-from rooflinec.spec import DTYPE_BYTES
 
 # --- the roofline ---------------------------------------------------------------------
 
@@ -214,10 +213,6 @@ class Workbench:
                 par.check(self.model, tp, self.parallel.ep if ep is None else ep)
         except par.Unshardable as exc:
             raise SpecError([self.problem(path, f"{exc}; pick a degree that divides them")]) from None
-
-    @property
-    def bytes_per_element(self) -> int:
-        return DTYPE_BYTES[self.dtype]
 
     def storage(self, cls: str, dtype: str | None = None, formats: dict | None = None) -> str:
         """The format tensor class `cls` (weights, kv_cache, activations) is stored in:

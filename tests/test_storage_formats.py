@@ -108,7 +108,14 @@ def test_the_report_header_states_the_activations_format(tmp_path):
     assert "fp8 arithmetic (its tensor peak), activations stored in bf16 (2 bytes per element)" in md
     # a study that stores them in its dtype keeps the short header and no key
     plain = report.build(spec.load_study(_study(tmp_path, "fp8", "{weights: fp8}")))
-    assert "activations" not in plain and plain["bytes_per_element"] == 1
+    assert "activations" not in plain and "stored" not in plain and plain["bytes_per_element"] == 1
+    assert "fp8 (1 byte per element)," in next(iter(render_many(plain, ["md"]).values()))
+    # weights and KV cache in their own formats: NVFP4 4 bits + an 8-bit scale per 16 = 0.5625 B
+    quant = report.build(spec.load_study(_study(tmp_path, "bf16", "{weights: nvfp4, kv_cache: fp8}")))
+    assert quant["stored"] == {"weights": {"format": "nvfp4", "bytes_per_element": 0.5625},
+                               "kv_cache": {"format": "fp8", "bytes_per_element": 1}}
+    assert ("bf16 (2 bytes per element), weights stored in nvfp4 (0.5625 bytes per element), KV cache "
+            "stored in fp8 (1 byte per element)") in next(iter(render_many(quant, ["md"]).values()))
 
 
 def test_a_moe_prefill_counts_the_dequantisation_of_every_distinct_expert_it_reads():
