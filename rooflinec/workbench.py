@@ -247,13 +247,8 @@ class Workbench:
     def weight_bytes(self, dtype: str | None = None, formats: dict | None = None,
                      tp: int | None = None) -> int:
         """Weight bytes one device holds, at the weights' format (`tp`: instead of the study's)."""
-        from rooflinec.params import count
         p = self.parallel
-        tp = tp or p.tp
-        if tp > 1 or p.pp > 1 or p.ep > 1:
-            n = par.params_per_device(self.model, tp, p.pp, p.ep)
-        else:
-            n = int(number(count(self.model).total, self.values_for(dtype)))
+        n = par.params_per_device(self.model, tp or p.tp, p.pp, p.ep)
         return math.ceil(n * quant.byte_value(self.storage("weights", dtype, formats)))
 
     @cached_property
