@@ -70,6 +70,8 @@ def stated(model) -> tuple:
     text = (f"{local} of {model.n_layers} layers attend to a window of W = {model.window} keys (pattern "
             f"{kinds}, repeated): their attention, KV-cache reads and KV memory use min(S, W); in prefill query i "
             "sees min(i, W) keys, costed with the same causal convention as full layers")
+    if "chunked" in model.pattern:
+        text += "; a chunked layer's query sees only its chunk's earlier keys, fewer: costed as the sliding bound"
     if model.sinks:
         text += "; attention sinks (one logit per head) stated, their one add per score row not costed"
     return (("attention pattern", text),)
