@@ -29,11 +29,11 @@ def _point(bound: dict | None, flops: float, nbytes: float, fits: bool = True) -
 
 def smallest_tp(split: dict | None, device: str) -> list[dict]:
     """From a report's tensor-parallel view: per workload, the smallest tp whose share fits
-    `device` (None where none of those tried does)."""
+    `device` (None where none of those `tried` does)."""
     rows = next((d for d in (split or {}).get("devices", ()) if d["key"] == device), None)
     if rows is None:
         return []
-    return [{**w, "tp": tp} for w, tp in zip(split["workloads"], rows["smallest_tp"])]
+    return [{**w, "tp": tp, "tried": split["tps"]} for w, tp in zip(split["workloads"], rows["smallest_tp"])]
 
 
 def answers(section: dict, devices, link: dict | None = None, variant: str | None = None,

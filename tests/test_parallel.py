@@ -325,7 +325,7 @@ def test_the_summary_names_the_smallest_tp_where_one_device_does_not_fit(tmp_pat
     built = report.build(spec.load_study(str(tmp_path / "s.yaml")))
     [dev] = built["summary"]["devices"]
     assert not dev["weights_fit"]   # 141.1 GB of weights on one 80 GiB device
-    assert dev["smallest_tp"] == [{"batch": 1, "context": 4096, "tp": 2}]
+    assert dev["smallest_tp"] == [{"batch": 1, "context": 4096, "tp": 2, "tried": [1, 2, 4, 8]}]
 
 
 def test_ledger_of_a_tp_study_lists_its_collectives(tmp_path):
@@ -470,3 +470,15 @@ def test_ep_1_gives_exactly_todays_program():
     for phase in ("decode", "prefill"):
         assert one.program(phase, "unfused", H100) == whole.program(phase, "unfused", H100)
     assert one.weight_bytes() == whole.weight_bytes()
+
+
+def test_the_summary_names_the_degrees_tried_where_none_fits(tmp_path):
+    """Where no tp of the view fits, the summary says which were tried (they were)."""
+    from rooflinec import render, report
+    (tmp_path / "s.yaml").write_text("model: llama-3.1-70b\ndevices: [h100-sxm]\nanalyses:\n"
+                                     "  parallel_view: {tp: [1], workloads: [{batch: 1, context: 4096}]}\n")
+    built = report.build(spec.load_study(str(tmp_path / "s.yaml")))
+    [dev] = built["summary"]["devices"]
+    assert dev["smallest_tp"] == [{"batch": 1, "context": 4096, "tp": None, "tried": [1]}]
+    text = render.markdown(built)
+    assert "B = 1, S = 4096: none of 1" in text and "none tried" not in text
