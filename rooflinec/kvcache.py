@@ -7,8 +7,9 @@ so a sequence of S tokens holds, per layer's bytes per token c:
 
     c * (full layers * S + windowed layers * min(S, W))
 
-Under pipeline parallelism the device counted is the one holding the most full layers, so the
-figure stays an upper bound on every stage's memory.
+Under pipeline parallelism (consecutive layers per stage) the device counted holds ceil(L / pp)
+layers, as many of them full as the stage with the most full layers, so the figure stays an
+upper bound on every stage's memory.
 """
 
 from __future__ import annotations
@@ -53,10 +54,13 @@ def per_token(model, b_kv, tp: int = 1, pp: int = 1):
 
 
 def _windowed_on_device(model, pp: int) -> int:
-    """Windowed layers on the device with the most full layers (all of them when pp = 1)."""
+    """Windowed layers counted on the device: its ceil(L/pp) layers less the most full layers
+    one stage (ceil(L/pp) consecutive layers, from the first) holds, which bounds every stage
+    at every context (all the windowed layers when pp = 1)."""
     layers = -(-model.n_layers // pp)
-    full = model.n_layers - window.local_layers(model)
-    return max(0, layers - full)
+    full = max(window.full_layers(model, first, min(first + layers, model.n_layers))
+               for first in range(0, model.n_layers, layers))
+    return layers - full
 
 
 def per_sequence(model, b_kv, context, tp: int = 1, pp: int = 1):
