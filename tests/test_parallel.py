@@ -369,6 +369,19 @@ def test_a_run_takes_its_degrees_from_the_study_parallel_block(tmp_path):
     assert r["bubble"] == pytest.approx(63 / 575)
 
 
+def test_a_mixture_of_experts_run_counts_the_parameters_a_token_uses(tmp_path):
+    """6N counts a token's parameters: Mixtral-8x7B's 12,879,925,248 active (Jiang et al. 2024:
+    12.9B active of 46.7B), not all 46,702,792,704; its memory still holds all of them."""
+    [section] = _sections(tmp_path, "devices: [h100-sxm]\nparallel: {tp: 8, pp: 4}\nanalyses:\n"
+                          "  training_at_scale:\n    runs:\n      - {name: m, source: none, "
+                          "model: mixtral-8x7b, sequence: 4096, batch: 8}\n")
+    [r] = section["runs"]
+    # per token: 6 x 12,879,925,248 + 12 x 32 layers x 32 heads x 128 x 4096 = 83,722,002,432;
+    # over 8 x 4096 tokens: 2,743,402,575,691,776
+    assert r["model_flops"] == (6 * 12_879_925_248 + 12 * 32 * 32 * 128 * 4096) * 8 * 4096
+    assert r["n_params"] == 46_702_792_704
+
+
 # --- expert parallelism ------------------------------------------------------------------------
 
 
