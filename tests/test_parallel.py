@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -495,3 +496,14 @@ def test_the_summary_names_the_degrees_tried_where_none_fits(tmp_path):
     assert dev["smallest_tp"] == [{"batch": 1, "context": 4096, "tp": None, "tried": [1]}]
     text = render.markdown(built)
     assert "B = 1, S = 4096: none of 1" in text and "none tried" not in text
+
+
+def test_tp_with_ep_need_not_divide_the_routed_experts_width_for_the_kv_cache():
+    """Under ep the routed experts stay whole, so tp need not divide d_e: the KV cache's share
+    is asked with the study's ep too. Mixtral-8x7B with d_e = 14,344 (not a multiple of 16) at
+    tp 16, ep 2: 8 KV heads over 16 devices, one each (replicated), so 32 layers x 2 x 128 x 2 B
+    = 16,384 B per token; a sequence of 1,024 tokens holds 16,777,216 B."""
+    odd = replace(MIXTRAL, moe=replace(MIXTRAL.moe, d_expert=14_344))
+    bench = Workbench(spec.Study("", "", "", odd, (H100,), "bf16", {}, parallel={"tp": 16, "ep": 2}))
+    assert bench.kv_per_token() == 16_384
+    assert bench.kv_per_sequence(1024) == 16_777_216
