@@ -204,14 +204,15 @@ def serving_section(model, device, dtype: str, batches, context: int, prompt: in
 
 
 def _storage(args) -> dict:
-    """--weights and --kv-cache as a study's `quantization`, each a known format."""
-    from rooflinec.quant import FORMATS
+    """--weights and --kv-cache as a study's `quantization`, each a storage format it accepts."""
+    from rooflinec.validate import schema
+    formats = schema("study")["$defs"]["storage"]["enum"]
     out = {}
     for flag, cls, value in (("--weights", "weights", args.weights), ("--kv-cache", "kv_cache", args.kv_cache)):
         if value is None:
             continue
-        if value not in FORMATS:
-            raise UsageError(f"{flag}: unknown format '{value}'; choose from {', '.join(FORMATS)}")
+        if value not in formats:
+            raise UsageError(f"{flag}: unknown format '{value}'; choose from {', '.join(formats)}")
         out[cls] = value
     return out
 

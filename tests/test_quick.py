@@ -93,6 +93,8 @@ def test_serve_catalog_name_and_options():
     (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--tp", "3"), "--tp: tensor-parallel degree 3 does not divide"),
     (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--weights", "fp9"), "--weights: unknown format 'fp9'"),
     (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--kv-cache", "int3"), "--kv-cache: unknown format"),
+    # tf32 is a compute precision, stored as fp32: a study's quantization does not accept it
+    (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--weights", "tf32"), "--weights: unknown format 'tf32'"),
 ])
 def test_serve_command_line_mistakes(argv, fragment):
     code, out, err = call(*argv)
