@@ -22,8 +22,9 @@ decode tokens/s per batch at the context, time to first token for one prompt, me
 
 With --tp N the model is split over N devices (Megatron-LM tensor parallelism): memory is one
 device's share of the weights and KV cache, a step is one device's (collectives left out, so it
-stays a lower bound), and tokens/s are the group's, as the N devices step together. --weights and --kv-cache store those tensors in another format than
---dtype (weight-only or KV-cache quantization; --dtype stays the compute dtype), e.g.
+stays a lower bound), and tokens/s are the group's, as the N devices step together.
+--weights and --kv-cache store those tensors in another format than --dtype (weight-only or
+KV-cache quantization; --dtype stays the compute dtype), e.g.
   rooflinec serve llama-3.1-70b --device h100-sxm --tp 4 --weights fp8 --kv-cache fp8
 """
 

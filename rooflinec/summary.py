@@ -27,6 +27,10 @@ def _point(bound: dict | None, flops: float, nbytes: float, fits: bool = True) -
             "bound": bound["bound"], "intensity": flops / nbytes, "fits": fits}
 
 
+ROOM = "tokens of KV cache"
+WINDOWED = " at every layer's full context (windowed layers keep fewer, so more fit)"
+
+
 def smallest_tp(split: dict | None, device: str) -> list[dict]:
     """From a report's tensor-parallel view: per workload, the smallest tp whose share fits
     `device` (None where none of those `tried` does)."""
@@ -71,7 +75,8 @@ def answers(section: dict, devices, link: dict | None = None, variant: str | Non
                      "smallest_tp": smallest_tp(split, dev["key"]),
                      "decode": decode, "prefill": prefill})
     return {"variant": section.get("variant", variant), "weight_bytes": section.get("weight_bytes"),
-            "kv_per_token": section.get("kv_per_token"), "link": link, "devices": rows}
+            "kv_per_token": section.get("kv_per_token"), "link": link, "devices": rows,
+            "room": ROOM + (WINDOWED if section.get("kv_sequence_formula") is not None else "")}
 
 
 def text(model_name: str, dtype: str, summary: dict) -> str:
@@ -88,7 +93,7 @@ def text(model_name: str, dtype: str, summary: dict) -> str:
         lines.append(head + ": roofline lower bounds")
         lines.append(f"  memory {gib(d['capacity'])}: weights {gib(summary['weight_bytes'])}, KV cache "
                      f"{gib(summary['kv_per_token'])} per token; "
-                     + (f"room for {d['kv_tokens']:,} tokens of KV cache" if d["weights_fit"]
+                     + (f"room for {d['kv_tokens']:,} {summary['room']}" if d["weights_fit"]
                         else "the weights do not fit"))
         for p in d["prefill"]:
             lines.append(f"  time to first token ≥ {seconds(p['time_s'])} (prompt {p['prompt']:,}, "

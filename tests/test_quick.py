@@ -184,3 +184,13 @@ def test_serve_says_when_the_context_is_past_the_model():
     code, out, _ = call("serve", "gpt2-medium", "--device", "h100-sxm", "--context", "512",
                         "--prompt", "1024")
     assert code == 0 and "note:" not in out
+
+
+def test_serve_says_the_room_for_kv_tokens_counts_windowed_layers_at_the_full_context():
+    """gpt-oss-120b's sliding layers keep 128 tokens, so the tokens that fit beside the weights,
+    counted at 73,728 B each (every layer at the full context), understate what fits: say so."""
+    code, out, err = call("serve", "gpt-oss-120b", "--device", "h100-sxm", "--weights", "mxfp4")
+    assert code == 0, err
+    assert "tokens of KV cache at every layer's full context" in out
+    code, out, err = call("serve", "llama-3.1-8b", "--device", "h100-sxm")
+    assert code == 0 and "full context" not in out.splitlines()[1]
