@@ -283,14 +283,14 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None) 
     """The serving section as the few lines a model report opens with (`summary` owns them),
     and the decode batches asked for; `setup` heads them (the dtype, formats, devices)."""
     from rooflinec import summary as answers
-    from rooflinec.quantities import gib, seconds
+    from rooflinec.quantities import gib, seconds, sig
     dtype = dtype or setup
     lines = [answers.text(model.name, setup, _answers(device, dtype, section)).rstrip("\n")]
     lines.append(f"decode at context {section['steps'][0]['context']:,}:")
     table = [("batch", "tokens/s", "step", "bound", "memory needed", "fits")]
     for row in section["steps"]:
         d = row["devices"][0]
-        table.append((str(row["batch"]), f"{d['tokens_per_s']:,.1f}", seconds(d["time_s"]), d["bound"],
+        table.append((str(row["batch"]), sig(d["tokens_per_s"]), seconds(d["time_s"]), d["bound"],
                       gib(row["memory_needed"]), "yes" if d["fits"] else "no"))
     lines += ["  " + line for line in _table(table).splitlines()]
     for row in section["crossovers"]:

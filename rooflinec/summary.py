@@ -82,7 +82,7 @@ def answers(section: dict, devices, link: dict | None = None, variant: str | Non
 def text(model_name: str, dtype: str, summary: dict) -> str:
     """The summary as lines for a terminal (`rooflinec serve`)."""
     from rooflinec.errors import one_line
-    from rooflinec.quantities import gib, seconds
+    from rooflinec.quantities import gib, seconds, sig
     lines = []
     for d in summary["devices"]:
         head = one_line(f"{model_name} on {d['name']} ({d['device']}), {dtype}"
@@ -101,11 +101,11 @@ def text(model_name: str, dtype: str, summary: dict) -> str:
                          f"(ridge {d['ridge']:,.1f})" + ("" if p["fits"] else "; does not fit in memory"))
         for c in d["decode"]:
             one = c["batch_1"]
-            line = (f"  decode at context {c['context']:,}: ≤ {one['tokens_per_s']:,.1f} tokens/s at "
+            line = (f"  decode at context {c['context']:,}: ≤ {sig(one['tokens_per_s'])} tokens/s at "
                     f"batch 1 ({one['bound']}-bound, intensity {one['intensity']:,.2f} FLOP/B"
                     + ("" if one["fits"] else ", does not fit in memory") + ")")
             top = c["at_max_batch"]
-            line += (f"; ≤ {top['tokens_per_s']:,.1f} tokens/s at batch {c['max_batch']:,}, the "
+            line += (f"; ≤ {sig(top['tokens_per_s'])} tokens/s at batch {c['max_batch']:,}, the "
                      f"largest that fits ({top['bound']}-bound)" if top else "; no batch fits")
             lines.append(line)
     return "\n".join(lines) + "\n"
