@@ -507,3 +507,16 @@ def test_tp_with_ep_need_not_divide_the_routed_experts_width_for_the_kv_cache():
     bench = Workbench(spec.Study("", "", "", odd, (H100,), "bf16", {}, parallel={"tp": 16, "ep": 2}))
     assert bench.kv_per_token() == 16_384
     assert bench.kv_per_sequence(1024) == 16_777_216
+
+
+def test_the_tp_view_names_the_formats_its_memory_counts(tmp_path):
+    """Weights stored in fp8 under bf16 compute: the view's memory is at fp8 weights and a bf16
+    KV cache, and its prose says so (it said 'at bf16')."""
+    from rooflinec import render, report
+    (tmp_path / "s.yaml").write_text("model: llama-3.1-8b\ndevices: [h100-sxm]\nquantization: {weights: fp8}\n"
+                                     "analyses:\n  parallel_view: {tp: [1, 2], workloads: [{batch: 1, context: 1024}]}\n")
+    built = report.build(spec.load_study(str(tmp_path / "s.yaml")))
+    [view] = [s for s in built["sections"] if s["kind"] == "parallel_view"]
+    # 8,030,261,248 parameters at 1 B each on one device
+    assert view["devices"][0]["memory"][0]["weights"] == 8_030_261_248
+    assert "Memory counts weights at fp8 and KV cache at bf16" in render.markdown(built)
