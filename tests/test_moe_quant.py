@@ -412,3 +412,20 @@ def test_gemm_intensity_tabulates_the_expert_gemms_and_where_they_turn_compute_b
     assert row["points"][1]["weight_elements"] == pytest.approx(8 * 4096 * 14336)
     assert row["weight_elements"] is None   # it depends on M: each point carries its own
     assert row["crossing"]["h100-sxm"] == 1303
+
+
+def test_a_searched_decode_crossing_of_a_mixture_of_experts_is_shown_not_called_never(tmp_path):
+    """A MoE step's memory term is concave in B, so its crossing is searched (no meeting point
+    `at`); the report shows the batch found and does not call the terms linear."""
+    from rooflinec import render, report
+    (tmp_path / "s.yaml").write_text("model: mixtral-8x7b\ndevices: [h100-sxm]\nanalyses:\n"
+                                     "  serving: {batch: [1], contexts: [128]}\n")
+    built = report.build(spec.load_study(str(tmp_path / "s.yaml")))
+    [serving] = [s for s in built["sections"] if s["kind"] == "serving"]
+    [c] = serving["crossovers"][0]["devices"]
+    # compute grows 25.57 GFLOP / 989.4 TFLOP/s = 25.8 us a sequence, faster than memory's
+    # KV cache and activations: it overtakes the ~93 GB of weights at some finite batch
+    assert c["at"] is None and c["first"] is not None and c["first"] > 1
+    text = render.markdown(built)
+    assert f"| 128 | B = {c['first']} (searched" in text
+    assert "Both terms are linear" not in text
