@@ -228,7 +228,7 @@ def _check_tp(model, tp: int) -> None:
 
 def _setup(dtype: str, tp: int, storage: dict) -> str:
     """How the model runs, for the summary's heading: dtype, stored formats, devices."""
-    stored = "".join(f", {cls.replace('_', ' ')} {fmt}" for cls, fmt in storage.items())
+    stored = "".join(f", {'KV cache' if cls == 'kv_cache' else cls} {fmt}" for cls, fmt in storage.items())
     return dtype + stored + (f", one of {tp} tensor-parallel devices" if tp > 1 else "")
 
 

@@ -203,3 +203,9 @@ def test_serve_shows_a_small_tokens_per_s_to_its_significant_figures():
     code, out, err = call("serve", "gemma-2-9b", "--device", "l4", "--context", "100000000", "--batch", "1")
     assert code == 0, err
     assert "≤ 0.0174" in out and "≤ 0.0 " not in out
+
+
+def test_serve_heading_names_the_kv_cache_as_the_reports_do():
+    code, out, err = call("serve", "qwen2.5-7b", "--device", "h100-sxm", "--kv-cache", "fp8")
+    assert code == 0, err
+    assert out.startswith("Qwen2.5-7B-Instruct on NVIDIA H100 SXM5 80GB (h100-sxm), bf16, KV cache fp8,")
