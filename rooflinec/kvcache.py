@@ -7,8 +7,9 @@ so a sequence of S tokens holds, per layer's bytes per token c:
 
     c * (full layers * S + windowed layers * min(S, W))
 
-Under pipeline parallelism the device counted is the one holding the most full layers, so the
-figure stays an upper bound on every stage's memory.
+Under pipeline parallelism (consecutive layers per stage) the device counted holds ceil(L / pp)
+layers, as many of them full as the stage with the most full layers, so the figure stays an
+upper bound on every stage's memory.
 """
 
 from __future__ import annotations
@@ -41,32 +42,35 @@ def sequence_formula(model) -> sp.Expr:
     return per_layer * ((L - local) * S + local * window.keys()) + cache_per_token(model) * S
 
 
-def _value(expr: sp.Expr, model, b_kv, tp: int, pp: int):
+def _value(expr: sp.Expr, model, b_kv, tp: int, pp: int, ep: int = 1):
     from rooflinec.parallel import on_one_device
-    return number(expr.xreplace(on_one_device(model, tp, pp)), {**model_values(model), b: b_kv})
+    return number(expr.xreplace(on_one_device(model, tp, pp, ep)), {**model_values(model), b: b_kv})
 
 
-def per_token(model, b_kv, tp: int = 1, pp: int = 1):
+def per_token(model, b_kv, tp: int = 1, pp: int = 1, ep: int = 1):
     """Bytes one token keeps on one device at b_kv bytes per element, every layer at the full
-    context (an upper bound where layers are windowed)."""
-    return _value(formula(model), model, b_kv, tp, pp)
+    context (an upper bound where layers are windowed); `ep` only says which widths tp splits."""
+    return _value(formula(model), model, b_kv, tp, pp, ep)
 
 
 def _windowed_on_device(model, pp: int) -> int:
-    """Windowed layers on the device with the most full layers (all of them when pp = 1)."""
+    """Windowed layers counted on the device: its ceil(L/pp) layers less the most full layers
+    one stage (ceil(L/pp) consecutive layers, from the first) holds, which bounds every stage
+    at every context (all the windowed layers when pp = 1)."""
     layers = -(-model.n_layers // pp)
-    full = model.n_layers - window.local_layers(model)
-    return max(0, layers - full)
+    full = max(window.full_layers(model, first, min(first + layers, model.n_layers))
+               for first in range(0, model.n_layers, layers))
+    return layers - full
 
 
-def per_sequence(model, b_kv, context, tp: int = 1, pp: int = 1):
+def per_sequence(model, b_kv, context, tp: int = 1, pp: int = 1, ep: int = 1):
     """Bytes one sequence of `context` tokens keeps on one device, rounded up; windowed
     layers hold min(context, W). `context` may be a NumPy array."""
-    whole = per_token(model, b_kv, tp, pp) * context
+    whole = per_token(model, b_kv, tp, pp, ep) * context
     local = _windowed_on_device(model, pp)
     if local:
         from rooflinec.efficiency import kv_bytes_per_token
-        per_layer = _value(kv_bytes_per_token(model).xreplace({L: 1}), model, b_kv, tp, 1)
+        per_layer = _value(kv_bytes_per_token(model).xreplace({L: 1}), model, b_kv, tp, 1, ep)
         whole = whole - local * per_layer * np.maximum(context - model.window, 0)
     if isinstance(whole, np.ndarray):
         return np.ceil(whole).astype(np.int64)

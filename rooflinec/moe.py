@@ -108,7 +108,7 @@ def ffn(model, dense_mlp, make_op) -> list:
 
     def expert(name):
         return make_op(name, "expert_gemm", "linear", M, k, hot, d_model, d_e, b, repeat=moe_repeat,
-                       shape=f"{rows} @ W_e[d_model,d_e] over {over} distinct experts")
+                       shape=f"{rows} @ W_e[d_model,d_e] over {over} distinct experts", crossing=M)
 
     first = "expert_gate_proj" if gated else "expert_up_proj"
     ops += [expert(first), make_op("expert_" + act, act, "elementwise", M * k * d_e, b,
@@ -119,7 +119,8 @@ def ffn(model, dense_mlp, make_op) -> list:
                         into="expert_up_proj", shape=f"{act}(G[M*k,d_e]) * U[M*k,d_e]")]
     ops += [
             make_op("expert_down_proj", "expert_gemm", "linear", M, k, hot, d_e, d_model, b,
-                    repeat=moe_repeat, shape="H[M*k,d_e] @ W_e[d_e,d_model] over the distinct experts"),
+                    repeat=moe_repeat, shape="H[M*k,d_e] @ W_e[d_e,d_model] over the distinct experts",
+                    crossing=M),
             make_op("moe_combine", "moe_combine", "elementwise", M, k, d_model, b,
                     shared=bool(model.moe.shared_experts), repeat=moe_repeat,
                     shape="sum_i g_i * Y_i[M,d_model] over the k routed outputs"

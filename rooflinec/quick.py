@@ -22,8 +22,9 @@ decode tokens/s per batch at the context, time to first token for one prompt, me
 
 With --tp N the model is split over N devices (Megatron-LM tensor parallelism): memory is one
 device's share of the weights and KV cache, a step is one device's (collectives left out, so it
-stays a lower bound), and tokens/s are the group's, as the N devices step together. --weights and --kv-cache store those tensors in another format than
---dtype (weight-only or KV-cache quantization; --dtype stays the compute dtype), e.g.
+stays a lower bound), and tokens/s are the group's, as the N devices step together.
+--weights and --kv-cache store those tensors in another format than --dtype (weight-only or
+KV-cache quantization; --dtype stays the compute dtype), e.g.
   rooflinec serve llama-3.1-70b --device h100-sxm --tp 4 --weights fp8 --kv-cache fp8
 """
 
@@ -204,14 +205,15 @@ def serving_section(model, device, dtype: str, batches, context: int, prompt: in
 
 
 def _storage(args) -> dict:
-    """--weights and --kv-cache as a study's `quantization`, each a known format."""
-    from rooflinec.quant import FORMATS
+    """--weights and --kv-cache as a study's `quantization`, each a storage format it accepts."""
+    from rooflinec.validate import schema
+    formats = schema("study")["$defs"]["storage"]["enum"]
     out = {}
     for flag, cls, value in (("--weights", "weights", args.weights), ("--kv-cache", "kv_cache", args.kv_cache)):
         if value is None:
             continue
-        if value not in FORMATS:
-            raise UsageError(f"{flag}: unknown format '{value}'; choose from {', '.join(FORMATS)}")
+        if value not in formats:
+            raise UsageError(f"{flag}: unknown format '{value}'; choose from {', '.join(formats)}")
         out[cls] = value
     return out
 
@@ -226,7 +228,7 @@ def _check_tp(model, tp: int) -> None:
 
 def _setup(dtype: str, tp: int, storage: dict) -> str:
     """How the model runs, for the summary's heading: dtype, stored formats, devices."""
-    stored = "".join(f", {cls.replace('_', ' ')} {fmt}" for cls, fmt in storage.items())
+    stored = "".join(f", {'KV cache' if cls == 'kv_cache' else cls} {fmt}" for cls, fmt in storage.items())
     return dtype + stored + (f", one of {tp} tensor-parallel devices" if tp > 1 else "")
 
 
@@ -281,14 +283,14 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None) 
     """The serving section as the few lines a model report opens with (`summary` owns them),
     and the decode batches asked for; `setup` heads them (the dtype, formats, devices)."""
     from rooflinec import summary as answers
-    from rooflinec.quantities import gib, seconds
+    from rooflinec.quantities import gib, seconds, sig
     dtype = dtype or setup
     lines = [answers.text(model.name, setup, _answers(device, dtype, section)).rstrip("\n")]
     lines.append(f"decode at context {section['steps'][0]['context']:,}:")
     table = [("batch", "tokens/s", "step", "bound", "memory needed", "fits")]
     for row in section["steps"]:
         d = row["devices"][0]
-        table.append((str(row["batch"]), f"{d['tokens_per_s']:,.1f}", seconds(d["time_s"]), d["bound"],
+        table.append((str(row["batch"]), sig(d["tokens_per_s"]), seconds(d["time_s"]), d["bound"],
                       gib(row["memory_needed"]), "yes" if d["fits"] else "no"))
     lines += ["  " + line for line in _table(table).splitlines()]
     for row in section["crossovers"]:

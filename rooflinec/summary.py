@@ -27,13 +27,17 @@ def _point(bound: dict | None, flops: float, nbytes: float, fits: bool = True) -
             "bound": bound["bound"], "intensity": flops / nbytes, "fits": fits}
 
 
+ROOM = "tokens of KV cache"
+WINDOWED = " at every layer's full context (windowed layers keep fewer, so more fit)"
+
+
 def smallest_tp(split: dict | None, device: str) -> list[dict]:
     """From a report's tensor-parallel view: per workload, the smallest tp whose share fits
-    `device` (None where none of those tried does)."""
+    `device` (None where none of those `tried` does)."""
     rows = next((d for d in (split or {}).get("devices", ()) if d["key"] == device), None)
     if rows is None:
         return []
-    return [{**w, "tp": tp} for w, tp in zip(split["workloads"], rows["smallest_tp"])]
+    return [{**w, "tp": tp, "tried": split["tps"]} for w, tp in zip(split["workloads"], rows["smallest_tp"])]
 
 
 def answers(section: dict, devices, link: dict | None = None, variant: str | None = None,
@@ -71,13 +75,14 @@ def answers(section: dict, devices, link: dict | None = None, variant: str | Non
                      "smallest_tp": smallest_tp(split, dev["key"]),
                      "decode": decode, "prefill": prefill})
     return {"variant": section.get("variant", variant), "weight_bytes": section.get("weight_bytes"),
-            "kv_per_token": section.get("kv_per_token"), "link": link, "devices": rows}
+            "kv_per_token": section.get("kv_per_token"), "link": link, "devices": rows,
+            "room": ROOM + (WINDOWED if section.get("kv_sequence_formula") is not None else "")}
 
 
 def text(model_name: str, dtype: str, summary: dict) -> str:
     """The summary as lines for a terminal (`rooflinec serve`)."""
     from rooflinec.errors import one_line
-    from rooflinec.quantities import gib, seconds
+    from rooflinec.quantities import gib, seconds, sig
     lines = []
     for d in summary["devices"]:
         head = one_line(f"{model_name} on {d['name']} ({d['device']}), {dtype}"
@@ -88,7 +93,7 @@ def text(model_name: str, dtype: str, summary: dict) -> str:
         lines.append(head + ": roofline lower bounds")
         lines.append(f"  memory {gib(d['capacity'])}: weights {gib(summary['weight_bytes'])}, KV cache "
                      f"{gib(summary['kv_per_token'])} per token; "
-                     + (f"room for {d['kv_tokens']:,} tokens of KV cache" if d["weights_fit"]
+                     + (f"room for {d['kv_tokens']:,} {summary['room']}" if d["weights_fit"]
                         else "the weights do not fit"))
         for p in d["prefill"]:
             lines.append(f"  time to first token ≥ {seconds(p['time_s'])} (prompt {p['prompt']:,}, "
@@ -96,11 +101,11 @@ def text(model_name: str, dtype: str, summary: dict) -> str:
                          f"(ridge {d['ridge']:,.1f})" + ("" if p["fits"] else "; does not fit in memory"))
         for c in d["decode"]:
             one = c["batch_1"]
-            line = (f"  decode at context {c['context']:,}: ≤ {one['tokens_per_s']:,.1f} tokens/s at "
+            line = (f"  decode at context {c['context']:,}: ≤ {sig(one['tokens_per_s'])} tokens/s at "
                     f"batch 1 ({one['bound']}-bound, intensity {one['intensity']:,.2f} FLOP/B"
                     + ("" if one["fits"] else ", does not fit in memory") + ")")
             top = c["at_max_batch"]
-            line += (f"; ≤ {top['tokens_per_s']:,.1f} tokens/s at batch {c['max_batch']:,}, the "
+            line += (f"; ≤ {sig(top['tokens_per_s'])} tokens/s at batch {c['max_batch']:,}, the "
                      f"largest that fits ({top['bound']}-bound)" if top else "; no batch fits")
             lines.append(line)
     return "\n".join(lines) + "\n"

@@ -31,6 +31,12 @@ def local_layers(model) -> int:
     return sum(1 for i in range(model.n_layers) if pattern[i % len(pattern)] in LOCAL)
 
 
+def full_layers(model, first: int, stop: int) -> int:
+    """Full-attention layers among layers first .. stop - 1."""
+    pattern = getattr(model, "pattern", ()) or ()
+    return sum(1 for i in range(first, stop) if not pattern or pattern[i % len(pattern)] not in LOCAL)
+
+
 def values(model) -> dict:
     return {W: model.window} if local_layers(model) else {}
 

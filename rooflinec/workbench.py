@@ -259,7 +259,7 @@ class Workbench:
 
     def _kv_args(self, dtype, formats, tp) -> tuple:
         p = self.parallel
-        return (self.model, quant.byte_value(self.storage("kv_cache", dtype, formats)), tp or p.tp, p.pp)
+        return (self.model, quant.byte_value(self.storage("kv_cache", dtype, formats)), tp or p.tp, p.pp, p.ep)
 
     def kv_per_token(self, dtype: str | None = None, formats: dict | None = None,
                      tp: int | None = None) -> int:
@@ -270,8 +270,8 @@ class Workbench:
     def kv_per_sequence(self, context, dtype: str | None = None, formats: dict | None = None,
                         tp: int | None = None):
         """KV-cache bytes of one sequence of `context` tokens on one device (NumPy arrays work)."""
-        model, b_kv, tp, pp = self._kv_args(dtype, formats, tp)
-        return kvcache.per_sequence(model, b_kv, context, tp, pp)
+        model, b_kv, tp, pp, ep = self._kv_args(dtype, formats, tp)
+        return kvcache.per_sequence(model, b_kv, context, tp, pp, ep)
 
     def memory_needed(self, batch, context, dtype: str | None = None, formats: dict | None = None):
         """Bytes of weights plus B sequences of S tokens of KV cache (NumPy arrays work too)."""

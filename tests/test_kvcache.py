@@ -129,3 +129,14 @@ def test_a_windowed_decode_ops_intensity_tends_to_its_value_at_the_window():
 
 def test_a_model_without_windows_keeps_its_whole_context():
     assert kvcache.sequence_formula(LLAMA) == kvcache.formula(LLAMA) * S
+
+
+def test_a_pipeline_stage_of_alternating_layers_keeps_its_own_full_layers():
+    # gemma-2-9b (config.json): 42 layers, layer 0 sliding then alternating with full, window
+    # 4,096; 8 KV heads of 256, so 2 x 8 x 256 x 2 B = 8,192 B per layer per token (bf16).
+    # pp = 2 splits layers 0-20 (10 full, 11 sliding) and 21-41 (11 full, 10 sliding); the
+    # device counted holds 21 layers, 11 of them full: at S = 131,072
+    # 8,192 x (11 x 131,072 + 10 x 4,096) = 12,146,704,384 B, not 21 full layers' 22,548,578,304.
+    assert kvcache.per_sequence(GEMMA, 2, 131_072, pp=2) == 12_146_704_384
+    # pp = 3: stages of 14 layers, 7 full each: 8,192 x (7 x 131,072 + 7 x 4,096)
+    assert kvcache.per_sequence(GEMMA, 2, 131_072, pp=3) == 8_192 * 7 * (131_072 + 4_096)

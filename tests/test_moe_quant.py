@@ -399,3 +399,38 @@ def test_retyping_the_weights_twice_counts_their_dequantisation_once(tmp_path):
     twice = quant.retype(once, ("weights",))
     assert [op.cost.flops for op in twice.ops] == [op.cost.flops for op in once.ops]
 
+
+
+def test_gemm_intensity_tabulates_the_expert_gemms_and_where_they_turn_compute_bound(tmp_path):
+    """Mixtral-8x7B (config.json: d_model 4096, 8 experts of d_e 14336, top-2), bf16 on an H100
+    SXM (989.4 TFLOP/s, 3.35 TB/s: ridge 295.34). An expert GEMM reads the distinct experts of
+    its M*k routings: 2 at M = 1, 2 x 4096 x 14336 = 117,440,512 weight elements. At large M
+    all 8 are read: I = 2*M*k*d_model*d_e / (2*(8*d_model*d_e + M*k*(d_model + d_e))), which
+    reaches the ridge at M = 295.34 x 469,762,048 / (117,440,512 - 295.34 x 36,864) = 1302.09,
+    so from M = 1303 (the (3/4)^M of distinct experts is below 1e-160 there)."""
+    from rooflinec import analyses
+    (tmp_path / "s.yaml").write_text("model: mixtral-8x7b\ndevices: [h100-sxm]\nanalyses:\n"
+                                     "  gemm_intensity: {tokens: [1, 4096]}\n")
+    [section] = analyses.run(spec.load_study(str(tmp_path / "s.yaml")))
+    row = next(r for r in section["rows"] if r["label"] == "expert_up_proj")
+    assert row["points"][0]["weight_elements"] == 2 * 4096 * 14336
+    assert row["points"][1]["weight_elements"] == pytest.approx(8 * 4096 * 14336)
+    assert row["weight_elements"] is None   # it depends on M: each point carries its own
+    assert row["crossing"]["h100-sxm"] == 1303
+
+
+def test_a_searched_decode_crossing_of_a_mixture_of_experts_is_shown_not_called_never(tmp_path):
+    """A MoE step's memory term is concave in B, so its crossing is searched (no meeting point
+    `at`); the report shows the batch found and does not call the terms linear."""
+    from rooflinec import render, report
+    (tmp_path / "s.yaml").write_text("model: mixtral-8x7b\ndevices: [h100-sxm]\nanalyses:\n"
+                                     "  serving: {batch: [1], contexts: [128]}\n")
+    built = report.build(spec.load_study(str(tmp_path / "s.yaml")))
+    [serving] = [s for s in built["sections"] if s["kind"] == "serving"]
+    [c] = serving["crossovers"][0]["devices"]
+    # compute grows 25.57 GFLOP / 989.4 TFLOP/s = 25.8 us a sequence, faster than memory's
+    # KV cache and activations: it overtakes the ~93 GB of weights at some finite batch
+    assert c["at"] is None and c["first"] is not None and c["first"] > 1
+    text = render.markdown(built)
+    assert f"| 128 | B = {c['first']} (searched" in text
+    assert "Both terms are linear" not in text

@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -325,7 +326,7 @@ def test_the_summary_names_the_smallest_tp_where_one_device_does_not_fit(tmp_pat
     built = report.build(spec.load_study(str(tmp_path / "s.yaml")))
     [dev] = built["summary"]["devices"]
     assert not dev["weights_fit"]   # 141.1 GB of weights on one 80 GiB device
-    assert dev["smallest_tp"] == [{"batch": 1, "context": 4096, "tp": 2}]
+    assert dev["smallest_tp"] == [{"batch": 1, "context": 4096, "tp": 2, "tried": [1, 2, 4, 8]}]
 
 
 def test_ledger_of_a_tp_study_lists_its_collectives(tmp_path):
@@ -367,6 +368,19 @@ def test_a_run_takes_its_degrees_from_the_study_parallel_block(tmp_path):
     # 3072 sequences over dp 6 in 512 microbatches: 1 sequence each; bubble 63/575
     assert (r["gpus"], r["microbatch"], r["microbatches"]) == (3072, 1, 512)
     assert r["bubble"] == pytest.approx(63 / 575)
+
+
+def test_a_mixture_of_experts_run_counts_the_parameters_a_token_uses(tmp_path):
+    """6N counts a token's parameters: Mixtral-8x7B's 12,879,925,248 active (Jiang et al. 2024:
+    12.9B active of 46.7B), not all 46,702,792,704; its memory still holds all of them."""
+    [section] = _sections(tmp_path, "devices: [h100-sxm]\nparallel: {tp: 8, pp: 4}\nanalyses:\n"
+                          "  training_at_scale:\n    runs:\n      - {name: m, source: none, "
+                          "model: mixtral-8x7b, sequence: 4096, batch: 8}\n")
+    [r] = section["runs"]
+    # per token: 6 x 12,879,925,248 + 12 x 32 layers x 32 heads x 128 x 4096 = 83,722,002,432;
+    # over 8 x 4096 tokens: 2,743,402,575,691,776
+    assert r["model_flops"] == (6 * 12_879_925_248 + 12 * 32 * 32 * 128 * 4096) * 8 * 4096
+    assert r["n_params"] == 46_702_792_704
 
 
 # --- expert parallelism ------------------------------------------------------------------------
@@ -470,3 +484,39 @@ def test_ep_1_gives_exactly_todays_program():
     for phase in ("decode", "prefill"):
         assert one.program(phase, "unfused", H100) == whole.program(phase, "unfused", H100)
     assert one.weight_bytes() == whole.weight_bytes()
+
+
+def test_the_summary_names_the_degrees_tried_where_none_fits(tmp_path):
+    """Where no tp of the view fits, the summary says which were tried (they were)."""
+    from rooflinec import render, report
+    (tmp_path / "s.yaml").write_text("model: llama-3.1-70b\ndevices: [h100-sxm]\nanalyses:\n"
+                                     "  parallel_view: {tp: [1], workloads: [{batch: 1, context: 4096}]}\n")
+    built = report.build(spec.load_study(str(tmp_path / "s.yaml")))
+    [dev] = built["summary"]["devices"]
+    assert dev["smallest_tp"] == [{"batch": 1, "context": 4096, "tp": None, "tried": [1]}]
+    text = render.markdown(built)
+    assert "B = 1, S = 4096: none of 1" in text and "none tried" not in text
+
+
+def test_tp_with_ep_need_not_divide_the_routed_experts_width_for_the_kv_cache():
+    """Under ep the routed experts stay whole, so tp need not divide d_e: the KV cache's share
+    is asked with the study's ep too. Mixtral-8x7B with d_e = 14,344 (not a multiple of 16) at
+    tp 16, ep 2: 8 KV heads over 16 devices, one each (replicated), so 32 layers x 2 x 128 x 2 B
+    = 16,384 B per token; a sequence of 1,024 tokens holds 16,777,216 B."""
+    odd = replace(MIXTRAL, moe=replace(MIXTRAL.moe, d_expert=14_344))
+    bench = Workbench(spec.Study("", "", "", odd, (H100,), "bf16", {}, parallel={"tp": 16, "ep": 2}))
+    assert bench.kv_per_token() == 16_384
+    assert bench.kv_per_sequence(1024) == 16_777_216
+
+
+def test_the_tp_view_names_the_formats_its_memory_counts(tmp_path):
+    """Weights stored in fp8 under bf16 compute: the view's memory is at fp8 weights and a bf16
+    KV cache, and its prose says so (it said 'at bf16')."""
+    from rooflinec import render, report
+    (tmp_path / "s.yaml").write_text("model: llama-3.1-8b\ndevices: [h100-sxm]\nquantization: {weights: fp8}\n"
+                                     "analyses:\n  parallel_view: {tp: [1, 2], workloads: [{batch: 1, context: 1024}]}\n")
+    built = report.build(spec.load_study(str(tmp_path / "s.yaml")))
+    [view] = [s for s in built["sections"] if s["kind"] == "parallel_view"]
+    # 8,030,261,248 parameters at 1 B each on one device
+    assert view["devices"][0]["memory"][0]["weights"] == 8_030_261_248
+    assert "Memory counts weights at fp8 and KV cache at bf16" in render.markdown(built)

@@ -255,3 +255,17 @@ def test_memory_fit_has_one_owner_and_one_answer():
         top = BENCH.largest_batch(dev, context)
         assert not BENCH.fits(dev, top + 1, context)
         assert top == 0 or BENCH.fits(dev, top, context)
+
+
+def test_a_series_compute_bound_from_its_first_point_is_not_called_memory_bound():
+    """Only a series memory-bound at every point is 'memory-bound throughout'; one that is
+    compute-bound from its first point has no crossing either, and says so."""
+    from rooflinec.analyses.sweep import _table
+
+    def series(context, bound):
+        return {"fixed": {"context": context}, "x": [1, 8], "time_s": [1.0, 2.0],
+                "tokens_per_s": [1.0, 4.0], "bound": bound, "fits": None, "crossing": None,
+                "crossing_fits": None}
+    table = _table([series(512, ["memory", "memory"]), series(8192, ["compute", "compute"])], {})
+    assert table["never"] == [{"context": 512}]
+    assert table["always"] == [{"context": 8192}]

@@ -22,6 +22,13 @@ def _groups(ctx, params, linear):
     return groups
 
 
+def _one(values):
+    """The value every point shares, or None where they differ (a mixture of experts' GEMMs
+    read the distinct experts their M*k routings touch, more as M grows)."""
+    values = set(values)
+    return values.pop() if len(values) == 1 else None
+
+
 @analysis("gemm_intensity", "GEMM intensity per projection")
 def gemm_intensity(ctx, params) -> dict:
     linear = [op for op in ctx.program("decode").ops if op.category == "linear"]
@@ -33,11 +40,13 @@ def gemm_intensity(ctx, params) -> dict:
         for m in params.tokens:
             values = [number(intensity(op.cost), {**ctx.values, op.crossing: m}) for op in ops]
             points.append({"tokens": m, "intensity": values[0], "spread": max(values) - min(values),
+                           "weight_elements": number(quant.weight_elements(ops[0].cost),
+                                                     {**ctx.values, ops[0].crossing: m}),
                            "regime": {d.key: regime(values[0], ctx.ridge(d)) for d in ctx.devices}})
         found = {d.key: crossing(intensity(ops[0].cost), ops[0].crossing, ctx.values, ctx.ridge(d))
                  for d in ctx.devices}
         rows.append({"ops": group, "label": " / ".join(group), "shape": ops[0].shape,
-                     "weight_elements": number(quant.weight_elements(ops[0].cost), ctx.values),
+                     "weight_elements": _one(p["weight_elements"] for p in points),
                      "points": points, "crossing": {k: c.at for k, c in found.items()},
                      "formula": intensity(ops[0].cost), "variable": ops[0].crossing.name,
                      **over_budget(found)})

@@ -116,6 +116,7 @@ def serving(ctx, params) -> dict:
                    for d in ctx.devices],
         "steps": _steps(ctx, terms, params.batch, contexts),
         "crossovers": _crossovers(ctx, terms, contexts),
+        "experts": getattr(ctx.model, "moe", None) is not None,   # a memory term concave in B
         "prefill": _prefill(ctx, params.prompts or contexts, variant), "variant": variant,
         "measured": _measured(ctx, terms, params.measured or []),
     }

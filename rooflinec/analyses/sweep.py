@@ -118,7 +118,8 @@ def _table(series: list, labels: dict) -> dict:
     return {**labels, "columns": [s["fixed"] for s in series],
             "crossed": [{"fixed": s["fixed"], "at": s["crossing"], "fits": s["crossing_fits"]}
                         for s in series if s["crossing"] is not None],
-            "never": [s["fixed"] for s in series if s["crossing"] is None],
+            "never": [s["fixed"] for s in series if set(s["bound"]) == {"memory"}],
+            "always": [s["fixed"] for s in series if set(s["bound"]) == {"compute"}],
             "rows": [{"x": xs[i], "cells": [{"time_s": s["time_s"][i],
                                              "tokens_per_s": s["tokens_per_s"][i],
                                              "bound": s["bound"][i],

@@ -18,7 +18,7 @@ N = sp.Symbol("N", positive=True, integer=True)   # every parameter, as the conv
 DAY = 86400
 
 
-N_CONVENTIONS = {"all": "counted from the model spec, every parameter (PaLM's N)",
+N_CONVENTIONS = {"all": "counted from the model spec, every parameter a token uses (PaLM's N)",
                  "non_embedding": "counted from the model spec, non-embedding parameters "
                                   "(Kaplan et al. 2020; nanoGPT)",
                  "published": "as published (the study's published_parameters)"}
@@ -27,7 +27,7 @@ N_CONVENTIONS = {"all": "counted from the model spec, every parameter (PaLM's N)
 def _n(ctx, counted, params):
     """N of 6N: every parameter, the non-embedding ones, or a published count as written."""
     if params.parameters == "all":
-        return counted.total
+        return counted.active
     if params.parameters == "non_embedding":
         return counted.non_embedding
     if params.published_parameters is None:

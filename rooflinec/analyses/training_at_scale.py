@@ -51,14 +51,17 @@ def _gpt(row: dict) -> Arch:
 
 
 def _spec(ctx, row: dict, path: tuple) -> Arch:
-    """A model spec: PaLM's model FLOPs, 6N + 12·L·H·Q·T per token."""
+    """A model spec: PaLM's model FLOPs, 6N + 12·L·H·Q·T per token, N the parameters a token
+    uses (a mixture of experts' k routed experts); memory holds all of them."""
     model = load_model_ref(ctx.study.doc, path + ("model",), row["model"])
-    n = int(count(model).total.subs(model_values(model)))
+    counted, values = count(model), model_values(model)
+    n, active = int(counted.total.subs(values)), int(counted.active.subs(values))
     s = row["sequence"]
-    flops = (6 * n + 12 * model.n_layers * model.n_heads * model.head_dim * s) * row["batch"] * s
+    flops = (6 * active + 12 * model.n_layers * model.n_heads * model.head_dim * s) * row["batch"] * s
     hardware = flops * 4 // 3 if _recompute(row) else flops
+    which = "from the model spec" if active == n else f"active per token of {n:,}, from the model spec"
     return Arch(model.n_layers, model.d_model, model.n_heads, n, flops, hardware,
-                f"PaLM appendix B: 6N + 12·L·H·Q·T per token, N = {n:,} from the model spec")
+                f"PaLM appendix B: 6N + 12·L·H·Q·T per token, N = {active:,} {which}")
 
 
 def _communication(ctx, device, row: dict, arch: Arch, m: int) -> list[dict]:
