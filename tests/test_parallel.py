@@ -495,7 +495,7 @@ def test_the_summary_names_the_degrees_tried_where_none_fits(tmp_path):
     [dev] = built["summary"]["devices"]
     assert dev["smallest_tp"] == [{"batch": 1, "context": 4096, "tp": None, "tried": [1]}]
     text = render.markdown(built)
-    assert "B = 1, S = 4096: none of 1" in text and "none tried" not in text
+    assert "B = 1, S = 4096 fits at none of tp = 1" in text and "none tried" not in text
 
 
 def test_tp_with_ep_need_not_divide_the_routed_experts_width_for_the_kv_cache():
