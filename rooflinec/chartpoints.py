@@ -47,7 +47,8 @@ def _gemm(section: dict) -> list[dict]:
 
 @points("attention_intensity")
 def _attention(section: dict) -> list[dict]:
-    return [point(f"S = {p['context']}", f"{c['phase']}, {c['count']} bytes", p["intensity"])
+    return [point(f"S = {p['context']}", f"{c['phase']}{', windowed layers' if c['layers'] == 'windowed' else ''}, "
+                  f"{c['count']} bytes", p["intensity"])
             for c in section["cases"] for p in c["points"]]
 
 

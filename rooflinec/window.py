@@ -54,7 +54,7 @@ def causal_share(fraction, keys) -> sp.Expr:
     """Share of the S x keys score block a prefill layer computes, given the share `fraction`
     a full layer computes of its S x S: 1 - (1 - fraction) * K / S for K = min(S, W) keys, so
     S*K - K^2/2 pairs under halving, S*K without it, and `fraction` itself when K = S."""
-    return 1 - (1 - fraction) * keys / sym.S
+    return (sym.S - (1 - fraction) * keys) / sym.S   # written so S - K/2 stays one readable factor
 
 
 def groups(model) -> list[tuple[str, sp.Expr, sp.Expr]]:

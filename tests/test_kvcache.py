@@ -140,3 +140,26 @@ def test_a_pipeline_stage_of_alternating_layers_keeps_its_own_full_layers():
     assert kvcache.per_sequence(GEMMA, 2, 131_072, pp=2) == 12_146_704_384
     # pp = 3: stages of 14 layers, 7 full each: 8,192 x (7 x 131,072 + 7 x 4,096)
     assert kvcache.per_sequence(GEMMA, 2, 131_072, pp=3) == 8_192 * 7 * (131_072 + 4_096)
+
+
+def test_attention_intensity_shows_windowed_layers_beside_full_ones(tmp_path):
+    from rooflinec import analyses
+    study = tmp_path / "s.yaml"
+    study.write_text("model: gpt-oss-120b\ndevices: [h100-sxm]\n"
+                     "analyses:\n  attention_intensity: {contexts: [64, 4096]}\n")
+    [section] = analyses.run(spec.load_study(str(study)))
+    kinds = [(c["phase"], c["layers"], c["count"]) for c in section["cases"]]
+    assert kinds == [(p, k, c) for p in ("decode", "prefill") for k in ("full", "windowed") for c in ("kv", "io")]
+    io = next(c for c in section["cases"] if c["phase"] == "decode" and c["layers"] == "windowed"
+              and c["count"] == "io")
+    # decode over min(S, W) keys (gpt-oss: 64 query heads, 8 KV heads, W = 128, b = 2):
+    # 2*n_q*min(S,W) / (b*(n_kv*min(S,W) + n_q)): at S = 64, 8192/1152 = 7.11; at S = 4096
+    # the window caps it, 16384/2176 = 7.53, the value it keeps as S grows
+    at = [p["intensity"] for p in io["points"]]
+    assert at[0] == 2 * 64 * 64 / (2 * (8 * 64 + 64)) and at[1] == 2 * 64 * 128 / (2 * (8 * 128 + 64))
+    assert S not in io["limit"].free_symbols
+    dense = tmp_path / "d.yaml"
+    dense.write_text("model: llama-3.1-8b\ndevices: [h100-sxm]\n"
+                     "analyses:\n  attention_intensity: {contexts: [64]}\n")
+    [plain] = analyses.run(spec.load_study(str(dense)))
+    assert {c["layers"] for c in plain["cases"]} == {"full"}

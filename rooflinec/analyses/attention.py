@@ -1,5 +1,7 @@
-"""Decode and prefill attention intensity at given contexts, two ways of counting bytes."""
+"""Decode and prefill attention intensity at given contexts, two ways of counting bytes; a
+model with windowed layers (rooflinec.window) shows them beside its full-attention layers."""
 
+from rooflinec import window
 from rooflinec.analyses import analysis
 from rooflinec.analyses.derivations import budget_flags, over_budget
 from rooflinec.derive import crossing, limit_within_budget
@@ -14,29 +16,39 @@ COUNTS = {"kv": False, "io": True}
 QUERIES = {"decode": 1, "prefill": S}
 
 
-def _cost(phase: str, io: bool, causal_fraction):
-    return FORMULAS["attention"](B, QUERIES[phase], S, n_q, n_kv, d_head, b, io=io,
-                                 causal_fraction=causal_fraction)
+def _cost(phase: str, io: bool, causal_fraction, keys=S):
+    return FORMULAS["attention"](B, QUERIES[phase], keys, n_q, n_kv, d_head, b, io=io,
+                                 causal_fraction=window.causal_share(causal_fraction, keys))
+
+
+def _layer_kinds(model) -> list[tuple[str, object]]:
+    """(kind, keys per query) of the attention layers the model has: full ones see S keys,
+    windowed ones min(S, W)."""
+    local = window.local_layers(model)
+    kinds = [("full", S)] if local < model.n_layers else []
+    return kinds + ([("windowed", window.keys())] if local else [])
+
+
+def _case(ctx, params, phase: str, layers: str, keys, count: str, io: bool) -> dict:
+    cost = _cost(phase, io, ctx.conventions.causal_fraction(phase), keys)
+    expr = intensity(cost)
+    points = []
+    for s in params.contexts:
+        value = number(expr, {**ctx.values, S: s})
+        points.append({"context": s, "intensity": value,
+                       "regime": {d.key: regime(value, ctx.ridge(d)) for d in ctx.devices}})
+    limit, expired = limit_within_budget(expr, S)
+    found = {d.key: crossing(expr, S, ctx.values, ctx.ridge(d)) for d in ctx.devices}
+    return {"phase": phase, "layers": layers, "count": count, "flops": cost.flops, "bytes": cost.bytes,
+            "formula": expr, "limit": limit, "depends_on_S": S in expr.free_symbols, "points": points,
+            "crossing": {k: c.at for k, c in found.items()},
+            **budget_flags(limit_expired=expired), **over_budget(found)}
 
 
 @analysis("attention_intensity", "Attention intensity against context")
 def attention_intensity(ctx, params) -> dict:
-    cases = []
-    for phase in ("decode", "prefill"):
-        for count, io in COUNTS.items():
-            cost = _cost(phase, io, ctx.conventions.causal_fraction(phase))
-            expr = intensity(cost)
-            points = []
-            for s in params.contexts:
-                value = number(expr, {**ctx.values, S: s})
-                points.append({"context": s, "intensity": value,
-                               "regime": {d.key: regime(value, ctx.ridge(d)) for d in ctx.devices}})
-            limit, expired = limit_within_budget(expr, S)
-            found = {d.key: crossing(expr, S, ctx.values, ctx.ridge(d)) for d in ctx.devices}
-            cases.append({"phase": phase, "count": count, "flops": cost.flops, "bytes": cost.bytes,
-                          "formula": expr, "limit": limit,
-                          "depends_on_S": S in expr.free_symbols, "points": points,
-                          "crossing": {k: c.at for k, c in found.items()},
-                          **budget_flags(limit_expired=expired), **over_budget(found)})
+    cases = [_case(ctx, params, phase, layers, keys, count, io)
+             for phase in ("decode", "prefill") for layers, keys in _layer_kinds(ctx.model)
+             for count, io in COUNTS.items()]
     return {"contexts": params.contexts, "cases": cases,
             "causal_halving": ctx.conventions.causal_halving}
