@@ -520,3 +520,15 @@ def test_the_tp_view_names_the_formats_its_memory_counts(tmp_path):
     # 8,030,261,248 parameters at 1 B each on one device
     assert view["devices"][0]["memory"][0]["weights"] == 8_030_261_248
     assert "Memory counts weights at fp8 and KV cache at bf16" in render.markdown(built)
+
+
+def test_a_layer_ledger_of_deepseek_v3_says_which_layer_and_lists_its_reduces(tmp_path):
+    # DeepSeek-V3: 3 dense layers, then 58 MoE layers; the layer scope shows a MoE layer (its
+    # ops repeat L - 3) and, at tp 8, the all-reduces of that layer: o_proj's and the combine's
+    [led] = _sections(tmp_path, "model: deepseek-v3\ndevices: [h100-sxm]\nparallel: {tp: 8}\n"
+                      "analyses:\n  ledger: {workloads: [{batch: 1, context: 1024}], phases: [decode], "
+                      "scopes: [layer], variants: [ideal]}\n")
+    [blk] = led["blocks"]
+    assert blk["one_layer"] == "a MoE layer; the 3 dense layers run a dense MLP"
+    assert {c["name"] for c in blk["collectives"]} == {"o_proj_all_reduce", "moe_combine_all_reduce"}
+    assert all(c["count"] == 1 for c in blk["collectives"])

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import sympy as sp
+
 from rooflinec import flash, window
 from rooflinec.analyses import analysis
 from rooflinec.evaluate import number
@@ -126,12 +128,26 @@ def _formula_row(op) -> dict:
             "repeat": op.repeat, **symbolic(op)}
 
 
+def one_layer(model) -> str | None:
+    """Which layer the layer scope shows where the model's layers differ: the kind whose ops
+    repeat over L (Op.per_layer)."""
+    notes = []
+    local = window.local_layers(model)
+    if 0 < local < model.n_layers:
+        notes.append(f"a full-attention layer; the {local} windowed layers attend to min(S, W) keys")
+    dense = model.moe.dense_layers(model.n_layers) if model.moe else 0
+    if dense:
+        notes.append(f"a MoE layer; the {dense} dense layer{'s' if dense > 1 else ''} run a dense MLP")
+    return "; ".join(notes) or None
+
+
 def _block(ctx, params, phase, device, workload, scope) -> dict:
     variants = params.variants
     groups = params.groups or {}
     ledgers = [ledger_dict(ctx.ledger(ctx.program(phase, v, device), device, workload, scope), groups)
                for v in variants]
     return {"phase": phase, "device": device.key, "scope": scope,
+            "one_layer": one_layer(ctx.model) if scope == "layer" else None,
             "workload": {s.name: v for s, v in workload.items()},
             "ledgers": ledgers, "comparison": _comparison(ledgers),
             "collectives": _collectives(ctx, ctx.program(phase, variants[0], device), device,
@@ -142,7 +158,7 @@ def _collectives(ctx, program, device, workload: dict, scope: str) -> list[dict]
     """The program's collectives (tp > 1; the same in every variant), timed by the ring model;
     one layer's in the layer scope."""
     rows = [c for c in ctx.communication(program, device, workload)
-            if scope == "model" or c.collective.repeat == L]
+            if scope == "model" or L in sp.sympify(c.collective.repeat).free_symbols]
     return [{"name": c.collective.name, "kind": c.collective.kind, "devices": c.collective.devices,
              "count": 1 if scope == "layer" else c.count,
              "volume": c.volume / (c.count if scope == "layer" else 1), "link": c.link.name,
