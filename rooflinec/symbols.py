@@ -37,7 +37,7 @@ DESCRIPTIONS: dict[sp.Symbol, str] = {
     d_ff: "MLP hidden width",
     V: "vocabulary size",
     L: "decoder layers",
-    b: "bytes per element",
+    b: "bytes per element of the activations (and of weights and KV cache, unless b_w and b_kv are listed)",
 }
 
 ALPHABET: dict[str, sp.Symbol] = {s.name: s for s in DESCRIPTIONS}
