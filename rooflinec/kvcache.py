@@ -31,15 +31,19 @@ def formula(model) -> sp.Expr:
     return kv_bytes_per_token(model) + cache_per_token(model)
 
 
+def _per_layer(model) -> sp.Expr:
+    """Bytes one attention layer keeps per token (the part a window caps)."""
+    from rooflinec.efficiency import kv_bytes_per_token
+    return kv_bytes_per_token(model).xreplace({L: 1})
+
+
 def sequence_formula(model) -> sp.Expr:
     """Bytes one sequence of S tokens keeps: windowed layers hold min(S, W) of them."""
     local = window.local_layers(model)
     if not local:
         return formula(model) * S
-    from rooflinec.efficiency import kv_bytes_per_token
     from rooflinec.lower_custom import cache_per_token
-    per_layer = kv_bytes_per_token(model).xreplace({L: 1})
-    return per_layer * ((L - local) * S + local * window.keys()) + cache_per_token(model) * S
+    return _per_layer(model) * ((L - local) * S + local * window.keys()) + cache_per_token(model) * S
 
 
 def _value(expr: sp.Expr, model, b_kv, tp: int, pp: int, ep: int = 1):
@@ -69,8 +73,7 @@ def per_sequence(model, b_kv, context, tp: int = 1, pp: int = 1, ep: int = 1):
     whole = per_token(model, b_kv, tp, pp, ep) * context
     local = _windowed_on_device(model, pp)
     if local:
-        from rooflinec.efficiency import kv_bytes_per_token
-        per_layer = _value(kv_bytes_per_token(model).xreplace({L: 1}), model, b_kv, tp, 1, ep)
+        per_layer = _value(_per_layer(model), model, b_kv, tp, 1, ep)
         whole = whole - local * per_layer * np.maximum(context - model.window, 0)
     if isinstance(whole, np.ndarray):
         return np.ceil(whole).astype(np.int64)

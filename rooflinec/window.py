@@ -23,18 +23,15 @@ LOCAL = ("sliding", "chunked")
 PREFIX = "local_"        # the windowed layers' attention ops
 
 
-def local_layers(model) -> int:
-    """Layers whose pattern entry is sliding or chunked (the pattern repeats from layer 0)."""
-    pattern = getattr(model, "pattern", ()) or ()
-    if not pattern:
-        return 0
-    return sum(1 for i in range(model.n_layers) if pattern[i % len(pattern)] in LOCAL)
-
-
 def full_layers(model, first: int, stop: int) -> int:
-    """Full-attention layers among layers first .. stop - 1."""
+    """Full-attention layers among layers first .. stop - 1 (the pattern repeats from layer 0)."""
     pattern = getattr(model, "pattern", ()) or ()
     return sum(1 for i in range(first, stop) if not pattern or pattern[i % len(pattern)] not in LOCAL)
+
+
+def local_layers(model) -> int:
+    """Layers whose pattern entry is sliding or chunked."""
+    return model.n_layers - full_layers(model, 0, model.n_layers)
 
 
 def values(model) -> dict:

@@ -32,14 +32,15 @@ def _size(terms, batch, context) -> tuple[float, float]:
 
 
 def _steps(ctx, terms, batches, contexts) -> list[dict]:
-    rows = []
+    rows, weights = [], ctx.weight_bytes()
     for batch in batches:
         for context in contexts:
             # FLOPs and bytes are the device's to time, not to change: any device's terms do
             flops, nbytes = _size(terms[ctx.devices[0].key], batch, context)
-            need = ctx.memory_needed(batch, context)
+            kv = batch * ctx.kv_per_sequence(context)
+            need = weights + kv     # what ctx.memory_needed gives, the weights counted once
             rows.append({"batch": batch, "context": context, "flops": flops, "bytes": nbytes,
-                         "kv_bytes": need - ctx.weight_bytes(), "memory_needed": need,
+                         "kv_bytes": kv, "memory_needed": need,
                          "devices": [{"device": d.key, "fits": need <= d.capacity,
                                       **_bound(terms[d.key], batch, context)} for d in ctx.devices]})
     return rows
