@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rooflinec.quantities import count
-from rooflinec.workbench import attainable
+from rooflinec.cost.roofline import attainable
 
 EXTRACTORS: dict[str, Callable[[dict], list[dict]]] = {}
 

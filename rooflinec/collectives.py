@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from rooflinec.cost.roofline import transfer_time
+
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "p2p")
 
 
@@ -75,8 +77,8 @@ class Link:
 
 def time(volume: float, n_steps: int, link: Link) -> float:
     """Ring model: volume / bandwidth + steps x latency (no latency term where none is known)."""
-    return volume / link.bandwidth + n_steps * (link.latency or 0.0)
+    return transfer_time(volume, link.bandwidth) + n_steps * (link.latency or 0.0)
 
 
 def latency_bound(volume: float, n_steps: int, link: Link) -> bool:
-    return n_steps * (link.latency or 0.0) > volume / link.bandwidth
+    return n_steps * (link.latency or 0.0) > transfer_time(volume, link.bandwidth)

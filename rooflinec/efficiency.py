@@ -28,7 +28,7 @@ from rooflinec.derive import exact
 from rooflinec.evaluate import number
 from rooflinec.ir import Program
 from rooflinec.symbols import B, L, M, S, b, d_head, n_kv, n_q
-from rooflinec.workbench import Roofline
+from rooflinec.cost.roofline import Roofline, transfer_time
 
 ATTENTION = ("attention", "attention_matmul")
 
@@ -202,7 +202,7 @@ def step_terms(program: Program, values: dict, peak, bandwidth) -> Terms:
         if f != 0:
             compute += f / peak(op)
         flops += f
-    terms = (flops, nbytes, compute, nbytes / exact(bandwidth))
+    terms = (flops, nbytes, compute, transfer_time(nbytes, exact(bandwidth)))
     return timebox.run(timebox.SIMPLIFY_S, lambda: Terms(*map(sp.expand, terms)),
                        lambda: Terms(*terms))   # not expanded: the same values, slower to evaluate
 
@@ -285,8 +285,3 @@ def fit_tokens(capacity: int, weight_bytes: int, kv_per_item: int) -> int:
     """Items (tokens, or whole sequences) of KV cache that fit beside the weights
     (activations and workspace ignored)."""
     return max(0, (capacity - weight_bytes) // kv_per_item)
-
-
-def bandwidth_utilisation(nbytes: float, seconds: float, bandwidth: float) -> float:
-    """MBU: bytes a step must move over the time it took, as a fraction of the bandwidth."""
-    return nbytes / seconds / bandwidth

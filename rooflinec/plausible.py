@@ -4,6 +4,8 @@ a spec may describe a device unlike any today."""
 
 from __future__ import annotations
 
+from rooflinec.cost import roofline
+
 # generous bounds around every accelerator shipped so far (a 2017 V100 to a 2024 B200, a TPU,
 # a workstation card) and the CPUs `measure device` describes: memory bandwidth in B/s, the
 # tensor ridge in FLOP/B. A thousandfold unit slip in either figure lands outside one of them.
@@ -24,7 +26,7 @@ def device_warnings(doc, device) -> tuple[str, ...]:
             f"memory bandwidth {si(device.bandwidth, 'B/s')} is far outside any accelerator "
             f"({si(BANDWIDTH[0], 'B/s')} to {si(BANDWIDTH[1], 'B/s')}); check its unit (GB/s, TB/s)")))
     for dtype, peak in device.tensor.items():
-        ridge = peak / device.bandwidth
+        ridge = roofline.ridge(peak, device.bandwidth)
         if _outside(ridge, RIDGE):
             found.append(doc.problem(("compute", "tensor", dtype), (
                 f"the {dtype} ridge, peak / bandwidth = {ridge:,.1f} FLOP/B, is far outside any "

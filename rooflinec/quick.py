@@ -11,6 +11,7 @@ import json
 import os
 
 from rooflinec import catalog
+from rooflinec.cost.roofline import ridge
 from rooflinec.errors import RooflineError, UsageError, one_line
 from rooflinec.summary import CONTEXT, PROMPT
 
@@ -90,7 +91,7 @@ def cmd_devices(args, stdout, stderr) -> int:
         peak = r["tensor_flops"][dtype] if dtype else None
         table.append((r["name"], r["device"], f"{si(peak, 'FLOP/s')} {dtype}" if peak else "—",
                       si(r["bandwidth"], "B/s"), gib(r["capacity"]),
-                      f"{peak / r['bandwidth']:.0f} FLOP/B" if peak else "—", r["source"]))
+                      f"{ridge(peak, r['bandwidth']):.0f} FLOP/B" if peak else "—", r["source"]))
     stdout.write(_table(table))
     return 0
 
@@ -273,7 +274,6 @@ def _plain(value):
 def _answers(device, dtype: str, section: dict) -> dict:
     """The report's summary of this one device (`summary` owns it)."""
     from rooflinec import summary as answers
-    from rooflinec.workbench import ridge
     dev = {"key": device.key, "name": device.name,
            "ridge_matrix": ridge(device.peak("matrix", dtype), device.bandwidth)}
     return answers.answers(section, [dev], variant=section.get("variant"))

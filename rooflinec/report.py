@@ -9,7 +9,8 @@ from rooflinec import analyses, catalog, quant, summary
 from rooflinec import symbols as sym
 from rooflinec.lower import PHASES
 from rooflinec.spec import Study
-from rooflinec.workbench import Workbench, ridge
+from rooflinec.cost.roofline import ridge
+from rooflinec.workbench import Workbench
 
 FORMAT = "rooflinec-report"
 VERSION = 1

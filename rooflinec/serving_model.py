@@ -22,6 +22,7 @@ import numpy as np
 
 from rooflinec import collectives as C
 from rooflinec import kvcache, parallel, params, program_costs
+from rooflinec.cost.roofline import Roofline, roofline
 from rooflinec.spec import DTYPE_BYTES
 from rooflinec.symbols import B, S, model_values
 
@@ -109,7 +110,7 @@ class StepCost:
 
 def timed(step, eff: Efficiency):
     """A step's time under `eff`: one step's fields, or many steps' stacked along axis 0."""
-    kernels = np.maximum(step.compute_s / eff.compute_fraction, step.memory_s / eff.bandwidth_fraction)
+    kernels = Roofline(step.compute_s / eff.compute_fraction, step.memory_s / eff.bandwidth_fraction).time
     return (kernels.sum(axis=-1) + step.layers * eff.per_layer_s + eff.per_step_s
             + step.collectives * eff.per_collective_s + step.link_s)
 
@@ -132,8 +133,8 @@ def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float)
     vector_peak = dev.peak("vector", ACTIVATION_DTYPE)
     if vector_peak is None:
         raise Unpredictable(f"{dev.key} lists no vector peak (compute.vector) for norms and softmax")
-    compute = [op.flops / (matrix_peak if op.unit == "matrix" else vector_peak) for op in ops]
-    memory = [sum(op.traffic.values()) / dev.bandwidth for op in ops]
+    roofs = [roofline(op.flops, sum(op.traffic.values()), matrix_peak if op.unit == "matrix" else vector_peak,
+                      dev.bandwidth) for op in ops]
     collectives, link_s = 0, 0.0
     if run.tp > 1:
         if dev.link_bandwidth is None:
@@ -145,7 +146,7 @@ def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float)
         # engines run small all-reduces one-shot over NVSwitch (vLLM's custom all-reduce,
         # TensorRT-LLM's): one link latency per collective, not the ring's 2(n-1) steps
         link_s = collectives * C.time(volume, 1, link)
-    return StepCost(np.array(compute), np.array(memory), model.n_layers, collectives, link_s)
+    return StepCost(np.array([r.t_compute for r in roofs]), np.array([r.t_memory for r in roofs]), model.n_layers, collectives, link_s)
 
 
 # --- a run's prediction ---------------------------------------------------------------------

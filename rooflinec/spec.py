@@ -7,6 +7,7 @@ from fractions import Fraction
 from dataclasses import dataclass, field, replace
 
 from rooflinec import catalog, custom, mla, moe, quant, validate, yamlio
+from rooflinec.cost import roofline
 from rooflinec.errors import Problem, SpecError
 from rooflinec.options import study_default
 from rooflinec.plausible import device_warnings
@@ -170,7 +171,7 @@ def _device_problems(doc: yamlio.Located) -> list[Problem]:
                     "check the number and its unit")))
     bandwidth = found.get(("memory", "bandwidth"))
     for path, peak in found.items():   # both within PHYSICAL: the ratio is a modest float
-        ridge = Fraction(peak) / Fraction(bandwidth) if bandwidth and path[0] == "compute" else None
+        ridge = roofline.ridge(Fraction(peak), Fraction(bandwidth)) if bandwidth and path[0] == "compute" else None
         if ridge is not None and not RIDGE[0] <= ridge <= RIDGE[1]:
             problems.append(doc.problem(path, (
                 f"peak / bandwidth is {float(ridge):.3g} FLOPs per byte, outside what any device "

@@ -18,7 +18,7 @@ from rooflinec import symbols as sym
 from rooflinec.evaluate import vectorised
 from rooflinec.ir import Op, Program
 from rooflinec.symbols import B, M, S
-from rooflinec.workbench import Roofline
+from rooflinec.cost.roofline import Roofline, compute_time, transfer_time
 
 CHUNK = 1 << 16            # points per chunk
 MAX_AXIS = 100_000         # values one list or range may expand to (the sweep's point budget)
@@ -183,8 +183,8 @@ def run(kernel: Kernel, bench, axes: dict, devices, dtype: str, chunk: int = CHU
         flops, nbytes, tokens = _costs(kernel, values, stop - start)
         t_mem_all = {}
         for key, (peak, bandwidth) in peaks.items():
-            memory = t_mem_all.setdefault(bandwidth, nbytes / bandwidth)
-            roof = Roofline(flops / peak, memory)
+            memory = t_mem_all.setdefault(bandwidth, transfer_time(nbytes, bandwidth))
+            roof = Roofline(compute_time(flops, peak), memory)
             t = roof.time
             tot = out[key]
             tot.time[start:stop] = t.sum(axis=0)

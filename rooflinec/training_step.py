@@ -14,7 +14,7 @@ from __future__ import annotations
 from rooflinec.efficiency import ATTENTION, RECOMPUTE
 from rooflinec.errors import DeviceLacks
 from rooflinec.symbols import B, S
-from rooflinec.workbench import roofline
+from rooflinec.cost.roofline import roofline
 
 
 def ledger(ctx, program, device, sequence: int, policy: str) -> dict:

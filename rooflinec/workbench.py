@@ -2,7 +2,7 @@
 
 For one study it holds the numbers the symbols take, the resolved devices, the peak an op
 runs against (one exception, located at the device, when a device lacks a figure), the
-ridge, the roofline time of a cost, the bound rules, and the programs per (phase, variant,
+ridge and the roofline of a cost (by rooflinec.cost.roofline's laws), the bound rules, and the programs per (phase, variant,
 device), lowered and rewritten once. Analyses take typed options, call the workbench and
 return section data; nothing else repeats these facts.
 """
@@ -17,6 +17,7 @@ from rooflinec import collectives as C
 from rooflinec import parallel as par
 from rooflinec import kvcache, passes, quant
 from rooflinec import symbols as sym
+from rooflinec.cost.roofline import Roofline, ridge, roofline, transfer_time
 from rooflinec.derive import exact
 from rooflinec.errors import DeviceLacks, Problem, SpecError
 from rooflinec.evaluate import number
@@ -24,51 +25,7 @@ from rooflinec.ir import Op, Program
 from rooflinec.lower import Conventions, lower
 from rooflinec.options import convention_defaults, parallel_defaults
 
-# --- the roofline ---------------------------------------------------------------------
-
-
-def _larger(a, b):
-    """max for numbers, elementwise for NumPy arrays (the sweeps' chunks)."""
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return max(a, b)
-    import numpy as np
-    return np.maximum(a, b)
-
-
-@dataclass(frozen=True)
-class Roofline:
-    t_compute: object     # FLOPs / peak: seconds (a float, or an array in a sweep)
-    t_memory: object      # bytes / bandwidth
-
-    @property
-    def time(self):
-        return _larger(self.t_compute, self.t_memory)
-
-    @property
-    def bound(self) -> str:
-        return "compute" if self.t_compute >= self.t_memory else "memory"
-
-
-def roofline(flops, nbytes, peak, bandwidth) -> Roofline:
-    """t = max(FLOPs / peak, bytes / bandwidth): the lower bound of one kernel's time."""
-    return Roofline(flops / peak, nbytes / bandwidth)
-
-
-def ridge(peak, bandwidth, exactly: bool = False):
-    """Peak / bandwidth: the FLOPs per byte an op needs to be compute-bound. `exactly`: as a
-    rational, so crossings are solved exactly."""
-    if peak is None:
-        return None
-    return exact(peak) / exact(bandwidth) if exactly else peak / bandwidth
-
-
-def attainable(intensity: float, peak: float, bandwidth: float) -> float:
-    """min(peak, intensity x bandwidth): the FLOP/s the roof allows at `intensity`."""
-    return min(peak, intensity * bandwidth)
-
-
-def regime(intensity: float, ridge_value) -> str:
-    return "compute-bound" if intensity >= ridge_value else "memory-bound"
+# --- peaks ----------------------------------------------------------------------------
 
 
 def peak(device, unit: str, dtype: str, needed_by: str) -> float:
@@ -320,8 +277,9 @@ class Workbench:
             return math.inf
         return self.peak(device, op.unit, dtype, f"op '{op.name}'")
 
-    def ridge(self, device, unit: str = "matrix", exactly: bool = True):
-        return ridge(self.peak(device, unit), device.bandwidth, exactly)
+    def ridge(self, device, unit: str = "matrix"):
+        """The exact ridge of `unit` on `device` (rationals: crossings are solved exactly)."""
+        return ridge(exact(self.peak(device, unit)), exact(device.bandwidth))
 
     # programs
 
@@ -371,7 +329,7 @@ class Workbench:
             link = self.link(device, c.span, f"the {c.kind.replace('_', '-')} '{c.name}'")
             volume = count * number(c.volume, values)
             rows.append(CommRow(c, count, number(c.payload, values), volume, link,
-                                volume / link.bandwidth, count * c.steps * (link.latency or 0.0)))
+                                transfer_time(volume, link.bandwidth), count * c.steps * (link.latency or 0.0)))
         return tuple(rows)
 
     # evaluation

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rooflinec.analyses import analysis
 from rooflinec.errors import SpecError
-from rooflinec.workbench import ridge
+from rooflinec.cost.roofline import ridge
 
 
 def _tensor(dev, dtypes):

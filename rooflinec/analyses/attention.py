@@ -9,7 +9,7 @@ from rooflinec.evaluate import number
 from rooflinec.ir import intensity
 from rooflinec.ops import FORMULAS
 from rooflinec.symbols import B, S, b, d_head, n_kv, n_q
-from rooflinec.workbench import regime
+from rooflinec.cost.roofline import regime
 
 # "kv": K and V reads only, the bytes that grow with S; "io": also reading Q and writing O.
 COUNTS = {"kv": False, "io": True}

@@ -8,7 +8,7 @@ from rooflinec.derive import crossing
 from rooflinec.errors import SpecError
 from rooflinec.evaluate import number
 from rooflinec.ir import intensity
-from rooflinec.workbench import regime
+from rooflinec.cost.roofline import regime
 
 
 def _groups(ctx, params, linear):

@@ -16,7 +16,7 @@ from rooflinec.analyses import analysis
 from rooflinec.errors import SpecError
 from rooflinec.ir import intensity
 from rooflinec.ops import FORMULAS, UNITS
-from rooflinec.workbench import roofline
+from rooflinec.cost.roofline import roofline
 
 FIXED = ("b", "epilogue")   # bytes per element comes from the study's dtype
 

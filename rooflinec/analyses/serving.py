@@ -11,6 +11,7 @@ from __future__ import annotations
 from rooflinec import efficiency as E
 from rooflinec import kvcache, window
 from rooflinec.analyses import analysis
+from rooflinec.cost.roofline import bandwidth_utilisation
 from rooflinec.symbols import B, S
 from rooflinec.units import parse_quantity
 
@@ -95,7 +96,7 @@ def _measured(ctx, terms, entries) -> list[dict]:
         rows.append({"device": dev.key, "batch": m["batch"], "context": m["context"],
                      "time_s": t, "tokens_per_s": m["batch"] / t, "source": m["source"],
                      "bound_s": bound["time_s"], "of_bound": bound["time_s"] / t,
-                     "mbu": E.bandwidth_utilisation(nbytes, t, dev.bandwidth),
+                     "mbu": bandwidth_utilisation(nbytes, t, dev.bandwidth),
                      "mfu": flops / t / ctx.peak(dev, "matrix")})
     return rows
 

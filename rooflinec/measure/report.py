@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+from rooflinec.cost import roofline
 from rooflinec.measure.model import TOLERANCE, Measurement
 
 
@@ -34,8 +35,8 @@ def _row(name: str, parts: list, m: Measurement) -> dict:
         return row
     row["fraction"] = predicted / row["measured_s"]
     if in_cache and dev.cache_bandwidth:
-        row["cache_roofline_s"] = sum(max(p.flops / (dev.peak(p.unit, m.dtype) or math.inf),
-                                          p.bytes / dev.cache_bandwidth) for p in parts)
+        row["cache_roofline_s"] = sum(roofline.time(p.flops, p.bytes, dev.peak(p.unit, m.dtype) or math.inf,
+                                                        dev.cache_bandwidth) for p in parts)
         row["cache_fraction"] = row["cache_roofline_s"] / row["measured_s"]
     if in_cache:
         row["law"] = "in cache"

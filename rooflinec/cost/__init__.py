@@ -1,0 +1,1 @@
+"""Cost: what a program costs on a device (the roofline, collectives, caches)."""
