@@ -1,0 +1,97 @@
+"""Each profiled op's FLOPs and bytes from rooflinec's own lowering.
+
+A profile row names a model by its shape (opprofiles.Shape); it becomes a model spec with the
+stated defaults below, is lowered (decode phase, unfused, q/k/v fused and bias in the GEMM, as
+serving engines run them) and sharded for tp by the Megatron-LM pass (parallel.shard), and
+each Vidur op is read off the op(s) of that program it runs:
+
+  emb -> embedding; input_layernorm -> attn_norm; post_attention_layernorm -> mlp_norm;
+  attn_pre_proj -> qkv_proj; attn_rope -> rope; attn_post_proj -> o_proj;
+  mlp_up_proj -> gate_proj with its width doubled (d_ff -> 2*d_ff: one GEMM, gate and up
+    fused, reading X once) when the MLP is gated, else up_proj;
+  mlp_act -> gate_mul's traffic (read gate and up, write one) with silu's and gate_mul's
+    FLOPs (one fused SiLU-and-multiply kernel) when gated, else gelu;
+  mlp_down_proj -> down_proj; add -> attn_residual.
+
+Every op's FLOPs and bytes are polynomials in the tokens M: one lambdify per (model, tp)
+evaluates them over all token counts at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+import sympy as sp
+
+from rooflinec import spec
+from rooflinec.evaluate import vectorised
+from rooflinec.ir import Cost
+from rooflinec.serving.opprofiles import Shape
+from rooflinec.symbols import B, M, S, d_ff
+from rooflinec.workbench import Workbench
+
+CONVENTIONS = {"qkv": "fused", "bias": "in_gemm"}
+DTYPE = "fp16"          # Vidur profiles with fp16 weights and activations
+CLASSES = {"emb": "embedding", "input_layernorm": "norm", "post_attention_layernorm": "norm",
+           "attn_pre_proj": "gemm", "attn_post_proj": "gemm", "mlp_up_proj": "gemm",
+           "mlp_down_proj": "gemm", "attn_rope": "elementwise", "mlp_act": "elementwise",
+           "add": "elementwise"}
+ASSUMED = ("model built from the profile's shape: sequential block, RMSNorm, RoPE on the whole "
+           "head, no biases, SwiGLU when gated else GELU; fp16 (2 bytes per element)")
+
+
+def model_of(shape: Shape) -> spec.Model:
+    key = f"shape-{shape.d_model}-{shape.n_q}-{shape.n_kv}-{shape.d_head}-{shape.d_ff}-{shape.V}-{shape.gated}"
+    return spec.Model(key, key, shape.d_model, 1, shape.V, shape.n_q, shape.n_kv, shape.d_head,
+                      "swiglu" if shape.gated else "gelu", shape.d_ff, "a Vidur profile's columns")
+
+
+def _cost(ops: dict, vidur_op: str, gated: bool) -> Cost:
+    if vidur_op == "mlp_up_proj":
+        if not gated:
+            return ops["up_proj"].cost
+        c = ops["gate_proj"].cost
+        return Cost(c.flops.xreplace({d_ff: 2 * d_ff}), tuple((k, e.xreplace({d_ff: 2 * d_ff})) for k, e in c.traffic))
+    if vidur_op == "mlp_act":
+        if not gated:
+            return ops["gelu"].cost
+        c = ops["gate_mul"].cost
+        return Cost(c.flops + ops["silu"].cost.flops, c.traffic)
+    return ops[MAPPED[vidur_op]].cost
+
+
+MAPPED = {"emb": "embedding", "input_layernorm": "attn_norm", "post_attention_layernorm": "mlp_norm",
+          "attn_pre_proj": "qkv_proj", "attn_rope": "rope", "attn_post_proj": "o_proj",
+          "mlp_down_proj": "down_proj", "add": "attn_residual"}
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """Per op: the unit it runs on and its FLOPs and bytes as functions of the tokens."""
+
+    units: dict
+    _fn: object
+    names: tuple
+
+    def at(self, op: str, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        values = self._fn(np.asarray(tokens, float))
+        i = self.names.index(op)
+        ones = np.ones(np.shape(tokens))
+        return values[2 * i] * ones, values[2 * i + 1] * ones
+
+
+@cache
+def lowered(shape: Shape, tp: int) -> Lowered:
+    bench = Workbench.of(model_of(shape), (), DTYPE, CONVENTIONS)
+    prog = bench.program("decode", "unfused", None, tp=tp)
+    ops = {op.name: op for op in prog.ops}
+    values = {k: v for k, v in bench.values_for(DTYPE).items() if k not in (B, S, M)}
+    names = tuple(CLASSES)
+    exprs = []
+    for name in names:
+        c = _cost(ops, name, shape.gated)
+        exprs += [sp.sympify(c.flops).xreplace(values), sum(e for _, e in c.traffic).xreplace(values)]
+    units = {name: ("vector" if CLASSES[name] != "gemm" else "matrix") for name in names}
+    return Lowered(units, vectorised(exprs, (M,)), names)
