@@ -52,7 +52,8 @@ def register(sub, streams, parents=()) -> None:
     o.add_argument("--device", default="a100-80gb", metavar="NAME",
                    help="hardware spec the bound uses (default: a100-80gb, the A100 with the higher "
                    "bandwidth, so the bound holds for either A100)")
-    o.add_argument("--specs", metavar="DIR", help="folder holding hardware/ that shadows the installed catalog")
+    o.add_argument("--specs", metavar="DIR", help="folder holding models/ and hardware/ that shadow the installed catalog (a model "
+                   "spec whose hf_id names a profile's model is used for it, its dimensions checked)")
     o.add_argument("--out", default="validation", metavar="DIR",
                    help="output folder (default: validation): ops.md, ops.json, a chart per op class in ops/")
     o.add_argument("--format", default="md,json", metavar="LIST",
@@ -111,12 +112,13 @@ def cmd_validate_ops(args, stdout, stderr) -> int:
     formats = _formats(args.format)
     if "html" in formats:
         raise UsageError("--format: validate-ops writes md and json only")
-    device = measurements.Specs(_specs_folder(args.specs)).device(args.device)
+    specs = measurements.Specs(_specs_folder(args.specs))
+    device = specs.device(args.device)
     if device is None:
         raise UsageError(f"--device: no hardware spec '{args.device}' (see `rooflinec devices`)")
     say = lambda message: stderr.write(f"{message}\n")   # noqa: E731
     output.probe(args.out, say)
-    rep = validate_ops.report(args.profiles, args.collectives, args.device, device)
+    rep = validate_ops.report(args.profiles, args.collectives, args.device, device, specs)
     for target in output.write_reports(args.out, {"ops": validate_ops.render(rep, formats)}, say):
         stdout.write(f"wrote {target}\n")
     gemm = next((c for c in rep["classes"] if c["class"] == "gemm"), None)

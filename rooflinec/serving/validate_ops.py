@@ -9,17 +9,15 @@ import os
 
 import numpy as np
 
+from rooflinec.errors import RooflineError
+
 from rooflinec import collectives as C
 from rooflinec.serving import intervals, opfit, oplowering, opprofiles, optable
+from rooflinec.serving.optable import CLASSES
 
 LEVEL = 0.8
 WORST = 15
 TOKENS_IN_SCOPE = 4096      # the acceptance's token range: 1 to 4096
-# Op classes: the GEMMs share one curve; each vector kernel is its own class
-CLASSES = {"gemm": ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"),
-           "norm": ("input_layernorm", "post_attention_layernorm"), "rope": ("attn_rope",),
-           "activation": ("mlp_act",), "residual_add": ("add",), "embedding": ("emb",)}
-CLASS_OF = {op: c for c, ops in CLASSES.items() for op in ops}
 FORM = "t = ((F / (eta P))^p + (B / (beta W))^p)^(1/p) + t0"
 
 
@@ -77,8 +75,9 @@ def _coverage(rows: list[dict]) -> dict:
         rs = [r for r in rows if c in ("all", r["class"])]
         n = sum(r["rows"] for r in rs)
         if n:
+            worst = max(rs, key=lambda r: r["median_abs"])
             out[c] = {"rows": n, "coverage": sum(r["inside"] for r in rs) / n,
-                      "worst_group_median_abs": max(r["median_abs"] for r in rs)}
+                      "worst_group": worst["group"], "worst_group_median_abs": worst["median_abs"]}
     return out
 
 
@@ -112,11 +111,11 @@ def _worst(t: optable.Table, pred: np.ndarray) -> list[dict]:
 
 
 def _chart_points(t: optable.Table, classes: np.ndarray) -> dict:
-    """Per class: (op, intensity, achieved fraction of the roofline) of every row."""
+    """Per class: {op: (intensities, achieved fractions of the roofline)} of its rows."""
     achieved = t.bound_s / t.measured_s
     ops = t.column("op")
-    return {c: {op: (t.intensity[(ops == op)].tolist(), achieved[(ops == op)].tolist()) for op in cls_ops
-                if (ops == op).any()} for c, cls_ops in CLASSES.items() if (classes == c).any()}
+    return {c: {op: (t.intensity[sel].tolist(), achieved[sel].tolist()) for op in opprofiles.OPS
+                if (sel := (ops == op) & (classes == c)).any()} for c in CLASSES if (classes == c).any()}
 
 
 def _collectives(files: list[str], device) -> list[dict]:
@@ -150,10 +149,15 @@ def _short(file: str) -> str:
     return "/".join(parts[-2:])
 
 
-def report(profile_files: list[str], collective_files: list[str], device_name: str, device) -> dict:
+def report(profile_files: list[str], collective_files: list[str], device_name: str, device, specs) -> dict:
+    """`specs`: a measurements.Specs the profiles' models are looked up in by hf_id."""
     rows = [r for f in profile_files for r in opprofiles.read(f)]
-    t = optable.table(rows, device)
-    classes = np.array([CLASS_OF[r.op] for r in rows])
+    if not rows:
+        raise RooflineError(f"{', '.join(profile_files)}: no profiled kernels")
+    resolved = optable.models(rows, specs)
+    t = optable.table(rows, device, resolved)
+    classes = t.op_class
+    ops = t.column("op")
     everything = np.ones(len(rows), bool)
     fits = _fits(t, classes, everything)
     pred = np.zeros(len(rows))
@@ -165,7 +169,8 @@ def report(profile_files: list[str], collective_files: list[str], device_name: s
     per_class = []
     for c, (curve, q) in fits.items():
         sel = classes == c
-        per_class.append({"class": c, "ops": list(CLASSES[c]), **curve.as_dict(),
+        per_class.append({"class": c, "ops": [op for op in opprofiles.OPS if (sel & (ops == op)).any()],
+                          **curve.as_dict(),
                           "fit": _summary(err[sel]), "in_scope": _summary(err[sel & in_scope]),
                           "by_tp": {int(tp): _summary(err[sel & in_scope & (tps == tp)])["median_abs"]
                                     for tp in sorted(set(tps[sel].tolist()))},
@@ -176,7 +181,7 @@ def report(profile_files: list[str], collective_files: list[str], device_name: s
         "device": device_name, "device_name": device.name, "peak_matrix": device.peak("matrix", oplowering.DTYPE),
         "bandwidth": device.bandwidth,
         "profiles": [_short(f) for f in profile_files], "rows_total": len(rows),
-        "models": sorted(set(t.column("model").tolist())),
+        "models": [{"model": m, "from": where} for (m, _), (_, where) in sorted(resolved.items())],
         "assumed": oplowering.ASSUMED, "form": FORM, "level": LEVEL, "tokens_in_scope": TOKENS_IN_SCOPE,
         "classes": per_class,
         "bound": _bound_check(t),
