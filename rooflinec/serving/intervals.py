@@ -15,6 +15,9 @@ import math
 import numpy as np
 
 
+EPS = 1e-9
+
+
 class TooFewRows(ValueError):
     """Fewer calibration rows than the level needs (n + 1 > 2 / a rows for each tail)."""
 
@@ -23,10 +26,11 @@ def quantiles(residuals, level: float = 0.8) -> tuple[float, float]:
     """(lo, hi): the conformal quantiles of the log residuals for a two-sided `level` interval."""
     r = np.sort(np.asarray(residuals, float))
     n, tail = len(r), (1 - level) / 2
-    k_lo, k_hi = math.floor((n + 1) * tail), math.ceil((n + 1) * (1 - tail))
+    # EPS: (1 - 0.8) / 2 is 0.09999999999999998 in binary; 20 of it is 2, not 1.9999...
+    k_lo, k_hi = math.floor((n + 1) * tail + EPS), math.ceil((n + 1) * (1 - tail) - EPS)
     if k_lo < 1 or k_hi > n:
         raise TooFewRows(f"{n} residuals cannot give a {level:.0%} interval; need at least "
-                         f"{math.ceil(1 / tail) - 1}")
+                         f"{math.ceil(1 / tail - EPS) - 1}")
     return float(r[k_lo - 1]), float(r[k_hi - 1])
 
 

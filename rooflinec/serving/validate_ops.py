@@ -100,11 +100,14 @@ def _read_bytes(t: optable.Table) -> np.ndarray:
     return np.where(ops == "add", t.nbytes * 2 / 3, t.nbytes)
 
 
-def _worst(t: optable.Table, pred: np.ndarray) -> list[dict]:
+def _worst(t: optable.Table, pred: np.ndarray, fits: dict) -> list[dict]:
     err = _errors(pred, t.measured_s)
     order = np.argsort(-np.abs(err), kind="stable")[:WORST]
+    q = {c: fit[1] for c, fit in fits.items()}
     return [{"model": t.rows[i].model, "op": t.rows[i].op, "tokens": t.rows[i].tokens, "tp": t.rows[i].tp,
              "measured_s": float(t.measured_s[i]), "predicted_s": float(pred[i]),
+             "interval_s": None if q[t.op_class[i]] is None else
+             [float(x) for x in intervals.interval(pred[i], *q[t.op_class[i]])],
              "bound_s": float(t.bound_s[i]), "error": float(err[i]),
              "where": f"{os.path.basename(os.path.dirname(t.rows[i].file))}/mlp.csv:{t.rows[i].line}"}
             for i in order]
@@ -186,7 +189,7 @@ def report(profile_files: list[str], collective_files: list[str], device_name: s
         "classes": per_class,
         "bound": _bound_check(t),
         "holdout": {by: {"groups": rs, "coverage": _coverage(rs)} for by, rs in holdout.items()},
-        "worst": _worst(t, pred),
+        "worst": _worst(t, pred, fits),
         "collectives": _collectives(collective_files, device),
         "points": _chart_points(t, classes),
         "ridge": device.peak("matrix", oplowering.DTYPE) / device.bandwidth,
