@@ -36,6 +36,28 @@ def register(sub, streams, parents=()) -> None:
                    help="output folder (default: validation): serving.md, .html, .json, charts in serving/")
     v.add_argument("--format", default="md,html,json", metavar="LIST",
                    help="comma-separated formats among: md, html, json")
+    o = sub.add_parser("validate-ops", help="measured kernels (Vidur mlp.csv or the simple CSV) against "
+                       "their roofline; fit per-op-class efficiency curves", streams=streams, parents=parents,
+                       description="Each kernel's FLOPs and bytes come from rooflinec's lowering of the op at the "
+                       "profile's model shape, tokens and tp; the report gives the roofline bound check, a "
+                       "fitted curve t = ((F/(eta P))^p + (B/(beta W))^p)^(1/p) + t0 per op class, 80%% conformal "
+                       "intervals with their coverage on left-out models and tp degrees, the worst kernels, and "
+                       "a latency + bandwidth fit per collective. Simple CSV columns: model, op, tokens, tp, "
+                       "time_ms, d_model, n_q, n_kv, d_head, d_ff, V, gated.")
+    o.set_defaults(parser=o)
+    o.add_argument("profiles", nargs="+", metavar="PROFILE.csv",
+                   help="Vidur mlp.csv files (model named by its <org>/<model>/ folders) or simple CSVs")
+    o.add_argument("--collectives", action="append", default=[], metavar="FILE",
+                   help="a Vidur all_reduce.csv or send_recv.csv to fit (repeatable; default: none)")
+    o.add_argument("--device", default="a100-80gb", metavar="NAME",
+                   help="hardware spec the bound uses (default: a100-80gb, the A100 with the higher "
+                   "bandwidth, so the bound holds for either A100)")
+    o.add_argument("--specs", metavar="DIR", help="folder holding models/ and hardware/ that shadow the installed catalog (a model "
+                   "spec whose hf_id names a profile's model is used for it, its dimensions checked)")
+    o.add_argument("--out", default="validation", metavar="DIR",
+                   help="output folder (default: validation): ops.md, ops.json, a chart per op class in ops/")
+    o.add_argument("--format", default="md,json", metavar="LIST",
+                   help="comma-separated formats among: md, json (default: md,json)")
 
 
 def _specs_folder(path: str | None) -> str | None:
@@ -82,4 +104,28 @@ def cmd_validate(args, stdout, stderr) -> int:
     return 0
 
 
-COMMANDS = {"calibrate": cmd_calibrate, "validate": cmd_validate}
+def cmd_validate_ops(args, stdout, stderr) -> int:
+    from rooflinec import measurements
+    from rooflinec.cli import _formats
+    from rooflinec.errors import UsageError
+    from rooflinec.serving import validate_ops
+    formats = _formats(args.format)
+    if "html" in formats:
+        raise UsageError("--format: validate-ops writes md and json only")
+    specs = measurements.Specs(_specs_folder(args.specs))
+    device = specs.device(args.device)
+    if device is None:
+        raise UsageError(f"--device: no hardware spec '{args.device}' (see `rooflinec devices`)")
+    say = lambda message: stderr.write(f"{message}\n")   # noqa: E731
+    output.probe(args.out, say)
+    rep = validate_ops.report(args.profiles, args.collectives, args.device, device, specs)
+    for target in output.write_reports(args.out, {"ops": validate_ops.render(rep, formats)}, say):
+        stdout.write(f"wrote {target}\n")
+    gemm = next((c for c in rep["classes"] if c["class"] == "gemm"), None)
+    stdout.write(f"{rep['rows_total']} kernels; {rep['bound']['violations']} faster than their roofline bound"
+                 + (f"; GEMM median abs error {100 * gemm['in_scope']['median_abs']:.1f}% (tokens <= "
+                    f"{rep['tokens_in_scope']})" if gemm and gemm["in_scope"]["rows"] else "") + "\n")
+    return 0
+
+
+COMMANDS = {"calibrate": cmd_calibrate, "validate": cmd_validate, "validate-ops": cmd_validate_ops}

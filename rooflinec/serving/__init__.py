@@ -1,0 +1,1 @@
+"""Serving stage: measured kernels and runs against the cost model (per-op profiles, efficiency fits, intervals)."""
