@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from rooflinec.cost.roofline import compute_time, transfer_time
 from rooflinec.serving.lsq import minimise
 
 TIME_UNIT = 1e-6
@@ -40,8 +41,8 @@ class Curve:
     overhead_s: float
 
     def time(self, flops, nbytes, peak, bandwidth) -> np.ndarray:
-        return smooth(np.asarray(flops, float) / (self.compute_fraction * peak),
-                      np.asarray(nbytes, float) / (self.bandwidth_fraction * bandwidth),
+        return smooth(compute_time(np.asarray(flops, float), self.compute_fraction * peak),
+                      transfer_time(np.asarray(nbytes, float), self.bandwidth_fraction * bandwidth),
                       self.sharpness) + self.overhead_s
 
     def as_dict(self) -> dict:
@@ -100,7 +101,7 @@ class Link:
     bus_bandwidth: float      # bytes/s of what each device sends
 
     def time(self, volume) -> np.ndarray:
-        return self.latency_s + np.asarray(volume, float) / self.bus_bandwidth
+        return self.latency_s + transfer_time(np.asarray(volume, float), self.bus_bandwidth)
 
     def as_dict(self) -> dict:
         return {"latency_s": float(f"{self.latency_s:.6g}"), "bus_bandwidth": float(f"{self.bus_bandwidth:.6g}")}

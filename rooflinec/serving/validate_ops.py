@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 
+from rooflinec.cost import roofline
 from rooflinec.errors import RooflineError
 
 from rooflinec import collectives as C
@@ -192,7 +193,7 @@ def report(profile_files: list[str], collective_files: list[str], device_name: s
         "worst": _worst(t, pred, fits),
         "collectives": _collectives(collective_files, device),
         "points": _chart_points(t, classes),
-        "ridge": device.peak("matrix", oplowering.DTYPE) / device.bandwidth,
+        "ridge": roofline.ridge(device.peak("matrix", oplowering.DTYPE), device.bandwidth),
     }
 
 
