@@ -114,10 +114,10 @@ def _worst(t: optable.Table, pred: np.ndarray, fits: dict) -> list[dict]:
 
 
 def _chart_points(t: optable.Table, classes: np.ndarray) -> dict:
-    """Per class: {op: (intensities, achieved fractions of the roofline)} of its rows."""
+    """Per class: {op: (intensities, achieved fractions of the roofline, bytes)} of its rows."""
     achieved = t.bound_s / t.measured_s
     ops = t.column("op")
-    return {c: {op: (t.intensity[sel].tolist(), achieved[sel].tolist()) for op in opprofiles.OPS
+    return {c: {op: (t.intensity[sel].tolist(), achieved[sel].tolist(), t.nbytes[sel].tolist()) for op in opprofiles.OPS
                 if (sel := (ops == op) & (classes == c)).any()} for c in CLASSES if (classes == c).any()}
 
 
@@ -202,22 +202,31 @@ STEM = "ops"
 
 
 def chart(points: dict, ridge: float, title: str) -> str:
-    """Achieved fraction of the roofline (bound / measured) against intensity, one series per op."""
+    """Achieved fraction of the roofline (bound / measured) against intensity, one series per
+    op; an op class without FLOPs (a gather) against the bytes it moves instead. The markers are
+    rasterised inside the SVG: tens of thousands of vector markers would make it megabytes."""
     from rooflinec import charts
-    fig = charts._matplotlib()(figsize=(6.4, 4.2))
+    fig = charts._matplotlib()(figsize=(6.4, 4.2), dpi=150)
     fig.subplots_adjust(left=0.12, right=0.98, bottom=0.13, top=0.9)
     ax = fig.add_subplot(1, 1, 1)
-    xs = [x for xy in points.values() for x in xy[0] if x > 0]
+    by_bytes = not any(x > 0 for xy in points.values() for x in xy[0])
+    series = {op: (xy[2] if by_bytes else xy[0], xy[1]) for op, xy in points.items()}
+    xs = [x for xy in series.values() for x in xy[0] if x > 0]
+    ys = [y for xy in series.values() for y in xy[1] if y > 0]
+    floor = min(1e-2, 10 ** math.floor(math.log10(min(ys)))) if ys else 1e-2
     lo, hi = (min(xs), max(xs)) if xs else (0.1, 10.0)
-    lo, hi = 10 ** math.floor(math.log10(lo)), 10 ** math.ceil(math.log10(max(hi, ridge)))
-    ax.plot([ridge, ridge], [1e-3, 2.0], color=charts.ROOF, lw=0.8, ls="--", label=f"ridge {ridge:.3g} FLOP/B")
+    lo, hi = 10 ** math.floor(math.log10(lo)), 10 ** math.ceil(math.log10(hi if by_bytes else max(hi, ridge)))
+    if not by_bytes:
+        ax.plot([ridge, ridge], [floor, 2.0], color=charts.ROOF, lw=0.8, ls="--", label=f"ridge {ridge:.3g} FLOP/B")
     ax.plot([lo, hi], [1, 1], color=charts.ROOF, lw=0.8)
-    for i, (op, (x, y)) in enumerate(points.items()):
+    for i, (op, (x, y)) in enumerate(series.items()):
         keep = [(a, c) for a, c in zip(x, y) if a > 0]
         if keep:
             ax.plot(*zip(*keep), ls="none", marker=charts.MARKERS[i % len(charts.MARKERS)], ms=2.5, mfc="none",
-                    mew=0.6, color=charts.SERIES_COLOURS[i % len(charts.SERIES_COLOURS)], label=op)
-    charts._log_axes(ax, (lo, hi), (1e-3, 2.0), "intensity (FLOP/byte)", "achieved fraction of roofline")
+                    mew=0.6, color=charts.SERIES_COLOURS[i % len(charts.SERIES_COLOURS)], label=op,
+                    rasterized=True)
+    charts._log_axes(ax, (lo, hi), (floor, 2.0), "bytes moved" if by_bytes else "intensity (FLOP/byte)",
+                     "achieved fraction of roofline")
     ax.legend(loc="lower right", frameon=False, fontsize=7)
     fig.text(0.55, 0.97, title, ha="center", va="top", fontsize=10)
     return charts._svg(fig)
