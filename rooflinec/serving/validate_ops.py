@@ -4,6 +4,7 @@ per-op-class efficiency curve (rooflinec.serving.opfit), with 80% conformal inte
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -33,15 +34,16 @@ def _summary(err: np.ndarray) -> dict:
             "p90_abs": float(np.quantile(a, 0.9))}
 
 
-def _fits(t: optable.Table, classes: np.ndarray, keep: np.ndarray) -> dict:
-    """class -> (Curve, (lo, hi)) fitted on the kept rows; intervals from their residuals."""
+def _fits(t: optable.Table, classes: np.ndarray, keep: np.ndarray, prior: dict) -> dict:
+    """class -> (Curve, (lo, hi)) fitted on the kept rows; intervals from their residuals. A
+    class with a `prior` curve keeps its p and t0 and refits only eta and beta."""
     out = {}
     for c in CLASSES:
         sel = keep & (classes == c)
         if not sel.any():
             continue
         k = t.kernels(sel)
-        curve = opfit.fit(k)
+        curve = opfit.fit(k, prior[c], opfit.EFFICIENCIES) if c in prior else opfit.fit(k)
         try:
             q = intervals.quantiles(np.log(k.predict(curve) / k.measured_s), LEVEL)
         except intervals.TooFewRows:
@@ -50,13 +52,13 @@ def _fits(t: optable.Table, classes: np.ndarray, keep: np.ndarray) -> dict:
     return out
 
 
-def _holdout(t: optable.Table, classes: np.ndarray, by: str) -> list[dict]:
+def _holdout(t: optable.Table, classes: np.ndarray, by: str, prior: dict) -> list[dict]:
     """Leave one group (a model, or a tp) out: refit on the rest, predict the group."""
     labels = t.column(by)
     out = []
     for g in sorted(set(labels.tolist())):
         left = labels == g
-        fits = _fits(t, classes, ~left)
+        fits = _fits(t, classes, ~left, prior)
         for c, (curve, q) in fits.items():
             sel = left & (classes == c)
             if not sel.any() or q is None:
@@ -152,8 +154,11 @@ def _short(file: str) -> str:
     return "/".join(parts[-2:])
 
 
-def report(profile_files: list[str], collective_files: list[str], device_name: str, device, specs) -> dict:
-    """`specs`: a measurements.Specs the profiles' models are looked up in by hf_id."""
+def report(profile_files: list[str], collective_files: list[str], device_name: str, device, specs,
+           curves: str | None = None) -> dict:
+    """`specs`: a measurements.Specs the profiles' models are looked up in by hf_id; `curves`:
+    an earlier ops.json whose classes keep their p and t0 here (only eta, beta refitted)."""
+    prior = load_curves(curves) if curves else {}
     rows = [r for f in profile_files for r in opprofiles.read(f)]
     if not rows:
         raise RooflineError(f"{', '.join(profile_files)}: no profiled kernels")
@@ -162,7 +167,7 @@ def report(profile_files: list[str], collective_files: list[str], device_name: s
     classes = t.op_class
     ops = t.column("op")
     everything = np.ones(len(rows), bool)
-    fits = _fits(t, classes, everything)
+    fits = _fits(t, classes, everything, prior)
     pred = np.zeros(len(rows))
     for c, (curve, _) in fits.items():
         pred[classes == c] = t.kernels(classes == c).predict(curve)
@@ -173,12 +178,12 @@ def report(profile_files: list[str], collective_files: list[str], device_name: s
     for c, (curve, q) in fits.items():
         sel = classes == c
         per_class.append({"class": c, "ops": [op for op in opprofiles.OPS if (sel & (ops == op)).any()],
-                          **curve.as_dict(),
+                          **curve.as_dict(), "refitted": list(opfit.EFFICIENCIES if c in prior else opfit.PARAMETERS),
                           "fit": _summary(err[sel]), "in_scope": _summary(err[sel & in_scope]),
                           "by_tp": {int(tp): _summary(err[sel & in_scope & (tps == tp)])["median_abs"]
                                     for tp in sorted(set(tps[sel].tolist()))},
                           "interval": None if q is None else {"lo": q[0], "hi": q[1]}})
-    holdout = {by: _holdout(t, classes, by) for by in ("model", "tp")}
+    holdout = {by: _holdout(t, classes, by, prior) for by in ("model", "tp")}
     return {
         "title": "Per-operator kernels against the roofline",
         "device": device_name, "device_name": device.name, "peak_matrix": device.peak("matrix", oplowering.DTYPE),
@@ -187,6 +192,7 @@ def report(profile_files: list[str], collective_files: list[str], device_name: s
         "models": [{"model": m, "from": where} for (m, _), (_, where) in sorted(resolved.items())],
         "assumed": oplowering.ASSUMED, "form": FORM, "level": LEVEL, "tokens_in_scope": TOKENS_IN_SCOPE,
         "classes": per_class,
+        "curves_from": None if not curves else {"file": os.path.basename(curves), "device": prior_device(curves)},
         "bound": _bound_check(t),
         "holdout": {by: {"groups": rs, "coverage": _coverage(rs)} for by, rs in holdout.items()},
         "worst": _worst(t, pred, fits),
@@ -194,6 +200,41 @@ def report(profile_files: list[str], collective_files: list[str], device_name: s
         "points": _chart_points(t, classes),
         "ridge": device.peak("matrix", oplowering.DTYPE) / device.bandwidth,
     }
+
+
+# --- curves fitted earlier (another device's) ------------------------------------------
+
+def _curves_doc(file: str) -> dict:
+    try:
+        with open(file, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as exc:
+        raise RooflineError(f"{file}: cannot read it: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = f"{exc.lineno}:{exc.colno}" if isinstance(exc, json.JSONDecodeError) else "1:1"
+        raise RooflineError(f"{file}:{where}: not an ops.json of `rooflinec validate-ops`: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("classes"), list):
+        raise RooflineError(f"{file}: no 'classes' list; give the ops.json `rooflinec validate-ops` wrote")
+    return doc
+
+
+def prior_device(file: str) -> str:
+    return str(_curves_doc(file).get("device", "?"))
+
+
+def load_curves(file: str) -> dict:
+    """class -> Curve from an ops.json; every parameter checked."""
+    out = {}
+    for i, c in enumerate(_curves_doc(file)["classes"]):
+        values = [c.get(name) if isinstance(c, dict) else None for name in opfit.PARAMETERS]
+        ok = all(isinstance(v, (int, float)) and math.isfinite(v) for v in values) and \
+            0 < values[0] <= 1 and 0 < values[1] <= 1 and 1 <= values[2] <= opfit.P_MAX and values[3] >= 0
+        if not ok or c.get("class") not in CLASSES:
+            raise RooflineError(f"{file}: classes[{i}]: expected a class among {', '.join(CLASSES)} with "
+                                f"{', '.join(opfit.PARAMETERS)} (fractions in (0, 1], p in [1, {opfit.P_MAX:g}], "
+                                "t0 >= 0)")
+        out[c["class"]] = opfit.Curve(*map(float, values))
+    return out
 
 
 # --- output -------------------------------------------------------------------------------
