@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rooflinec.serving.lsq import jacobian
 from rooflinec.serving_model import PARAMETERS, Costs, Efficiency, timed
 
 FRACTIONS = ("bandwidth_fraction", "compute_fraction")
@@ -64,7 +65,7 @@ def fit(costs: list[Costs], measured_tpot_s: list[float], free=FITTED) -> Effici
     x, damping = np.zeros(len(free)), 1e-3
     r = residual(x)
     for _ in range(ITERATIONS):
-        jac = _jacobian(residual, x, r)
+        jac = jacobian(residual, x, r)
         grad, hess = jac.T @ r, jac.T @ jac
         step = np.linalg.solve(hess + damping * np.diag(np.diag(hess) + 1e-12), -grad)
         trial = residual(x + step)
@@ -77,15 +78,6 @@ def fit(costs: list[Costs], measured_tpot_s: list[float], free=FITTED) -> Effici
             if damping > 1e12:
                 break
     return efficiency(x, free)
-
-
-def _jacobian(residual, x: np.ndarray, r: np.ndarray, h: float = 1e-6) -> np.ndarray:
-    cols = []
-    for i in range(len(x)):
-        dx = np.zeros_like(x)
-        dx[i] = h
-        cols.append((residual(x + dx) - r) / h)
-    return np.array(cols).T
 
 
 # --- runs prepared once, fitted per (device, engine) -------------------------------------

@@ -22,6 +22,7 @@ examples:
   rooflinec serve llama-3.1-8b.yaml --device h100-sxm --batch 1,8,64 --context 4096
   rooflinec validate data/measured/serving-visible.csv   # serving model against measured runs
   rooflinec calibrate data/measured/serving-visible.csv --out my-calibration.yaml
+  rooflinec validate-ops vidur/compute/a100/*/*/mlp.csv --out ops   # kernels against the roofline
   rooflinec measure device --quick                 # time this machine (needs the [measure] extra)
 
 exit status: 0 built, 1 a spec is wrong (each problem as file:line:col: path: message),

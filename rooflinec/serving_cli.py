@@ -52,6 +52,9 @@ def register(sub, streams, parents=()) -> None:
     o.add_argument("--device", default="a100-80gb", metavar="NAME",
                    help="hardware spec the bound uses (default: a100-80gb, the A100 with the higher "
                    "bandwidth, so the bound holds for either A100)")
+    o.add_argument("--curves", metavar="OPS.json",
+                   help="an earlier run's ops.json (another device's, e.g. A100's): each class it has keeps "
+                   "its p and t0 and refits only eta and beta here (default: fit all four)")
     o.add_argument("--specs", metavar="DIR", help="folder holding models/ and hardware/ that shadow the installed catalog (a model "
                    "spec whose hf_id names a profile's model is used for it, its dimensions checked)")
     o.add_argument("--out", default="validation", metavar="DIR",
@@ -118,7 +121,7 @@ def cmd_validate_ops(args, stdout, stderr) -> int:
         raise UsageError(f"--device: no hardware spec '{args.device}' (see `rooflinec devices`)")
     say = lambda message: stderr.write(f"{message}\n")   # noqa: E731
     output.probe(args.out, say)
-    rep = validate_ops.report(args.profiles, args.collectives, args.device, device, specs)
+    rep = validate_ops.report(args.profiles, args.collectives, args.device, device, specs, args.curves)
     for target in output.write_reports(args.out, {"ops": validate_ops.render(rep, formats)}, say):
         stdout.write(f"wrote {target}\n")
     gemm = next((c for c in rep["classes"] if c["class"] == "gemm"), None)

@@ -138,3 +138,35 @@ def test_validate_ops_usage_and_input_errors(tmp_path):
     code, _, err = call("validate-ops", bad, "--out", str(tmp_path / "w"))
     assert code == 1 and err.startswith(f"{bad}:2:") and "Traceback" not in err
     assert not (tmp_path / "w").exists()
+
+
+def test_curves_from_another_device_keep_p_and_t0_and_refit_eta_and_beta(tmp_path):
+    # fitted on a100-80gb kernels made by (0.7, 0.8, 2, 4 us); then kernels on h100-sxm made by
+    # (0.6, 0.9, 2, 4 us): with --curves only eta and beta move, and they land on 0.6 and 0.9
+    from rooflinec.serving.opfit import Curve
+    a100 = tmp_path / "a100"
+    assert call("validate-ops", _profile(tmp_path), "--out", str(a100), "--format", "json")[0] == 0
+    model, lines = oplowering.model_of(LLAMA2_7B), []
+    for m in (1, 16, 64, 256, 1024, 4096):
+        f, b = oplowering.lowered(model, 1).at("mlp_up_proj", np.array([m]))
+        t = Curve(0.6, 0.9, 2.0, 4e-6).time(f, b, 989.4e12, 3.35e12)[0]   # h100-sxm: 989.4 TFLOP/s, 3.35 TB/s
+        lines.append(f"llama,mlp_up_proj,{m},1,{float(t) * 1e3!r},4096,32,32,128,11008,32000,true\n")
+    (tmp_path / "h100").mkdir()
+    h100 = simple(tmp_path / "h100", "".join(lines))
+    code, _, err = call("validate-ops", h100, "--device", "h100-sxm", "--curves", str(a100 / "ops.json"),
+                        "--out", str(tmp_path / "v"), "--format", "json")
+    assert code == 0, err
+    (gemm,) = json.loads((tmp_path / "v" / "ops.json").read_text(encoding="utf-8"))["classes"]
+    assert gemm["refitted"] == ["compute_fraction", "bandwidth_fraction"]
+    assert (round(gemm["compute_fraction"], 3), round(gemm["bandwidth_fraction"], 3)) == (0.6, 0.9)
+    assert (round(gemm["sharpness"], 3), round(gemm["overhead_s"] * 1e6, 3)) == (2.0, 4.0)
+
+
+def test_a_curves_file_that_is_not_an_ops_json_is_refused(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text('{"classes": [{"class": "gemm", "compute_fraction": 2}]}', encoding="utf-8")
+    code, _, err = call("validate-ops", _profile(tmp_path), "--curves", str(bad), "--out", str(tmp_path / "v"))
+    assert code == 1 and err.startswith(f"{bad}: classes[0]: expected a class") and not (tmp_path / "v").exists()
+    bad.write_text("{", encoding="utf-8")
+    code, _, err = call("validate-ops", _profile(tmp_path), "--curves", str(bad), "--out", str(tmp_path / "v"))
+    assert code == 1 and err.startswith(f"{bad}:1:2: not an ops.json")

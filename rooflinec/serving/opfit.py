@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import math
+
 import numpy as np
 
 from rooflinec.cost.roofline import compute_time, transfer_time
@@ -64,10 +66,21 @@ def smooth(a: np.ndarray, c: np.ndarray, p: float) -> np.ndarray:
     return big * (1 + np.exp(np.maximum(p * log_ratio, -700.0))) ** (1 / p)
 
 
+PARAMETERS = ("compute_fraction", "bandwidth_fraction", "sharpness", "overhead_s")
+EFFICIENCIES = PARAMETERS[:2]   # what a held-out device refits: its own two fractions
+
+
 def curve(x: np.ndarray) -> Curve:
     x = np.clip(x, -30, 30)
     sig = 1 / (1 + np.exp(-x[:3]))
     return Curve(float(sig[0]), float(sig[1]), float(1 + (P_MAX - 1) * sig[2]), float(TIME_UNIT * np.exp(x[3])))
+
+
+def coordinates(c: Curve) -> np.ndarray:
+    """curve()'s inverse (a fraction of exactly 1 goes to the clip, 30)."""
+    logit = lambda f: 30.0 if f >= 1 else -30.0 if f <= 0 else math.log(f / (1 - f))   # noqa: E731
+    return np.array([logit(c.compute_fraction), logit(c.bandwidth_fraction),
+                     logit((c.sharpness - 1) / (P_MAX - 1)), math.log(max(c.overhead_s, 1e-300) / TIME_UNIT)])
 
 
 @dataclass(frozen=True)
@@ -87,10 +100,17 @@ class Kernels:
         return Kernels(self.flops[keep], self.nbytes[keep], self.peak[keep], self.bandwidth, self.measured_s[keep])
 
 
-def fit(k: Kernels) -> Curve:
-    """The Curve minimising sum(log(predicted / measured)^2) over the kernels."""
-    target = np.log(k.measured_s)
-    return curve(minimise(lambda x: np.log(k.predict(curve(x))) - target, START))
+def fit(k: Kernels, start: Curve | None = None, free=PARAMETERS) -> Curve:
+    """The Curve minimising sum(log(predicted / measured)^2) over the kernels, moving only the
+    `free` parameters; the others keep `start`'s values (default start: START)."""
+    target, x0 = np.log(k.measured_s), START.copy() if start is None else coordinates(start)
+    index = [PARAMETERS.index(name) for name in free]
+
+    def at(y):
+        x = x0.copy()
+        x[index] = y
+        return curve(x)
+    return at(minimise(lambda y: np.log(k.predict(at(y))) - target, x0[index]))
 
 
 # --- collectives -------------------------------------------------------------------------

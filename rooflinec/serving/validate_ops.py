@@ -4,6 +4,7 @@ per-op-class efficiency curve (rooflinec.serving.opfit), with 80% conformal inte
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -34,15 +35,16 @@ def _summary(err: np.ndarray) -> dict:
             "p90_abs": float(np.quantile(a, 0.9))}
 
 
-def _fits(t: optable.Table, classes: np.ndarray, keep: np.ndarray) -> dict:
-    """class -> (Curve, (lo, hi)) fitted on the kept rows; intervals from their residuals."""
+def _fits(t: optable.Table, classes: np.ndarray, keep: np.ndarray, prior: dict) -> dict:
+    """class -> (Curve, (lo, hi)) fitted on the kept rows; intervals from their residuals. A
+    class with a `prior` curve keeps its p and t0 and refits only eta and beta."""
     out = {}
     for c in CLASSES:
         sel = keep & (classes == c)
         if not sel.any():
             continue
         k = t.kernels(sel)
-        curve = opfit.fit(k)
+        curve = opfit.fit(k, prior[c], opfit.EFFICIENCIES) if c in prior else opfit.fit(k)
         try:
             q = intervals.quantiles(np.log(k.predict(curve) / k.measured_s), LEVEL)
         except intervals.TooFewRows:
@@ -51,13 +53,13 @@ def _fits(t: optable.Table, classes: np.ndarray, keep: np.ndarray) -> dict:
     return out
 
 
-def _holdout(t: optable.Table, classes: np.ndarray, by: str) -> list[dict]:
+def _holdout(t: optable.Table, classes: np.ndarray, by: str, prior: dict) -> list[dict]:
     """Leave one group (a model, or a tp) out: refit on the rest, predict the group."""
     labels = t.column(by)
     out = []
     for g in sorted(set(labels.tolist())):
         left = labels == g
-        fits = _fits(t, classes, ~left)
+        fits = _fits(t, classes, ~left, prior)
         for c, (curve, q) in fits.items():
             sel = left & (classes == c)
             if not sel.any() or q is None:
@@ -115,10 +117,10 @@ def _worst(t: optable.Table, pred: np.ndarray, fits: dict) -> list[dict]:
 
 
 def _chart_points(t: optable.Table, classes: np.ndarray) -> dict:
-    """Per class: {op: (intensities, achieved fractions of the roofline)} of its rows."""
+    """Per class: {op: (intensities, achieved fractions of the roofline, bytes)} of its rows."""
     achieved = t.bound_s / t.measured_s
     ops = t.column("op")
-    return {c: {op: (t.intensity[sel].tolist(), achieved[sel].tolist()) for op in opprofiles.OPS
+    return {c: {op: (t.intensity[sel].tolist(), achieved[sel].tolist(), t.nbytes[sel].tolist()) for op in opprofiles.OPS
                 if (sel := (ops == op) & (classes == c)).any()} for c in CLASSES if (classes == c).any()}
 
 
@@ -153,8 +155,11 @@ def _short(file: str) -> str:
     return "/".join(parts[-2:])
 
 
-def report(profile_files: list[str], collective_files: list[str], device_name: str, device, specs) -> dict:
-    """`specs`: a measurements.Specs the profiles' models are looked up in by hf_id."""
+def report(profile_files: list[str], collective_files: list[str], device_name: str, device, specs,
+           curves: str | None = None) -> dict:
+    """`specs`: a measurements.Specs the profiles' models are looked up in by hf_id; `curves`:
+    an earlier ops.json whose classes keep their p and t0 here (only eta, beta refitted)."""
+    prior = load_curves(curves) if curves else {}
     rows = [r for f in profile_files for r in opprofiles.read(f)]
     if not rows:
         raise RooflineError(f"{', '.join(profile_files)}: no profiled kernels")
@@ -163,7 +168,7 @@ def report(profile_files: list[str], collective_files: list[str], device_name: s
     classes = t.op_class
     ops = t.column("op")
     everything = np.ones(len(rows), bool)
-    fits = _fits(t, classes, everything)
+    fits = _fits(t, classes, everything, prior)
     pred = np.zeros(len(rows))
     for c, (curve, _) in fits.items():
         pred[classes == c] = t.kernels(classes == c).predict(curve)
@@ -174,12 +179,12 @@ def report(profile_files: list[str], collective_files: list[str], device_name: s
     for c, (curve, q) in fits.items():
         sel = classes == c
         per_class.append({"class": c, "ops": [op for op in opprofiles.OPS if (sel & (ops == op)).any()],
-                          **curve.as_dict(),
+                          **curve.as_dict(), "refitted": list(opfit.EFFICIENCIES if c in prior else opfit.PARAMETERS),
                           "fit": _summary(err[sel]), "in_scope": _summary(err[sel & in_scope]),
                           "by_tp": {int(tp): _summary(err[sel & in_scope & (tps == tp)])["median_abs"]
                                     for tp in sorted(set(tps[sel].tolist()))},
                           "interval": None if q is None else {"lo": q[0], "hi": q[1]}})
-    holdout = {by: _holdout(t, classes, by) for by in ("model", "tp")}
+    holdout = {by: _holdout(t, classes, by, prior) for by in ("model", "tp")}
     return {
         "title": "Per-operator kernels against the roofline",
         "device": device_name, "device_name": device.name, "peak_matrix": device.peak("matrix", oplowering.DTYPE),
@@ -188,6 +193,7 @@ def report(profile_files: list[str], collective_files: list[str], device_name: s
         "models": [{"model": m, "from": where} for (m, _), (_, where) in sorted(resolved.items())],
         "assumed": oplowering.ASSUMED, "form": FORM, "level": LEVEL, "tokens_in_scope": TOKENS_IN_SCOPE,
         "classes": per_class,
+        "curves_from": None if not curves else {"file": os.path.basename(curves), "device": prior_device(curves)},
         "bound": _bound_check(t),
         "holdout": {by: {"groups": rs, "coverage": _coverage(rs)} for by, rs in holdout.items()},
         "worst": _worst(t, pred, fits),
@@ -197,28 +203,72 @@ def report(profile_files: list[str], collective_files: list[str], device_name: s
     }
 
 
+# --- curves fitted earlier (another device's) ------------------------------------------
+
+def _curves_doc(file: str) -> dict:
+    try:
+        with open(file, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as exc:
+        raise RooflineError(f"{file}: cannot read it: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = f"{exc.lineno}:{exc.colno}" if isinstance(exc, json.JSONDecodeError) else "1:1"
+        raise RooflineError(f"{file}:{where}: not an ops.json of `rooflinec validate-ops`: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("classes"), list):
+        raise RooflineError(f"{file}: no 'classes' list; give the ops.json `rooflinec validate-ops` wrote")
+    return doc
+
+
+def prior_device(file: str) -> str:
+    return str(_curves_doc(file).get("device", "?"))
+
+
+def load_curves(file: str) -> dict:
+    """class -> Curve from an ops.json; every parameter checked."""
+    out = {}
+    for i, c in enumerate(_curves_doc(file)["classes"]):
+        values = [c.get(name) if isinstance(c, dict) else None for name in opfit.PARAMETERS]
+        ok = all(isinstance(v, (int, float)) and math.isfinite(v) for v in values) and \
+            0 < values[0] <= 1 and 0 < values[1] <= 1 and 1 <= values[2] <= opfit.P_MAX and values[3] >= 0
+        if not ok or c.get("class") not in CLASSES:
+            raise RooflineError(f"{file}: classes[{i}]: expected a class among {', '.join(CLASSES)} with "
+                                f"{', '.join(opfit.PARAMETERS)} (fractions in (0, 1], p in [1, {opfit.P_MAX:g}], "
+                                "t0 >= 0)")
+        out[c["class"]] = opfit.Curve(*map(float, values))
+    return out
+
+
 # --- output -------------------------------------------------------------------------------
 
 STEM = "ops"
 
 
 def chart(points: dict, ridge: float, title: str) -> str:
-    """Achieved fraction of the roofline (bound / measured) against intensity, one series per op."""
+    """Achieved fraction of the roofline (bound / measured) against intensity, one series per
+    op; an op class without FLOPs (a gather) against the bytes it moves instead. The markers are
+    rasterised inside the SVG: tens of thousands of vector markers would make it megabytes."""
     from rooflinec import charts
-    fig = charts._matplotlib()(figsize=(6.4, 4.2))
+    fig = charts._matplotlib()(figsize=(6.4, 4.2), dpi=150)
     fig.subplots_adjust(left=0.12, right=0.98, bottom=0.13, top=0.9)
     ax = fig.add_subplot(1, 1, 1)
-    xs = [x for xy in points.values() for x in xy[0] if x > 0]
+    by_bytes = not any(x > 0 for xy in points.values() for x in xy[0])
+    series = {op: (xy[2] if by_bytes else xy[0], xy[1]) for op, xy in points.items()}
+    xs = [x for xy in series.values() for x in xy[0] if x > 0]
+    ys = [y for xy in series.values() for y in xy[1] if y > 0]
+    floor = min(1e-2, 10 ** math.floor(math.log10(min(ys)))) if ys else 1e-2
     lo, hi = (min(xs), max(xs)) if xs else (0.1, 10.0)
-    lo, hi = 10 ** math.floor(math.log10(lo)), 10 ** math.ceil(math.log10(max(hi, ridge)))
-    ax.plot([ridge, ridge], [1e-3, 2.0], color=charts.ROOF, lw=0.8, ls="--", label=f"ridge {ridge:.3g} FLOP/B")
+    lo, hi = 10 ** math.floor(math.log10(lo)), 10 ** math.ceil(math.log10(hi if by_bytes else max(hi, ridge)))
+    if not by_bytes:
+        ax.plot([ridge, ridge], [floor, 2.0], color=charts.ROOF, lw=0.8, ls="--", label=f"ridge {ridge:.3g} FLOP/B")
     ax.plot([lo, hi], [1, 1], color=charts.ROOF, lw=0.8)
-    for i, (op, (x, y)) in enumerate(points.items()):
+    for i, (op, (x, y)) in enumerate(series.items()):
         keep = [(a, c) for a, c in zip(x, y) if a > 0]
         if keep:
             ax.plot(*zip(*keep), ls="none", marker=charts.MARKERS[i % len(charts.MARKERS)], ms=2.5, mfc="none",
-                    mew=0.6, color=charts.SERIES_COLOURS[i % len(charts.SERIES_COLOURS)], label=op)
-    charts._log_axes(ax, (lo, hi), (1e-3, 2.0), "intensity (FLOP/byte)", "achieved fraction of roofline")
+                    mew=0.6, color=charts.SERIES_COLOURS[i % len(charts.SERIES_COLOURS)], label=op,
+                    rasterized=True)
+    charts._log_axes(ax, (lo, hi), (floor, 2.0), "bytes moved" if by_bytes else "intensity (FLOP/byte)",
+                     "achieved fraction of roofline")
     ax.legend(loc="lower right", frameon=False, fontsize=7)
     fig.text(0.55, 0.97, title, ha="center", va="top", fontsize=10)
     return charts._svg(fig)
