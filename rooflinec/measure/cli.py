@@ -70,7 +70,8 @@ def register(sub, streams, parents=()) -> None:
                         "rooflinec's reference decoder (any dense decoder), or auto: "
                         "transformers where installed and able to, else the reference")
     o.add_argument("--out", default="measured", metavar="DIR",
-                   help="output folder (default: measured): <model>-<phase>.md, .json, .svg")
+                   help="output folder (default: measured): <model>-<phase>-b<B>-s<S>.md, .json "
+                        "and .svg, e.g. gpt2-decode-b1-s128.md")
 
 
 def cmd_measure(args, stdout, stderr) -> int:
