@@ -88,6 +88,7 @@ def _parser(stdout, stderr) -> _Parser:
     quick.register(sub, streams, parents=[quiet])
     serving_cli.register(sub, streams, parents=[quiet])
     measure_cli.register(sub, streams, parents=[quiet])
+    measure_cli.register_trace(sub, streams, parents=[quiet])
     return p
 
 

@@ -70,7 +70,108 @@ def register(sub, streams, parents=()) -> None:
                         "rooflinec's reference decoder (any dense decoder), or auto: "
                         "transformers where installed and able to, else the reference")
     o.add_argument("--out", default="measured", metavar="DIR",
-                   help="output folder (default: measured): <model>-<phase>.md, .json, .svg")
+                   help="output folder (default: measured): <model>-<phase>-b<B>-s<S>.md, .json "
+                        "and .svg, e.g. gpt2-decode-b1-s128.md")
+
+
+TRACE_EPILOG = """\
+examples:
+  rooflinec trace prof.json.gz --model qwen1.5-0.5b --device h100-sxm --phase prefill
+  rooflinec trace prof.json.gz --study specs/qwen.yaml --phase decode --batch 8 --context 4096
+  rooflinec trace vllm-rank0.json.gz --model gpt-oss-120b --device b200 --step all
+
+Reads a PyTorch profiler (Kineto) Chrome-trace JSON, gzipped or not, as torch.profiler's
+export_chrome_trace or tensorboard_trace_handler writes it; README says how to record one.
+"""
+
+
+def register_trace(sub, streams, parents=()) -> None:
+    """The `trace` parser, under `sub`."""
+    t = sub.add_parser("trace", help="set a profiler trace's kernels beside their rooflines",
+                       streams=streams, parents=parents, epilog=TRACE_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.set_defaults(parser=t)
+    t.add_argument("trace", metavar="TRACE", help="a Kineto / Chrome-trace JSON file (.json or .json.gz)")
+    t.add_argument("--study", metavar="STUDY.yaml", help="the study whose model, first device "
+                   "(or --device) and dtype the kernels are set against")
+    t.add_argument("--model", metavar="MODEL", help="instead of --study: a catalog model, a model "
+                   "spec YAML or a config.json")
+    t.add_argument("--device", metavar="SPEC", help="a catalog device or hardware spec YAML "
+                   "(with --study: one of its devices; default its first)")
+    t.add_argument("--dtype", help="(default: the study's, else bf16)")
+    t.add_argument("--phase", choices=("decode", "prefill"), default="prefill",
+                   help="what the traced step ran (default: prefill)")
+    t.add_argument("--step", metavar="N", help="ProfilerStep#N to read, or all: every kernel of "
+                   "the trace as one step (default: the last step in the trace)")
+    t.add_argument("--batch", type=_positive, metavar="B", help="sequences in the step (default: "
+                   "from the trace's aten::embedding input shape, where recorded)")
+    t.add_argument("--context", type=_positive, metavar="S", help="prompt tokens (prefill) or cached "
+                   "tokens (decode); default in prefill: from the trace, as --batch")
+    t.add_argument("--rules", metavar="FILE", help="more kernel-name rules, tried before the "
+                   "shipped ones (rooflinec/measure/trace_rules.yaml shows the format)")
+    t.add_argument("--out", default="traced", metavar="DIR",
+                   help="output folder (default: traced): <model>-<phase>-b<B>-s<S>-trace.md, "
+                        ".json and .svg")
+
+
+def cmd_trace(args, stdout, stderr) -> int:
+    from rooflinec.measure import trace, trace_report
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise RooflineError(f"{args.out}: a file; --out names the folder the report goes to")
+    model, device, dtype, quantization = _trace_setup(args)
+    rules = trace.load_rules(args.rules)
+    read = trace.read(args.trace, args.step)
+    batch, context, source = _trace_workload(args, read)
+    report = trace_report.build(read, model, device, dtype, args.phase, batch, context, rules,
+                                quantization, source)
+    say = lambda message: stderr.write(f"{message}\n")   # noqa: E731
+    output.probe(args.out, say)
+    stem = f"{model.key}-{args.phase}-b{batch}-s{context}-trace"
+    for target in output.write_reports(args.out, {stem: trace_report.render(report, stem)}, say):
+        stdout.write(f"wrote {target}\n")
+    stdout.write(f"coverage {report['coverage']:.1%} of {report['kernel_s'] * 1e3:.4g} ms of kernels; "
+                 f"{len(report['violations'])} group(s) under the roofline\n")
+    return 0
+
+
+def _trace_setup(args):
+    """(model, device, dtype, quantization) from --study, or from --model and --device."""
+    from rooflinec import quick, spec
+    if bool(args.study) == bool(args.model):
+        raise UsageError("give --study STUDY.yaml, or --model and --device")
+    if args.study:
+        study = spec.load_study(args.study)
+        if study.model is None:
+            raise UsageError(f"--study {args.study}: a study of devices or operators, with no model")
+        devices = {d.key: d for d in study.devices}
+        if args.device and args.device not in devices:
+            raise UsageError(f"--device {args.device}: not a device of {args.study} "
+                             f"({', '.join(devices)})")
+        device = devices[args.device] if args.device else study.devices[0]
+        return study.model, device, args.dtype or study.dtype, study.quantization
+    if not args.device:
+        raise UsageError("--model needs --device")
+    device, dtype = quick._device(args.device), args.dtype or "bf16"
+    if device.peak("matrix", dtype) is None:
+        raise UsageError(f"--dtype {dtype}: {args.device} lists no tensor peak for it")
+    return quick._model(args.model), device, dtype, {}
+
+
+def _trace_workload(args, read) -> tuple[int, int, str]:
+    """(B, S, where they came from): the flags, else the trace's embedding shape (prefill)."""
+    shape = read.shapes
+    batch = args.batch or (shape[0] if shape else None)
+    context = args.context or (shape[1] if shape and args.phase == "prefill" else None)
+    if batch is None or context is None:
+        need = "--context" if batch else "--batch and --context"
+        raise UsageError(f"{need}: the trace records no aten::embedding input shape to read "
+                         f"{'them' if not batch else 'it'} from" if args.phase == "prefill" else
+                         f"{need}: a decode step's cached tokens are not in the trace; say them")
+    given = [f for f, v in (("--batch", args.batch), ("--context", args.context)) if v]
+    source = "given by " + " and ".join(given) if len(given) == 2 else \
+        f"B x S = {shape[0]} x {shape[1]} from the trace's aten::embedding ids" + \
+        (f", {' and '.join(given)} given" if given else "")
+    return batch, context, source
 
 
 def cmd_measure(args, stdout, stderr) -> int:
@@ -129,4 +230,4 @@ def _model(args) -> tuple[str, dict[str, str]]:
     return stem, report.render(report.build(measured), stem)
 
 
-COMMANDS = {"measure": cmd_measure}
+COMMANDS = {"measure": cmd_measure, "trace": cmd_trace}

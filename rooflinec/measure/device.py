@@ -18,7 +18,7 @@ import platform
 from dataclasses import dataclass
 
 from rooflinec import measure
-from rooflinec.measure.timing import Timing, clock, repeat
+from rooflinec.measure.timing import Timing, clock, clock_name, repeat
 from rooflinec.quantities import BINARY, prefixed, short
 from rooflinec.units import QuantityError, parse_quantity
 
@@ -48,6 +48,7 @@ class Calibration:
     cache_found: bool
     capacity: int
     quick: bool
+    clock: str = "with time.perf_counter"     # how each run was timed
 
     @property
     def bandwidth(self) -> float:
@@ -143,7 +144,8 @@ def calibrate(on: str | None = None, quick: bool = False, dtypes=None,
         copy, read, cached = _streams(torch, device, timed, max(4 * cache_size, 64 * MiB),
                                       cache_size // 4, 3 * repeats)
     return Calibration(_name(torch, device), device.type, measure.describe(torch, device),
-                       matmul, copy, read, cached, cache_size, found, _capacity(torch, device), quick)
+                       matmul, copy, read, cached, cache_size, found, _capacity(torch, device), quick,
+                       clock_name(torch, device))
 
 
 def format_quantity(value, dimension: str, binary: bool = False) -> str:
@@ -185,7 +187,7 @@ def spec(cal: Calibration, date: datetime.date | None = None) -> dict:
     method = ("torch.matmul of n x n matrices per dtype (best over the sides timed), copy_ and mv "
               f"of a {cal.copy.work // 2 // MiB} MiB buffer, copy_ of a "
               f"{cal.cache_copy.work // 2 // MiB} MiB buffer inside the cache; each timed "
-              f"{'with CUDA events' if cal.device == 'cuda' else 'with time.perf_counter'} after two "
+              f"{cal.clock} after two "
               f"warm-up runs{'; --quick: smaller sides, fewer repeats' if cal.quick else ''}")
     leaves_out = LEAVES_OUT + ("" if cal.cache_found else
                                "; the cache size was not found and 64 MiB is assumed")

@@ -12,6 +12,9 @@ from rooflinec.measure import profile, reference
 # the calibration itself: its best copy or product may run a little slower than a model's op
 # on a busy machine (timer resolution, a microsecond, is far below it for ops above the cache).
 TOLERANCE = 0.10
+# traffic classes a step reads from state kept between steps, once each per step: a second read
+# of one weight comes a whole step later, after every other byte of the step went through
+RESIDENT = ("weights", "kv_cache")
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,7 @@ class Predicted:
     bytes: float
     time: float
     bound: str
+    resident: float = 0.0   # bytes of weights and KV cache: state a step reads once, not fresh data
 
 
 def predict(model, device, dtype: str, phase: str, batch: int, context: int,
@@ -37,7 +41,8 @@ def predict(model, device, dtype: str, phase: str, batch: int, context: int,
     # the naive program: the ops the implementations run, each kernel through memory
     rows = bench.ledger(bench.program(phase, "unfused"), device, {B: batch, S: context}).rows
     return {r.op.name: Predicted(r.op.category, r.op.unit, r.count, r.flops, r.bytes, r.roof.time,
-                                 r.roof.bound) for r in rows}
+                                 r.roof.bound, sum(r.traffic.get(c, 0) for c in RESIDENT))
+            for r in rows}
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,21 @@ kernel: it is listed with its time, never dropped.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 import statistics
+import sys
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 
 from rooflinec.measure.reference import PREFIX
 
 STEP = "rooflinec-step"
+# Kineto's own progress lines (`USDT: ... profiler_start`, `STAGE: ... Warm Up`): its USDT level
+# prints whatever KINETO_LOG_LEVEL says, straight to file descriptor 2
+KINETO_LINE = re.compile(rb"^(USDT|STAGE):\S+ \S+ \d+:\d+ \S+\.cpp:\d+\] ")
 
 
 @dataclass(frozen=True)
@@ -56,13 +64,33 @@ def run(torch, device, step, steps: int, warmup: int = 2, by_op: dict | None = N
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
         torch.cuda.synchronize(device)
-    with torch.profiler.profile(activities=activities) as prof:
+    with quiet(), torch.profiler.profile(activities=activities) as prof:
         for _ in range(steps):
             with torch.profiler.record_function(STEP):
                 step()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
     return split(prof.events(), device.type == "cuda", steps, by_op or {})
+
+
+@contextlib.contextmanager
+def quiet():
+    """Drop Kineto's progress lines, which C++ writes to file descriptor 2 (no Python stream
+    sees them, and no setting stops them), and pass every other line written meanwhile on."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = b"".join(line for line in held if not KINETO_LINE.match(line))
+            if kept:
+                os.write(2, kept)
 
 
 def split(events, on_gpu: bool, steps: int, by_op: dict) -> Profile:

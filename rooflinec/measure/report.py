@@ -10,18 +10,36 @@ from rooflinec.cost import roofline
 from rooflinec.measure.model import TOLERANCE, Measurement
 
 
+def step_bytes(m: Measurement) -> float:
+    """Bytes the whole step moves, by the cost model: what streams through the cache between
+    two reads of one weight or KV entry (each is read once per step)."""
+    return sum(p.bytes for p in m.predicted.values())
+
+
+def _from_cache(p, streamed: float, cache: int | None) -> bool:
+    """Whether op `p` may find its data in the last-level cache, and so beat the memory
+    roofline. Its fresh data (activations an earlier op just wrote) stays there when one
+    launch's bytes fit; its weights and KV cache were last read a step ago, so they stay only
+    when the whole step's bytes (`streamed`) fit too. Replacement is taken as LRU: a scan
+    longer than the cache leaves none of it behind."""
+    if cache is None:
+        return False
+    return p.bytes / p.launches <= cache and (not p.resident or streamed <= cache)
+
+
 def _row(name: str, parts: list, m: Measurement) -> dict:
     """One measured range against the roofline of the ops it covers (one op, or a group)."""
     dev, prof = m.device, m.profile
     flops, nbytes = sum(p.flops for p in parts), sum(p.bytes for p in parts)
     predicted = sum(p.time for p in parts)
     launches = max(p.launches for p in parts)
-    # a group is checked only when each of its ops is above the cache
     per_launch = min(p.bytes / p.launches for p in parts)
-    in_cache = dev.cache_size is not None and per_launch <= dev.cache_size
+    # a group is checked only when none of its ops can run from the cache
+    in_cache = any(_from_cache(p, step_bytes(m), dev.cache_size) for p in parts)
     row = {"op": name, "covers": list(m.groups.get(name, [name])), "category": parts[0].category,
            "unit": parts[0].unit if len({p.unit for p in parts}) == 1 else "mixed",
            "launches": launches, "flops": flops, "bytes": nbytes, "bytes_per_launch": per_launch,
+           "resident_bytes": sum(p.resident for p in parts),
            "intensity": flops / nbytes if nbytes else None,
            "bound": "/".join(sorted({p.bound for p in parts})),
            "predicted_s": predicted, "in_cache": in_cache, "ran": name in prof.ops,
@@ -80,6 +98,7 @@ def build(m: Measurement) -> dict:
         "timer": "CUDA kernel time (torch.profiler)" if m.on.startswith("cuda")
                  else "CPU time of each op range (torch.profiler)",
         "coverage": prof.coverage, "profiled_s": total, "mapped_s": prof.mapped_time,
+        "step_bytes": step_bytes(m),
         "predicted_s": sum(r["predicted_s"] for r in rows if r["ran"]),
         "rows": rows,
         "unmapped": [{"kernel": k, "time_s": v, "share": v / total if total else 0.0}
