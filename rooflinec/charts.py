@@ -6,11 +6,16 @@ salt, no date or creator metadata, text kept as <text> (selectable, scalable, no
 
 from __future__ import annotations
 
+import ctypes
 import io
 import math
 import os
 import re
+import signal
+import sys
 import textwrap
+import threading
+import time
 from functools import cache
 
 from rooflinec.cost.roofline import ridge as ridge_of   # charts name their locals "ridge"
@@ -390,14 +395,16 @@ class Painter:
     evaluated, so drawing overlaps the rest of the evaluation. Charts come back as SVG text,
     the same bytes whoever draws them; if the painter fails or dies, the caller draws them.
     Queues, not a bare pipe: their feeder threads keep either side from blocking on a full
-    pipe while the other is busy.
+    pipe while the other is busy. The painter dies with its parent, however the parent ends
+    (a SIGKILL included): it would otherwise wait on the jobs queue forever.
     """
 
     def __init__(self):
         import multiprocessing
         ctx = multiprocessing.get_context("fork")
         self._jobs, self._results = ctx.Queue(), ctx.Queue()
-        self._proc = ctx.Process(target=_paint, args=(self._jobs, self._results), daemon=True)
+        self._proc = ctx.Process(target=_paint, args=(self._jobs, self._results, os.getpid()),
+                                 daemon=True)
         self._proc.start()
         self._pending: dict[int, list[dict]] = {}
         self._done: dict[int, list[str] | None] = {}
@@ -443,7 +450,31 @@ def _warm_up() -> None:
     _svg(fig)
 
 
-def _paint(jobs, results) -> None:
+PR_SET_PDEATHSIG = 1   # linux/prctl.h: the signal a process gets when its parent dies
+WATCH_S = 1.0          # how often the portable fallback looks for its parent
+
+
+def _die_with_parent(parent: int) -> None:
+    """End this process when `parent` does: on Linux the kernel sends SIGKILL at once
+    (prctl PR_SET_PDEATHSIG); everywhere a daemon thread also sees the process re-parented."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):   # no libc prctl: the thread below still watches
+            pass
+    if os.getppid() != parent:   # the parent died before the signal was asked for
+        os._exit(0)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(WATCH_S)
+    os._exit(0)
+
+
+def _paint(jobs, results, parent: int) -> None:
+    _die_with_parent(parent)
     _warm_up()
     while (job := jobs.get()) is not None:
         ticket, charts = job

@@ -43,13 +43,20 @@ def capped(text: str) -> str:
     return text if len(text) <= MAX_MESSAGE else shortened(text, MAX_MESSAGE)
 
 
-# control characters a spec may smuggle into a key or value: one problem stays one line
-_CONTROLS = {c: repr(chr(c))[1:-1] for c in (*range(0x20), 0x7f, 0x85, 0x2028, 0x2029)}
+# characters a spec may smuggle into a key or value: line breaks (YAML's \x85, \u2028 and
+# \u2029 too), C0 and C1 controls (\x9b opens a terminal escape), lone surrogates (no UTF-8
+# encodes them) and the non-characters YAML refuses; one problem stays one printable line
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]")
+
+
+def _escaped(match) -> str:
+    c = ord(match.group())
+    return repr(chr(c))[1:-1] if c < 0xa0 else f"\\u{c:04x}"
 
 
 def one_line(text: str) -> str:
     """`text` with line breaks and other control characters escaped as in Python (\\n ...)."""
-    return text.translate(_CONTROLS)
+    return _UNSAFE.sub(_escaped, text)
 
 
 class UsageError(RooflineError):

@@ -11,8 +11,10 @@ import json
 import os
 from dataclasses import dataclass, field
 
+import yaml
+
 from rooflinec import validate, yamlio
-from rooflinec.errors import Problem, SpecError
+from rooflinec.errors import Problem, SpecError, one_line
 
 # Fields that change no FLOP or byte count, and why; read for every architecture.
 COST_FREE = {
@@ -131,6 +133,40 @@ def _window(r: Reader, spec: dict, alternating: bool = False) -> None:
                              pattern=["sliding", "full"] if alternating else ["sliding"])
 
 
+LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding"}
+
+
+def _layer_types(r: Reader, spec: dict) -> bool:
+    """`layer_types`, one attention kind per layer, as attention.pattern (its shortest
+    repeating period) and, where a layer is sliding, attention.window; False when absent."""
+    kinds = r.get("layer_types")
+    if kinds is None:
+        return False
+    n = spec["n_layers"]
+    if not isinstance(kinds, list) or len(kinds) != n \
+            or any(not isinstance(k, str) or k not in LAYER_TYPES for k in kinds):
+        raise SpecError([r.problem("layer_types", f"expected a list of {n} entries (num_hidden_layers), "
+                                                  f"each one of {', '.join(LAYER_TYPES)}")])
+    r.used.update({"sliding_window", "sliding_window_size"})
+    pattern = [LAYER_TYPES[k] for k in kinds[:_period(kinds)]]
+    if "sliding" in pattern:
+        spec["attention"].update(window=r.need("sliding_window"), pattern=pattern)
+    return True
+
+
+def _period(items: list) -> int:
+    """The shortest p with items[i] == items[i - p] for every i >= p (KMP's failure function:
+    linear in the list's length)."""
+    fail, k = [0] * len(items), 0
+    for i in range(1, len(items)):
+        while k and items[i] != items[k]:
+            k = fail[k - 1]
+        if items[i] == items[k]:
+            k += 1
+        fail[i] = k
+    return len(items) - (fail[-1] if items else 0)
+
+
 def _decoder(r: Reader, act_key: str = "hidden_act", act_default: str = "silu") -> dict:
     """The fields every Llama-style decoder shares: RMSNorm, RoPE, a gated MLP."""
     d_model, heads = r.need("hidden_size"), r.need("num_attention_heads")
@@ -206,7 +242,8 @@ def _gemma2(r: Reader) -> dict:
             "notes": f"final_logit_softcapping: {cap}*tanh(x/{cap}), divide, tanh and multiply, 3 "
                      "FLOPs a logit (transformers' Gemma2); the logits read and written once; B "
                      "rows, as under the default convention logits: last"}]
-    _window(r, spec, alternating=True)
+    if not _layer_types(r, spec):   # transformers' Gemma2 default: sliding from layer 0, alternating
+        _window(r, spec, alternating=True)
     r.notes.append(r.doc.problem((), "not modelled; this leaves out Gemma's embedding scale "
                                      "(the gathered rows times sqrt(d_model): one multiply per "
                                      "element, once per token)"))
@@ -219,10 +256,14 @@ def _gpt2(r: Reader) -> dict:
     if not isinstance(act, str) or act not in ("gelu_new", "gelu", "gelu_pytorch_tanh"):
         raise SpecError([r.problem("activation_function", f"activation {json.dumps(act)} is not "
                                    "covered; covered: gelu_new, gelu, gelu_pytorch_tanh")])
+    heads = r.need("n_head")
+    if d_model % heads:   # transformers' GPT2Attention raises the same ValueError
+        raise SpecError([r.problem("n_head", f"n_embd {d_model} is not divisible by n_head {heads}; "
+                                             "GPT-2's head dimension is n_embd / n_head")])
     return {
         "d_model": d_model, "n_layers": r.need("n_layer"), "vocab": r.need("vocab_size"),
         "max_context": r.need("n_positions"),
-        "attention": {"n_heads": r.need("n_head"), "head_dim": d_model // r.data["n_head"],
+        "attention": {"n_heads": heads, "head_dim": d_model // heads,
                       "qkv_bias": True, "out_bias": True},
         "mlp": {"kind": "gelu", "d_ff": _optional(r, "n_inner", 4 * d_model), "bias": True},
         "norm": {"kind": "layernorm", "bias": True},
@@ -250,6 +291,12 @@ def config_file(path: str) -> str:
 
 def convert(path: str, hf_id: str | None = None) -> tuple[str, list[Problem]]:
     """The model spec YAML for the config at `path`, and the notes on what it leaves out."""
+    spec, notes = mapped(path, hf_id)
+    return emit(spec, notes), notes
+
+
+def mapped(path: str, hf_id: str | None = None) -> tuple[dict, list[Problem]]:
+    """The model spec (a mapping) for the config at `path`, and the notes on what it leaves out."""
     file = config_file(path)
     doc = yamlio.load(file)
     if not isinstance(doc.data, dict):
@@ -267,11 +314,21 @@ def convert(path: str, hf_id: str | None = None) -> tuple[str, list[Problem]]:
                                      f"architecture {json.dumps(arch)} is not covered; covered: "
                                      f"{', '.join(ARCHITECTURES)}")])
     spec = ARCHITECTURES[arch](r)
-    name = str(hf_id or r.data.get("_name_or_path") or _folder_name(file)).rsplit("/", 1)[-1]
+    name = _name(hf_id, r.data.get("_name_or_path"), file)
     source = f"{hf_id or name} config.json ({arch}), imported by rooflinec import"
     notes = sorted(r.notes + r.leftovers(arch), key=lambda p: (p.line, p.col))
     head = {"name": name, **({"hf_id": hf_id} if hf_id else {})}
-    return _yaml({**head, **spec, "source": source}, notes), notes
+    return {**head, **spec, "source": source}, notes
+
+
+def _name(hf_id, name_or_path, file: str) -> str:
+    """The last part of --hf-id, else of _name_or_path, else the folder's name: the first
+    that is not empty."""
+    for given in (hf_id, name_or_path):
+        last = str(given or "").rsplit("/", 1)[-1]
+        if last.strip():
+            return last
+    return _folder_name(file) or "imported"
 
 
 def _folder_name(file: str) -> str:
@@ -280,30 +337,34 @@ def _folder_name(file: str) -> str:
     return os.path.basename(os.path.dirname(os.path.abspath(file))) if stem == "config" else stem
 
 
-def _yaml(spec: dict, notes: list[Problem]) -> str:
-    """Block YAML, one key a line, sub-mappings in flow style; strings JSON-quoted (valid YAML).
-    The notes head the file as comments, so the spec keeps what it leaves out."""
+class _Dumper(yaml.SafeDumper):
+    """Plain YAML: no anchors or aliases, whatever objects the mapping shares; a string
+    holding a line break or control character double-quoted, where every one is escaped
+    (PyYAML writes \x85 raw in a single-quoted string, and reads it back as a break)."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+    def represent_str(self, data: str):
+        style = '"' if one_line(data) != data else None
+        return self.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _Dumper.represent_str)
+
+
+def emit(spec: dict, notes: list[Problem]) -> str:
+    """The spec through PyYAML's emitter, so no text from the config becomes structure (a
+    string is quoted and escaped wherever YAML needs it); sub-mappings in flow style. The notes
+    head the file as comments, each one line with its control characters escaped, so the spec
+    keeps what it leaves out."""
     lines = ["# A model spec imported from a Hugging Face config.json by `rooflinec import`.",
-             *(f"# {n.line}:{n.col}: {n.path}: {n.message}" for n in notes)]
-    for key, value in spec.items():
-        if key == "operators":
-            lines.append("operators:")
-            for op in value:
-                first = True
-                for k, v in op.items():
-                    lines.append(f"  {'- ' if first else '  '}{k}: {_scalar(v)}")
-                    first = False
-        elif isinstance(value, dict):
-            inner = ", ".join(f"{k}: {_scalar(v)}" for k, v in value.items())
-            lines.append(f"{key}: {{{inner}}}")
-        else:
-            lines.append(f"{key}: {_scalar(value)}")
-    return "\n".join(lines) + "\n"
+             *(comment(f"{n.line}:{n.col}: {n.path}: {n.message}") for n in notes)]
+    body = yaml.dump(spec, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=2**31 - 1,
+                     default_flow_style=None)
+    return "\n".join(lines) + "\n" + body
 
 
-def _scalar(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    return json.dumps(value)
+def comment(text: str) -> str:
+    """`text` as one YAML comment line: line breaks and control characters escaped."""
+    return "# " + one_line(text)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from rooflinec.errors import SpecError
-from rooflinec.hfimport import Reader, _decoder, _window
+from rooflinec.hfimport import Reader, _decoder, _layer_types, _window
 
 # routing and training switches that change no FLOP or byte count of inference
 ROUTING_FREE = ("router_aux_loss_coef", "output_router_logits", "norm_topk_prob", "aux_loss_alpha",
@@ -48,8 +48,11 @@ def _mixtral(r: Reader) -> dict:
 def _qwen3_moe(r: Reader) -> dict:
     spec = _decoder(r)
     spec["attention"]["qk_norm"] = True
+    # transformers' Qwen3MoeDecoderLayer: layer i is sparse when (i + 1) % decoder_sparse_step == 0
+    step = r.need("decoder_sparse_step")
     spec["moe"] = {"experts": r.need("num_experts"), "top_k": r.need("num_experts_per_tok"),
-                   "d_expert": r.need("moe_intermediate_size"), "every": r.need("decoder_sparse_step")}
+                   "d_expert": r.need("moe_intermediate_size"), "every": step,
+                   **({"offset": step - 1} if step > 1 else {})}
     if r.get("mlp_only_layers"):
         r.note("mlp_only_layers", "that the listed layers are dense; every layer is costed as MoE")
     _free(r)
@@ -78,8 +81,10 @@ def _gpt_oss(r: Reader) -> dict:
     spec["mlp"]["bias"] = True   # expert gate/up and down biases, and the router's
     spec["moe"] = {"experts": r.need("num_local_experts"), "top_k": r.need("num_experts_per_tok"),
                    "d_expert": spec["mlp"]["d_ff"]}
-    r.used.add("layer_types")   # sliding_attention, full_attention, alternating from layer 0
-    _window(r, spec, alternating=True)
+    # layer_types (transformers' GptOssDecoderLayer: one per layer; sliding_attention layers
+    # use sliding_window); absent: alternating from a sliding layer 0, the config's default
+    if not _layer_types(r, spec):
+        _window(r, spec, alternating=True)
     spec["attention"]["sinks"] = True   # one learned logit per head in every layer
     _quantized(r)
     _free(r)

@@ -37,10 +37,18 @@ class MoE:
     first_dense: int = 0       # leading layers with a dense MLP
     every: int = 1             # a MoE layer every `every` layers after those
     imbalance: float = 1       # rho: routing concentrated on E/rho equally likely experts
+    offset: int = 0            # ... namely those i with i % every == offset
 
-    def dense_layers(self, n_layers: int) -> int:
-        """Layers with a dense MLP: the first `first_dense`, then those i with i % every != 0."""
-        return sum(1 for i in range(n_layers) if i < self.first_dense or i % self.every)
+    def moe_layers(self, first: int, stop: int) -> int:
+        """MoE layers among layers first .. stop - 1: those i >= first_dense with
+        i % every == offset, counted in closed form (offset < every)."""
+        below = lambda x: (x - self.offset + self.every - 1) // self.every   # noqa: E731 - i < x
+        start = max(first, self.first_dense)
+        return max(0, below(stop) - below(start)) if stop > start else 0
+
+    def dense_layers(self, n_layers: int, first: int = 0) -> int:
+        """Layers with a dense MLP among layers first .. n_layers - 1."""
+        return max(0, n_layers - first) - self.moe_layers(first, n_layers)
 
     @property
     def shared_width(self) -> int:
@@ -52,7 +60,8 @@ def from_spec(section: dict | None) -> MoE | None:
         return None
     return MoE(section["experts"], section["top_k"], section["d_expert"],
                section.get("shared_experts", 0), section.get("d_shared", 0),
-               section.get("first_dense", 0), section.get("every", 1), section.get("imbalance", 1))
+               section.get("first_dense", 0), section.get("every", 1), section.get("imbalance", 1),
+               section.get("offset", 0))
 
 
 def values(model) -> dict:

@@ -20,10 +20,11 @@ import errno
 import json
 import os
 import secrets
+import stat
 import time
 from contextlib import contextmanager
 
-from rooflinec.errors import RooflineError
+from rooflinec.errors import RooflineError, UsageError
 
 try:
     import fcntl
@@ -250,9 +251,50 @@ def _write_json(out: str, name: str, data: dict) -> None:
     write_file(os.path.join(out, name), json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
+# what a path that is not a regular file is, for the message that refuses to replace it
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(path: str) -> str | None:
+    """Why `path` may not be replaced by a written file, or None: only a regular file (or a
+    link to one) or a path where nothing is yet may be. A rename over a FIFO or a device node
+    would replace the node itself (as root, /dev/null)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a symbolic link to nothing" if os.path.islink(path) else None
+    except NotADirectoryError:   # a file where a folder of the path should be: said by the caller
+        return None
+    except OSError as exc:
+        return f"not usable ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
+
+
+def check_file_target(path: str, flag: str = "--out") -> None:
+    """A usage error, before any work, unless `path` is a regular file or a new path whose
+    nearest existing folder is a folder."""
+    why = _not_regular(path) if path else "empty"
+    if why is None:
+        parent = os.path.dirname(os.path.abspath(path))
+        while not os.path.lexists(parent):
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent):
+            why = f"inside {parent}, which is not a folder"
+    if why is not None:
+        raise UsageError(f"{flag}: {path} is {why}; {flag} names a file to write, and only a "
+                         "regular file or a new path is replaced")
+
+
 def write_file(path: str, text: str) -> None:
     """One file, whole or not at all: staged beside `path`, then renamed over it (folders it
-    makes for the file are removed again if the write fails)."""
+    makes for the file are removed again if the write fails); never over a special file."""
+    why = _not_regular(path)
+    if why is not None:   # checked again here: the path may have changed since the command began
+        raise RooflineError(f"{path}: {why}; only a regular file or a new path is replaced")
     made, tmp = _makedirs(os.path.dirname(path)), None
     try:
         fd, tmp = _mkstemp(os.path.dirname(path) or ".", "tmp-")

@@ -129,7 +129,10 @@ def _table(rows) -> str:
 def cmd_import(args, stdout, stderr) -> int:
     from rooflinec import hfimport, params, spec
     from rooflinec.evaluate import number
+    from rooflinec.output import check_file_target
     from rooflinec.symbols import model_values
+    if args.out is not None:
+        check_file_target(args.out)
     text, notes = hfimport.convert(args.config, args.hf_id)
     for note in notes if not args.quiet else ():
         stderr.write(f"{note}\n")

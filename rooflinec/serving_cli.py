@@ -74,6 +74,7 @@ def cmd_calibrate(args, stdout, stderr) -> int:
     import yaml
 
     from rooflinec import calibrate, measurements
+    output.check_file_target(args.out)
     rows = measurements.read(args.csv)
     prepared = calibrate.prepare(rows, measurements.Specs(_specs_folder(args.specs)))
     try:

@@ -238,6 +238,10 @@ def _model_problems(doc: yamlio.Located) -> list[Problem]:
     if isinstance(routed, dict) and isinstance(routed.get("top_k"), int) and isinstance(routed.get("experts"), int) \
             and routed["top_k"] > routed["experts"]:
         problems.append(doc.problem(("moe", "top_k"), f"top_k {routed['top_k']} exceeds the {routed['experts']} experts"))
+    if isinstance(routed, dict) and isinstance(routed.get("offset"), int) \
+            and routed["offset"] >= routed.get("every", 1):
+        problems.append(doc.problem(("moe", "offset"), f"offset {routed['offset']} is not below every = "
+                                    f"{routed.get('every', 1)}: no layer i has i % every == offset"))
     if d.get("positions") == "learned" and "max_context" not in d:
         problems.append(doc.problem(("positions",), "learned positions need max_context "
                                                     "(the size of the position table)"))

@@ -163,7 +163,7 @@ def test_sliding_window_modelled_where_it_is_on():
 
 def test_hf_id_is_written_and_valid():
     model, _, text = imported("llama-3.1-8b", "meta-llama/Llama-3.1-8B")
-    assert 'hf_id: "meta-llama/Llama-3.1-8B"' in text and model.name == "Llama-3.1-8B"
+    assert "\nhf_id: meta-llama/Llama-3.1-8B\n" in text and model.name == "Llama-3.1-8B"
 
 
 def test_unknown_architecture_is_located(tmp_path):

@@ -336,8 +336,8 @@ def test_without_torch_measure_says_how_to_install_it():
 
 def test_a_wrong_out_is_said_before_any_timing(tmp_path):
     out, err = io.StringIO(), io.StringIO()
-    assert run(["measure", "device", "--out", str(tmp_path)], out, err) == 1
-    assert "a folder" in err.getvalue()
+    assert run(["measure", "device", "--out", str(tmp_path)], out, err) == 2   # a usage error
+    assert f"--out: {tmp_path} is a folder" in err.getvalue()
     (tmp_path / "file").write_text("")
     assert run(["measure", "model", "m.yaml", "--device", "d.yaml", "--out",
                 str(tmp_path / "file")], out, err) == 1

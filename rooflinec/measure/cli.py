@@ -176,8 +176,8 @@ def _trace_workload(args, read) -> tuple[int, int, str]:
 
 def cmd_measure(args, stdout, stderr) -> int:
     # a wrong --out is said before minutes of timing, not after
-    if args.what == "device" and os.path.isdir(args.out):
-        raise RooflineError(f"{args.out}: a folder; --out names the hardware spec file to write")
+    if args.what == "device":
+        output.check_file_target(args.out)
     if args.what == "model" and os.path.exists(args.out) and not os.path.isdir(args.out):
         raise RooflineError(f"{args.out}: a file; --out names the folder the report goes to")
     if args.what == "device":

@@ -1,0 +1,180 @@
+"""`rooflinec import` against the rules of the transformers modeling files it mirrors, and
+against text in a config.json that tries to become YAML structure (issue 31, items 1 and 6).
+
+The rules, from huggingface/transformers (read at commit 00d4b3d2):
+- src/transformers/models/qwen3_moe/modeling_qwen3_moe.py, Qwen3MoeDecoderLayer.__init__:
+  layer i is sparse when `layer_idx not in mlp_only_layers and num_experts > 0 and
+  (layer_idx + 1) % decoder_sparse_step == 0`, else a dense Qwen3MoeMLP of intermediate_size.
+- src/transformers/models/gpt_oss/modeling_gpt_oss.py, GptOssAttention.__init__:
+  `self.sliding_window = config.sliding_window if layer_type == "sliding_attention" else None`
+  with `layer_type = config.layer_types[layer_idx]`.
+- src/transformers/models/gpt2/modeling_gpt2.py, GPT2Attention.__init__: `head_dim =
+  embed_dim // num_heads`, and a ValueError "`embed_dim` must be divisible by num_heads"
+  where head_dim * num_heads != embed_dim.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rooflinec import hfimport, params, spec
+from rooflinec.cli import run
+from rooflinec.errors import SpecError
+from rooflinec.evaluate import number
+from rooflinec.moe import MoE
+from rooflinec.symbols import model_values
+
+CONFIGS = Path(__file__).resolve().parent / "hf_configs"
+LOCATED = re.compile(r"^.+:\d+:\d+: .+: .+$")
+
+
+def _config(folder: str) -> dict:
+    return json.loads((CONFIGS / folder / "config.json").read_text(encoding="utf-8"))
+
+
+def _import(tmp: Path, config: dict):
+    cfg = tmp / "config.json"
+    cfg.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    text, notes = hfimport.convert(str(cfg))
+    return spec.load_model(str(tmp / "imported.yaml"), text), text, cfg
+
+
+def _total(model) -> int:
+    return int(number(params.count(model).total, model_values(model)))
+
+
+# --- item 1: nothing from the config becomes structure ---------------------------------------
+
+def test_a_key_holding_yaml_does_not_turn_llama_into_a_moe(tmp_path):
+    """The adversary's case: an unknown key "zz\\nmoe: {...}" wrote a real `moe:` line, and
+    Llama-3.1-8B became a 25-trillion-parameter MoE. Now the note is one escaped comment line
+    and the model keeps its 8,030,261,248 parameters (tests/test_hfimport.py derives them)."""
+    config = _config("llama-3.1-8b")
+    config["zz\nmoe: {experts: 64, top_k: 64, d_expert: 999999}"] = 1
+    config["_name_or_path"] = "evil\nn_layers: 1000000"
+    model, text, _ = _import(tmp_path, config)
+    assert model.moe is None and model.n_layers == 32 and _total(model) == 8_030_261_248
+    assert not [line for line in text.splitlines() if line.startswith("moe")]
+    assert "zz\\nmoe: {experts: 64" in text   # the note, escaped, on its comment line
+    assert model.name == "evil\nn_layers: 1000000"   # a name, quoted: not a field
+
+
+@pytest.mark.parametrize("breaker", ["\n", "\r", "\x85", "\u2028", "\u2029", "\x0b", "\x1b[2J"])
+def test_every_line_break_in_a_note_or_a_string_stays_escaped(tmp_path, breaker):
+    config = _config("deepseek-v3")
+    config["quantization_config"]["quant_method"] = f"fp8{breaker}moe: {{experts: 1}}"
+    config[f"k{breaker}n_layers: 1"] = f"v{breaker}vocab: 7"
+    config["_name_or_path"] = f"x{breaker}d_model: 8"
+    model, text, _ = _import(tmp_path, config)
+    assert (model.n_layers, model.vocab, model.d_model, model.moe.experts) == (61, 129280, 7168, 256)
+    comments = [line for line in text.splitlines() if line.startswith("#")]
+    assert all(breaker not in line for line in comments)
+    assert yaml.safe_load(text)["name"] == f"x{breaker}d_model: 8"
+
+
+# --- item 6: each importer against the modeling file it mirrors ------------------------------
+
+def _sparse_by_transformers(n_layers: int, step: int, mlp_only=()) -> list[bool]:
+    """Qwen3MoeDecoderLayer's rule (module docstring), layer by layer."""
+    return [i not in mlp_only and (i + 1) % step == 0 for i in range(n_layers)]
+
+
+@settings(max_examples=25)
+@given(step=st.integers(1, 6), n_layers=st.integers(1, 40))
+def test_qwen3_moe_sparse_layers_follow_transformers(tmp_path_factory, step, n_layers):
+    config = _config("qwen3-30b-a3b")
+    config.update(decoder_sparse_step=step, num_hidden_layers=n_layers)
+    model, _, _ = _import(tmp_path_factory.mktemp("q"), config)
+    got = [model.moe.moe_layers(i, i + 1) == 1 for i in range(n_layers)]
+    assert got == _sparse_by_transformers(n_layers, step)
+    assert model.moe.dense_layers(n_layers) == got.count(False)
+
+
+def test_qwen3_moe_step_two_costs_the_dense_layers_dense(tmp_path):
+    """decoder_sparse_step 2 on Qwen3-30B-A3B's 48 layers: layers 1, 3, ..., 47 sparse (24),
+    the other 24 a dense MLP of intermediate_size 6144: 3 * 2048 * 6144 = 37,748,736
+    parameters each, where a sparse layer holds the router 2048*128 = 262,144 and 128 experts
+    of 3 * 2048 * 768 = 4,718,592 (603,979,776 + 262,144 = 604,241,920)."""
+    config = _config("qwen3-30b-a3b")
+    every_layer, _, _ = _import(tmp_path, config)
+    config["decoder_sparse_step"] = 2
+    (tmp_path / "two").mkdir()
+    halved, _, _ = _import(tmp_path / "two", config)
+    assert halved.moe.dense_layers(48) == 24 and halved.d_ff == 6144
+    assert _total(every_layer) - _total(halved) == 24 * (604_241_920 - 37_748_736)
+
+
+def test_qwen3_moe_offset_is_refused_past_every(tmp_path):
+    data = yaml.safe_load((Path(spec.__file__).parent / "catalog" / "models" / "qwen3-30b-a3b.yaml")
+                          .read_text(encoding="utf-8"))
+    data["moe"].update(every=2, offset=2)
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(SpecError) as err:
+        spec.load_model(str(path))
+    assert "moe.offset" in str(err.value) and "not below every" in str(err.value)
+
+
+@settings(max_examples=40)
+@given(first=st.integers(0, 5), every=st.integers(1, 5), offset=st.integers(0, 4),
+       a=st.integers(0, 30), span=st.integers(0, 30))
+def test_moe_layers_closed_form_counts_the_rule(first, every, offset, a, span):
+    """The closed form counts exactly the layers i in [a, a + span) with i >= first_dense and
+    i % every == offset."""
+    offset %= every
+    moe = MoE(8, 2, 16, first_dense=first, every=every, offset=offset)
+    rule = sum(1 for i in range(a, a + span) if i >= first and i % every == offset)
+    assert moe.moe_layers(a, a + span) == rule
+    assert moe.dense_layers(a + span, a) == span - rule
+
+
+KINDS = {"sliding_attention": "sliding", "full_attention": "full"}
+
+
+@settings(max_examples=25)
+@given(kinds=st.lists(st.sampled_from(sorted(KINDS)), min_size=1, max_size=40))
+def test_gpt_oss_layer_types_are_the_pattern(tmp_path_factory, kinds):
+    """Layer i is windowed exactly when transformers gives it a sliding window."""
+    config = _config("gpt-oss-120b")
+    config.update(num_hidden_layers=len(kinds), layer_types=kinds)
+    model, _, _ = _import(tmp_path_factory.mktemp("g"), config)
+    pattern = model.pattern or ("full",)
+    assert [pattern[i % len(pattern)] for i in range(len(kinds))] == [KINDS[k] for k in kinds]
+    assert (model.window == 128) if "sliding_attention" in kinds else not model.pattern
+
+
+def test_gpt_oss_all_full_layers_are_costed_full(tmp_path):
+    config = _config("gpt-oss-120b")
+    config["layer_types"] = ["full_attention"] * 36
+    model, _, _ = _import(tmp_path, config)
+    assert not model.pattern   # was: the default alternation, whatever layer_types said
+
+
+@pytest.mark.parametrize("bad", [["sliding_attention"] * 35, ["chunked_attention"] * 36, "full", [1] * 36])
+def test_gpt_oss_layer_types_out_of_rule_are_located(tmp_path, bad):
+    config = _config("gpt-oss-120b")
+    config["layer_types"] = bad
+    with pytest.raises(SpecError) as err:
+        _import(tmp_path, config)
+    assert LOCATED.match(str(err.value)) and ": layer_types: expected a list of 36 entries" in str(err.value)
+
+
+def test_gpt2_head_dimension_must_divide(tmp_path):
+    """n_embd 1000 over n_head 3: transformers refuses it; the importer used to floor 333."""
+    config = _config("gpt2")
+    config.update(n_embd=1000, n_head=3)
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    assert run(["import", str(cfg)], out, err) == 1 and out.getvalue() == ""
+    line = next(i for i, t in enumerate(cfg.read_text().splitlines(), 1) if '"n_head"' in t)
+    assert err.getvalue().startswith(f"{cfg}:{line}:")
+    assert "n_embd 1000 is not divisible by n_head 3" in err.getvalue()
