@@ -115,7 +115,10 @@ def register_trace(sub, streams, parents=()) -> None:
 
 
 def cmd_trace(args, stdout, stderr) -> int:
-    from rooflinec.measure import trace, trace_report
+    try:
+        from rooflinec.measure import trace, trace_report
+    except ImportError as exc:
+        raise RooflineError(f"rooflinec trace needs {exc.name}: pip install -e '.[trace]'") from None
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise RooflineError(f"{args.out}: a file; --out names the folder the report goes to")
     model, device, dtype, quantization = _trace_setup(args)

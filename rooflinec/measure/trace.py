@@ -26,6 +26,7 @@ import zlib
 from dataclasses import dataclass, field
 from importlib import resources
 
+import ijson
 import yaml
 
 from rooflinec.errors import RooflineError, UsageError
@@ -116,7 +117,6 @@ def _open(path: str) -> _Counted:
 
 def _events(path: str):
     """Every entry of `traceEvents`, streamed; a located error where the JSON breaks."""
-    import ijson
     stream = _open(path)
     seen = 0
     try:
@@ -136,7 +136,6 @@ def _events(path: str):
 def _devices(path: str) -> list:
     """`deviceProperties` (Kineto writes it before or after `traceEvents`): one more pass,
     which tokenises the events in C without building them."""
-    import ijson
     stream = _open(path)
     try:
         return [d for d in ijson.items(stream, "deviceProperties.item", use_float=True)
@@ -159,18 +158,19 @@ def _is_kernel(e: dict) -> bool:
     return e.get("cat") == "kernel" and e.get("ph") == "X"
 
 
-def _steps(path: str) -> tuple[dict, int]:
-    """ProfilerStep number -> {"cpu": window, "gpu": window}, and the kernel count."""
-    steps, kernels = {}, 0
+def _steps(path: str) -> tuple[dict, int, int]:
+    """ProfilerStep number -> {"cpu": window, "gpu": window}; the GPU kernel and CPU op counts."""
+    steps, kernels, ops = {}, 0, 0
     for e in _events(path):
         if _is_kernel(e):
             kernels += 1
             continue
+        ops += e.get("cat") == "cpu_op"
         side = STEP_CATS.get(e.get("cat"))
         match = STEP_NAME.match(str(e.get("name", ""))) if side else None
         if match:
             steps.setdefault(int(match.group(1)), {})[side] = _window(e)
-    return steps, kernels
+    return steps, kernels, ops
 
 
 def choose(path: str, steps: dict, wanted: str | None) -> Step:
@@ -207,24 +207,39 @@ def _launched(path: str, window: tuple[float, float]) -> set:
     return ids
 
 
-def _collect(path: str, step: Step) -> tuple[Kernels, tuple | None]:
-    kernels, shapes = Kernels(), None
-    ids = _launched(path, step.cpu) if step.gpu is None and step.cpu is not None else None
+def _collect(path: str, step: Step, on_gpu: bool = True) -> tuple[Kernels, tuple | None]:
+    kernels, shapes, ops = Kernels(), None, []
+    ids = _launched(path, step.cpu) if on_gpu and step.gpu is None and step.cpu is not None else None
+    window = step.cpu or (float("-inf"), float("inf"))
     for e in _events(path):
-        if _is_kernel(e):
+        if not on_gpu and e.get("cat") == "cpu_op" and window[0] <= float(e.get("ts", 0.0)) <= window[1]:
+            ops.append((e.get("tid"), *_window(e), str(e.get("name", ""))))
+        if on_gpu and _is_kernel(e):
             ts, end = _window(e)
             if step.gpu is not None and not step.gpu[0] <= ts < step.gpu[1]:
                 continue
             if ids is not None and (e.get("args") or {}).get("correlation") not in ids:
                 continue
             kernels.add(str(e.get("name", "")), ts, end - ts)
-        elif shapes is None and e.get("name") == "aten::embedding":
-            window = step.cpu or (float("-inf"), float("inf"))
+        if shapes is None and e.get("name") == "aten::embedding":
             dims = (e.get("args") or {}).get("Input Dims")
             if window[0] <= float(e.get("ts", 0.0)) <= window[1] and dims and len(dims) > 1 \
                     and len(dims[1]) == 2:
                 shapes = tuple(int(x) for x in dims[1])
+    for _, start, end, name in _outermost(ops):
+        kernels.add(name, start, end - start)
     return kernels, shapes
+
+
+def _outermost(ops: list) -> list:
+    """The CPU ops no other op of their thread encloses: a CPU trace's "kernels" (an inner
+    op's time is already inside its caller's)."""
+    out, ends = [], {}
+    for tid, start, end, name in sorted(ops, key=lambda o: (str(o[0]), o[1], -o[2])):
+        if start >= ends.get(tid, float("-inf")):
+            out.append((tid, start, end, name))
+            ends[tid] = end
+    return out
 
 
 def _gpu_name(props: list) -> str | None:
@@ -235,15 +250,18 @@ def _gpu_name(props: list) -> str | None:
 
 def read(path: str, step: str | None = None) -> Trace:
     """The trace at `path` (JSON or gzipped JSON), reduced to one step's kernels."""
-    steps, count = _steps(path)
-    if not count:
-        raise TraceError(f"{path}: no GPU kernel events (cat \"kernel\"): a CPU-only trace, or "
-                         "not recorded with ProfilerActivity.CUDA")
+    steps, count, ops = _steps(path)
+    if not count and not ops:
+        raise TraceError(f"{path}: no GPU kernel (cat \"kernel\") and no CPU op (cat "
+                         "\"cpu_op\") events: nothing ran under the profiler")
     chosen = choose(path, steps, step)
-    kernels, shapes = _collect(path, chosen)
+    kernels, shapes = _collect(path, chosen, on_gpu=bool(count))
     if not kernels.calls:
         raise TraceError(f"{path}: ProfilerStep#{chosen.number} holds no kernel")
-    if chosen.number is None:
+    if not count:
+        rule = ("no GPU kernels (a CPU trace): the outermost CPU ops of "
+                + (f"ProfilerStep#{chosen.number}" if chosen.number is not None else "the trace"))
+    elif chosen.number is None:
         rule = "every kernel in the trace (--step all)"
     elif chosen.gpu is not None:
         rule = f"kernels that start inside ProfilerStep#{chosen.number} on the GPU timeline"
