@@ -13,7 +13,7 @@ positive. TTFT is not fitted: it is predicted from the same numbers.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -96,18 +96,25 @@ class Prepared:
 
 def prepare(rows, specs) -> list[Prepared]:
     from rooflinec import measurements
-    from rooflinec.serving_model import Unpredictable, costs
-    out = []
+    out, seen = [], {}   # rows of one configuration share its costs: computed once
     for row in rows:
-        run = measurements.resolve(row, specs)
-        if isinstance(run, str):
-            out.append(Prepared(row, reason=run))
-            continue
-        try:
-            out.append(Prepared(row, run, costs(run)))
-        except Unpredictable as exc:
-            out.append(Prepared(row, run, reason=str(exc)))
+        key = measurements.configuration(row)
+        if key not in seen:
+            seen[key] = _prepared(row, specs)
+        out.append(replace(seen[key], row=row))
     return out
+
+
+def _prepared(row, specs) -> Prepared:
+    from rooflinec import measurements
+    from rooflinec.serving_model import Unpredictable, costs
+    run = measurements.resolve(row, specs)
+    if isinstance(run, str):
+        return Prepared(row, reason=run)
+    try:
+        return Prepared(row, run, costs(run))
+    except Unpredictable as exc:
+        return Prepared(row, run, reason=str(exc))
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ to the specs it names (model by its `hf_id`, device by its hardware spec name).
 Columns (header row first, any order, extra columns ignored):
 model (Hugging Face id), device (hardware spec name), engine, engine_version, weights
 (GEMM weight dtype), tp, pp, isl, osl, concurrency (integers >= 1), ttft_ms, tpot_ms
-(positive numbers), measured (date, may be empty), row_id (unique).
+(ms, from a nanosecond to a week), measured (date, may be empty), row_id (unique); a column
+named twice is refused.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from rooflinec import catalog, spec, yamlio
+from rooflinec import catalog, parallel, spec, yamlio
 from rooflinec.errors import Problem, SpecError
 from rooflinec.serving_model import Run
 
@@ -24,6 +25,9 @@ COLUMNS = ("model", "device", "engine", "engine_version", "weights", "tp", "pp",
 INTEGERS = ("tp", "pp", "isl", "osl", "concurrency")
 TIMES = ("ttft_ms", "tpot_ms")
 MAX_BYTES = 16 * 2**20
+# a time a measurement can hold, in ms: no step is under a nanosecond, no run over a week (and
+# the model divides by both, so 5e-324 or 1e300 would end in infinity or NaN)
+MIN_MS, MAX_MS = 1e-6, 7 * 24 * 3600e3
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,9 @@ def read(file: str) -> list[Row]:
     if missing:
         raise SpecError([Problem(file, 1, 1, "(header)", f"missing column(s) {', '.join(missing)}; "
                                  f"expected: {','.join(COLUMNS)}")])
+    repeated = _repeated_columns(file, header)
+    if repeated:
+        raise SpecError(repeated)
     rows, seen = [], {}
     for n, cells in enumerate(lines[1:], start=2):
         if not any(c.strip() for c in cells):
@@ -72,6 +79,18 @@ def read(file: str) -> list[Row]:
     if problems:
         raise SpecError(problems)
     return rows
+
+
+def _repeated_columns(file, header) -> list[Problem]:
+    """A column named twice: which copy holds the value would be a guess, so neither is taken."""
+    out, first = [], {}
+    for i, name in enumerate(header):
+        if name in COLUMNS and name in first:
+            col = 1 + sum(len(c) + 1 for c in header[:i])
+            out.append(Problem(file, 1, col, name, f"column '{name}' repeats column {first[name] + 1}; "
+                                                   "each column once"))
+        first.setdefault(name, i)
+    return out
 
 
 def _at(file, n, header, cells, column, message) -> Problem:
@@ -97,8 +116,9 @@ def _row(file, n, header, cells, problems) -> Row | None:
             x = float(value[name])
         except ValueError:
             x = math.nan
-        if not (math.isfinite(x) and x > 0):
-            problems.append(_at(file, n, header, cells, name, f"'{value[name]}' is not a positive number of ms"))
+        if not (math.isfinite(x) and MIN_MS <= x <= MAX_MS):
+            problems.append(_at(file, n, header, cells, name, f"'{value[name]}' is not a number of ms "
+                                f"from {MIN_MS:g} (a nanosecond) to {MAX_MS:g} (a week)"))
         out[name] = x / 1e3
     for name in ("model", "device", "engine", "weights", "row_id"):
         if not value[name]:
@@ -108,6 +128,11 @@ def _row(file, n, header, cells, problems) -> Row | None:
     return Row(value["row_id"], value["model"], value["device"], value["engine"], value["weights"],
                out["tp"], out["pp"], out["isl"], out["osl"], out["concurrency"], out["ttft_ms"],
                out["tpot_ms"])
+
+
+def configuration(row: Row) -> tuple:
+    """What a row's prediction depends on: rows alike in it are predicted alike."""
+    return (row.model, row.device, row.weights, row.tp, row.pp, row.isl, row.osl, row.concurrency)
 
 
 class Specs:
@@ -152,4 +177,8 @@ def resolve(row: Row, specs: Specs) -> Run | str:
         return f"{row.device} lists no tensor peak for {row.weights}"
     if row.pp != 1:
         return f"pipeline parallelism (pp {row.pp}) is not modelled"
+    try:
+        parallel.check(model, row.tp)
+    except parallel.Unshardable as exc:
+        return f"tp {row.tp}: {exc}"
     return Run(model, device, row.weights, row.tp, row.isl, row.osl, row.concurrency)

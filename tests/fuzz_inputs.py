@@ -112,6 +112,81 @@ def check_import(case, tmp: Path) -> None:
     assert time.perf_counter() - start < SLOW_S
 
 
+# --- a measurements CSV for validate and calibrate -------------------------------------------
+
+MEASURED = ROOT / "data" / "measured" / "serving-visible.csv"
+CELLS = ["", "0", "-1", "1", "3", "5", "7", "1e-320", "5e-324", "1e300", "1e308", "nan", "inf",
+         "-inf", "0x10", "1_000", "\uff14", "9" * 40, "2.5", "1e-6", "604800000", "6e8",
+         "bf16", "fp8", "int4", "nvfp4", "h100-sxm", "a100-40gb", "tpu-v4", "../x", "\n", "=cmd()",
+         "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-7B-Instruct", "deepseek-ai/DeepSeek-V3"]
+
+
+def _rows() -> tuple[list[str], list[list[str]]]:
+    import csv
+    with open(MEASURED, encoding="utf-8", newline="") as fh:
+        lines = list(csv.reader(fh))
+    return lines[0], lines[1:]
+
+
+@st.composite
+def hostile_csvs(draw) -> str:
+    """A few real rows (some repeated under new ids, as one configuration measured often),
+    cells replaced by hostile values, and sometimes a column named twice or missing."""
+    import csv
+    header, rows = _rows()
+    picked = [list(rows[i]) for i in draw(st.lists(st.integers(0, len(rows) - 1), min_size=1, max_size=6))]
+    picked += [list(picked[0]) for _ in range(draw(st.integers(0, 40)))]
+    for n, row in enumerate(picked):
+        row[header.index("row_id")] = f"r{n}"
+    for _ in range(draw(st.integers(0, 4))):
+        row, col = draw(st.sampled_from(picked)), draw(st.integers(0, len(header) - 1))
+        row[col] = draw(st.one_of(st.sampled_from(CELLS), TEXT))
+    header = list(header)
+    change = draw(st.sampled_from(["none", "none", "repeat", "drop", "extra"]))
+    col = draw(st.integers(0, len(header) - 1))
+    if change == "repeat":
+        header.append(header[col])
+        picked = [r + [r[col]] for r in picked]
+    elif change == "drop":
+        header.pop(col)
+        picked = [r[:col] + r[col + 1:] for r in picked]
+    elif change == "extra":
+        header.append(draw(TEXT))
+        picked = [r + [draw(TEXT)] for r in picked]
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows([header, *picked])
+    return out.getvalue()
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"the JSON holds {name}")
+
+
+def check_csv(text: str, tmp: Path) -> None:
+    """validate: exit 0 with only finite numbers in its JSON, or exit 1 with located lines
+    only; calibrate: the same, its YAML without .inf or .nan; both within SLOW_S."""
+    from rooflinec.cli import run
+    runs = tmp / "runs.csv"
+    runs.write_text(text, encoding="utf-8", errors="surrogatepass")
+    for argv in (["validate", "-q", str(runs), "--out", str(tmp / "v"), "--format", "json"],
+                 ["calibrate", str(runs), "--out", str(tmp / "cal.yaml")]):
+        out, err = io.StringIO(), io.StringIO()
+        start = time.perf_counter()
+        code = run(argv, out, err)
+        assert time.perf_counter() - start < SLOW_S, f"{argv[0]} took over {SLOW_S} s"
+        if code == 1:
+            lines = err.getvalue().splitlines()
+            assert lines and all(LOCATED.match(line) for line in lines), err.getvalue()[:2000]
+            continue
+        assert code == 0, err.getvalue()[:2000]
+        if argv[0] == "validate":
+            json.loads((tmp / "v" / "serving.json").read_text(encoding="utf-8"),
+                       parse_constant=_reject_constant)
+        else:
+            written = (tmp / "cal.yaml").read_text(encoding="utf-8")
+            assert not re.search(r"\.(inf|nan)\b", written, re.I), written[:2000]
+
+
 # --- special files as --out ------------------------------------------------------------------
 
 TARGETS = ("new", "new-nested", "regular", "link-to-regular", "folder", "fifo", "socket",
@@ -191,7 +266,8 @@ def check_out(case, tmp: Path) -> None:
         assert _snapshot(target) == before
 
 
-CHECKS = {"import": (hostile_configs, check_import), "out": (out_targets, check_out)}
+CHECKS = {"import": (hostile_configs, check_import), "csv": (hostile_csvs, check_csv),
+          "out": (out_targets, check_out)}
 
 
 def run_fuzz(what: str, count: int, seed_value: int) -> None:

@@ -130,9 +130,9 @@ def test_validate_defaults_to_the_shipped_calibration(small_csv, tmp_path):
 
 
 @pytest.mark.parametrize("cell, value, message", [
-    ("tpot_ms", "fast", "not a positive number"),
-    ("tpot_ms", "-1", "not a positive number"),
-    ("ttft_ms", "inf", "not a positive number"),
+    ("tpot_ms", "fast", "is not a number of ms from"),
+    ("tpot_ms", "-1", "is not a number of ms from"),
+    ("ttft_ms", "inf", "is not a number of ms from"),
     ("tp", "0", "whole number >= 1"),
     ("isl", "1.5", "whole number >= 1"),
     ("row_id", "", "empty"),

@@ -1,0 +1,102 @@
+"""A measurements CSV with bad rows (issue 31, item 5): a row the model cannot shard is
+reported as not predicted, with the reason, and the rest goes on; times no measurement can
+hold and a column named twice are refused, located; rows of one configuration are costed once."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from rooflinec import calibrate, measurements
+from rooflinec import serving_model as sm
+from rooflinec.cli import run
+from rooflinec.errors import SpecError
+
+ROOT = Path(__file__).resolve().parent.parent
+MEASURED = ROOT / "data" / "measured" / "serving-visible.csv"
+LOCATED = re.compile(r"^.+:\d+:\d+: .+: .+$")
+
+
+def _lines() -> list[list[str]]:
+    with open(MEASURED, encoding="utf-8", newline="") as fh:
+        return list(csv.reader(fh))
+
+
+def _write(path: Path, header: list[str], rows: list[list[str]]) -> Path:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows([header, *rows])
+    path.write_text(out.getvalue(), encoding="utf-8")
+    return path
+
+
+def _set(header, row, **cells) -> list[str]:
+    row = list(row)
+    for name, value in cells.items():
+        row[header.index(name)] = value
+    return row
+
+
+def test_a_row_whose_tp_does_not_divide_the_heads_is_not_predicted(tmp_path):
+    """Llama-3.1-8B has 32 query heads: tp 3 cannot split them. That row is reported with
+    the reason; the two good rows are still predicted (the whole run used to end)."""
+    header, *rows = _lines()
+    bad = _set(header, rows[0], tp="3", row_id="tp3")
+    runs = _write(tmp_path / "runs.csv", header, [rows[0], bad, rows[1]])
+    out, err = io.StringIO(), io.StringIO()
+    assert run(["validate", "-q", str(runs), "--out", str(tmp_path / "v"), "--format", "json"],
+               out, err) == 0, err.getvalue()
+    assert "\n2 of 3 rows predicted" in out.getvalue()
+    rep = json.loads((tmp_path / "v" / "serving.json").read_text(encoding="utf-8"))
+    text = json.dumps(rep)
+    assert "tp 3: tensor-parallel degree 3 does not divide the 32 query heads" in text
+    assert run(["calibrate", str(runs), "--out", str(tmp_path / "cal.yaml")], out, err) == 0, err.getvalue()
+
+
+@pytest.mark.parametrize("value", ["5e-324", "1e-320", "1e-9", "1e300", "1e9"])
+@pytest.mark.parametrize("column", ["tpot_ms", "ttft_ms"])
+def test_a_time_no_measurement_holds_is_refused_located(tmp_path, column, value):
+    """5e-324 ms divided by zero, 1e300 raised a math domain error, 1e-320 wrote NaN and
+    Infinity into the JSON and .inf into a calibration; now each is a located problem."""
+    header, *rows = _lines()
+    runs = _write(tmp_path / "runs.csv", header, [_set(header, rows[0], **{column: value})])
+    with pytest.raises(SpecError) as err:
+        measurements.read(str(runs))
+    text = str(err.value)
+    col = 1 + sum(len(c) + 1 for c in rows[0][:header.index(column)])
+    assert text.startswith(f"{runs}:2:{col}: {column}: '{value}' is not a number of ms from 1e-06")
+    for command in (["validate", str(runs), "--out", str(tmp_path / "v")],
+                    ["calibrate", str(runs), "--out", str(tmp_path / "c.yaml")]):
+        out, errs = io.StringIO(), io.StringIO()
+        assert run(command, out, errs) == 1 and all(LOCATED.match(x) for x in errs.getvalue().splitlines())
+    assert not (tmp_path / "c.yaml").exists() and not (tmp_path / "v").exists()
+
+
+def test_a_column_named_twice_is_refused_located(tmp_path):
+    """The second tp column used to win silently."""
+    header, *rows = _lines()
+    runs = _write(tmp_path / "runs.csv", header + ["tp"], [rows[0] + ["8"]])
+    with pytest.raises(SpecError) as err:
+        measurements.read(str(runs))
+    col = 1 + sum(len(c) + 1 for c in header)
+    assert str(err.value) == (f"{runs}:1:{col}: tp: column 'tp' repeats column "
+                              f"{header.index('tp') + 1}; each column once")
+
+
+def test_rows_of_one_configuration_are_costed_once(monkeypatch):
+    """3,000 rows of one configuration (ids apart): the serving model's costs are computed
+    once, not 3,000 times (counted in calls, not seconds), and every row gets them."""
+    header, *rows = _lines()
+    parsed = measurements.read(str(MEASURED))[:1]
+    many = [measurements.Row(**{**parsed[0].__dict__, "row_id": f"r{i}"}) for i in range(3000)]
+    calls = []
+    real = sm.costs
+    monkeypatch.setattr(sm, "costs", lambda r: calls.append(r) or real(r))
+    prepared = calibrate.prepare(many, measurements.Specs())
+    assert len(calls) == 1 and len(prepared) == 3000
+    assert [p.row.row_id for p in prepared] == [f"r{i}" for i in range(3000)]
+    assert len({id(p.costs) for p in prepared}) == 1 and prepared[0].costs is not None
