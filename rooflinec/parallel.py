@@ -286,19 +286,54 @@ def activation_bytes(seq: int, micro: int, hidden: int, heads: int, layers: int,
 
 # --- memory per device ------------------------------------------------------------------------
 
-def params_per_device(model, tp: int, pp: int = 1, ep: int = 1) -> int:
-    """Parameters one device holds: the sharded count over ceil(L/pp) layers, with the
-    embedding and LM head on the same stage (the stage that holds both, an upper bound for pp > 1);
-    norms and, past n_kv, KV heads are replicated; E/ep of the routed experts."""
+def stages(n_layers: int, pp: int) -> list[tuple[int, int]]:
+    """Each pipeline stage's layers first .. stop - 1: ceil(L/pp) consecutive layers a stage,
+    the last holding what is left; a pp that would leave a stage with no layers is refused."""
+    per = -(-n_layers // pp)
+    if pp < 1 or per * (pp - 1) >= n_layers:
+        filled = -(-n_layers // per) if pp >= 1 else 0
+        raise Unshardable(f"pipeline degree {pp} leaves stages with no layers: {n_layers} layers in "
+                          f"stages of ceil(L/pp) = {per} fill only {filled} stages")
+    return [(s * per, min((s + 1) * per, n_layers)) for s in range(pp)]
+
+
+def _layers_in(model, c, first: int, stop: int) -> int:
+    """How many copies of per-layer component `c` layers first .. stop - 1 hold."""
+    if c.layers == "moe":
+        return model.moe.moe_layers(first, stop)
+    if c.layers == "dense":
+        return model.moe.dense_layers(stop, first)
+    return stop - first
+
+
+def stage_params(model, tp: int, pp: int = 1, ep: int = 1) -> tuple[list, sp.Expr]:
+    """Parameters one device of each pipeline stage holds in its layers (exact numbers, tp
+    shards and E/ep of the routed experts), and those outside the layers (embeddings, final
+    norm, LM head); the stages and the rest sum to the model's parameters on one tp x ep
+    shard."""
     from rooflinec.params import count
     from rooflinec.symbols import model_values
-    counted = count(model)
-    total = counted.total
     if ep > 1:
         check_ep(model, ep)
-        experts = next(c for c in counted.components if c.name == "experts")
-        total -= experts.count * (1 - sp.Rational(1, ep))
-    return int(total.xreplace(on_one_device(model, tp, pp, ep)).subs(model_values(model)))
+    shard, values = per_device(model, tp, ep), model_values(model)
+    layered, once = [], sp.Integer(0)
+    for c in count(model).components:
+        per = c.per.xreplace(shard).subs(values) / (ep if c.name == "experts" else 1)
+        if c.layers or c.repeat == L:
+            layered.append((c, per))
+        else:
+            once += per * c.repeat.subs(values)
+    return [sum((per * _layers_in(model, c, first, stop) for c, per in layered), sp.Integer(0))
+            for first, stop in stages(model.n_layers, pp)], once
+
+
+def params_per_device(model, tp: int, pp: int = 1, ep: int = 1) -> int:
+    """Parameters one device holds: its tensor-parallel shard of the busiest pipeline stage's
+    layers, with the embedding and LM head on that same stage (an upper bound for pp > 1,
+    where they sit on the first and last); norms and, past n_kv, KV heads are replicated;
+    E/ep of the routed experts."""
+    layered, once = stage_params(model, tp, pp, ep)
+    return int(max(layered) + once)
 
 
 def on_one_device(model, tp: int, pp: int = 1, ep: int = 1) -> dict:

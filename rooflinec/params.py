@@ -34,6 +34,7 @@ class Component:
     embedding: bool      # left out of the non-embedding count
     note: str = ""
     active_per: sp.Expr | None = None   # parameters one token uses, where fewer (routed experts)
+    layers: str = ""     # "moe" or "dense": repeated over those layers of a MoE model only
 
     @property
     def count(self) -> sp.Expr:
@@ -140,15 +141,16 @@ def _moe(model) -> list[Component]:
     moe_repeat, dense = repeats(model)
     ups, note = _MLP[model.mlp_kind]
     mats = len(ups) + 1
-    parts = [replace(c, name="dense_" + c.name, repeat=sp.Integer(dense)) for c in _dense_mlp(model)] if dense else []
+    parts = [replace(c, name="dense_" + c.name, repeat=sp.Integer(dense), layers="dense")
+             for c in _dense_mlp(model)] if dense else []
     per_expert = mats * d_model * d_e + ((len(ups) * d_e + d_model) if model.mlp_bias else 0)
     parts += [Component("router", "mlp", d_model * E + (E if model.mlp_bias else 0), moe_repeat, True, False,
-                        "X W_router[d_model,E]" + (" + bias" if model.mlp_bias else "")),
+                        "X W_router[d_model,E]" + (" + bias" if model.mlp_bias else ""), layers="moe"),
               Component("experts", "mlp", E * per_expert, moe_repeat, True, False,
-                        f"E experts, each {note}", active_per=k * per_expert)]
+                        f"E experts, each {note}", active_per=k * per_expert, layers="moe")]
     if model.moe.shared_experts:
         parts.append(Component("shared_experts", "mlp", mats * d_model * d_s, moe_repeat, True, False,
-                               "every token: " + note))
+                               "every token: " + note, layers="moe"))
     return parts
 
 

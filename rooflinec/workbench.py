@@ -161,6 +161,11 @@ class Workbench:
         except par.Unshardable as exc:
             raise SpecError([self.problem(("parallel", "ep"), f"{exc}; pick a degree that divides "
                                           "the routed experts, or leave ep at 1")]) from None
+        try:
+            if self.model is not None:
+                par.stages(self.model.n_layers, p.pp)
+        except par.Unshardable as exc:
+            raise SpecError([self.problem(("parallel", "pp"), f"{exc}; pick fewer stages")]) from None
         return p
 
     def check_tp(self, tp: int, path: tuple, ep: int | None = None) -> None:
