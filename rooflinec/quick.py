@@ -18,7 +18,9 @@ SERVE_EPILOG = """\
 MODEL is a catalog name (rooflinec models), a model spec YAML, or a Hugging Face config.json
 (or the model folder holding one). The figures are roofline lower bounds for the ideal variant:
 decode tokens/s per batch at the context, time to first token for one prompt, memory fit
-(weights and KV cache), and what bounds each step.
+(weights and KV cache), and what bounds each step. The bounds use the conventions of the
+least work a correct kernel does, printed with them: the masked half of the prompt's scores
+skipped, logits for the last prompt token only, one fused QKV GEMM, biases in the GEMM epilogue.
 
 With --tp N the model is split over N devices (Megatron-LM tensor parallelism): memory is one
 device's share of the weights and KV cache, a step is one device's (collectives left out, so it
@@ -286,6 +288,9 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None) 
     from rooflinec.quantities import gib, seconds, sig
     dtype = dtype or setup
     lines = [answers.text(model.name, setup, _answers(device, dtype, section)).rstrip("\n")]
+    if section.get("conventions"):
+        lines.append("  conventions of these bounds (the least work a correct kernel does): "
+                     + "; ".join(f"{c['name']}: {c['choice']}" for c in section["conventions"]))
     lines.append(f"decode at context {section['steps'][0]['context']:,}:")
     table = [("batch", "tokens/s", "step", "bound", "memory needed", "fits")]
     for row in section["steps"]:

@@ -4,6 +4,8 @@ A step's lower bound is max(compute, memory) over the whole step, where compute 
 op's FLOPs over its unit's peak and memory is every byte over the bandwidth: perfect overlap
 of ops, so no kernel can beat it (decode_view sums per-op maxima instead, a tighter estimate
 that assumes no overlap between ops). Memory fit counts weights and the KV cache only.
+Every figure here is a bound, so the steps are lowered under lower.LEAST_WORK (the masked
+half skipped, last-token logits, one QKV GEMM), whatever conventions the study's ledgers state.
 """
 
 from __future__ import annotations
@@ -11,13 +13,15 @@ from __future__ import annotations
 from rooflinec import efficiency as E
 from rooflinec import kvcache, window
 from rooflinec.analyses import analysis
+from rooflinec.lower import LEAST_WORK
 from rooflinec.symbols import B, S
 from rooflinec.units import parse_quantity
 
 
 def _terms(ctx, phase: str, variant: str) -> dict:
-    """Each device's step terms for one phase (the workbench locates a missing peak)."""
-    return {dev.key: ctx.step_terms(phase, variant, dev) for dev in ctx.devices}
+    """Each device's step terms for one phase under the bound's conventions (the workbench
+    locates a missing peak)."""
+    return {dev.key: ctx.step_terms(phase, variant, dev, LEAST_WORK) for dev in ctx.devices}
 
 
 def _bound(terms, batch, context) -> dict:
@@ -119,5 +123,6 @@ def serving(ctx, params) -> dict:
         "crossovers": _crossovers(ctx, terms, contexts),
         "experts": getattr(ctx.model, "moe", None) is not None,   # a memory term concave in B
         "prefill": _prefill(ctx, params.prompts or contexts, variant), "variant": variant,
+        "conventions": [{"name": name, "choice": text} for name, text in LEAST_WORK.stated("prefill")],
         "measured": _measured(ctx, terms, params.measured or []),
     }
