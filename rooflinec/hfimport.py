@@ -267,17 +267,14 @@ def convert(path: str, hf_id: str | None = None) -> tuple[str, list[Problem]]:
                                      f"architecture {json.dumps(arch)} is not covered; covered: "
                                      f"{', '.join(ARCHITECTURES)}")])
     spec = ARCHITECTURES[arch](r)
-    name = str(hf_id or r.data.get("_name_or_path") or _folder_name(file)).rsplit("/", 1)[-1]
-    source = f"{hf_id or name} config.json ({arch}), imported by rooflinec import"
+    # a folder's name says nothing of the model (a Hugging Face snapshot's is a commit hash)
+    name = str(hf_id or r.data.get("_name_or_path") or f"{arch} (unnamed: --hf-id names it)").rsplit("/", 1)[-1]
+    source = f"{hf_id or r.data.get('_name_or_path') or 'an unnamed'} config.json ({arch}), imported by rooflinec import"
     notes = sorted(r.notes + r.leftovers(arch), key=lambda p: (p.line, p.col))
     head = {"name": name, **({"hf_id": hf_id} if hf_id else {})}
     return _yaml({**head, **spec, "source": source}, notes), notes
 
 
-def _folder_name(file: str) -> str:
-    """A model folder's name for its config.json, else the file's own stem."""
-    stem = os.path.splitext(os.path.basename(file))[0]
-    return os.path.basename(os.path.dirname(os.path.abspath(file))) if stem == "config" else stem
 
 
 def _yaml(spec: dict, notes: list[Problem]) -> str:

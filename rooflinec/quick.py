@@ -267,7 +267,7 @@ def _plain(value):
     """JSON-ready: sympy expressions as text."""
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):     # a tuple as the report's JSON writes it: a list
         return [_plain(v) for v in value]
     return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
 

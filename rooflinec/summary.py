@@ -23,7 +23,8 @@ def serving_options(study) -> dict:
 def _point(bound: dict | None, flops: float, nbytes: float, fits: bool = True) -> dict | None:
     if bound is None:
         return None
-    return {"tokens_per_s": bound["tokens_per_s"], "time_s": bound["time_s"],
+    rate = {k: bound[k] for k in ("tokens_per_s", "prompt_tokens_per_s") if k in bound}
+    return {**rate, "time_s": bound["time_s"],
             "bound": bound["bound"], "intensity": flops / nbytes, "fits": fits}
 
 

@@ -368,11 +368,11 @@ def test_explain_shows_every_device_tiles_crossings_and_decimal_limits(tmp_path)
     # the limit 128·(4·d_head + 5)/(b·(3·d_head + 4)) at d_head = 128, b = 2 is 66176/776 = 85.28
     assert "K/V tiles of Bc = 128 keys, xL (on rtx4090)" in out
     assert "K/V tiles of Bc = 192 keys, xL (on a100-40gb)" in out
-    assert "as S -> oo 128·(4·d_head + 5)/(b·(3·d_head + 4)) = 85.28" in out
+    assert "as S -> ∞ 128·(4·d_head + 5)/(b·(3·d_head + 4)) = 85.28" in out
     assert "rtx4090    ridge 163.9: never compute-bound (its intensity stays below the limit, 85.28)" in out
     assert "a100-40gb  ridge 200.6: never compute-bound (its intensity stays below the limit, 127.9)" in out
     code, out, _ = _call("explain", "specs/qwen.yaml", "attention")
-    assert "as S -> oo 2·n_q/(b·n_kv) = 7.000" in out     # 2 · 28 / (2 · 4)
+    assert "as S -> ∞ 2·n_q/(b·n_kv) = 7.000" in out     # 2 · 28 / (2 · 4)
     path = _study(tmp_path, PARTIAL)
     code, out, err = _call("explain", path, "attention", "--variant", "flash")
     assert code == 0, err
