@@ -4,7 +4,8 @@ is at or below the time of every variant and convention of the same point.
 The figures are read from each spec's committed report JSON (the summary, and the serving
 section where the study has one); each point is re-costed here under every variant (unfused,
 fused, flash, ideal) and every combination of conventions, by the overlapped step rule,
-max(Σ FLOPs / the peak of each op's unit, Σ bytes / bandwidth), which no kernel beats."""
+max(Σ FLOPs / the peak of each op's unit, Σ bytes / bandwidth), which no kernel beats, with
+the collectives of the deployment the study's `parallel` block describes."""
 
 from __future__ import annotations
 
@@ -46,6 +47,9 @@ def fastest(bench, device, phase: str, batch: int, context: int) -> tuple[float,
                 continue
             compute = sum(r.flops / r.unit_peak for r in ledger.rows)
             t = max(compute, ledger.bytes / device.bandwidth)
+            # the deployment's collectives, as the study's parallel block states them
+            comm = sum(c.time for c in bench.communication(prog, device, {B: batch, S: context}))
+            t = max(t, comm) if bench.parallel.overlap else t + comm
             best = min(best, (t, f"{variant}, {conv}"))
     return best
 
