@@ -145,7 +145,7 @@ def child_compile() -> dict:
 
     from rooflinec import sweep
     from rooflinec.evaluate import _compiled
-    from rooflinec.ir import factored, intensity
+    from rooflinec.ir import factoring, intensity
     from rooflinec.lower import lower
     model = _qwen().model
     times = {24: [], 1000: []}
@@ -153,7 +153,7 @@ def child_compile() -> dict:
     for _ in range(7):
         for layers in times:
             clear_cache(), _compiled.cache_clear()
-            intensity.cache_clear(), factored.cache_clear()
+            intensity.cache_clear(), factoring.cache_clear()
             deep = replace(model, n_layers=layers)
             start = time.perf_counter()
             kernel = sweep.compile_program(lower(deep, "decode"))

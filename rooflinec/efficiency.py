@@ -91,9 +91,15 @@ class Account:
                        self.dense_vector, sp.Integer(0))
 
 
-def palm_account(n_params: sp.Expr, sequence=S) -> Account:
+def palm_account(n_params: sp.Expr, sequence=S, model=None) -> Account:
     """PaLM appendix B: forward 2N per token in matmuls with the weights, and per layer and
-    head QK^T and PV over T keys, 2·2·Q·T, so the training total is 6N + 12·L·H·Q·T."""
+    head QK^T and PV over T keys, 2·2·Q·T, so the training total is 6N + 12·L·H·Q·T. Under
+    latent attention (MLA) the values are d_v wide, not the query/key head dim Q: QK^T takes
+    2·Q·T and PV 2·d_v·T, so the total is 6N + 6·L·H·(Q + d_v)·T (DeepSeek-V3: Q 192, d_v 128)."""
+    if getattr(model, "mla", None) is not None:
+        from rooflinec.mla import d_v
+        return Account("model FLOPs (PaLM appendix B, values d_v wide under latent attention)",
+                       2 * n_params, 2 * L * n_q * (d_head + d_v) * sequence)
     return Account("model FLOPs (PaLM appendix B)", 2 * n_params, 4 * L * n_q * d_head * sequence)
 
 

@@ -84,3 +84,8 @@ class DeviceLacks(DeviceError):
     def __init__(self, device, figure: str, field: str, needed_by: str):
         super().__init__(device, f"device '{device.key}' lists no {figure}, which {needed_by} needs; "
                                  f"add {field} to its hardware spec")
+
+
+class VariantLacks(DeviceLacks):
+    """A device lacks a figure only a variant the study chose needs (FlashAttention's SRAM):
+    the section leaves that device out and says so, even where it is the only device."""

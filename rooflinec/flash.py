@@ -57,10 +57,11 @@ def ideal_kernel(phase: str, causal_fraction, keys=S, prefix: str = "", repeat=L
     if phase == "decode":
         return kernel(phase, causal_fraction, None, keys, prefix, repeat)
     cost = FORMULAS["attention"](B, S, keys, n_q, n_kv, d_head, b, io=True,
-                                 causal_fraction=window.causal_share(causal_fraction, keys))
+                                 causal_fraction=window.causal_share(causal_fraction, keys), read_keys=S)
     k = str(keys).replace("Min", "min")
     return Op(prefix + "attention", "attention", "attention", "matrix", cost, repeat=repeat,
-              shape=f"Q[B,n_q,S,d_head] . K,V[B,n_kv,{k},d_head] -> O, compulsory traffic only",
+              shape=f"Q[B,n_q,S,d_head] . K,V[B,n_kv,{k} each of S,d_head] -> O, compulsory traffic only"
+              if keys != S else "Q[B,n_q,S,d_head] . K,V[B,n_kv,S,d_head] -> O, compulsory traffic only",
               crossing=S)
 
 

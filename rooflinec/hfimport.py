@@ -314,27 +314,22 @@ def mapped(path: str, hf_id: str | None = None) -> tuple[dict, list[Problem]]:
                                      f"architecture {json.dumps(arch)} is not covered; covered: "
                                      f"{', '.join(ARCHITECTURES)}")])
     spec = ARCHITECTURES[arch](r)
-    name = _name(hf_id, r.data.get("_name_or_path"), file)
-    source = f"{hf_id or name} config.json ({arch}), imported by rooflinec import"
+    name = _name(hf_id, r.data.get("_name_or_path"), arch)
+    source = f"{hf_id or r.data.get('_name_or_path') or 'an unnamed'} config.json ({arch}), imported by rooflinec import"
     notes = sorted(r.notes + r.leftovers(arch), key=lambda p: (p.line, p.col))
     head = {"name": name, **({"hf_id": hf_id} if hf_id else {})}
     return {**head, **spec, "source": source}, notes
 
 
-def _name(hf_id, name_or_path, file: str) -> str:
-    """The last part of --hf-id, else of _name_or_path, else the folder's name: the first
-    that is not empty."""
+def _name(hf_id, name_or_path, arch: str) -> str:
+    """The last part of --hf-id, else of _name_or_path: the first that is not empty. A folder's
+    name says nothing of the model (a Hugging Face snapshot's is a commit hash), so without
+    either the name says it is unnamed."""
     for given in (hf_id, name_or_path):
         last = str(given or "").rsplit("/", 1)[-1]
         if last.strip():
             return last
-    return _folder_name(file) or "imported"
-
-
-def _folder_name(file: str) -> str:
-    """A model folder's name for its config.json, else the file's own stem."""
-    stem = os.path.splitext(os.path.basename(file))[0]
-    return os.path.basename(os.path.dirname(os.path.abspath(file))) if stem == "config" else stem
+    return f"{arch} (unnamed: --hf-id names it)"
 
 
 class _Dumper(yaml.SafeDumper):

@@ -55,6 +55,13 @@ class Conventions:
         return (("causal masking", causal), ("logits", logits), *shared)
 
 
+# The conventions of a lower bound: the least work a correct kernel does (the masked half of
+# the scores skipped, logits for the last prompt token only, one QKV GEMM reading its input
+# once, biases in the GEMM epilogue, latent attention absorbed). Conventions that add work
+# belong to ledgers of what a given kernel does, and are stated there.
+LEAST_WORK = Conventions(causal_halving=True, logits="last", qkv="fused", bias="in_gemm", mla="absorbed")
+
+
 def _op(name, formula, category, *args, repeat=L, shape="", crossing=None, into="", **kw) -> Op:
     """An op from a registered formula; an op with `into` also carries its epilogue cost."""
     fn = FORMULAS[formula]
@@ -114,12 +121,13 @@ def _attention(phase: str, conv: Conventions, prefix: str = "", keys=S, repeat=L
     queries = 1 if phase == "decode" else S
     half = window.causal_share(conv.causal_fraction(phase), keys)
     knob = S if phase == "prefill" else None
+    read = S if phase == "prefill" else keys   # a prefill's queries read all S keys between them
     k = str(keys).replace("Min", "min")
     scores = f"[B,n_q,{queries},{k}]"
     n = prefix
     return [
         _op(n + "qk_matmul", "qk_matmul", "attention_matmul", B, n_q, n_kv, queries, keys, d_head, b,
-            causal_fraction=half, shape=f"Q[B,n_q,{queries},d_head] @ K^T[B,n_kv,d_head,{k}]",
+            causal_fraction=half, read_keys=read, shape=f"Q[B,n_q,{queries},d_head] @ K^T[B,n_kv,d_head,{k}]",
             crossing=knob, repeat=repeat),
         _op(n + "scale", "scale", "elementwise", B * n_q * queries * keys, b, shape=f"S{scores} / sqrt(d_head)",
             repeat=repeat),
@@ -128,7 +136,8 @@ def _attention(phase: str, conv: Conventions, prefix: str = "", keys=S, repeat=L
         _op(n + "softmax", "softmax", "softmax", B * n_q * queries, keys, b, shape=f"softmax(S{scores})",
             repeat=repeat),
         _op(n + "pv_matmul", "pv_matmul", "attention_matmul", B, n_q, n_kv, queries, keys, d_head, b,
-            causal_fraction=half, shape=f"P{scores} @ V[B,n_kv,{k},d_head]", crossing=knob, repeat=repeat),
+            causal_fraction=half, read_keys=read, shape=f"P{scores} @ V[B,n_kv,{k},d_head]", crossing=knob,
+            repeat=repeat),
     ]
 
 

@@ -182,3 +182,55 @@ def resolve(row: Row, specs: Specs) -> Run | str:
     except parallel.Unshardable as exc:
         return f"tp {row.tp}: {exc}"
     return Run(model, device, row.weights, row.tp, row.isl, row.osl, row.concurrency)
+
+
+# --- the layout columns of a deployment CSV (serving-v2: attention DP, expert parallelism,
+# disaggregated prefill and decode) ---------------------------------------------------------
+
+LAYOUT_COLUMNS = ("mode", "gemm_weights", "moe_weights", "attention_dp", "moe_tp", "moe_ep")
+# a format the serving model costs in place of the row's: fp8 with one scale per 128 x 128
+# block is fp8 plus 1/16384 of a scale per element, left out (fewer bytes: still a bound)
+STORED_AS = {"fp8-block": "fp8"}
+
+
+def layout_reason(cells: dict) -> str:
+    """Why the serving model (one aggregated instance, tensor parallelism only) cannot predict
+    a row of a deployment CSV, or "" where it can."""
+    if cells.get("mode", "agg") != "agg":
+        return (f"{cells['mode']} serving (prefill and decode on separate workers) is not modelled: "
+                "the model is one aggregated instance")
+    for column, what in (("attention_dp", "attention data parallelism"), ("moe_ep", "expert parallelism")):
+        if cells.get(column, "1") not in ("", "1"):
+            return f"{what} ({column} {cells[column]}) is not modelled by the serving model"
+    if cells.get("moe_weights") and cells.get("moe_tp", "") not in ("", cells.get("tp")):
+        return f"routed experts split over moe_tp {cells['moe_tp']} GPUs, attention over tp {cells['tp']}: not modelled"
+    if cells.get("moe_weights") and cells["moe_weights"] != cells["gemm_weights"]:
+        return f"experts stored as {cells['moe_weights']}, dense GEMMs as {cells['gemm_weights']}: one weight format is modelled"
+    return ""
+
+
+def read_layouts(file: str) -> list[tuple[Row | None, str, dict]]:
+    """Every row of a deployment CSV (the columns of `read`, with `gemm_weights` for `weights`,
+    and LAYOUT_COLUMNS): (the row, "", its cells) where the serving model can predict it,
+    else (None, why not, its cells). Rows are read in place, nothing is dropped."""
+    raw = yamlio.read_bytes(file, MAX_BYTES, "measurements CSV", "a UTF-8 CSV text file")
+    lines = list(csv.reader(io.StringIO(raw.decode("utf-8-sig"), newline="")))
+    header = lines[0]
+    missing = [c for c in LAYOUT_COLUMNS + ("row_id",) if c not in header]
+    if missing:
+        raise SpecError([Problem(file, 1, 1, "(header)", f"missing column(s) {', '.join(missing)}")])
+    out = []
+    for n, cells in enumerate(lines[1:], start=2):
+        if not any(c.strip() for c in cells):
+            continue
+        value = dict(zip(header, (c.strip() for c in cells)))
+        reason = layout_reason(value)
+        if reason:
+            out.append((None, reason, value))
+            continue
+        weights = STORED_AS.get(value["gemm_weights"], value["gemm_weights"])
+        plain = dict(value, weights=weights)
+        problems: list = []
+        row = _row(file, n, list(plain), list(plain.values()), problems)
+        out.append((row, "; ".join(p.message for p in problems), value))
+    return out

@@ -76,6 +76,14 @@ def symbols(model) -> tuple:
     return tuple(values(model))
 
 
+def distinct(model) -> sp.Expr:
+    """Distinct routed experts a step of M tokens reads per MoE layer, as the expert GEMMs
+    count them: E*(1-(1-k/E)^M), or over E/rho hot experts under imbalanced routing; exactly
+    k at M = 1."""
+    from rooflinec.ops.moe import distinct_experts
+    return distinct_experts(M, E / rho if model.moe.imbalance != 1 else E, k)
+
+
 def repeats(model) -> tuple[sp.Expr, int]:
     """(launches of a MoE-layer op, launches of a dense-layer op) per model step."""
     dense = model.moe.dense_layers(model.n_layers)

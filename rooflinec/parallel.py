@@ -16,11 +16,15 @@ one after down_proj per layer (one per layer for a parallel block), one after th
 vocabulary-parallel embedding, and an all-gather of the logits.
 
 Expert parallelism (ep, GShard and DeepSpeed-MoE's layout) splits the E routed experts over ep
-devices, E/ep each; attention, the router and shared experts stay whole on every one. Under
-uniform routing (each token's k experts equally likely to sit on any device) a device serves
-M*k/ep of the M*k routings and touches (E/ep)*(1-(1-k/E)^M) of its experts: every routed-expert
-op's FLOPs and bytes divide by ep. Tokens reach their experts and come back by two all-to-alls
-per MoE layer (dispatch and combine) of M*k*d_model elements each.
+devices, E/ep each; attention, the router and shared experts stay whole on every one. A step
+waits for its busiest device, so the program is that device's (pigeonhole): of the M*k
+routings one device serves at least ceil(M*k/ep), and of the D distinct experts the step reads
+one device holds at least ceil(D/ep); the routed-expert ops' FLOPs and activations scale by
+ceil(M*k/ep)/(M*k), their weights by ceil(D/ep)/D. (At M = 1 Mixtral's two experts sit on two
+devices, each reading a whole expert per layer.) The mean device under uniform routing, M*k/ep
+routings and D/ep experts, is a prediction of the typical device, not of the step, and is
+stated as one. Tokens reach their experts and come back by two all-to-alls per MoE layer
+(dispatch and combine) of M*k*d_model elements each.
 
 It is a pass applied after the variant's passes (the attention kernels they build are
 written over n_q and n_kv too); at tp = 1 it returns the program unchanged.
@@ -181,10 +185,12 @@ def routed(op) -> bool:
     return op.name.startswith("expert_")
 
 
-def _scaled(cost: Cost | None, factor) -> Cost | None:
+def _busiest(cost: Cost | None, rows, weights) -> Cost | None:
+    """A routed-expert op's cost on the busiest expert-parallel device: FLOPs and every
+    traffic class but the weights times `rows`, the weights times `weights`."""
     if cost is None:
         return None
-    return Cost(cost.flops * factor, tuple((c, e * factor) for c, e in cost.traffic))
+    return Cost(cost.flops * rows, tuple((c, e * (weights if c == "weights" else rows)) for c, e in cost.traffic))
 
 
 def expert_collectives(model, tp: int, ep: int) -> tuple[Collective, ...]:
@@ -205,14 +211,21 @@ def split_experts(program: Program, model, ep: int, tp: int = 1) -> Program:
     if ep == 1:
         return program
     check_ep(model, ep)
-    share = sp.Rational(1, ep)
-    ops = tuple(replace(op, cost=_scaled(op.cost, share), epilogue=_scaled(op.epilogue, share))
+    from rooflinec.moe import distinct, k
+    rows, experts = M * k, distinct(model)
+    share = (sp.ceiling(rows / ep) / rows, sp.ceiling(experts / ep) / experts)
+    ops = tuple(replace(op, cost=_busiest(op.cost, *share), epilogue=_busiest(op.epilogue, *share))
                 if routed(op) else op for op in program.ops)
     stated = (("expert parallelism", f"ep = {ep}: the {model.moe.experts} routed experts split "
-               f"{model.moe.experts // ep} per device; uniform routing, so each device serves "
-               "1/ep of the M*k routings and touches (E/ep)*(1-(1-k/E)^M) of its experts: the "
-               "routed-expert ops divide by ep; attention, router and shared experts whole on "
-               "every device; a dispatch and a combine all-to-all per MoE layer"),)
+               f"{model.moe.experts // ep} per device; a step waits for its busiest device, which "
+               "serves at least ceil(M*k/ep) of the M*k routings and reads at least ceil(D/ep) of "
+               "the D distinct experts the step touches (pigeonhole; D as the expert GEMMs count it, exactly "
+               "k at M = 1): the routed-expert ops are that "
+               "device's; attention, router and shared experts whole on every device; a dispatch and "
+               "a combine all-to-all per MoE layer"),
+              ("expert parallelism, mean device (a prediction)", "under uniform routing the mean "
+               "device serves M*k/ep routings and reads D/ep experts; the step still waits for the "
+               "busiest, whose load exceeds the mean by the routing's imbalance"),)
     return verify(replace(program, ops=ops, conventions=program.conventions + stated,
                           collectives=program.collectives + expert_collectives(model, tp, ep)))
 

@@ -62,6 +62,18 @@ class Params:
         return self._sum(lambda c: not c.embedding)
 
     @property
+    def in_layers(self) -> sp.Expr:
+        """Parameters a token uses inside the decoder layers (routed experts: k of E): what
+        full activation recomputation runs again; the embedding, final norm and LM head not."""
+        return self._sum(lambda c: c.repeat != ONE, active=True)
+
+    @property
+    def nanogpt(self) -> sp.Expr:
+        """nanoGPT's N (model.get_num_params(non_embedding=True)): every parameter a token uses
+        less the learned position table; the token table stays (tied, it is the LM head)."""
+        return self._sum(lambda c: c.name != "positions", active=True)
+
+    @property
     def active(self) -> sp.Expr:
         """Parameters one token's forward pass uses: routed experts count k of E."""
         return self._sum(lambda c: True, active=True)

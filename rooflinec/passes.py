@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from rooflinec import flash, window
 from rooflinec.symbols import S
-from rooflinec.errors import DeviceLacks
+from rooflinec.errors import VariantLacks
 from rooflinec.ir import Program, verify
 from rooflinec.lower import Conventions
 
@@ -73,7 +73,7 @@ def flash_attention(program: Program, target: Target) -> Program:
     if program.phase == "prefill" and tiles is None and flash.score_ops(program):
         if target.device is None:
             raise ValueError("the flash variant in prefill needs a device for its tiles")
-        raise DeviceLacks(target.device, "on_chip.sram_per_sm", "on_chip",
+        raise VariantLacks(target.device, "on_chip.sram_per_sm", "on_chip",
                           "FlashAttention's prefill tiles (the 'flash' variant; 'ideal' needs none)")
     fraction = target.conventions.causal_fraction(program.phase)
     return _one_kernel(program, lambda keys, prefix, repeat: flash.kernel(program.phase, fraction, tiles,

@@ -1,5 +1,5 @@
 """The one adapter between the serving model and the compiler: a model's lowered program
-(FlashAttention variant) evaluated at one workload point, op by op, as plain numbers.
+(the ideal variant, passes.DEFAULT_VARIANT) evaluated at one workload point, op by op, as plain numbers.
 
 It only calls lowering, the flash pass and scalar evaluation; what the numbers mean for a
 serving step (dtypes, tensor parallelism, mixed batches) is the serving model's business.
@@ -12,14 +12,14 @@ from functools import cache
 
 from rooflinec import quant
 from rooflinec.evaluate import number
-from rooflinec.lower import Conventions
+from rooflinec.lower import LEAST_WORK
 from rooflinec.passes import DEFAULT_VARIANT
 from rooflinec.symbols import M, b
 from rooflinec.workbench import Workbench
 
-# Prefill attention skips the masked half; one logit per sequence; q, k and v as one GEMM
-# (what serving engines run). The report states these.
-CONVENTIONS = Conventions(causal_halving=True, logits="last", qkv="fused", bias="in_gemm")
+# The lower bound's conventions (what serving engines run too): the masked half skipped, one
+# logit per sequence, q, k and v as one GEMM. The report states these.
+CONVENTIONS = LEAST_WORK
 # The attention kernel that moves only compulsory traffic: the step stays a lower bound.
 VARIANT = DEFAULT_VARIANT
 

@@ -19,11 +19,14 @@ SERVE_EPILOG = """\
 MODEL is a catalog name (rooflinec models), a model spec YAML, or a Hugging Face config.json
 (or the model folder holding one). The figures are roofline lower bounds for the ideal variant:
 decode tokens/s per batch at the context, time to first token for one prompt, memory fit
-(weights and KV cache), and what bounds each step.
+(weights and KV cache), and what bounds each step. The bounds use the conventions of the
+least work a correct kernel does, printed with them: the masked half of the prompt's scores
+skipped, logits for the last prompt token only, one fused QKV GEMM, biases in the GEMM epilogue.
 
 With --tp N the model is split over N devices (Megatron-LM tensor parallelism): memory is one
-device's share of the weights and KV cache, a step is one device's (collectives left out, so it
-stays a lower bound), and tokens/s are the group's, as the N devices step together.
+device's share of the weights and KV cache, a step is one device's kernels followed by its
+all-reduces (ring model, not overlapping compute), and tokens/s are the group's, as the N
+devices step together.
 --weights and --kv-cache store those tensors in another format than --dtype (weight-only or
 KV-cache quantization; --dtype stays the compute dtype), e.g.
   rooflinec serve llama-3.1-70b --device h100-sxm --tp 4 --weights fp8 --kv-cache fp8
@@ -233,7 +236,7 @@ def _check_tp(model, tp: int) -> None:
 def _setup(dtype: str, tp: int, storage: dict) -> str:
     """How the model runs, for the summary's heading: dtype, stored formats, devices."""
     stored = "".join(f", {'KV cache' if cls == 'kv_cache' else cls} {fmt}" for cls, fmt in storage.items())
-    return dtype + stored + (f", one of {tp} tensor-parallel devices" if tp > 1 else "")
+    return dtype + stored
 
 
 def cmd_serve(args, stdout, stderr) -> int:
@@ -269,7 +272,7 @@ def _plain(value):
     """JSON-ready: sympy expressions as text."""
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):     # a tuple as the report's JSON writes it: a list
         return [_plain(v) for v in value]
     return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
 
@@ -289,6 +292,9 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None) 
     from rooflinec.quantities import gib, seconds, sig
     dtype = dtype or setup
     lines = [answers.text(model.name, setup, _answers(device, dtype, section)).rstrip("\n")]
+    if section.get("conventions"):
+        lines.append("  conventions of these bounds (the least work a correct kernel does): "
+                     + "; ".join(f"{c['name']}: {c['choice']}" for c in section["conventions"]))
     lines.append(f"decode at context {section['steps'][0]['context']:,}:")
     table = [("batch", "tokens/s", "step", "bound", "memory needed", "fits")]
     for row in section["steps"]:
@@ -300,8 +306,8 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None) 
         c = row["devices"][0]
         turn = (f"decode turns compute-bound from batch {c['first']:,}" if c["first"] is not None
                 else "decode stays memory-bound at every batch")
-        lines.append(f"{turn}; the largest batch that fits at context {row['context']:,} is "
-                     f"{c['max_batch']:,}")
+        lines.append(f"{turn} (step bound, overlapped); the largest batch that fits at context "
+                     f"{row['context']:,} is {c['max_batch']:,}")
     longest = max(section["steps"][0]["context"], section["prefill"][0]["prompt"])
     if model.max_context and longest > model.max_context:
         lines.append(f"note: {longest:,} tokens is past the model's max_context, {model.max_context:,}")

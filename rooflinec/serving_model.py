@@ -11,7 +11,18 @@ law), and that wait is part of TTFT.
 A step's time is the sum over its kernels of max(FLOPs / (compute fraction x peak),
 bytes / (bandwidth fraction x bandwidth)), plus fixed times per layer and per step, plus the
 tensor-parallel all-reduces. The calibration's efficiencies (`Efficiency`) are the only
-fitted numbers; at `BOUND` (datasheet peaks, no overheads) the step time is a lower bound.
+fitted numbers.
+
+The lower bounds (`bound`) are computed on a population and step mix that are guaranteed,
+never at the mean mix: a step waits for every kernel in it, and a request's every decode step
+holds at least that request, at a context of at least its prompt; so TPOT >= the pure decode
+step of one sequence at context isl, TTFT >= its prompt's prefill alone, and a request's
+OSL steps take TTFT + (OSL - 1) x TPOT >= OSL x that decode step. Each step is bounded by the
+overlapped rule, max(sum FLOPs / peak, sum bytes / bandwidth), at the datasheet peaks, with no
+overheads and no communication (it may overlap). The steady step at the mean mix is a
+prediction: queued requests decode fewer sequences at once than the concurrency, and a mixture
+of experts' distinct experts are concave in tokens, so the mean step's experts exceed the mean
+over the real steps (Jensen's inequality).
 """
 
 from __future__ import annotations
@@ -107,6 +118,12 @@ class StepCost:
     def time(self, eff: Efficiency) -> float:
         return float(timed(self, eff))
 
+    @property
+    def lower_bound(self) -> float:
+        """The step bound, overlapped: max(sum of compute, sum of memory), every kernel's
+        compute overlapping every kernel's traffic and the collectives hidden behind both."""
+        return float(max(self.compute_s.sum(), self.memory_s.sum()))
+
 
 def timed(step, eff: Efficiency):
     """A step's time under `eff`: one step's fields, or many steps' stacked along axis 0."""
@@ -160,6 +177,7 @@ class Costs:
     first: StepCost            # the step that prefills a new request's prompt
     alone: StepCost            # that prompt's prefill alone (the TTFT bound)
     decode: StepCost           # today's pure decode step (no prefill)
+    one: StepCost              # one sequence's pure decode step at context isl (the TPOT bound)
 
 
 def costs(run: Run) -> Costs:
@@ -170,7 +188,7 @@ def costs(run: Run) -> Costs:
         raise Unpredictable("not one sequence's KV cache fits beside the weights")
     ctx = mean_context(run)
     return Costs(c, step_cost(run, c, ctx, c / run.osl), step_cost(run, c - 1, ctx, 1),
-                 step_cost(run, 0, ctx, 1), step_cost(run, c, ctx, 0))
+                 step_cost(run, 0, ctx, 1), step_cost(run, c, ctx, 0), step_cost(run, 1, run.isl, 0))
 
 
 @dataclass(frozen=True)
@@ -187,6 +205,13 @@ def predict(run: Run, c: Costs, eff: Efficiency) -> Prediction:
 
 
 def bound(c: Costs) -> Prediction:
-    """The uncalibrated lower bounds: the steady step and the prompt's prefill alone, at the
-    datasheet peaks with no overheads."""
-    return Prediction(c.steady.time(BOUND), c.alone.time(BOUND))
+    """The uncalibrated lower bounds on the guaranteed population (the module's docstring):
+    TPOT >= one sequence's pure decode step at context isl, TTFT >= the prompt's prefill
+    alone, each under the overlapped step rule at the datasheet peaks."""
+    return Prediction(c.one.lower_bound, c.alone.lower_bound)
+
+
+def request_bound(run: Run, c: Costs) -> float:
+    """A request's OSL steps (its prefill and OSL - 1 decodes) each take at least one
+    sequence's pure decode step: TTFT + (OSL - 1) x TPOT >= OSL x that step."""
+    return run.osl * c.one.lower_bound

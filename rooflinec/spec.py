@@ -229,6 +229,13 @@ def _model_problems(doc: yamlio.Located) -> list[Problem]:
             and "window" not in att:
         problems.append(doc.problem(("attention", "pattern"), "sliding or chunked layers need "
                                     "attention.window (their window in tokens)"))
+    if d.get("mla") and isinstance(pattern, list) and any(k in ("sliding", "chunked") for k in pattern):
+        # latent attention's decode reads every cached latent; a window would shrink the cache
+        # to min(S, W) while the step still reads all S: refused rather than costed two ways
+        problems.append(doc.problem(("attention", "pattern"), "windowed (sliding or chunked) layers "
+                                    "with latent attention (mla) are not modelled: the latent cache "
+                                    "would keep min(S, W) tokens while its decode reads all S; use "
+                                    "full layers, or drop mla"))
     routed = d.get("moe")
     if isinstance(routed, dict) and all(isinstance(routed.get(x), (int, float)) for x in ("experts", "top_k", "imbalance")) \
             and routed["top_k"] > 0 and routed["imbalance"] > routed["experts"] / routed["top_k"]:

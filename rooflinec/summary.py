@@ -23,7 +23,8 @@ def serving_options(study) -> dict:
 def _point(bound: dict | None, flops: float, nbytes: float, fits: bool = True) -> dict | None:
     if bound is None:
         return None
-    return {"tokens_per_s": bound["tokens_per_s"], "time_s": bound["time_s"],
+    rate = {k: bound[k] for k in ("tokens_per_s", "prompt_tokens_per_s") if k in bound}
+    return {**rate, "time_s": bound["time_s"],
             "bound": bound["bound"], "intensity": flops / nbytes, "fits": fits}
 
 
@@ -74,9 +75,15 @@ def answers(section: dict, devices, link: dict | None = None, variant: str | Non
                      "kv_tokens": m["kv_tokens"], "ridge": dev["ridge_matrix"],
                      "smallest_tp": smallest_tp(split, dev["key"]),
                      "decode": decode, "prefill": prefill})
-    return {"variant": section.get("variant", variant), "weight_bytes": section.get("weight_bytes"),
+    return {"variant": section.get("variant", variant), "deployment": section.get("deployment"),
+            "weight_bytes": section.get("weight_bytes"),
             "kv_per_token": section.get("kv_per_token"), "link": link, "devices": rows,
             "room": ROOM + (WINDOWED if section.get("kv_sequence_formula") is not None else "")}
+
+
+def deployment(group: dict) -> str:
+    """'tp 8', 'ep 8' or 'tp 2, ep 4': the degrees of a study's group of devices."""
+    return ", ".join(f"{k} {group[k]}" for k in ("tp", "ep") if group[k] > 1)
 
 
 def text(model_name: str, dtype: str, summary: dict) -> str:
@@ -84,8 +91,11 @@ def text(model_name: str, dtype: str, summary: dict) -> str:
     from rooflinec.errors import one_line
     from rooflinec.quantities import gib, seconds, sig
     lines = []
+    group = summary.get("deployment")
     for d in summary["devices"]:
-        head = one_line(f"{model_name} on {d['name']} ({d['device']}), {dtype}"
+        on = f"{group['gpus']} × {d['name']} ({d['device']}), {deployment(group)}" if group \
+            else f"{d['name']} ({d['device']})"
+        head = one_line(f"{model_name} on {on}, {dtype}"
                         + (f", {summary['variant']} variant" if summary['variant'] else ""))
         if d["lacks"]:
             lines += [head + ": not evaluated", f"  {d['lacks']}"]

@@ -72,7 +72,11 @@ def check(doc: Located, name: str) -> list[Problem]:
 
 
 def closest(word: str, choices) -> str:
-    match = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    """The likeliest name meant: one that `word` begins (h200 -> h200-sxm) before the closest
+    by difflib's ratio (which would offer b200 for h200)."""
+    names = [str(c) for c in choices]
+    prefixed = sorted((n for n in names if n.startswith(str(word)) and n != str(word)), key=len)
+    match = prefixed[:1] or difflib.get_close_matches(str(word), names, n=1, cutoff=0.6)
     return f"did you mean '{match[0]}'? " if match else ""
 
 

@@ -361,10 +361,11 @@ class Workbench:
         return Ledger(program, device, dtype, {s.name: v for s, v in workload.items()}, scope,
                       tuple(rows), self.peak(device, "matrix", dtype))
 
-    def step_terms(self, phase: str, variant: str, device):
-        """The two terms of `phase`'s whole step on `device` under the overlapped rule."""
+    def step_terms(self, phase: str, variant: str, device, conventions: Conventions | None = None):
+        """The two terms of `phase`'s whole step on `device` under the overlapped rule
+        (`conventions`: other choices than the study's, e.g. a bound's lower.LEAST_WORK)."""
         from rooflinec.efficiency import step_terms
-        program = self.program(phase, variant, device)
+        program = self.program(phase, variant, device, conventions=conventions)
         return step_terms(program, self.values,
                           lambda op: exact(self.peak(device, op.unit, None,
                                                      f"the {phase} op '{op.name}'")),

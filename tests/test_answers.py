@@ -53,8 +53,10 @@ def test_report_opens_with_the_answers_per_device(tmp_path):
 
 
 def test_summary_bounds_hold_under_every_variant():
-    """The summary's TTFT ≥ and tokens/s ≤ are the ideal kernel's overlapped step bound:
-    no variant (flash, fused, unfused) can be faster."""
+    """The summary's TTFT ≥ and tokens/s ≤ are the ideal kernel's overlapped step bound under
+    the least-work conventions (lower.LEAST_WORK): no variant (flash, fused, unfused) under the
+    study's conventions can be faster."""
+    from rooflinec.lower import LEAST_WORK
     study = spec.load_study("specs/qwen.yaml")
     bench = Workbench(study)
     rep = {"sections": [], "devices": [report._device(d, study.dtype) for d in study.devices]}
@@ -62,7 +64,7 @@ def test_summary_bounds_hold_under_every_variant():
     assert answers["variant"] == "ideal"
     for dev, row in zip(study.devices, answers["devices"]):
         for p in row["prefill"]:
-            ideal = bench.step_terms("prefill", "ideal", dev).roof(1, p["prompt"]).time
+            ideal = bench.step_terms("prefill", "ideal", dev, LEAST_WORK).roof(1, p["prompt"]).time
             assert p["time_s"] == pytest.approx(ideal, rel=1e-12)
             for variant in VARIANTS:
                 assert bench.step_terms("prefill", variant, dev).roof(1, p["prompt"]).time >= ideal * (1 - 1e-12)
@@ -70,7 +72,7 @@ def test_summary_bounds_hold_under_every_variant():
             for variant in VARIANTS:
                 t = bench.step_terms("decode", variant, dev).roof(1, c["context"]).time
                 assert 1 / t <= c["batch_1"]["tokens_per_s"] * (1 + 1e-12)
-            top = bench.step_terms("decode", "ideal", dev).roof(c["max_batch"], c["context"])
+            top = bench.step_terms("decode", "ideal", dev, LEAST_WORK).roof(c["max_batch"], c["context"])
             assert c["at_max_batch"]["tokens_per_s"] == pytest.approx(c["max_batch"] / top.time)
             assert bench.fits(dev, c["max_batch"], c["context"])
             assert not bench.fits(dev, c["max_batch"] + 1, c["context"])
@@ -368,11 +370,11 @@ def test_explain_shows_every_device_tiles_crossings_and_decimal_limits(tmp_path)
     # the limit 128·(4·d_head + 5)/(b·(3·d_head + 4)) at d_head = 128, b = 2 is 66176/776 = 85.28
     assert "K/V tiles of Bc = 128 keys, xL (on rtx4090)" in out
     assert "K/V tiles of Bc = 192 keys, xL (on a100-40gb)" in out
-    assert "as S -> oo 128·(4·d_head + 5)/(b·(3·d_head + 4)) = 85.28" in out
+    assert "as S -> ∞ 128·(4·d_head + 5)/(b·(3·d_head + 4)) = 85.28" in out
     assert "rtx4090    ridge 163.9: never compute-bound (its intensity stays below the limit, 85.28)" in out
     assert "a100-40gb  ridge 200.6: never compute-bound (its intensity stays below the limit, 127.9)" in out
     code, out, _ = _call("explain", "specs/qwen.yaml", "attention")
-    assert "as S -> oo 2·n_q/(b·n_kv) = 7.000" in out     # 2 · 28 / (2 · 4)
+    assert "as S -> ∞ 2·n_q/(b·n_kv) = 7.000" in out     # 2 · 28 / (2 · 4)
     path = _study(tmp_path, PARTIAL)
     code, out, err = _call("explain", path, "attention", "--variant", "flash")
     assert code == 0, err

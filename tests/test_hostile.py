@@ -195,7 +195,8 @@ def test_random_piecewise_formulas_give_sane_sections(tmp_path_factory, flops, n
     study = spec.load_study(str(_study(tree, _all_analyses())))
     rep = report.build(study)
     serving = next(s for s in rep["sections"] if s["kind"] == "serving")
-    terms = Workbench(study).step_terms("decode", serving["variant"], study.devices[0])
+    from rooflinec.lower import LEAST_WORK   # the serving section's bound conventions
+    terms = Workbench(study).step_terms("decode", serving["variant"], study.devices[0], LEAST_WORK)
     for row in serving["crossovers"]:
         first = row["devices"][0]["first"]
         if first is not None:

@@ -121,7 +121,7 @@ def test_serve_llama_70b_on_four_h100s_with_fp8_weights_and_kv_cache():
     # a quarter of the weight bytes at half the bytes each: a batch-1 step well under a quarter
     assert serving["steps"][0]["devices"][0]["time_s"] < one["steps"][0]["devices"][0]["time_s"] / 4
     code, text, _ = call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--tp", "4", "--weights", "fp8")
-    assert code == 0 and "bf16, weights fp8, one of 4 tensor-parallel devices" in text
+    assert code == 0 and "on 4 × NVIDIA H100 SXM5 80GB (h100-sxm), tp 4, bf16, weights fp8" in text
 
 
 def test_serve_dtype_the_device_lacks():

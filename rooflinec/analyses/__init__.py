@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from rooflinec import chartpoints, timebox
 from rooflinec.budget import Budget
-from rooflinec.errors import DeviceError, SpecError
+from rooflinec.errors import DeviceError, SpecError, VariantLacks
 from rooflinec.evaluate import Unbound
 from rooflinec.finite import settle
 from rooflinec.options import parse as parse_options
@@ -105,13 +105,15 @@ def evaluate(ctx: Workbench, key: str, options, empty: bool = False) -> dict:
     """Analysis `key`'s section. A device lacking a figure it needs (a vector peak, the SRAM
     FlashAttention's tiles come from) is left out of this section only, and the section
     says so (`lacking`: device and why). With no device left the last lack is raised, an
-    error located at that device, unless `empty`: then the section is only the note."""
+    error located at that device, unless `empty` or the lack is only the chosen variant's
+    (errors.VariantLacks: FlashAttention's SRAM): then the section is only the note."""
     fn, lacking = ANALYSES[key][1], []
     while True:
         try:
             return {**fn(ctx, options), "lacking": lacking}
         except DeviceError as exc:   # a lacking figure, SRAM smaller than a tile
-            if exc.device not in ctx.devices or (len(ctx.devices) == 1 and not empty):
+            if exc.device not in ctx.devices or (len(ctx.devices) == 1 and not empty
+                                                 and not isinstance(exc, VariantLacks)):
                 raise
             lacking.append({"device": exc.device.key, "why": str(exc)})
             ctx = ctx.without(exc.device)

@@ -17,8 +17,10 @@ QUERIES = {"decode": 1, "prefill": S}
 
 
 def _cost(phase: str, io: bool, causal_fraction, keys=S):
+    # a prefill's queries see `keys` each and read all S keys between them
     return FORMULAS["attention"](B, QUERIES[phase], keys, n_q, n_kv, d_head, b, io=io,
-                                 causal_fraction=window.causal_share(causal_fraction, keys))
+                                 causal_fraction=window.causal_share(causal_fraction, keys),
+                                 read_keys=S if phase == "prefill" else keys)
 
 
 def _layer_kinds(model) -> list[tuple[str, object]]:

@@ -32,9 +32,11 @@ def _step(ctx, device, phase: str, variant: str, tp: int, workload: dict, overla
     comm_s = sum(c.time for c in comm)
     step = max(led.time, comm_s) if overlap else led.time + comm_s
     tokens = workload["batch"] * (1 if phase == "decode" else workload["context"])
+    gpus = tp * ctx.parallel.ep      # the group that steps together: tp x ep devices
     return {"tp": tp, "flops": led.flops, "duplicated_flops": led.flops * tp - whole,
             "duplicated_share": (led.flops * tp - whole) / whole, "compute_s": compute, "memory_s": memory, "comm_s": comm_s, "step_s": step,
-            "tokens_per_s_per_device": tokens / step / tp, "comm_share": comm_s / step,
+            "gpus": gpus, "tokens_per_s_group": tokens / step,
+            "tokens_per_s_per_device": tokens / step / gpus, "comm_share": comm_s / step,
             "latency_bound": [c.collective.name for c in comm if c.latency_bound],
             "collectives": [{"name": c.collective.name, "kind": c.collective.kind,
                              "count": c.count, "payload": c.payload, "volume": c.volume,

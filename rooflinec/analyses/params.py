@@ -32,14 +32,17 @@ def params(ctx, _params) -> dict:
     totals = [
         _total(ctx, "total", counted.total, "every parameter: what a checkpoint stores, the N of 6N"),
         _total(ctx, "non-embedding", counted.non_embedding,
-               "without the token-embedding table and learned positions (Kaplan et al. 2020)"),
+               "without the token-embedding table and learned positions (Kaplan et al. 2020; "
+               "nanoGPT leaves out only learned positions, keeping a tied table)"),
         _total(ctx, "in matmuls", counted.matmul,
                "weights of matrix products every token pays for (norms, biases and an untied "
                "input table left out; routed experts: k of E)"),
     ]
     if ctx.model.moe is not None:
         totals.insert(1, _total(ctx, "active", counted.active,
-                                "parameters one token uses: k of the E routed experts, the rest whole"))
+                                "parameters one token uses: k of the E routed experts, the rest whole, "
+                                "the input table included (a model card's active count is often the "
+                                "'in matmuls' row, which leaves it out)"))
     return {"rows": rows, "totals": totals, "per_layer": counted.per_layer,
             "per_layer_count": int(number(counted.per_layer, ctx.values)),
             "layers": int(number(L, ctx.values))}

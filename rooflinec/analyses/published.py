@@ -32,7 +32,7 @@ def _flops_per_token(ctx, row, path) -> tuple[float, float, str]:
         model = load_model_ref(ctx.study.doc, path + ("model",), row["model"])
         values = {**sym.model_values(model), sym.S: row.get("sequence", 1)}
         n_expr = P.count(model).active   # a mixture of experts: the k routed experts a token uses
-        acc = E.palm_account(n_expr)
+        acc = E.palm_account(n_expr, model=model)
         acc = acc if "sequence" in row else acc.without_attention()
         return float(number(acc.model, values)), int(number(n_expr, values)), model.name
     if "sequence" in row:

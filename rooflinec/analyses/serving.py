@@ -4,6 +4,8 @@ A step's lower bound is max(compute, memory) over the whole step, where compute 
 op's FLOPs over its unit's peak and memory is every byte over the bandwidth: perfect overlap
 of ops, so no kernel can beat it (decode_view sums per-op maxima instead, a tighter estimate
 that assumes no overlap between ops). Memory fit counts weights and the KV cache only.
+Every figure here is a bound, so the steps are lowered under lower.LEAST_WORK (the masked
+half skipped, last-token logits, one QKV GEMM), whatever conventions the study's ledgers state.
 """
 
 from __future__ import annotations
@@ -12,24 +14,45 @@ from rooflinec import efficiency as E
 from rooflinec import kvcache, window
 from rooflinec.analyses import analysis
 from rooflinec.cost.roofline import bandwidth_utilisation
+from rooflinec.lower import LEAST_WORK
 from rooflinec.symbols import B, S
 from rooflinec.units import parse_quantity
 
 
+class _Step:
+    """One device's step of one phase in the study's deployment: the two overlapped terms
+    (`terms`) and the collectives its `parallel` block adds, timed by the ring model."""
+
+    def __init__(self, ctx, phase: str, variant: str, device):
+        self.terms = ctx.step_terms(phase, variant, device, LEAST_WORK)
+        self.program = ctx.program(phase, variant, device, conventions=LEAST_WORK)
+        self.ctx, self.device = ctx, device
+
+    def comm(self, batch, context) -> float:
+        if not self.program.collectives:
+            return 0.0
+        rows = self.ctx.communication(self.program, self.device, {B: batch, S: context})
+        return float(sum(c.time for c in rows))
+
+
 def _terms(ctx, phase: str, variant: str) -> dict:
-    """Each device's step terms for one phase (the workbench locates a missing peak)."""
-    return {dev.key: ctx.step_terms(phase, variant, dev) for dev in ctx.devices}
+    """Each device's step for one phase under the bound's conventions (the workbench locates
+    a missing peak or link)."""
+    return {dev.key: _Step(ctx, phase, variant, dev) for dev in ctx.devices}
 
 
-def _bound(terms, batch, context) -> dict:
-    roof = terms.roof(batch, context)
-    return {"compute_s": roof.t_compute, "memory_s": roof.t_memory, "time_s": roof.time,
-            "bound": roof.bound, "tokens_per_s": batch / roof.time}
+def _bound(step: _Step, batch, context) -> dict:
+    """The step's time: the overlapped terms, and the collectives after them (or beside them
+    where the study's `parallel.overlap` says communication overlaps compute)."""
+    roof, comm = step.terms.roof(batch, context), step.comm(batch, context)
+    time = max(roof.time, comm) if step.ctx.parallel.overlap else roof.time + comm
+    return {"compute_s": roof.t_compute, "memory_s": roof.t_memory, "comm_s": comm, "time_s": time,
+            "bound": roof.bound, "tokens_per_s": batch / time}
 
 
-def _size(terms, batch, context) -> tuple[float, float]:
+def _size(step: _Step, batch, context) -> tuple[float, float]:
     point = {B: batch, S: context}
-    return float(terms.flops.xreplace(point)), float(terms.bytes.xreplace(point))
+    return float(step.terms.flops.xreplace(point)), float(step.terms.bytes.xreplace(point))
 
 
 def _steps(ctx, terms, batches, contexts) -> list[dict]:
@@ -62,7 +85,7 @@ def _crossovers(ctx, terms, contexts) -> list[dict]:
     for context in contexts:
         per = []
         for d in ctx.devices:
-            c = _crossover(terms[d.key], context)
+            c = _crossover(terms[d.key].terms, context)
             fit = ctx.largest_batch(d, context)
             at_fit = _bound(terms[d.key], fit, context) if fit >= 1 else None
             per.append({"device": d.key, "at": None if c.at is None else float(c.at),
@@ -75,13 +98,20 @@ def _crossovers(ctx, terms, contexts) -> list[dict]:
     return rows
 
 
+def _prompt_rate(bound: dict, prompt: int) -> dict:
+    """A prefill's rate as prompt tokens/s (B = 1: the prompt over its TTFT), never 1 / TTFT
+    under the decode rows' name."""
+    rate = bound.pop("tokens_per_s") * prompt
+    return {**bound, "prompt_tokens_per_s": rate}
+
+
 def _prefill(ctx, prompts, variant: str) -> list[dict]:
     terms = _terms(ctx, "prefill", variant)
     rows = []
     for prompt in prompts:
         flops, nbytes = _size(terms[ctx.devices[0].key], 1, prompt)
         rows.append({"prompt": prompt, "flops": flops, "bytes": nbytes,
-                     "devices": [{"device": d.key, **_bound(terms[d.key], 1, prompt)}
+                     "devices": [{"device": d.key, **_prompt_rate(_bound(terms[d.key], 1, prompt), prompt)}
                                  for d in ctx.devices]})
     return rows
 
@@ -99,6 +129,17 @@ def _measured(ctx, terms, entries) -> list[dict]:
                      "mbu": bandwidth_utilisation(nbytes, t, dev.bandwidth),
                      "mfu": flops / t / ctx.peak(dev, "matrix")})
     return rows
+
+
+def _deployment(ctx) -> dict | None:
+    """The group the study's `parallel` block describes, whose step every figure here is
+    (tokens/s are the group's: its devices step together); None on one device."""
+    p = ctx.parallel
+    if p.tp * p.ep == 1:
+        return None
+    return {"gpus": p.tp * p.ep, "tp": p.tp, "ep": p.ep,
+            "collectives": "beside the kernels (communication overlaps compute)" if p.overlap
+            else "after the kernels (communication does not overlap compute)"}
 
 
 @analysis("serving", "Serving bounds")
@@ -120,5 +161,7 @@ def serving(ctx, params) -> dict:
         "crossovers": _crossovers(ctx, terms, contexts),
         "experts": getattr(ctx.model, "moe", None) is not None,   # a memory term concave in B
         "prefill": _prefill(ctx, params.prompts or contexts, variant), "variant": variant,
+        "conventions": [{"name": name, "choice": text} for name, text in LEAST_WORK.stated("prefill")],
+        "deployment": _deployment(ctx),
         "measured": _measured(ctx, terms, params.measured or []),
     }

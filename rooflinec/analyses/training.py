@@ -20,7 +20,9 @@ DAY = 86400
 
 N_CONVENTIONS = {"all": "counted from the model spec, every parameter a token uses (PaLM's N)",
                  "non_embedding": "counted from the model spec, non-embedding parameters "
-                                  "(Kaplan et al. 2020; nanoGPT)",
+                                  "(Kaplan et al. 2020: no token or position table)",
+                 "nanogpt": "counted from the model spec as nanoGPT's get_num_params counts: all "
+                            "but the learned position table (a tied token table stays)",
                  "published": "as published (the study's published_parameters)"}
 
 
@@ -30,6 +32,8 @@ def _n(ctx, counted, params):
         return counted.active
     if params.parameters == "non_embedding":
         return counted.non_embedding
+    if params.parameters == "nanogpt":
+        return counted.nanogpt
     if params.published_parameters is None:
         from rooflinec.errors import SpecError
         raise SpecError([ctx.problem(("analyses", "training", "parameters"), (
@@ -95,11 +99,11 @@ def training(ctx, params) -> dict:
     program = ctx.program("prefill", tp=1, conventions=conv)   # the whole model's FLOPs
     values = {**ctx.values, S: seq}
     value = lambda e: float(number(sp.sympify(e).xreplace({N: n_expr}), values))  # noqa: E731
-    palm = E.palm_account(N)
+    palm = E.palm_account(N, model=ctx.model)
     accounts = [palm.without_attention(), palm, E.ledger_account(program)]
     rows = [_account_row(a, value, tokens_per_s, chips, peak, policy) for a in accounts]
     _plausible(ctx, rows, params.tokens_per_s, chips, device)
-    terms = E.difference(E.palm_account(n_expr), accounts[2], n_expr)
+    terms = E.difference(E.palm_account(n_expr, model=ctx.model), accounts[2], n_expr)
     for t in terms:
         t["value"] = value(t["flops"])
     terms[0]["params_count"] = int(value(terms[0]["params"]))

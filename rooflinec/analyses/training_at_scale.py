@@ -57,8 +57,12 @@ def _spec(ctx, row: dict, path: tuple) -> Arch:
     counted, values = count(model), model_values(model)
     n, active = int(counted.total.subs(values)), int(counted.active.subs(values))
     s = row["sequence"]
-    flops = (6 * active + 12 * model.n_layers * model.n_heads * model.head_dim * s) * row["batch"] * s
-    hardware = flops * 4 // 3 if _recompute(row) else flops
+    attention = 4 * model.n_layers * model.n_heads * model.head_dim * s    # forward, per token
+    flops = (6 * active + 3 * attention) * row["batch"] * s
+    # full recomputation runs the layers' forward again (Megatron-LM checkpoints each layer's
+    # input), not the embedding or the LM head
+    layers = int(counted.in_layers.subs(values))
+    hardware = flops + (2 * layers + attention) * row["batch"] * s if _recompute(row) else flops
     which = "from the model spec" if active == n else f"active per token of {n:,}, from the model spec"
     return Arch(model.n_layers, model.d_model, model.n_heads, n, flops, hardware,
                 f"PaLM appendix B: 6N + 12·L·H·Q·T per token, N = {active:,} {which}")

@@ -8,15 +8,18 @@ from rooflinec.ops.linear import contraction
 
 
 @formula("attention")
-def attention(batch, queries, keys, n_q, n_kv, d, b, io: bool = True, causal_fraction=1) -> Cost:
-    """`queries` tokens per sequence attend to `keys` cached tokens.
+def attention(batch, queries, keys, n_q, n_kv, d, b, io: bool = True, causal_fraction=1,
+              read_keys=None) -> Cost:
+    """`queries` tokens per sequence attend to `keys` cached tokens each.
 
     FLOPs: Q K^T  [n_q, queries, d] @ [n_q, d, keys] and P V  [n_q, queries, keys] @ [n_kv, keys, d].
-    Bytes: K and V read once from the cache (n_kv heads, the GQA saving); with `io`, Q read
-    and O written too. `causal_fraction` scales the FLOPs when masked-out scores are skipped.
+    Bytes: K and V read once from the cache (n_kv heads, the GQA saving) for the `read_keys`
+    tokens the queries see between them (default `keys`: a windowed layer's prefill queries see
+    min(S, W) keys each but all S between them); with `io`, Q read and O written too.
+    `causal_fraction` scales the FLOPs when masked-out scores are skipped.
     """
     flops = 2 * contraction(batch, n_q, queries, keys, d) * causal_fraction
-    kv = 2 * batch * n_kv * keys * d * b
+    kv = 2 * batch * n_kv * (keys if read_keys is None else read_keys) * d * b
     q_and_o = 2 * batch * n_q * queries * d * b if io else 0
     return Cost.of(flops, kv_cache=kv, activations=q_and_o)
 
@@ -27,19 +30,21 @@ def attention(batch, queries, keys, n_q, n_kv, d, b, io: bool = True, causal_fra
 # KV cache is read once per step, as in the fused kernel.
 
 @formula("qk_matmul")
-def qk_matmul(batch, heads, kv_heads, queries, keys, d, b, causal_fraction=1) -> Cost:
+def qk_matmul(batch, heads, kv_heads, queries, keys, d, b, causal_fraction=1, read_keys=None) -> Cost:
     # Q[batch*heads, queries, d] @ K^T[batch*kv_heads, d, keys] -> S[batch*heads, queries, keys]
     flops = contraction(batch, heads, queries, keys, d) * causal_fraction
     return Cost.of(flops, activations=batch * heads * queries * d * b,
-                   kv_cache=batch * kv_heads * keys * d * b, scores=batch * heads * queries * keys * b)
+                   kv_cache=batch * kv_heads * (keys if read_keys is None else read_keys) * d * b,
+                   scores=batch * heads * queries * keys * b)
 
 
 @formula("pv_matmul")
-def pv_matmul(batch, heads, kv_heads, queries, keys, d, b, causal_fraction=1) -> Cost:
+def pv_matmul(batch, heads, kv_heads, queries, keys, d, b, causal_fraction=1, read_keys=None) -> Cost:
     # P[batch*heads, queries, keys] @ V[batch*kv_heads, keys, d] -> O[batch*heads, queries, d]
     flops = contraction(batch, heads, queries, keys, d) * causal_fraction
     return Cost.of(flops, scores=batch * heads * queries * keys * b,
-                   kv_cache=batch * kv_heads * keys * d * b, activations=batch * heads * queries * d * b)
+                   kv_cache=batch * kv_heads * (keys if read_keys is None else read_keys) * d * b,
+                   activations=batch * heads * queries * d * b)
 
 
 # FlashAttention forward, Dao et al. 2022, Algorithm 1, counted literally per query head with
