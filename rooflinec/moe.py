@@ -39,8 +39,11 @@ class MoE:
     imbalance: float = 1       # rho: routing concentrated on E/rho equally likely experts
 
     def dense_layers(self, n_layers: int) -> int:
-        """Layers with a dense MLP: the first `first_dense`, then those i with i % every != 0."""
-        return sum(1 for i in range(n_layers) if i < self.first_dense or i % self.every)
+        """Layers with a dense MLP: the first `first_dense`, then those i with i % every != 0
+        (in closed form: the layers past the first less the multiples of `every` among them)."""
+        first = min(self.first_dense, n_layers)
+        multiples = -(-n_layers // self.every) - -(-first // self.every)   # i % every == 0, i >= first
+        return n_layers - multiples
 
     @property
     def shared_width(self) -> int:

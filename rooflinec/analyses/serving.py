@@ -9,7 +9,7 @@ that assumes no overlap between ops). Memory fit counts weights and the KV cache
 from __future__ import annotations
 
 from rooflinec import efficiency as E
-from rooflinec import kvcache, window
+from rooflinec import kvcache, piecewise, window
 from rooflinec.analyses import analysis
 from rooflinec.cost.roofline import bandwidth_utilisation
 from rooflinec.symbols import B, S
@@ -29,7 +29,7 @@ def _bound(terms, batch, context) -> dict:
 
 def _size(terms, batch, context) -> tuple[float, float]:
     point = {B: batch, S: context}
-    return float(terms.flops.xreplace(point)), float(terms.bytes.xreplace(point))
+    return piecewise.value_at(terms.flops, point), piecewise.value_at(terms.bytes, point)
 
 
 def _steps(ctx, terms, batches, contexts) -> list[dict]:
