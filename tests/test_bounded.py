@@ -203,3 +203,15 @@ def test_a_degree_16_operator_builds_every_analysis(tree):
     analyses = {**qwen["analyses"], "sweep": {**qwen["analyses"]["sweep"], "devices": ["a100-40gb"]}}
     report = _build(tree, {"model": name, "devices": ["a100-40gb"], "analyses": analyses})
     assert any(c["at"] for c in _crossings(report))
+
+
+@pytest.mark.parametrize("config", ["gemma-2-9b-it", "deepseek-v3"])
+def test_importing_a_config_of_a_billion_layers_ends(tree, config):
+    """Gemma 2's sliding/full pattern and DeepSeek-V3's dense-first layers were counted layer
+    by layer on import; the counts are now closed-form."""
+    data = json.loads((ROOT / "tests" / "hf_configs" / config / "config.json").read_text(encoding="utf-8"))
+    data["num_hidden_layers"] = 999_999_999
+    (tree / "config.json").write_text(json.dumps(data), encoding="utf-8")
+    done = _rooflinec(tree, "import", "config.json", "--out", tree / "big.yaml")
+    assert done.returncode == 0, done.stderr
+    assert yaml.safe_load((tree / "big.yaml").read_text(encoding="utf-8"))["n_layers"] == 999_999_999
