@@ -121,10 +121,11 @@ def may_expand(expr: sp.Expr) -> bool:
 
 def may_isolate_roots(poly: sp.Poly) -> bool:
     """Whether the real roots of a univariate `poly` with rational coefficients may be isolated."""
-    if poly.degree() > ROOT_DEGREE:
+    coeffs = poly.all_coeffs()
+    if poly.degree() > ROOT_DEGREE or not all(c.is_number and c.is_finite for c in coeffs):
         return False
     return all(max(abs(sp.Rational(c).p).bit_length(), sp.Rational(c).q.bit_length()) <= ROOT_BITS
-               for c in poly.all_coeffs())
+               for c in coeffs)
 
 
 def may_take_limit(expr: sp.Expr) -> bool:
@@ -137,8 +138,8 @@ def power_bits(expr: sp.Expr, point: dict) -> float:
     there (a MoE layer's (1 - k/E)**M); infinite where a base or an exponent is not a number."""
     total = 0
     for power in expr.atoms(sp.Pow):
-        if not power.exp.free_symbols & point.keys():
-            continue
+        if not power.exp.free_symbols & point.keys() or power.base.is_Float:
+            continue   # a float power is float arithmetic: no bits pile up
         exponent = power.exp.xreplace(point)
         if not (power.base.is_Rational and exponent.is_Number):
             return math.inf
