@@ -18,7 +18,6 @@ import threading
 import time
 from functools import cache
 
-from rooflinec.cost.roofline import ridge as ridge_of   # charts name their locals "ridge"
 from rooflinec.quantities import short
 
 SERIES_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
@@ -173,7 +172,7 @@ def _annotate(ax, groups: list[list[dict]], xmin: float, xmax: float, dev: dict,
 
     vector = None   # the vector roof's flat part, (start, height) in points
     if dev["vector_peak"]:
-        vector = (math.log10(ridge_of(dev["vector_peak"], dev["bandwidth"]) / xmin) * x_pt,
+        vector = (math.log10(dev["ridge_vector"] / xmin) * x_pt,
                   math.log10(dev["vector_peak"] / y_lo) * y_pt)
 
     def roofs_through(box: tuple) -> int:
@@ -240,11 +239,11 @@ def _overlap(a: tuple, b: tuple) -> float:
 
 def _roofs(ax, dev: dict, xmin: float, xmax: float) -> None:
     bw, tensor, vector = dev["bandwidth"], dev["tensor_peak"], dev["vector_peak"]
-    ridge = ridge_of(tensor, bw)
+    ridge = dev["ridge_matrix"]   # the report's, computed by the roofline's owner
     ax.plot([xmin, ridge, xmax], [xmin * bw, tensor, tensor], color=ROOF, lw=1.8,
             label=f"matrix roof {short(tensor, 'FLOP/s')}, {short(bw, 'B/s')}")
     if vector:
-        vr = ridge_of(vector, bw)
+        vr = dev["ridge_vector"]
         ax.plot([vr, xmax], [vector, vector], color=ROOF, lw=1.1, ls="--",
                 label=f"vector roof {short(vector, 'FLOP/s')}")
     ax.axvline(ridge, color="#999999", lw=0.8, ls=":")
@@ -261,7 +260,7 @@ def roofline(chart: dict):
     below = len(series) > 4   # a long legend goes under the axes, off the points
     extra = 0.17 * math.ceil((len(series) + 2) / 2) + 0.25 if below else 0
     fig, ax = _figure((SIZE[0], SIZE[1] + min(len(pts), 60) * 0.025 + extra), extra)
-    ridge = ridge_of(dev["tensor_peak"], dev["bandwidth"])
+    ridge = dev["ridge_matrix"]
     xs = [p["intensity"] for p in pts]
     xmin = 10.0 ** math.floor(math.log10(min(0.5, *xs)))
     xmax = 10.0 ** math.ceil(math.log10(max(4 * ridge, *xs) * 1.5))
@@ -301,7 +300,7 @@ def sweep(chart: dict):
             ax.plot([c["at"]], [c["intensity"]], marker="o", ms=4, color=colour, zorder=3)
     for j, dev in enumerate(chart["devices"]):
         colour = DEVICE_COLOURS[j % len(DEVICE_COLOURS)]
-        ridge = ridge_of(dev["tensor_peak"], dev["bandwidth"])
+        ridge = dev["ridge_matrix"]
         ax.axhline(ridge, color=colour, lw=1, ls="--")
         ats = [c["at"] for line in chart["lines"] for c in line["crossings"] if c["device"] == dev["key"]]
         span = f"{min(ats)}" if ats and min(ats) == max(ats) else (f"{min(ats)}–{max(ats)}" if ats else "none")
@@ -310,7 +309,7 @@ def sweep(chart: dict):
                     textcoords="offset points", ha="left", fontsize=7.5, color=colour)
     xs = [x for line in chart["lines"] for x in line["x"]]
     ys = [y for line in chart["lines"] for y in line["y"]]
-    ridges = [ridge_of(d["tensor_peak"], d["bandwidth"]) for d in chart["devices"]]
+    ridges = [d["ridge_matrix"] for d in chart["devices"]]
     _log_axes(ax, (min(xs) / 1.3, max(xs) * 1.3), (min(ys) / 1.5, max(*ys, *ridges) * 1.5),
               "tokens in flight M", "arithmetic intensity (FLOP / byte)")
     _title(fig, chart["title"])

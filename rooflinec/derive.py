@@ -9,7 +9,7 @@ from functools import lru_cache
 
 import sympy as sp
 
-from rooflinec import piecewise, timebox
+from rooflinec import budget, piecewise
 from rooflinec.ir import Op, factored, factoring, intensity
 from rooflinec.symbols import S
 
@@ -19,18 +19,41 @@ class Crossing:
     variable: sp.Symbol
     at: int | None        # smallest value at which the op is compute-bound; None if never
     supremum: sp.Expr     # intensity as the variable grows without bound
-    budget_expired: bool = False   # roots ran out of time and the bounded search found none
+    budget_expired: bool = False   # roots past their size budget and the bounded search found none
 
 
 def limit_at_infinity(f: sp.Expr, var: sp.Symbol) -> sp.Expr:
-    """lim f as var -> oo; for a rational function, from the leading terms (fast and exact)."""
-    num, den = sp.fraction(sp.together(_eventually(f, var)))
+    """lim f as var -> oo; for a rational function, from the leading terms (fast and exact).
+    Raises budget.OverBudget where the steps would pass their size budgets."""
+    settled = _eventually(f, var)
+    decayed = _decayed(settled, var)
+    if decayed != settled and decayed.has(sp.Float):   # as sp.limit, which these once took,
+        decayed = sp.nsimplify(decayed)                 # first makes floats exact (0.5 -> 1/2)
+    settled = decayed
+    if not budget.may_expand(settled):
+        raise budget.OverBudget()
+    num, den = sp.fraction(sp.together(settled))
     try:
         p, q = sp.Poly(num, var), sp.Poly(den, var)
     except sp.PolynomialError:   # not rational in var (ceil, min, ...)
         squeezed = _squeeze_ceilings(num, den, var)
-        return squeezed if squeezed is not None else sp.limit(f, var, sp.oo)
+        if squeezed is not None:
+            return squeezed
+        if not budget.may_take_limit(settled):
+            raise budget.OverBudget() from None
+        return sp.limit(settled, var, sp.oo)
     return _leading_ratio(p, q)
+
+
+def _decayed(f: sp.Expr, var: sp.Symbol) -> sp.Expr:
+    """f with q**g(var) set to 0 where 0 <= q < 1 and g grows without bound (a MoE layer's
+    (1 - k/E)**M, the chance an expert is missed): its limit as var -> oo."""
+    def decaying(e) -> bool:
+        if not (e.is_Pow and e.base.is_Rational and 0 <= e.base < 1 and var in e.exp.free_symbols):
+            return False
+        g = piecewise.polynomial(e.exp, var)
+        return g is not None and g.degree() >= 1 and g.LC().is_positive is True
+    return f.replace(decaying, lambda e: sp.Integer(0))
 
 
 def _eventually(f: sp.Expr, var: sp.Symbol) -> sp.Expr:
@@ -96,7 +119,8 @@ def _crossing(expr: sp.Expr, var: sp.Symbol, fixed: frozenset, ridge: sp.Rationa
     if p.eval(1) / q.eval(1) >= ridge:   # the first candidate below holds: no roots needed
         return Crossing(var, 1, _leading_ratio(p, q))
     # intensity >= ridge  <=>  num - ridge * den >= 0, since den > 0; past the budget, searched
-    roots = timebox.run(timebox.ROOTS_S, lambda: _positive_roots(p - q * ridge), lambda: None)
+    gap = p - q * ridge
+    roots = _positive_roots(gap) if budget.may_isolate_roots(gap) else None
     if roots is None:
         found = _crossing_general(num, den, var, ridge)
         return Crossing(var, found.at, found.supremum, budget_expired=found.at is None)
@@ -124,16 +148,17 @@ def _leading_ratio(p: sp.Poly, q: sp.Poly) -> sp.Expr:
 def _crossing_general(num: sp.Expr, den: sp.Expr, var: sp.Symbol, ridge: sp.Rational) -> Crossing:
     """Intensity not rational in `var` (a declared op's min, max, ceil): searched, exactly
     (rooflinec.piecewise.first_true)."""
-    at = piecewise.first_true(lambda x: piecewise.at(num, var, x) / piecewise.at(den, var, x) >= ridge)
+    at = piecewise.first_true(lambda x: piecewise.at_least(num, den, var, x, ridge))
     return Crossing(var, at, limit_within_budget(num / den, var)[0])
 
 
 def limit_within_budget(f: sp.Expr, var: sp.Symbol) -> tuple[sp.Expr | None, bool]:
-    """lim f as var -> oo, and whether its time budget ran out; None where sympy cannot say
-    (a user formula with min, max ...) or does not within the budget."""
+    """lim f as var -> oo, and whether it was past its size budget; None where sympy cannot
+    say (a user formula with min, max ...) or the steps would pass their budgets."""
     try:
-        return timebox.run(timebox.LIMIT_S, lambda: (limit_at_infinity(f, var), False),
-                           lambda: (None, True))
+        return limit_at_infinity(f, var), False
+    except budget.OverBudget:
+        return None, True
     except (NotImplementedError, ValueError, TypeError):
         return None, False
 
@@ -146,8 +171,8 @@ class Derivation:
     intensity: sp.Expr
     depends_on: tuple[sp.Symbol, ...]
     limit_S: sp.Expr | None     # intensity as the context S grows, where it depends on S
-    simplified: bool = True     # False where factoring ran past its time budget (as written)
-    limit_expired: bool = False  # the limit in S ran past its time budget
+    simplified: bool = True     # False where factoring was past its size budget (as written)
+    limit_expired: bool = False  # the limit in S was past its size budget
 
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from rooflinec import piecewise, timebox
+from rooflinec import budget, piecewise
 from rooflinec.derive import exact
 from rooflinec.evaluate import number
 from rooflinec.ir import Program
@@ -107,7 +107,7 @@ def _per_token(program: Program, keep) -> sp.Expr:
     total = sp.Add(*(op.cost.flops * op.repeat for op in program.ops if keep(op)))
     tokens = (M * 1).subs(program.bindings)    # tokens through the layers: B·S in prefill
     per_token = total.subs(program.bindings) / tokens
-    return timebox.run(timebox.SIMPLIFY_S, lambda: sp.factor(sp.cancel(per_token)), lambda: per_token)
+    return sp.factor(sp.cancel(per_token)) if budget.may_factor(per_token) else per_token
 
 
 def ledger_account(program: Program) -> Account:
@@ -188,7 +188,7 @@ class Terms:
     def at(self, batch, context) -> tuple[float, float]:
         """(compute seconds, memory seconds) of the step at B = batch, S = context."""
         point = {B: batch, S: context}
-        return float(self.compute.xreplace(point)), float(self.memory.xreplace(point))
+        return piecewise.value_at(self.compute, point), piecewise.value_at(self.memory, point)
 
     def roof(self, batch, context) -> Roofline:
         return Roofline(*self.at(batch, context))
@@ -209,8 +209,9 @@ def step_terms(program: Program, values: dict, peak, bandwidth) -> Terms:
             compute += f / peak(op)
         flops += f
     terms = (flops, nbytes, compute, transfer_time(nbytes, exact(bandwidth)))
-    return timebox.run(timebox.SIMPLIFY_S, lambda: Terms(*map(sp.expand, terms)),
-                       lambda: Terms(*terms))   # not expanded: the same values, slower to evaluate
+    if all(map(budget.may_expand, terms)):
+        return Terms(*map(sp.expand, terms))
+    return Terms(*terms)   # not expanded: the same values, slower to evaluate
 
 
 @dataclass(frozen=True)

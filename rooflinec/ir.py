@@ -7,7 +7,7 @@ from functools import lru_cache
 
 import sympy as sp
 
-from rooflinec import timebox
+from rooflinec import budget
 
 from rooflinec import symbols as sym
 
@@ -47,8 +47,11 @@ class Cost:
 @lru_cache(maxsize=4096)
 def factoring(expr: sp.Expr) -> tuple[sp.Expr, bool]:
     """sp.factor, once per expression (phases, variants and analyses share many costs), and
-    whether it finished: past its time budget, the expression as written and False."""
-    return timebox.run(timebox.SIMPLIFY_S, lambda: (sp.factor(expr), True), lambda: (expr, False))
+    whether it ran: past its size budget (rooflinec.budget.may_factor), the expression as
+    written and False."""
+    if not budget.may_factor(expr):
+        return expr, False
+    return sp.factor(expr), True
 
 
 def factored(expr: sp.Expr) -> sp.Expr:

@@ -62,8 +62,12 @@ def _windowed_on_device(model, pp: int) -> int:
     one stage (ceil(L/pp) consecutive layers, from the first) holds, which bounds every stage
     at every context (all the windowed layers when pp = 1)."""
     layers = -(-model.n_layers // pp)
-    full = max(window.full_layers(model, first, min(first + layers, model.n_layers))
-               for first in range(0, model.n_layers, layers))
+    stages = -(-model.n_layers // layers)
+    # a whole stage's count depends only on where its first layer falls in the pattern, so the
+    # first len(pattern) stages and the (maybe shorter) last one cover them all
+    period = len(getattr(model, "pattern", ()) or ()) or 1
+    starts = {s * layers for s in range(min(stages, period))} | {(stages - 1) * layers}
+    full = max(window.full_layers(model, first, min(first + layers, model.n_layers)) for first in starts)
     return layers - full
 
 

@@ -7,7 +7,8 @@ analyses fall back to: doubling finds a power of two where the condition holds, 
 bisection the first whole value after the last power where it does not. The answer is
 the smallest such value wherever the condition, once true, stays true as the variable
 grows (the crossings rooflinec looks for). Crossings of one op evaluate each probe exactly
-(`at`, sympy rationals); a whole step's long sums go through evaluate's compiled closures.
+(`at`, sympy rationals) where its numbers stay small (`at_least`); a whole step's long sums go
+through evaluate's compiled closures.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable
 
 import sympy as sp
 
-from rooflinec import timebox
+from rooflinec import budget
 
 SEARCH_DOUBLINGS = 40   # the search stops at 2^40: past any batch, context or token count
 
@@ -31,10 +32,10 @@ def has_piecewise(expr: sp.Expr, var: sp.Symbol) -> bool:
 
 def polynomial(expr: sp.Expr, var: sp.Symbol) -> sp.Poly | None:
     """`expr` as a polynomial in `var`, or None where it is not one (ceil, min, var**-1 ...)
-    or is not made one within the time budget."""
-    if has_piecewise(expr, var):
+    or would multiply out past its budget (rooflinec.budget.EXPAND_TERMS)."""
+    if has_piecewise(expr, var) or not budget.may_expand(expr):
         return None   # no Poly: sympy would first multiply out every argument
-    return timebox.run(timebox.SIMPLIFY_S, lambda: _poly(expr, var), lambda: None)
+    return _poly(expr, var)
 
 
 def _poly(expr: sp.Expr, var: sp.Symbol) -> sp.Poly | None:
@@ -64,6 +65,25 @@ def first_true(holds: Callable[[int], bool], doublings: int = SEARCH_DOUBLINGS) 
 def at(expr: sp.Expr, var: sp.Symbol, value) -> sp.Expr:
     """`expr` with `var` = value, exactly."""
     return expr.xreplace({var: sp.Integer(value)})
+
+
+def at_least(num: sp.Expr, den: sp.Expr, var: sp.Symbol, value, bound) -> bool:
+    """num / den >= bound at var = value, for den > 0: exactly where the powers of `var` build
+    numbers of at most budget.EXACT_BITS bits, else at budget.EXACT_DIGITS significant digits
+    (mpmath, the same on every machine): (1 - k/E)**M at M = 2**40 has no exact form to build."""
+    point = {var: sp.Integer(value)}
+    if budget.power_bits(num, point) + budget.power_bits(den, point) <= budget.EXACT_BITS:
+        return num.xreplace(point) / den.xreplace(point) >= bound
+    return bool((num - bound * den).evalf(budget.EXACT_DIGITS, subs=point) >= 0)
+
+
+def value_at(expr: sp.Expr, point: dict) -> float:
+    """`expr` at `point` as a float: computed exactly and rounded once where its powers stay
+    within budget.EXACT_BITS, else at budget.EXACT_DIGITS digits (a MoE step at B = 10**6)."""
+    point = {s: sp.sympify(v) for s, v in point.items()}
+    if budget.power_bits(expr, point) <= budget.EXACT_BITS:
+        return float(expr.xreplace(point))
+    return float(expr.evalf(budget.EXACT_DIGITS, subs=point))
 
 
 def far(doublings: int = SEARCH_DOUBLINGS) -> int:

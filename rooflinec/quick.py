@@ -200,7 +200,7 @@ def _counts(text: str, flag: str) -> list[int]:
 def serving_section(model, device, dtype: str, batches, context: int, prompt: int,
                     tp: int = 1, quantization: dict | None = None) -> dict:
     """The adapter: the study's serving analysis, run on one model and one device (through
-    analyses.run, so the study's budgets, time boxes and finite numbers hold here too)."""
+    analyses.run, so the study's budgets (points and expression sizes) and finite numbers hold here too)."""
     from rooflinec import analyses, yamlio
     from rooflinec.spec import Study
     where = yamlio.Located("<command line>", {}, {}, {})

@@ -24,9 +24,18 @@ PREFIX = "local_"        # the windowed layers' attention ops
 
 
 def full_layers(model, first: int, stop: int) -> int:
-    """Full-attention layers among layers first .. stop - 1 (the pattern repeats from layer 0)."""
+    """Full-attention layers among layers first .. stop - 1 (the pattern repeats from layer 0),
+    counted per pattern entry in closed form: a billion layers cost as little as two."""
     pattern = getattr(model, "pattern", ()) or ()
-    return sum(1 for i in range(first, stop) if not pattern or pattern[i % len(pattern)] not in LOCAL)
+    if not pattern:
+        return max(0, stop - first)
+    return sum(_from(stop, r, len(pattern)) - _from(first, r, len(pattern))
+               for r, kind in enumerate(pattern) if kind not in LOCAL)
+
+
+def _from(n: int, r: int, period: int) -> int:
+    """Layers i in 0 .. n - 1 with i % period == r."""
+    return max(0, (n - r + period - 1) // period)
 
 
 def local_layers(model) -> int:

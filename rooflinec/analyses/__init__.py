@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rooflinec import chartpoints, timebox
+from rooflinec import chartpoints
 from rooflinec.budget import Budget
 from rooflinec.errors import DeviceError, SpecError, VariantLacks
 from rooflinec.evaluate import Unbound
@@ -58,7 +58,6 @@ def run(study: Study, on_section=None, bench: Workbench | None = None) -> list[d
     ctx = bench or Workbench(study)
     if study.model is not None:
         ctx.parallel   # noqa: B018  (checks the `parallel` block against the model, located)
-    timebox.reset()
     sections, problems = [], []
     for key, options in _expanded(study, ctx).items():
         title = ANALYSES[key][0]
@@ -90,7 +89,7 @@ def run(study: Study, on_section=None, bench: Workbench | None = None) -> list[d
             problems.append(study.doc.problem(("analyses", key), (
                 f"analysis '{key}' evaluates at no value of {', '.join(exc.names)}, but its formulas "
                 "still depend on it (an operator the model declares brings it in, or does not "
-                "simplify within the time budget); this analysis cannot use such an operator"),
+                "simplify within its size budget); this analysis cannot use such an operator"),
                 at_key=True))
         except (OverflowError, ZeroDivisionError) as exc:   # numbers past what a float holds
             problems.append(study.doc.problem(("analyses", key), (

@@ -29,13 +29,13 @@ def op_derivation(ctx, op, devices=None) -> dict:
 
 
 def budget_flags(**expired: bool) -> dict:
-    """A time box that ran out, stated in the result (`simplified` as False, the others True);
+    """A size budget a step was past, stated in the result (`simplified` as False, the others True);
     only where one did, so a study that stays within its budgets reads as before."""
     return {k: k != "simplified" for k, hit in expired.items() if hit}
 
 
 def over_budget(crossings: dict) -> dict:
-    """The devices (by key) whose crossing was not found within the time budget, where any."""
+    """The devices (by key) whose crossing was not found within its size budget, where any."""
     keys = [key for key, c in crossings.items() if c.budget_expired]
     return {"crossing_over_budget": keys} if keys else {}
 

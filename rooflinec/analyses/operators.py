@@ -28,6 +28,23 @@ def _accepted(name: str) -> tuple[list[str], list[str]]:
             [p.name for p in params if p.default is not inspect.Parameter.empty])
 
 
+def _options(name: str) -> set[str]:
+    """The formula's on/off options (a bool default); every other argument is a dimension."""
+    return {p.name for p in inspect.signature(FORMULAS[name]).parameters.values()
+            if isinstance(p.default, bool)}
+
+
+def _kinds(path: tuple, name: str, args: dict, known, problem) -> list:
+    """A dimension given true or false, or an option given a number: located, not a TypeError."""
+    options = _options(name)
+    return [problem(path + ("args", k), (
+                f"argument '{k}' of formula '{name}' is an option: write true or false, not {v!r}"
+                if k in options else
+                f"argument '{k}' of formula '{name}' is a dimension: write a whole number >= 1 "
+                f"or a list of them, not {str(v).lower()}"))
+            for k, v in args.items() if k in known and (k in options) != isinstance(v, bool)]
+
+
 def _problems(ctx, i: int, entry: dict) -> list:
     path = ("analyses", "operators", "ops", i)
     name = entry["formula"]
@@ -38,6 +55,7 @@ def _problems(ctx, i: int, entry: dict) -> list:
     out = [ctx.problem(path + ("args", k), f"formula '{name}' takes no argument '{k}'; it takes: "
                                            f"{', '.join(required + optional)}")
            for k in args if k not in required + optional]
+    out += _kinds(path, name, args, required + optional, ctx.problem)
     out += [ctx.problem(path + ("args",), f"formula '{name}' needs argument '{k}'")
             for k in required if k not in args]
     lengths = {len(v) for v in args.values() if isinstance(v, list)}

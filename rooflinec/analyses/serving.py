@@ -11,7 +11,7 @@ half skipped, last-token logits, one QKV GEMM), whatever conventions the study's
 from __future__ import annotations
 
 from rooflinec import efficiency as E
-from rooflinec import kvcache, window
+from rooflinec import kvcache, piecewise, window
 from rooflinec.analyses import analysis
 from rooflinec.cost.roofline import bandwidth_utilisation
 from rooflinec.lower import LEAST_WORK
@@ -52,7 +52,7 @@ def _bound(step: _Step, batch, context) -> dict:
 
 def _size(step: _Step, batch, context) -> tuple[float, float]:
     point = {B: batch, S: context}
-    return float(step.terms.flops.xreplace(point)), float(step.terms.bytes.xreplace(point))
+    return piecewise.value_at(step.terms.flops, point), piecewise.value_at(step.terms.bytes, point)
 
 
 def _steps(ctx, terms, batches, contexts) -> list[dict]:

@@ -85,11 +85,13 @@ def build(m: Measurement) -> dict:
                                            for k, v in extra.items()}}.items(),
                       key=lambda kv: -kv[1])
     total = prof.mapped_time + prof.unmapped_time
+    tensor, vector = dev.peak("matrix", m.dtype), dev.peak("vector", m.dtype)
     return {
         "model": {"key": m.model.key, "name": m.model.name, "layers": m.model.n_layers,
                   "source": m.model.source},
-        "device": {"key": dev.key, "name": dev.name, "tensor_peak": dev.peak("matrix", m.dtype),
-                   "vector_peak": dev.peak("vector", m.dtype), "bandwidth": dev.bandwidth,
+        "device": {"key": dev.key, "name": dev.name, "tensor_peak": tensor, "vector_peak": vector,
+                   "bandwidth": dev.bandwidth, "ridge_matrix": roofline.ridge(tensor, dev.bandwidth),
+                   "ridge_vector": roofline.ridge(vector, dev.bandwidth),
                    "cache_size": dev.cache_size, "cache_bandwidth": dev.cache_bandwidth,
                    "source": dev.source},
         "workload": {"phase": m.phase, "batch": m.batch, "context": m.context, "dtype": m.dtype},
