@@ -20,10 +20,12 @@ import numpy as np
 from rooflinec import calibrate
 from rooflinec.serving import engines, rows, simulator, workload
 from rooflinec.serving import stepcost as sc
+from rooflinec import serving_model as sm
 from rooflinec.serving_model import Unpredictable
 
-# compute efficiency, and the host's fixed time per step and per running request per step
-FITTED = ("compute_fraction", "per_step_s", "per_request_s")
+# compute efficiency; the host's fixed time per step and per running request per step; the
+# front end's latency per request (TTFT only)
+FITTED = ("compute_fraction", "per_step_s", "per_request_s", "request_latency_s")
 ITERATIONS = 60
 TTFT_WEIGHT = 1.0        # TTFT's log residuals beside TPOT's in the fit
 
@@ -66,8 +68,10 @@ def prepare(measured: list[rows.Row], specs) -> list[Case]:
             out.append(Case(row, f"no engine policy '{row.engine}'; known: {', '.join(engines.names())}"))
             continue
         policy = engines.load(row.engine)
-        dep = sc.Deployment(got.model, got.device, row.tp, got.weights, policy.kv_dtype())
-        key = (row.model, row.device, row.tp, got.weights, policy.kv_dtype())
+        # the rows do not state the KV-cache format: assumed stored like the weights (as the
+        # steady-state model assumes), not in the engine's default
+        dep = sc.Deployment(got.model, got.device, row.tp, got.weights, got.weights)
+        key = (row.model, row.device, row.tp, got.weights)
         try:
             if key not in steps:
                 steps[key] = sc.build(dep)
@@ -81,11 +85,15 @@ def prepare(measured: list[rows.Row], specs) -> list[Case]:
 
 
 def parameters(x: np.ndarray, free) -> sc.Parameters:
-    eff = calibrate.efficiency(x, tuple(n for n in free if n != "per_request_s"))
-    values = {n: getattr(eff, n) for n in sc.NAMES if n != "per_request_s"}
-    if "per_request_s" in free:
-        v = float(np.clip(x[list(free).index("per_request_s")], -30, 30))
-        values["per_request_s"] = calibrate.TIME_UNIT * float(np.exp(v))
+    """The Parameters at coordinates x of the `free` ones (calibrate.efficiency's coordinates;
+    the simulator's own times, per request and the front end's latency, as its times)."""
+    steady = set(sm.PARAMETERS)
+    eff = calibrate.efficiency(np.array([v for n, v in zip(free, x) if n in steady]),
+                               tuple(n for n in free if n in steady))
+    values = {n: getattr(eff, n) for n in sm.PARAMETERS}
+    for n, v in zip(free, x):
+        if n not in steady:
+            values[n] = calibrate.TIME_UNIT * float(np.exp(np.clip(v, -30, 30)))
     return sc.Parameters(**values)
 
 

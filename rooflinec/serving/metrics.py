@@ -2,7 +2,8 @@
 and throughput.
 
 TPOT per request is (last token - first token) / (output tokens - 1), then averaged over
-requests (as aiperf and vLLM's benchmark do); ITL is every gap between two tokens of a
+requests (as aiperf and vLLM's benchmark do); TTFT and E2E include the front end's latency
+per request (`Parameters.request_latency_s`); ITL is every gap between two tokens of a
 measured request, weighted per token; tokens/s per user is 1 / mean TPOT (a user's decode
 speed); per GPU, the measured requests' output tokens over the time from the first measured
 arrival to the last measured completion, divided by the devices.
@@ -31,8 +32,8 @@ def stats(values, weights=None) -> dict:
 
 def summary(res, devices: int) -> dict:
     m = res.measured
-    ttft = res.first_s[m] - res.arrival_s[m]
-    e2e = res.finish_s[m] - res.arrival_s[m]
+    ttft = res.first_s[m] - res.arrival_s[m] + res.latency_s
+    e2e = res.finish_s[m] - res.arrival_s[m] + res.latency_s
     long = m & (res.osl > 1)
     tpot = (res.finish_s[long] - res.first_s[long]) / (res.osl[long] - 1)
     window = res.finish_s[m].max() - res.arrival_s[m].min()

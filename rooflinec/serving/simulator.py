@@ -71,6 +71,7 @@ class Result:
     timeline: np.ndarray      # [R, 5]: run start s, steps, running, waiting, tokens per step
     schedule: Schedule
     preemptions: int
+    latency_s: float = 0.0    # the front end's, added to TTFT and E2E (the schedule is unaffected)
 
 
 def kv_capacity_tokens(model: sc.StepModel, policy: Policy) -> int:
@@ -370,7 +371,8 @@ class _Loop:
         itl = np.concatenate(self.itl) if self.itl else np.zeros(0)
         w = np.concatenate(self.itl_w) if self.itl_w else np.zeros(0)
         return Result(self.w, self.pol, self.cap_tokens, self.isl, self.osl, self.arrival, self.first,
-                      self.finish, self.measured, itl, w, np.array(self.timeline), sched, self.preemptions)
+                      self.finish, self.measured, itl, w, np.array(self.timeline), sched, self.preemptions,
+                      self.p.request_latency_s)
 
 
 # --- re-timing a recorded schedule (closed loop) ---------------------------------------------
@@ -411,7 +413,7 @@ def retimed_means(model: sc.StepModel, sched: Schedule, measured: np.ndarray, os
     ttft = ends[sched.first[m] + 1] - ends[sched.arrived[m]]
     long = m & (osl > 1)
     tpot = (ends[sched.finished[long] + 1] - ends[sched.first[long] + 1]) / (osl[long] - 1)
-    return float(ttft.mean()), float(tpot.mean()) if len(tpot) else math.nan
+    return float(ttft.mean()) + p.request_latency_s, float(tpot.mean()) if len(tpot) else math.nan
 
 
 class Retimer:
@@ -437,14 +439,15 @@ class Retimer:
         t = np.maximum(self.flat_compute / p.compute_fraction, self.flat_memory / p.bandwidth_fraction).sum(axis=1)
         t += run_times(self.grow_model, self.sched, p) - self.sched.steps * self.grow_model.overheads(self.sched.x0, p)
         t += _overheads_summed(self.model, self.x_steps, self.sched.steps, p)
-        return float(self.w_ttft @ t), float(self.w_tpot @ t) if self.w_tpot.any() else math.nan
+        return (float(self.w_ttft @ t) + p.request_latency_s,
+                float(self.w_tpot @ t) if self.w_tpot.any() else math.nan)
 
     def queue_share(self, p: sc.Parameters) -> float:
         """The share of the measured requests' TTFT spent waiting to be scheduled."""
         ends = np.concatenate([[0.0], np.cumsum(run_times(self.model, self.sched, p))])
         m = self.measured
         wait = ends[self.sched.admitted[m]] - ends[self.sched.arrived[m]]
-        ttft = ends[self.sched.first[m] + 1] - ends[self.sched.arrived[m]]
+        ttft = ends[self.sched.first[m] + 1] - ends[self.sched.arrived[m]] + p.request_latency_s
         return float(wait.sum() / ttft.sum())
 
 

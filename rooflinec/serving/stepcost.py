@@ -39,7 +39,8 @@ FEATURES = ("one", "tokens", "logits", "decodes", "context", "chunk_square", "ch
 @dataclass(frozen=True)
 class Parameters:
     """The simulator's named parameters: `serving_model.Efficiency`'s and a host-side time
-    per running request per step. At BOUND (all fractions 1, all times 0) a step's time is
+    per running request per step, and a front-end latency per request (HTTP, tokenising, streaming
+the first token back) that TTFT and E2E include and the scheduler never sees. At BOUND (all fractions 1, all times 0) a step's time is
     a lower bound on that step."""
 
     bandwidth_fraction: float = 1.0
@@ -48,6 +49,7 @@ class Parameters:
     per_step_s: float = 0.0
     per_collective_s: float = 0.0
     per_request_s: float = 0.0
+    request_latency_s: float = 0.0    # front end: arrival to scheduler and first token back (TTFT, E2E)
 
     @staticmethod
     def of(eff: sm.Efficiency) -> Parameters:

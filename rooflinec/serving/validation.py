@@ -34,8 +34,11 @@ ASSUMPTIONS = (
     "Weights in the row's GEMM format (fp8-block read as fp8); the KV cache in the engine's default "
     "(auto: bf16); activations bf16. KV-cache capacity: the engine's memory fraction of the device "
     "less the weights (activation workspace and CUDA graphs not subtracted).",
-    "Bounds: the same schedule with every efficiency 1 and every overhead 0. They bound the mean "
-    "TTFT and TPOT of that schedule; an engine that scheduled differently could in principle beat them.",
+    "Bounds: TPOT from the same schedule with every efficiency 1 and every overhead 0; TTFT from the "
+    "request's own prompt prefilled alone at the bound. The schedule's TTFT at the bound is not a "
+    "bound: the replay's synchronised waves queue prompts behind each other more than the measured "
+    "runs do (the report counts the rows where it exceeds the measurement).",
+    "The KV cache is stored in the row's weight format (the rows do not state it).",
     "Not predicted: disaggregated rows and attention-DP / expert-parallel layouts (the next issue), "
     "models without a spec (Qwen3-235B-A22B), pipeline parallelism.",
 )
@@ -49,14 +52,25 @@ def record(case: fitting.Case, p: sc.Parameters) -> dict:
     if not case.predicted:
         return {**rec, "predicted": False, "reason": case.reason}
     ttft, tpot = case.means(p)
-    ttft_lo, tpot_lo = case.means(sc.BOUND)
+    ttft_sched, tpot_lo = case.means(sc.BOUND)
     res = case.result
     return {**rec, "predicted": True, "tpot_s": tpot, "ttft_s": ttft, "tpot_bound_s": tpot_lo,
-            "ttft_bound_s": ttft_lo, "decode_bound_s": _decode_bound(case),
+            "ttft_bound_s": prompt_alone(case), "ttft_schedule_bound_s": ttft_sched,
+            "decode_bound_s": _decode_bound(case),
             "tpot_error": tpot / r.tpot_s - 1, "ttft_error": ttft / r.ttft_s - 1,
             "queue_share": case.retimer.queue_share(p), "preemptions": res.preemptions,
             "mean_batch": float((res.timeline[:, 1] * res.timeline[:, 2]).sum() / res.timeline[:, 1].sum()),
             "kv_cache_tokens": res.capacity_tokens}
+
+
+def prompt_alone(case) -> float:
+    """The TTFT bound: the request's own prompt prefilled alone in one step at the bound (no
+    queue, no other work, no front-end latency), the least any schedule can give it."""
+    x = np.zeros(len(sc.FEATURES))
+    isl = case.row.isl
+    x[[sc.ONE, sc.TOKENS, sc.LOGITS, sc.CHUNK_SQUARE, sc.CHUNK_TOKENS, sc.CHUNK_KEYS, sc.CHUNKS]] = \
+        1, isl, 1, isl * isl, isl, isl, 1
+    return float(case.step.durations(x[None], sc.BOUND)[0])
 
 
 def _decode_bound(case) -> float:
@@ -139,6 +153,7 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
         "holdout_worst_ttft": {by: max((h["ttft"]["median_abs"] for h in ho if h["by"] == by), default=None)
                                for by in HOLDOUTS},
         "violations": violations,
+        "schedule_ttft_over_measured": sum(r["ttft_schedule_bound_s"] > r["measured_ttft_s"] for r in done),
         "weakest": weakest(done),
         "simulator": True,
         "unpredictable": [{"row_id": r["row_id"], "model": r["model"], "device": r["device"],
