@@ -10,6 +10,7 @@ from rooflinec import output, quick, serving_cli, streams
 from rooflinec.errors import RooflineError, SpecError, UsageError
 from rooflinec.progress import Progress, drawn
 from rooflinec.measure import cli as measure_cli   # no torch: it loads when a measure runs
+from rooflinec.serving import cli as simulate_cli
 
 EPILOG = """\
 examples:
@@ -20,6 +21,7 @@ examples:
   rooflinec devices                                # the installed catalog; also: rooflinec models
   rooflinec import config.json --hf-id meta-llama/Llama-3.1-8B --out models/llama-3.1-8b.yaml
   rooflinec serve llama-3.1-8b.yaml --device h100-sxm --batch 1,8,64 --context 4096
+  rooflinec simulate llama-3.1-8b --device h100-sxm --engine trtllm --concurrency 64 --isl 1024 --osl 128
   rooflinec validate data/measured/serving-visible.csv   # serving model against measured runs
   rooflinec calibrate data/measured/serving-visible.csv --out my-calibration.yaml
   rooflinec validate-ops vidur/compute/a100/*/*/mlp.csv --out ops   # kernels against the roofline
@@ -87,6 +89,7 @@ def _parser(stdout, stderr) -> _Parser:
                         "the default variant's kernel); flash shows each device's tiles")
     quick.register(sub, streams, parents=[quiet])
     serving_cli.register(sub, streams, parents=[quiet])
+    simulate_cli.register(sub, streams, parents=[quiet])
     measure_cli.register(sub, streams, parents=[quiet])
     measure_cli.register_trace(sub, streams, parents=[quiet])
     return p
@@ -214,7 +217,7 @@ def cmd_explain(args, stdout, stderr) -> int:
 
 
 COMMANDS = {"build": cmd_build, "check": cmd_check, "explain": cmd_explain, **quick.COMMANDS,
-            **serving_cli.COMMANDS, **measure_cli.COMMANDS}
+            **serving_cli.COMMANDS, **simulate_cli.COMMANDS, **measure_cli.COMMANDS}
 
 
 def run(argv: list[str], stdout=None, stderr=None) -> int:

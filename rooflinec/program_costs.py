@@ -58,3 +58,15 @@ def op_costs(model, phase: str, device, workload: dict, tokens=None, bytes_per_e
                           count * number(op.cost.flops, values),
                           {cls: count * number(e, values) for cls, e in op.cost.traffic}))
     return out
+
+
+def symbolic_ops(model, phase: str, device, bytes_per_element=2, formats: dict | None = None):
+    """Every op of `model`'s `phase` program as (op, FLOPs, {traffic class: bytes}), sympy
+    expressions of the workload symbols (B, S, M) alone: model dimensions and bytes per element
+    substituted, the launches (repeat) multiplied in, M left free (no binding), no
+    dequantisation FLOPs (as `op_costs`)."""
+    bench = _bench(model, tuple(sorted((formats or {}).items())))
+    prog = bench.program(phase, VARIANT, device)
+    values = {**bench.values_for(), b: bytes_per_element, quant.f_dq: 0}
+    return [(op, (op.repeat * op.cost.flops).xreplace(values),
+             {cls: (op.repeat * e).xreplace(values) for cls, e in op.cost.traffic}) for op in prog.ops]

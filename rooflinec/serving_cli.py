@@ -9,6 +9,13 @@ from rooflinec import output
 from rooflinec.errors import RooflineError
 
 SHIPPED = "serving-visible.yaml"   # fitted on the measurements the repository keeps
+SIMULATE_HELP = ("replay each row's benchmark in the serving simulator (rooflinec simulate) instead of "
+                 "the steady-state model; the default for a CSV with layout columns (mode, tp, ...)")
+
+
+def _simulated(args) -> bool:
+    from rooflinec.serving import rows
+    return args.simulate or rows.has_layout(args.csv)
 
 
 def shipped_calibration() -> str:
@@ -24,6 +31,7 @@ def register(sub, streams, parents=()) -> None:
                    help="calibration YAML to write (default: calibration.yaml)")
     c.add_argument("--specs", metavar="DIR",
                    help="folder holding models/ and hardware/ that shadow the installed catalog")
+    c.add_argument("--simulate", action="store_true", help=SIMULATE_HELP)
     v = sub.add_parser("validate", help="predict measured serving runs; report the errors",
                        streams=streams, parents=parents)
     v.set_defaults(parser=v)
@@ -36,6 +44,7 @@ def register(sub, streams, parents=()) -> None:
                    help="output folder (default: validation): serving.md, .html, .json, charts in serving/")
     v.add_argument("--format", default="md,html,json", metavar="LIST",
                    help="comma-separated formats among: md, html, json")
+    v.add_argument("--simulate", action="store_true", help=SIMULATE_HELP)
     o = sub.add_parser("validate-ops", help="measured kernels (Vidur mlp.csv or the simple CSV) against "
                        "their roofline; fit per-op-class efficiency curves", streams=streams, parents=parents,
                        description="Each kernel's FLOPs and bytes come from rooflinec's lowering of the op at the "
@@ -72,6 +81,9 @@ def _specs_folder(path: str | None) -> str | None:
 
 def cmd_calibrate(args, stdout, stderr) -> int:
     import yaml
+    if _simulated(args):
+        from rooflinec.serving import cli as sim
+        return sim.cmd_calibrate(args, stdout, stderr, _specs_folder(args.specs))
 
     from rooflinec import calibrate, measurements
     output.check_file_target(args.out)
@@ -98,7 +110,11 @@ def cmd_validate(args, stdout, stderr) -> int:
     formats = _formats(args.format)
     say = lambda message: stderr.write(f"{message}\n")   # noqa: E731
     output.probe(args.out, say)
-    rep = validate_runs.report(args.csv, _specs_folder(args.specs), args.calibration or shipped_calibration())
+    if _simulated(args):
+        from rooflinec.serving import calibration, validation
+        rep = validation.report(args.csv, _specs_folder(args.specs), args.calibration or calibration.shipped())
+    else:
+        rep = validate_runs.report(args.csv, _specs_folder(args.specs), args.calibration or shipped_calibration())
     for target in output.write_reports(args.out, {"serving": validate_runs.render(rep, formats)}, say):
         stdout.write(f"wrote {target}\n")
     t, f = rep["tpot"], rep["ttft"]

@@ -1,0 +1,88 @@
+"""The simulator's calibration file: `stepcost.Parameters` per (device, engine), per engine and
+pooled, as `rooflinec calibrate` writes it; read back with every problem located.
+
+A file in the steady-state model's format (`calibrate.load`, no per_request_s) is read too,
+its parameters taken as they are with no time per request.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from importlib import resources
+
+from rooflinec import yamlio
+from rooflinec.errors import SpecError
+from rooflinec.serving.stepcost import NAMES, Parameters
+
+FRACTIONS = ("bandwidth_fraction", "compute_fraction")
+SHIPPED = "simulator-visible.yaml"
+KIND = "simulator"
+
+
+@dataclass(frozen=True)
+class Table:
+    default: Parameters
+    groups: dict               # (device, engine) -> Parameters
+    engines: dict              # engine -> Parameters
+    fitted: tuple
+    source: str = ""
+
+    def of(self, device: str, engine: str) -> Parameters:
+        return self.groups.get((device, engine)) or self.engines.get(engine) or self.default
+
+
+def shipped() -> str:
+    return str(resources.files("rooflinec.calibrations").joinpath(SHIPPED))
+
+
+def load(file: str) -> Table:
+    doc = yamlio.load(file)
+    d, problems = doc.data, []
+    if not isinstance(d, dict) or "default" not in d:
+        raise SpecError([doc.problem((), "expected a calibration mapping with 'default', 'engines' and 'groups'")])
+    if d.get("kind") != KIND:   # the steady-state model's calibration: read by its own loader
+        from rooflinec import calibrate
+        old = calibrate.load(file)
+        return Table(Parameters.of(old.default), {k: Parameters.of(v) for k, v in old.groups.items()},
+                     {k: Parameters.of(v) for k, v in old.engines.items()}, old.fitted, "steady-state calibration")
+
+    def params(path, block):
+        ps = block.get("parameters") if isinstance(block, dict) else None
+        if not isinstance(ps, dict):
+            problems.append(doc.problem(path, "expected a mapping with 'parameters'"))
+            return None
+        for name in sorted(set(ps) - set(NAMES)):
+            problems.append(doc.problem(path + ("parameters", name), f"unknown parameter; known: {', '.join(NAMES)}"))
+        values = {}
+        for name in NAMES:
+            v = ps.get(name, Parameters.__dataclass_fields__[name].default)
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+            if not ok or (name in FRACTIONS and not 0 < v <= 1):
+                problems.append(doc.problem(path + ("parameters", name), f"{name}: expected "
+                                            + ("a fraction in (0, 1]" if name in FRACTIONS else "a time >= 0 in seconds")))
+            values[name] = v
+        return values
+
+    def entries(key, names):
+        found, items = {}, d.get(key) or []
+        if not isinstance(items, list):
+            problems.append(doc.problem((key,), f"expected a list of {{{', '.join(names)}, parameters}}"))
+            return found
+        for i, g in enumerate(items):
+            values = params((key, i), g)
+            if isinstance(g, dict) and not all(isinstance(g.get(k), str) for k in names):
+                problems.append(doc.problem((key, i), f"needs {' and '.join(names)} names"))
+            elif values is not None:
+                found[tuple(g[k] for k in names)] = values
+        return found
+
+    default = params(("default",), d["default"])
+    groups, engines = entries("groups", ("device", "engine")), entries("engines", ("engine",))
+    fitted = d.get("fitted", [])
+    if not (isinstance(fitted, list) and all(f in NAMES for f in fitted)):
+        problems.append(doc.problem(("fitted",), f"expected a list of parameter names among {', '.join(NAMES)}"))
+    if problems:
+        raise SpecError(problems)
+    return Table(Parameters(**default), {k: Parameters(**v) for k, v in groups.items()},
+                 {k[0]: Parameters(**v) for k, v in engines.items()}, tuple(fitted), str(d.get("fitted_on", "")))

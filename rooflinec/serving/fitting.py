@@ -1,0 +1,143 @@
+"""Calibration through the simulator: each measured row's benchmark simulated once, its
+schedule re-timed for every candidate parameter set, a few named parameters fitted per
+(device, engine).
+
+A row's benchmark is a closed loop with fixed lengths, so its schedule does not depend on the
+step times (`simulator` module): the fit re-times the recorded runs in closed form
+(`simulator.run_times`) instead of re-simulating. The fit is Levenberg-Marquardt on the log
+ratios of predicted to measured mean TPOT and mean TTFT together (`calibrate.fit`'s method,
+its coordinates: a fraction 1 / (1 + e^-x), a time 1 us x e^x); the parameters not fitted
+keep their bound values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from rooflinec import calibrate
+from rooflinec.serving import engines, rows, simulator, workload
+from rooflinec.serving import stepcost as sc
+from rooflinec import serving_model as sm
+from rooflinec.serving_model import Unpredictable
+
+# compute efficiency; the host's fixed time per step and per running request per step; the
+# front end's latency per request (TTFT only)
+FITTED = ("compute_fraction", "per_step_s", "per_request_s", "request_latency_s")
+ITERATIONS = 60
+TTFT_WEIGHT = 1.0        # TTFT's log residuals beside TPOT's in the fit
+
+
+@dataclass
+class Case:
+    row: rows.Row
+    reason: str = ""
+    step: sc.StepModel | None = None
+    policy: engines.Policy | None = None
+    result: simulator.Result | None = None
+
+    @property
+    def group(self) -> tuple[str, str]:
+        return (self.row.device, self.row.engine)
+
+    @property
+    def predicted(self) -> bool:
+        return self.result is not None
+
+    @cached_property
+    def retimer(self) -> simulator.Retimer:
+        r = self.result
+        return simulator.Retimer(self.step, r.schedule, r.measured, r.osl)
+
+    def means(self, p: sc.Parameters) -> tuple[float, float]:
+        """(mean TTFT, mean TPOT) of the row's measured requests under `p`."""
+        return self.retimer.means(p)
+
+
+def prepare(measured: list[rows.Row], specs) -> list[Case]:
+    """Every row simulated once (its schedule), or the reason it is not predicted."""
+    steps, out = {}, []
+    for row in measured:
+        got = rows.resolve(row, specs)
+        if isinstance(got, str):
+            out.append(Case(row, got))
+            continue
+        if row.engine not in engines.names():
+            out.append(Case(row, f"no engine policy '{row.engine}'; known: {', '.join(engines.names())}"))
+            continue
+        policy = engines.load(row.engine)
+        # the rows do not state the KV-cache format: assumed stored like the weights (as the
+        # steady-state model assumes), not in the engine's default
+        dep = sc.Deployment(got.model, got.device, row.tp, got.weights, got.weights)
+        key = (row.model, row.device, row.tp, got.weights)
+        try:
+            if key not in steps:
+                steps[key] = sc.build(dep)
+            work = workload.benchmark(row.concurrency, row.isl, row.osl)
+            res = simulator.simulate(steps[key], policy, work, sc.BOUND)
+        except Unpredictable as exc:
+            out.append(Case(row, str(exc)))
+            continue
+        out.append(Case(row, "", steps[key], policy, res))
+    return out
+
+
+def parameters(x: np.ndarray, free) -> sc.Parameters:
+    """The Parameters at coordinates x of the `free` ones (calibrate.efficiency's coordinates;
+    the simulator's own times, per request and the front end's latency, as its times)."""
+    steady = set(sm.PARAMETERS)
+    eff = calibrate.efficiency(np.array([v for n, v in zip(free, x) if n in steady]),
+                               tuple(n for n in free if n in steady))
+    values = {n: getattr(eff, n) for n in sm.PARAMETERS}
+    for n, v in zip(free, x):
+        if n not in steady:
+            values[n] = calibrate.TIME_UNIT * float(np.exp(np.clip(v, -30, 30)))
+    return sc.Parameters(**values)
+
+
+def fit(cases: list[Case], free=FITTED) -> sc.Parameters:
+    """The Parameters minimising the squared log errors of mean TPOT and mean TTFT."""
+    target = np.log([[c.row.tpot_s, c.row.ttft_s] for c in cases])
+
+    def residual(x):
+        p = parameters(x, free)
+        got = np.log([c.means(p)[::-1] for c in cases])
+        return ((got - target) * [1.0, TTFT_WEIGHT]).ravel()
+    x, damping = np.zeros(len(free)), 1e-3
+    r = residual(x)
+    for _ in range(ITERATIONS):
+        jac = calibrate._jacobian(residual, x, r)
+        grad, hess = jac.T @ r, jac.T @ jac
+        step = np.linalg.solve(hess + damping * np.diag(np.diag(hess) + 1e-12), -grad)
+        trial = residual(x + step)
+        if trial @ trial < r @ r:
+            x, r, damping = x + step, trial, damping / 3
+            if np.abs(step).max() < 1e-5:
+                break
+        else:
+            damping *= 4
+            if damping > 1e8:
+                break
+    return parameters(x, free)
+
+
+@dataclass(frozen=True)
+class Fits:
+    default: sc.Parameters
+    groups: dict
+    engines: dict
+    fitted: tuple
+
+    def of(self, group: tuple[str, str]) -> sc.Parameters:
+        return self.groups.get(group) or self.engines.get(group[1]) or self.default
+
+
+def fit_all(cases: list[Case], free=FITTED) -> Fits:
+    usable = [c for c in cases if c.predicted]
+    if not usable:
+        raise ValueError("no predictable rows to fit")
+    groups = {g: fit([c for c in usable if c.group == g], free) for g in sorted({c.group for c in usable})}
+    by_engine = {e: fit([c for c in usable if c.group[1] == e], free) for e in sorted({c.group[1] for c in usable})}
+    return Fits(fit(usable, free), groups, by_engine, tuple(free))

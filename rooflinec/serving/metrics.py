@@ -1,0 +1,52 @@
+"""What a benchmark prints from a simulated run: TTFT, TPOT, ITL and E2E (mean, p50, p90, p99)
+and throughput.
+
+TPOT per request is (last token - first token) / (output tokens - 1), then averaged over
+requests (as aiperf and vLLM's benchmark do); TTFT and E2E include the front end's latency
+per request (`Parameters.request_latency_s`); ITL is every gap between two tokens of a
+measured request, weighted per token; tokens/s per user is 1 / mean TPOT (a user's decode
+speed); per GPU, the measured requests' output tokens over the time from the first measured
+arrival to the last measured completion, divided by the devices.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+QUANTILES = (("p50", 50), ("p90", 90), ("p99", 99))
+
+
+def stats(values, weights=None) -> dict:
+    v = np.asarray(values, float)
+    if not len(v):
+        return {"mean": None, **{k: None for k, _ in QUANTILES}}
+    w = np.ones(len(v)) if weights is None else np.asarray(weights, float)
+    order = np.argsort(v, kind="stable")
+    v, w = v[order], w[order]
+    cum = np.cumsum(w)
+    out = {"mean": float((v * w).sum() / cum[-1])}
+    for name, q in QUANTILES:   # the smallest value with at least q% of the weight at or below it
+        out[name] = float(v[min(int(np.searchsorted(cum, q / 100 * cum[-1] * (1 - 1e-12))), len(v) - 1)])
+    return out
+
+
+def summary(res, devices: int) -> dict:
+    m = res.measured
+    ttft = res.first_s[m] - res.arrival_s[m] + res.latency_s
+    e2e = res.finish_s[m] - res.arrival_s[m] + res.latency_s
+    long = m & (res.osl > 1)
+    tpot = (res.finish_s[long] - res.first_s[long]) / (res.osl[long] - 1)
+    window = res.finish_s[m].max() - res.arrival_s[m].min()
+    tpot_stats = stats(tpot)
+    return {
+        "ttft_s": stats(ttft), "tpot_s": tpot_stats, "itl_s": stats(res.itl_s, res.itl_weight),
+        "e2e_s": stats(e2e),
+        "tokens_per_s_per_gpu": float(res.osl[m].sum() / window / devices),
+        "tokens_per_s_per_user": 1 / tpot_stats["mean"] if tpot_stats["mean"] else None,
+        "requests_per_s": float(m.sum() / window),
+        "measured_requests": int(m.sum()),
+        "steps": int(res.timeline[:, 1].sum()) if len(res.timeline) else 0,
+        "mean_batch": float((res.timeline[:, 1] * res.timeline[:, 2]).sum() / res.timeline[:, 1].sum()),
+        "preemptions": res.preemptions,
+        "kv_cache_tokens": res.capacity_tokens,
+    }

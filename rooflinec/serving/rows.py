@@ -1,0 +1,165 @@
+"""Measured rows for the simulator: the layout CSV (`serving-v2-visible.csv`: mode, layout and
+storage-format columns) and the old one (`measurements.read`), as one kind of row; each row
+resolved to a deployment, engine and benchmark, or the reason it is not predicted.
+
+Predicted: aggregated rows on one tensor-parallel group (attention_dp 1; moe_ep 1 for MoE
+models). Not predicted, with the reason: disaggregated rows and attention-DP / expert-parallel
+layouts (the next issue's), pipeline parallelism, rows spread over replicas, models or
+devices without a spec, formats without a tensor peak. `fp8-block` (one scale per 128 x 128
+block) is read as fp8: its scales add 4 bytes per 16,384 weights (0.02%), left out.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+
+from rooflinec import measurements, spec, yamlio
+from rooflinec.errors import Problem, SpecError
+
+LAYOUT = ("mode", "gemm_weights", "moe_weights", "tp", "pp", "attention_dp", "moe_tp", "moe_ep", "replicas")
+REQUIRED = ("model", "device", "engine", "isl", "osl", "concurrency", "ttft_ms", "tpot_ms", "row_id", *LAYOUT)
+AGG_INTEGERS = ("tp", "pp", "attention_dp", "moe_tp", "moe_ep", "replicas")
+FORMAT_ALIASES = {"fp8-block": "fp8"}
+NOT_YET = "(the deployments-at-scale issue)"
+
+
+@dataclass(frozen=True)
+class Row:
+    row_id: str
+    model: str
+    device: str
+    engine: str
+    mode: str
+    weights: str
+    moe_weights: str
+    tp: int
+    pp: int
+    attention_dp: int
+    moe_tp: int
+    moe_ep: int
+    replicas: int
+    isl: int
+    osl: int
+    concurrency: int
+    ttft_s: float
+    tpot_s: float
+
+
+def has_layout(file: str) -> bool:
+    """Whether `file`'s header names the layout columns (False where it cannot be read: the
+    reader that follows says why)."""
+    try:
+        with open(file, encoding="utf-8-sig", newline="") as fh:
+            header = next(csv.reader([fh.readline()]), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return False
+    return "mode" in header
+
+
+def read(file: str) -> list[Row]:
+    """Every row of either CSV format; problems located as file:line:col: column: what."""
+    raw = yamlio.read_bytes(file, measurements.MAX_BYTES, "measurements CSV", "a UTF-8 CSV text file")
+    try:
+        lines = list(csv.reader(io.StringIO(raw.decode("utf-8-sig"), newline="")))
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise SpecError([Problem(file, 1, 1, "(file)", f"cannot read it as UTF-8 CSV: {exc}")]) from None
+    if not lines or "mode" not in lines[0]:
+        return [_from_old(r) for r in measurements.read(file)]
+    header, problems, rows, seen = lines[0], [], [], {}
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise SpecError([Problem(file, 1, 1, "(header)", f"missing column(s) {', '.join(missing)}")])
+    for n, cells in enumerate(lines[1:], start=2):
+        if not any(c.strip() for c in cells):
+            continue
+        if len(cells) != len(header):
+            problems.append(Problem(file, n, 1, "(row)", f"{len(cells)} cells, the header has {len(header)}"))
+            continue
+        row = _row(file, n, header, cells, problems)
+        if row is None:
+            continue
+        if row.row_id in seen:
+            problems.append(measurements._at(file, n, header, cells, "row_id",
+                                             f"'{row.row_id}' repeats line {seen[row.row_id]}; row ids must be unique"))
+        seen[row.row_id] = n
+        rows.append(row)
+    if problems:
+        raise SpecError(problems)
+    return rows
+
+
+def _row(file, n, header, cells, problems) -> Row | None:
+    value = dict(zip(header, (c.strip() for c in cells)))
+    at = lambda col, msg: problems.append(measurements._at(file, n, header, cells, col, msg))   # noqa: E731
+    before = len(problems)
+    if value["mode"] not in ("agg", "disagg"):
+        at("mode", f"'{value['mode']}' is not agg or disagg")
+    agg = value["mode"] == "agg"
+    ints = {}
+    for name in ("isl", "osl", "concurrency", *(AGG_INTEGERS if agg else ())):
+        text = value[name]
+        if not name == "concurrency" or agg or text:
+            if not (text.isascii() and text.isdigit()) or len(text) > 15 or int(text) < 1:
+                at(name, f"'{text}' is not a whole number >= 1 of at most 15 digits")
+            else:
+                ints[name] = int(text)
+    times = {}
+    for name in ("ttft_ms", "tpot_ms"):
+        try:
+            x = float(value[name])
+        except ValueError:
+            x = math.nan
+        if not (math.isfinite(x) and x > 0):
+            at(name, f"'{value[name]}' is not a positive number of ms")
+        times[name] = x / 1e3
+    for name in ("model", "device", "engine", "row_id", "gemm_weights"):
+        if not value[name]:
+            at(name, "empty; every row needs it")
+    if len(problems) > before:
+        return None
+    return Row(value["row_id"], value["model"], value["device"], value["engine"], value["mode"],
+               value["gemm_weights"], value["moe_weights"], *(ints.get(k, 0) for k in AGG_INTEGERS),
+               ints["isl"], ints["osl"], ints.get("concurrency", 0), times["ttft_ms"], times["tpot_ms"])
+
+
+def _from_old(r) -> Row:
+    return Row(r.row_id, r.model, r.device, r.engine, "agg", r.weights, "", r.tp, r.pp, 1, r.tp, 1, 1,
+               r.isl, r.osl, r.concurrency, r.ttft_s, r.tpot_s)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    model: object
+    device: object
+    weights: str
+
+
+def resolve(row: Row, specs: measurements.Specs) -> Resolved | str:
+    """The row's model, device and weight format, or why it is not predicted."""
+    if row.mode == "disagg":
+        return f"disaggregated prefill and decode workers: not predicted yet {NOT_YET}"
+    model = specs.models().get(row.model)
+    is_moe = getattr(model, "moe", None) is not None or bool(row.moe_weights)
+    if row.attention_dp > 1 or (is_moe and row.moe_ep > 1):
+        return (f"attention data parallelism {row.attention_dp} x expert parallelism {row.moe_ep}: "
+                f"not predicted yet {NOT_YET}")
+    if row.pp != 1:
+        return f"pipeline parallelism (pp {row.pp}) is not modelled"
+    if row.replicas != 1:
+        return f"load spread over {row.replicas} replicas is not modelled"
+    if model is None:
+        return f"no model spec with hf_id '{row.model}'"
+    device = specs.device(row.device)
+    if device is None:
+        return f"no hardware spec '{row.device}'"
+    weights = FORMAT_ALIASES.get(row.weights, row.weights)
+    if weights not in spec.DTYPE_BYTES:
+        return f"weights format '{row.weights}' unknown; known: {', '.join(spec.DTYPE_BYTES)}"
+    if device.peak("matrix", weights) is None:
+        return f"{row.device} lists no tensor peak for {weights}"
+    if is_moe and FORMAT_ALIASES.get(row.moe_weights, row.moe_weights or weights) != weights:
+        return f"routed experts in {row.moe_weights} beside {row.weights} GEMMs: per-class formats not modelled yet"
+    return Resolved(model, device, weights)

@@ -1,0 +1,468 @@
+"""A discrete-event replay of one deployment serving a workload, engine step by engine step.
+
+A plain event loop, not SimPy: the only process is the engine's step loop (clients act at step
+boundaries, Poisson arrivals are a sorted array), so SimPy's generators and event queue
+would add a scheduling layer and its per-event cost without removing any code. An event is a
+*run*: consecutive steps whose batch does not change (the same decodes, no prompt chunk, no
+arrival, completion or preemption in between). A run of k decode steps is timed in one
+NumPy call (its contexts grow by one token per step), so the loop's Python work is per event,
+not per step.
+
+Each step's time is `stepcost.StepModel.durations`: the roofline of that exact step (the
+decodes at their own contexts, the prompt chunks scheduled) under the calibration's
+parameters. The engine's scheduler is `engines.Policy`: the token budget, the batch limit,
+chunked prefill, mixed steps or prefill first, KV blocks reserved at admission, preemption by
+recompute. Admission reserves, for every running request and the new one, what it holds plus
+the policy's share of its remaining output (SGLang's new-token ratio; 1 for TensorRT-LLM's
+guaranteed-no-evict; 0 for vLLM); after the first preemption the share is 1 (SGLang raises
+its ratio after a retraction; assumed for vLLM too, which would otherwise re-admit and
+preempt the same request over and over). KV-cache capacity: the policy's fraction of the device's memory less the weights,
+in blocks of the policy's size, at the KV bytes per token of one device.
+
+In a closed loop every event falls on a step boundary, so the schedule (which steps run with
+which batch) does not depend on the step times: `Schedule` records it, and `retime` prices
+the same schedule under other parameters exactly (calibration re-times it instead of
+re-simulating).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from itertools import islice
+from dataclasses import dataclass
+
+import numpy as np
+
+from rooflinec.serving import stepcost as sc
+from rooflinec.serving.engines import Policy
+from rooflinec.serving.workload import Workload
+from rooflinec.serving_model import Unpredictable
+
+MAX_EVENTS = 5_000_000    # a budget in events, so no workload runs away
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The runs, in order, and each request's run indices (arrival: runs finished before it came)."""
+
+    x0: np.ndarray            # [R, F] features of a run's first step
+    steps: np.ndarray         # [R] steps in the run
+    growth: np.ndarray        # [R] context added per step (the run's decodes)
+    arrived: np.ndarray       # [N] runs completed when the request arrived
+    admitted: np.ndarray      # [N] run in which it was first scheduled
+    first: np.ndarray         # [N] run whose end gives the first token
+    finished: np.ndarray      # [N] run whose end gives the last token
+
+
+@dataclass(frozen=True)
+class Result:
+    workload: Workload
+    policy: Policy
+    capacity_tokens: int
+    isl: np.ndarray
+    osl: np.ndarray
+    arrival_s: np.ndarray
+    first_s: np.ndarray
+    finish_s: np.ndarray
+    measured: np.ndarray      # bool mask: not warm-up
+    itl_s: np.ndarray         # inter-token gaps of the measured requests (values)
+    itl_weight: np.ndarray    # how many tokens had each gap
+    timeline: np.ndarray      # [R, 5]: run start s, steps, running, waiting, tokens per step
+    schedule: Schedule
+    preemptions: int
+    latency_s: float = 0.0    # the front end's, added to TTFT and E2E (the schedule is unaffected)
+
+
+def kv_capacity_tokens(model: sc.StepModel, policy: Policy) -> int:
+    dev, dep = model.deployment.device, model.deployment
+    weights = sc.weight_bytes(dep)
+    cache = (policy.cache_fraction * dev.capacity - weights if policy.cache_fraction_of == "total"
+             else policy.cache_fraction * (dev.capacity - weights))
+    if cache <= 0:
+        raise Unpredictable(f"{dep.weights} weights take {weights / 1e9:.1f} GB per device; "
+                            f"{policy.name} leaves no memory for the KV cache on {dev.key}")
+    blocks = int(cache // (sc.kv_bytes_per_token(dep) * policy.kv_block_tokens))
+    return blocks * policy.kv_block_tokens
+
+
+def simulate(model: sc.StepModel, policy: Policy, work: Workload, params: sc.Parameters) -> Result:
+    return _Loop(model, policy, work, params).run()
+
+
+class _Loop:
+    """The loop's state is arrays over all requests (NumPy, so each event's work is a few
+    vector operations), plus the admission order (for preemption) and the prompts in progress."""
+
+    def __init__(self, model, policy, work, params):
+        self.m, self.pol, self.w, self.p = model, policy, work, params
+        self.isl, self.osl = work.lengths()
+        n = work.total
+        self.cap_tokens = kv_capacity_tokens(model, policy)
+        self.cap_blocks = self.cap_tokens // policy.kv_block_tokens
+        self.prompt = self.isl.copy()
+        self.prefilled, self.kvlen, self.gen = (np.zeros(n, np.int64) for _ in range(3))
+        self.arrival, self.first, self.finish, self.last = (np.full(n, np.nan) for _ in range(4))
+        self.arrived_run, self.admitted_run, self.first_run, self.finish_run = (np.full(n, -1, np.int64) for _ in range(4))
+        self.measured = np.arange(n) >= work.warmup
+        self.decoding = np.zeros(n, bool)     # running with its prompt in the cache
+        self.running = np.zeros(n, bool)
+        self.order: dict[int, None] = {}      # admission order of the running requests
+        self.partial: list[int] = []          # running requests whose prompt is not all in
+        self.waiting: deque[int] = deque()
+        self.n_running = 0
+        self.t, self.runs, self.done, self.preemptions = 0.0, 0, 0, 0
+        self.x0, self.nsteps, self.growth, self.timeline = [], [], [], []
+        self.itl, self.itl_w = [], []
+        self.issued = 0
+        if work.closed:
+            self.phases = deque([c for c in (work.warmup, work.requests) if c])
+            self._next_phase()
+        else:
+            self.times = work.arrivals()
+            self.next_arrival = 0
+
+    # --- arrivals ----------------------------------------------------------------------
+    def _issue(self, at: float):
+        i = self.issued
+        self.issued += 1
+        self.arrival[i], self.arrived_run[i] = at, self.runs
+        self.waiting.append(i)
+
+    def _next_phase(self):
+        self.phase_left = self.phases.popleft()
+        self.phase_open = self.phase_left
+        for _ in range(min(self.w.concurrency, self.phase_left)):
+            self._issue(self.t)
+            self.phase_left -= 1
+
+    def _completed(self, count: int):
+        self.done += count
+        if not self.w.closed:
+            return
+        self.phase_open -= count
+        for _ in range(min(count, self.phase_left)):   # each client sends its next request
+            self._issue(self.t)
+            self.phase_left -= 1
+        if self.phase_open == 0 and self.phases:
+            self._next_phase()
+
+    def _arrivals_until(self, t):
+        while self.next_arrival < len(self.times) and self.times[self.next_arrival] <= t:
+            self._issue(self.times[self.next_arrival])
+            self.next_arrival += 1
+
+    # --- KV blocks ---------------------------------------------------------------------
+    def _blocks(self, tokens):
+        return -(-tokens // self.pol.kv_block_tokens)
+
+    def _share(self) -> float:
+        """The share of each running request's remaining output its admission reserves."""
+        return 1.0 if self.preemptions else self.pol.admission_reserve_output
+
+    def _reserved(self, ids, share: float):
+        """Blocks for requests `ids`: what they hold, plus `share` of their remaining output."""
+        return self._blocks(np.maximum(self.kvlen[ids], self.prompt[ids])
+                            + np.ceil(share * (self.osl[ids] - self.gen[ids])).astype(np.int64))
+
+    # --- the scheduler -----------------------------------------------------------------
+    def _schedule(self):
+        """(decoding request ids, chunks) for the next step; chunks are arrays (request,
+        prefix, tokens)."""
+        pol = self.pol
+        decoding = np.flatnonzero(self.decoding)
+        if pol.schedule == "prefill_first":
+            chunks = self._chunks(min(pol.chunk_tokens, pol.max_tokens))
+            return (decoding[:0], chunks) if len(chunks[0]) else (decoding, chunks)
+        return decoding, self._chunks(min(pol.max_tokens - len(decoding), pol.chunk_tokens))
+
+    def _chunks(self, limit):
+        ids, prefix, sizes = [], [], []
+        for r in self.partial:          # prompts in progress first, in admission order
+            c = self._chunk(int(self.prompt[r] - self.prefilled[r]), limit)
+            if c:
+                ids.append(r)
+                prefix.append(int(self.prefilled[r]))
+                sizes.append(c)
+                limit -= c
+        room = self.pol.max_batch - self.n_running
+        new = self._admissions(min(room, len(self.waiting), limit), limit) if room > 0 and limit > 0 else None
+        if new is not None:
+            ids = np.concatenate([np.array(ids, np.int64), new[0]])
+            return ids, np.concatenate([np.array(prefix, np.int64), np.zeros(len(new[0]), np.int64)]), \
+                np.concatenate([np.array(sizes, np.int64), new[1]])
+        return np.array(ids, np.int64), np.array(prefix, np.int64), np.array(sizes, np.int64)
+
+    def _admissions(self, m, limit):
+        """FCFS from the queue's head: as many as the batch, the token budget and the KV blocks
+        take (the first that does not fit stops the rest), as (ids, chunk tokens); admitted."""
+        if m <= 0:
+            return None
+        cand = np.fromiter(islice(self.waiting, m), np.int64, m)
+        left = self.prompt[cand] - self.prefilled[cand]
+        before = np.cumsum(left) - left
+        if self.pol.chunked_prefill:
+            sizes = np.minimum(left, np.maximum(limit - before, 0))
+            ok = sizes > 0
+        else:
+            sizes, ok = left, before + left <= limit
+        share = self._share()
+        held = int(self._reserved(np.flatnonzero(self.running), share).sum())
+        ok &= held + np.cumsum(self._reserved(cand, share)) <= self.cap_blocks
+        n = int(np.argmin(ok)) if not ok.all() else m
+        if n == 0:
+            return None
+        got = cand[:n]
+        for _ in range(n):
+            self.waiting.popleft()
+        self.running[got] = True
+        self.admitted_run[got[self.admitted_run[got] < 0]] = self.runs
+        self.order.update(dict.fromkeys(got.tolist()))
+        self.partial.extend(got.tolist())
+        self.n_running += n
+        return got, sizes[:n]
+
+    def _chunk(self, left, limit) -> int:
+        if self.pol.chunked_prefill:
+            return min(left, limit)
+        return left if left <= limit else 0
+
+    # --- the loop ------------------------------------------------------------------------
+    def run(self) -> Result:
+        while self.done < self.w.total:
+            if self.runs >= MAX_EVENTS:
+                raise Unpredictable(f"more than {MAX_EVENTS} scheduler events; shorten the workload")
+            decoding, chunks = self._schedule()
+            if not len(decoding) and not len(chunks[0]):
+                if not self.w.closed and self.next_arrival < len(self.times) and not self.n_running:
+                    self.t = max(self.t, self.times[self.next_arrival])
+                    self._arrivals_until(self.t)
+                    continue
+                if self.pol.preemption == "recompute" and self.n_running > 1:
+                    self._preempt()
+                    continue
+                raise Unpredictable(self._stuck())
+            self._step(decoding, chunks)
+        return self._result()
+
+    def _stuck(self) -> str:
+        r = self.waiting[0] if self.waiting else next(iter(self.order))
+        if not self.pol.chunked_prefill and self.prompt[r] > self.pol.max_tokens:
+            return (f"a prompt of {self.prompt[r]} tokens exceeds {self.pol.name}'s {self.pol.max_tokens} "
+                    "tokens per step without chunked prefill (--max-tokens, --chunked-prefill)")
+        return (f"a request of {self.isl[r]} + {self.osl[r]} tokens cannot be scheduled: the KV cache holds "
+                f"{self.cap_tokens} tokens per device")
+
+    def _preempt(self):
+        """Recompute: the last admitted request gives its blocks back and waits at the front."""
+        r = next(reversed(self.order))
+        del self.order[r]
+        self.running[r] = self.decoding[r] = False
+        if r in self.partial:
+            self.partial.remove(r)
+        self.n_running -= 1
+        self.prompt[r] = self.isl[r] + self.gen[r]
+        self.prefilled[r] = self.kvlen[r] = 0
+        self.waiting.appendleft(r)
+        self.preemptions += 1
+
+    def _decode_steps(self, decoding) -> int:
+        """Steps the decodes can run unchanged: to the next completion, within the KV cache."""
+        k = int((self.osl[decoding] - self.gen[decoding]).min())
+        if self.pol.admission_reserve_output >= 1:
+            return k                      # every running request's whole output is reserved
+        lens = self.kvlen[decoding]
+        others = int(self._blocks(self.kvlen[self.running & ~self.decoding]).sum())
+
+        def fits(j):
+            return others + int(self._blocks(lens + j).sum()) <= self.cap_blocks
+        if fits(k):
+            return k
+        lo, hi = 0, k        # fits(lo) or lo = 0; not fits(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        return lo if fits(lo) else 0
+
+    def _step(self, decoding, chunks):
+        n_dec = len(decoding)
+        ids, prefix, sizes = chunks
+        k = 1 if len(ids) else self._decode_steps(decoding)
+        if k == 0:
+            self._preempt()
+            return
+        x0 = np.zeros(len(sc.FEATURES))
+        x0[sc.ONE] = 1
+        x0[sc.DECODES] = n_dec
+        x0[sc.CONTEXT] = float(self.kvlen[decoding].sum() + n_dec)
+        tokens, logits = n_dec, n_dec
+        if len(ids):
+            keys = prefix + sizes
+            x0[sc.CHUNK_SQUARE] = float((keys * keys - prefix * prefix).sum())
+            x0[sc.CHUNK_TOKENS] = float(sizes.sum())
+            x0[sc.CHUNK_KEYS] = float(keys.sum())
+            x0[sc.CHUNKS] = len(ids)
+            tokens += int(sizes.sum())
+            logits += int((keys == self.prompt[ids]).sum())
+        x0[sc.TOKENS], x0[sc.LOGITS] = tokens, logits
+        if k == 1:
+            dur = self.m.durations(x0[None], self.p)
+        else:
+            x = np.repeat(x0[None], k, axis=0)
+            x[:, sc.CONTEXT] += n_dec * np.arange(k)
+            dur = self.m.durations(x, self.p)
+        ends = self.t + np.cumsum(dur)
+        if not self.w.closed and self.next_arrival < len(self.times) and k > 1:
+            cut = int(np.searchsorted(ends, self.times[self.next_arrival])) + 1
+            if cut < k:
+                k, dur, ends = cut, dur[:cut], ends[:cut]
+        self.x0.append(x0)
+        self.nsteps.append(k)
+        self.growth.append(n_dec)
+        self.timeline.append((self.t, k, self.n_running, len(self.waiting), tokens))
+        self._tokens(decoding, ids, sizes, dur, ends)
+        if not self.w.closed:
+            self._arrivals_until(self.t)
+
+    def _tokens(self, decoding, ids, sizes, dur, ends):
+        k, end, run = len(dur), float(ends[-1]), self.runs
+        finished = []
+        if len(decoding):
+            meas = self.measured[decoding]
+            gaps = ends[0] - self.last[decoding[meas]]
+            self.itl.append(gaps)
+            self.itl_w.append(np.ones(len(gaps)))
+            if k > 1 and len(gaps):
+                self.itl.append(dur[1:])
+                self.itl_w.append(np.full(k - 1, float(len(gaps))))
+            self.gen[decoding] += k
+            self.kvlen[decoding] += k
+            self.last[decoding] = end
+            finished.append(decoding[self.gen[decoding] >= self.osl[decoding]])
+        if len(ids):
+            self.prefilled[ids] += sizes
+            self.kvlen[ids] += sizes
+            done = ids[self.prefilled[ids] == self.prompt[ids]]
+            if len(done):
+                gone = set(done.tolist())
+                self.partial = [r for r in self.partial if r not in gone]
+                self.decoding[done] = True
+                fresh = self.gen[done] == 0
+                self.first[done[fresh]], self.first_run[done[fresh]] = end, run
+                again = done[~fresh & self.measured[done]]      # recomputed after a preemption
+                self.itl.append(end - self.last[again])
+                self.itl_w.append(np.ones(len(again)))
+                self.gen[done] += 1
+                self.last[done] = end
+                finished.append(done[self.gen[done] >= self.osl[done]])
+        self.t, self.runs = end, run + 1
+        ids = np.concatenate(finished) if finished else np.zeros(0, np.int64)
+        if len(ids):
+            self.running[ids] = self.decoding[ids] = False
+            self.finish[ids], self.finish_run[ids] = end, run
+            self.n_running -= len(ids)
+            for r in ids.tolist():
+                del self.order[r]
+            self._completed(len(ids))
+
+    def _result(self) -> Result:
+        sched = Schedule(np.array(self.x0), np.array(self.nsteps), np.array(self.growth, float),
+                         self.arrived_run, self.admitted_run, self.first_run, self.finish_run)
+        itl = np.concatenate(self.itl) if self.itl else np.zeros(0)
+        w = np.concatenate(self.itl_w) if self.itl_w else np.zeros(0)
+        return Result(self.w, self.pol, self.cap_tokens, self.isl, self.osl, self.arrival, self.first,
+                      self.finish, self.measured, itl, w, np.array(self.timeline), sched, self.preemptions,
+                      self.p.request_latency_s)
+
+
+# --- re-timing a recorded schedule (closed loop) ---------------------------------------------
+
+def run_times(model: sc.StepModel, sched: Schedule, p: sc.Parameters) -> np.ndarray:
+    """Each run's total time under `p`, exactly: in a run only the context grows, by `growth`
+    per step, so each kernel's two roofline terms are affine in the step index j and
+    sum_j max(a + b j, c + d j) has a closed form (split where the two lines cross)."""
+    a = (sched.x0 @ model.compute.T) / p.compute_fraction           # [R, K]
+    c = (sched.x0 @ model.memory.T) / p.bandwidth_fraction
+    b = np.outer(sched.growth, model.compute[:, sc.CONTEXT]) / p.compute_fraction
+    d = np.outer(sched.growth, model.memory[:, sc.CONTEXT]) / p.bandwidth_fraction
+    k = sched.steps[:, None].astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(b != d, (c - a) / (b - d), 0.0)
+    # j in [lo, hi) takes the first line (a, b); the rest the second
+    rising = b > d
+    lo = np.where(rising, np.clip(np.ceil(r), 0, k), 0.0)
+    hi = np.where(rising, k, np.clip(np.floor(r) + 1, 0, k))
+    same = b == d
+    lo, hi = np.where(same, 0.0, lo), np.where(same, np.where(a >= c, k, 0.0), hi)
+    first = _series(a, b, lo, hi)
+    second = _series(c, d, 0.0, lo) + _series(c, d, hi, k)
+    return (first + second).sum(axis=1) + sched.steps * model.overheads(sched.x0, p)
+
+
+def _series(alpha, beta, lo, hi):
+    """sum over integer j in [lo, hi) of alpha + beta j (0 where hi <= lo)."""
+    n = np.maximum(hi - lo, 0.0)
+    return n * alpha + beta * np.where(n > 0, (hi * (hi - 1) - lo * (lo - 1)) / 2, 0.0)
+
+
+def retimed_means(model: sc.StepModel, sched: Schedule, measured: np.ndarray, osl: np.ndarray,
+                  p: sc.Parameters) -> tuple[float, float]:
+    """(mean TTFT, mean TPOT) of the measured requests when `sched` runs under `p`."""
+    ends = np.concatenate([[0.0], np.cumsum(run_times(model, sched, p))])   # ends[i]: after i runs
+    m = measured
+    ttft = ends[sched.first[m] + 1] - ends[sched.arrived[m]]
+    long = m & (osl > 1)
+    tpot = (ends[sched.finished[long] + 1] - ends[sched.first[long] + 1]) / (osl[long] - 1)
+    return float(ttft.mean()) + p.request_latency_s, float(tpot.mean()) if len(tpot) else math.nan
+
+
+class Retimer:
+    """`retimed_means` for many parameter sets: the schedule's per-run unit costs and each
+    run's weight in the two means computed once (a mean is then a dot product with the run
+    times; the kernels whose cost does not grow with the context take one max per run)."""
+
+    def __init__(self, model: sc.StepModel, sched: Schedule, measured: np.ndarray, osl: np.ndarray):
+        grows = (model.compute[:, sc.CONTEXT] != 0) | (model.memory[:, sc.CONTEXT] != 0)
+        self.model, self.sched, self.measured = model, sched, measured
+        self.flat_compute = (sched.x0 @ model.compute[~grows].T) * sched.steps[:, None]
+        self.flat_memory = (sched.x0 @ model.memory[~grows].T) * sched.steps[:, None]
+        self.grow_model = sc.StepModel(model.deployment, model.compute[grows], model.memory[grows],
+                                       (), 0, 0, np.zeros(2))
+        runs = len(sched.steps)
+        self.w_ttft = _window_weights(runs, sched.arrived[measured], sched.first[measured] + 1)
+        long = measured & (osl > 1)
+        self.w_tpot = _window_weights(runs, sched.first[long] + 1, sched.finished[long] + 1,
+                                      1 / (osl[long] - 1))
+        self.x_steps = sched.x0 * sched.steps[:, None]        # overheads are affine in x0
+
+    def means(self, p: sc.Parameters) -> tuple[float, float]:
+        t = np.maximum(self.flat_compute / p.compute_fraction, self.flat_memory / p.bandwidth_fraction).sum(axis=1)
+        t += run_times(self.grow_model, self.sched, p) - self.sched.steps * self.grow_model.overheads(self.sched.x0, p)
+        t += _overheads_summed(self.model, self.x_steps, self.sched.steps, p)
+        return (float(self.w_ttft @ t) + p.request_latency_s,
+                float(self.w_tpot @ t) if self.w_tpot.any() else math.nan)
+
+    def queue_share(self, p: sc.Parameters) -> float:
+        """The share of the measured requests' TTFT spent waiting to be scheduled."""
+        ends = np.concatenate([[0.0], np.cumsum(run_times(self.model, self.sched, p))])
+        m = self.measured
+        wait = ends[self.sched.admitted[m]] - ends[self.sched.arrived[m]]
+        ttft = ends[self.sched.first[m] + 1] - ends[self.sched.arrived[m]] + p.request_latency_s
+        return float(wait.sum() / ttft.sum())
+
+
+def _overheads_summed(model, x_steps, steps, p):
+    """sum over a run's steps of model.overheads (affine: the features summed over the steps)."""
+    requests = x_steps[:, sc.DECODES] + x_steps[:, sc.CHUNKS]
+    return (steps * (model.layers * p.per_layer_s + p.per_step_s + model.collectives * p.per_collective_s
+                     + model.link_s[0]) + requests * p.per_request_s + model.link_s[1] * x_steps[:, sc.TOKENS])
+
+
+def _window_weights(runs: int, start: np.ndarray, stop: np.ndarray, scale=None) -> np.ndarray:
+    """w[r] = sum over requests i with start_i <= r < stop_i of scale_i, divided by their count:
+    the mean over requests of sum(run times in [start_i, stop_i)) is w @ run times."""
+    scale = np.ones(len(start)) if scale is None else scale
+    diff = np.zeros(runs + 1)
+    np.add.at(diff, start, scale)
+    np.add.at(diff, stop, -scale)
+    return np.cumsum(diff)[:runs] / max(len(start), 1)

@@ -1,0 +1,206 @@
+"""Predicted against measured through the simulator: every row's benchmark replayed, the
+errors of mean TTFT and mean TPOT per group and left out per group, the per-request bounds
+(the same schedule at efficiencies 1 and overheads 0), and the rows whose scheduling
+assumption carries most of the prediction. The report has the steady-state validation's
+shape (`validate_runs.render` draws it) plus the simulator's own sections."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from rooflinec import measurements, validate_runs
+from rooflinec.serving import calibration, fitting, rows
+from rooflinec.serving import stepcost as sc
+
+HOLDOUTS = ("model", "tp", "engine")
+WEAKEST = 8
+
+ASSUMPTIONS = (
+    "Each row's benchmark is replayed step by step: a closed loop of C clients, 2C warm-up requests "
+    "then 20C measured ones, fixed ISL and OSL, all clients starting together (and again when the "
+    "warm-up has drained); mean TTFT and mean TPOT over the measured requests, as aiperf reports them.",
+    "The engine's scheduler is its catalog file (catalog/engines/): token budget, batch limit, "
+    "chunked prefill, mixed steps (TensorRT-LLM, vLLM) or prefill first (SGLang), KV blocks and "
+    "the memory fraction for the cache, admission reservation, preemption by recompute. The runs' "
+    "own engine settings are not published; each file lists what it assumes.",
+    "A step's time is the roofline of that step: the decodes at their own contexts and the prompt "
+    "chunks scheduled (FlashAttention variant, fused QKV, epilogues fused), each kernel "
+    "max(FLOPs / (compute fraction x peak), bytes / (bandwidth fraction x bandwidth)), plus a fixed "
+    "time per step and per running request (host-side scheduling and sampling), per layer, and the "
+    "tensor-parallel all-reduces (one-shot: payload / link bandwidth + one latency each).",
+    "Weights in the row's GEMM format (fp8-block read as fp8); the KV cache in the engine's default "
+    "(auto: bf16); activations bf16. KV-cache capacity: the engine's memory fraction of the device "
+    "less the weights (activation workspace and CUDA graphs not subtracted).",
+    "Bounds: TPOT from the same schedule with every efficiency 1 and every overhead 0; TTFT from the "
+    "request's own prompt prefilled alone at the bound. The schedule's TTFT at the bound is not a "
+    "bound: the replay's synchronised waves queue prompts behind each other more than the measured "
+    "runs do (the report counts the rows where it exceeds the measurement).",
+    "The KV cache is stored in the row's weight format (the rows do not state it).",
+    "Not predicted: disaggregated rows and attention-DP / expert-parallel layouts (the next issue), "
+    "models without a spec (Qwen3-235B-A22B), pipeline parallelism.",
+)
+
+
+def record(case: fitting.Case, p: sc.Parameters) -> dict:
+    r = case.row
+    rec = {"row_id": r.row_id, "model": r.model, "device": r.device, "engine": r.engine,
+           "weights": r.weights, "tp": r.tp, "isl": r.isl, "osl": r.osl, "concurrency": r.concurrency,
+           "measured_tpot_s": r.tpot_s, "measured_ttft_s": r.ttft_s}
+    if not case.predicted:
+        return {**rec, "predicted": False, "reason": case.reason}
+    ttft, tpot = case.means(p)
+    ttft_sched, tpot_lo = case.means(sc.BOUND)
+    res = case.result
+    return {**rec, "predicted": True, "tpot_s": tpot, "ttft_s": ttft, "tpot_bound_s": tpot_lo,
+            "ttft_bound_s": prompt_alone(case), "ttft_schedule_bound_s": ttft_sched,
+            "decode_bound_s": _decode_bound(case),
+            "tpot_error": tpot / r.tpot_s - 1, "ttft_error": ttft / r.ttft_s - 1,
+            "queue_share": case.retimer.queue_share(p), "preemptions": res.preemptions,
+            "mean_batch": float((res.timeline[:, 1] * res.timeline[:, 2]).sum() / res.timeline[:, 1].sum()),
+            "kv_cache_tokens": res.capacity_tokens}
+
+
+def prompt_alone(case) -> float:
+    """The TTFT bound: the request's own prompt prefilled alone in one step at the bound (no
+    queue, no other work, no front-end latency), the least any schedule can give it."""
+    x = np.zeros(len(sc.FEATURES))
+    isl = case.row.isl
+    x[[sc.ONE, sc.TOKENS, sc.LOGITS, sc.CHUNK_SQUARE, sc.CHUNK_TOKENS, sc.CHUNK_KEYS, sc.CHUNKS]] = \
+        1, isl, 1, isl * isl, isl, isl, 1
+    return float(case.step.durations(x[None], sc.BOUND)[0])
+
+
+def _decode_bound(case) -> float:
+    """The pure decode step of all C sequences at the mean context, at the bound."""
+    r = case.row
+    x = np.zeros(len(sc.FEATURES))
+    x[[sc.ONE, sc.TOKENS, sc.LOGITS, sc.DECODES]] = 1, r.concurrency, r.concurrency, r.concurrency
+    x[sc.CONTEXT] = r.concurrency * (r.isl + r.osl / 2)
+    return float(case.step.durations(x[None], sc.BOUND)[0])
+
+
+def _summaries(recs) -> dict:
+    return {w: validate_runs.summary([r[f"{w}_error"] for r in recs]) for w in ("tpot", "ttft")}
+
+
+def holdouts(cases, free) -> list[dict]:
+    """Each model, tp and engine left out in turn: the fits its rows take (their group's, else
+    their engine's, else the pooled one) refitted without them."""
+    usable = [c for c in cases if c.predicted]
+    out = []
+    for by in HOLDOUTS:
+        for value in sorted({getattr(c.row, by) for c in usable}, key=str):
+            test = [c for c in usable if getattr(c.row, by) == value]
+            train = [c for c in usable if getattr(c.row, by) != value]
+            if not train:
+                continue
+            fits, borrowed = {}, set()
+            for c in test:
+                g = c.group
+                if g not in fits:
+                    same = [t for t in train if t.group == g] or [t for t in train if t.group[1] == g[1]] or train
+                    if same[0].group != g:
+                        borrowed.add(f"{g[0]}/{g[1]}")
+                    fits[g] = fitting.fit(same, free)
+            recs = [record(c, fits[c.group]) for c in test]
+            out.append({"by": by, "held_out": str(value), "fallback": sorted(borrowed), **_summaries(recs)})
+    return out
+
+
+def report(csv_file: str, specs_root: str | None, calibration_file: str | None, with_holdouts=True) -> dict:
+    cases = fitting.prepare(rows.read(csv_file), measurements.Specs(specs_root))
+    if calibration_file:
+        table = calibration.load(calibration_file)
+        of, fitted = (lambda c: table.of(*c.group)), table.fitted       # noqa: E731
+        params = {"default": table.default, "groups": table.groups, "engines": table.engines}
+    else:
+        fits = fitting.fit_all(cases) if any(c.predicted for c in cases) else None
+        of, fitted = (lambda c: fits.of(c.group)), fitting.FITTED       # noqa: E731
+        params = ({"default": fits.default, "groups": fits.groups, "engines": fits.engines} if fits
+                  else {"default": sc.BOUND, "groups": {}, "engines": {}})
+    records = [record(c, of(c)) for c in cases]
+    done = [r for r in records if r["predicted"]]
+    ho = holdouts(cases, fitted) if with_holdouts else []
+    violations = [{k: r[k] for k in validate_runs.RUN_KEYS}
+                  | {"what": w, "bound_s": r[f"{w}_bound_s"], "measured_s": r[f"measured_{w}_s"]}
+                  for r in done for w in ("tpot", "ttft") if r[f"{w}_bound_s"] > r[f"measured_{w}_s"]]
+    groups = sorted({(r["model"], r["device"], r["engine"]) for r in done})
+    median = lambda xs: float(np.median(xs)) if xs else None   # noqa: E731
+    return {
+        "study": validate_runs.STEM,
+        "title": "Serving simulator: predicted against measured",
+        "source": os.path.basename(csv_file),
+        "calibration": os.path.basename(calibration_file) if calibration_file else "fitted on these rows",
+        "parameters": {"fitted": list(fitted), "default": vars(params["default"]),
+                       "groups": [{"device": d, "engine": e, **vars(params["groups"][(d, e)])}
+                                  for d, e in sorted(params["groups"])]
+                       + [{"device": "(other devices)", "engine": e, **vars(params["engines"][e])}
+                          for e in sorted(params["engines"])]},
+        "assumptions": list(ASSUMPTIONS),
+        "rows_total": len(records), "rows_predicted": len(done),
+        **_summaries(done),
+        "tpot_over_bound": median([r["measured_tpot_s"] / r["tpot_bound_s"] for r in done]),
+        "tpot_over_decode_bound": median([r["measured_tpot_s"] / r["decode_bound_s"] for r in done]),
+        "by_group": [{"model": m, "device": d, "engine": e,
+                      **_summaries([r for r in done if (r["model"], r["device"], r["engine"]) == (m, d, e)])}
+                     for m, d, e in groups],
+        "worst_tpot": validate_runs._worst(done, "tpot"), "worst_ttft": validate_runs._worst(done, "ttft"),
+        "holdouts": ho,
+        "holdout_worst": {by: validate_runs.worst_holdout(ho, by) for by in HOLDOUTS},
+        "holdout_worst_ttft": {by: max((h["ttft"]["median_abs"] for h in ho if h["by"] == by), default=None)
+                               for by in HOLDOUTS},
+        "violations": violations,
+        "schedule_ttft_over_measured": sum(r["ttft_schedule_bound_s"] > r["measured_ttft_s"] for r in done),
+        "weakest": weakest(done),
+        "simulator": True,
+        "unpredictable": [{"row_id": r["row_id"], "model": r["model"], "device": r["device"],
+                           "reason": r["reason"]} for r in records if not r["predicted"]],
+        "rows": records,
+    }
+
+
+def weakest(done) -> list[dict]:
+    """The rows where the scheduling assumption carries most of the prediction: the largest
+    share of TTFT spent queueing for admission (set by the assumed batch limit, token budget and
+    KV reservation, not by the roofline), then preemptions (the assumed KV capacity binds)."""
+    ranked = sorted(done, key=lambda r: (-(r["queue_share"] + (1 if r["preemptions"] else 0)), r["row_id"]))
+    return [{k: r[k] for k in validate_runs.RUN_KEYS}
+            | {"queue_share": r["queue_share"], "preemptions": r["preemptions"], "mean_batch": r["mean_batch"],
+               "ttft_error": r["ttft_error"], "tpot_error": r["tpot_error"]} for r in ranked[:WEAKEST]]
+
+
+def document(fits: fitting.Fits, cases, source: str) -> dict:
+    """The calibration YAML's content (`calibration.load` reads it back)."""
+    usable = [c for c in cases if c.predicted]
+
+    def residuals(cs, p_of):
+        errs = np.array([[m / t - 1 for m, t in zip(c.means(p_of(c))[::-1], (c.row.tpot_s, c.row.ttft_s))]
+                         for c in cs])
+        return {"rows": len(cs), "tpot_median_abs_error": _r(float(np.median(np.abs(errs[:, 0])))),
+                "ttft_median_abs_error": _r(float(np.median(np.abs(errs[:, 1]))))}
+
+    def params(p):
+        return {n: _r(getattr(p, n)) for n in sc.NAMES}
+    own = lambda c: fits.of(c.group)   # noqa: E731
+    return {
+        "kind": calibration.KIND,
+        "fitted_on": source,
+        "method": "the simulator's schedule of each row's benchmark, re-timed; least squares on "
+                  "log(predicted / measured) mean TPOT and mean TTFT, per (device, engine), per engine "
+                  "and pooled; parameters not fitted keep their bound values",
+        "fitted": list(fits.fitted),
+        "default": {"parameters": params(fits.default), "residuals": residuals(usable, own)},
+        "engines": [{"engine": e, "parameters": params(fits.engines[e]),
+                     "residuals": residuals([c for c in usable if c.group[1] == e], own)}
+                    for e in sorted(fits.engines)],
+        "groups": [{"device": d, "engine": e, "parameters": params(fits.groups[(d, e)]),
+                    "residuals": residuals([c for c in usable if c.group == (d, e)], own)}
+                   for d, e in sorted(fits.groups)],
+    }
+
+
+def _r(x: float) -> float:
+    return 0.0 if x == 0 or not math.isfinite(x) else float(f"{x:.6g}")

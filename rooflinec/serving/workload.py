@@ -1,0 +1,85 @@
+"""Workloads a deployment serves: a closed loop of clients or an open loop of Poisson arrivals.
+
+Closed loop (the method of the measured rows: `aiperf --concurrency C --num-requests 20C
+--warmup-request-count 2C`, all C clients start together): C clients, each sending its next
+request the moment its last one finished. The warm-up requests are sent first and not
+measured; the measured phase starts when the warm-up has drained, all C clients together
+again (assumed: aiperf runs its warm-up and profiling phases one after the other).
+Open loop (the method of MLPerf's Server scenario): Poisson arrivals at a rate, from a seeded
+generator. Lengths are fixed, or drawn uniformly from a range, seeded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rooflinec.errors import UsageError
+
+DEFAULT_SEED = 0
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """Token counts: `low` = `high` for a fixed length, else uniform on [low, high]."""
+
+    low: int
+    high: int
+
+    @staticmethod
+    def parse(text: str, flag: str) -> Lengths:
+        parts = str(text).split("-")
+        if len(parts) not in (1, 2) or not all(p.isascii() and p.isdigit() and len(p) <= 9 for p in parts):
+            raise UsageError(f"{flag}: '{text}' is not a token count (e.g. 1024) or a range (e.g. 512-2048)")
+        low, high = int(parts[0]), int(parts[-1])
+        if low < 1 or high < low:
+            raise UsageError(f"{flag}: '{text}': lengths are at least 1 and a range is low-high")
+        return Lengths(low, high)
+
+    def draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        if self.low == self.high:
+            return np.full(n, self.low, dtype=np.int64)
+        return rng.integers(self.low, self.high + 1, size=n, dtype=np.int64)
+
+    def __str__(self) -> str:
+        return str(self.low) if self.low == self.high else f"uniform {self.low}-{self.high}"
+
+
+@dataclass(frozen=True)
+class Workload:
+    isl: Lengths
+    osl: Lengths
+    requests: int              # measured requests
+    warmup: int                # requests sent first and not measured
+    concurrency: int | None    # closed loop: clients
+    rate: float | None         # open loop: arrivals per second
+    seed: int = DEFAULT_SEED
+
+    @property
+    def closed(self) -> bool:
+        return self.rate is None
+
+    @property
+    def total(self) -> int:
+        return self.warmup + self.requests
+
+    def lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        rng = np.random.default_rng(self.seed)
+        return self.isl.draw(self.total, rng), self.osl.draw(self.total, rng)
+
+    def arrivals(self) -> np.ndarray:
+        """Open loop: arrival times, exponential gaps at `rate` (a generator apart from the
+        lengths', so the same seed gives the same lengths at any rate)."""
+        rng = np.random.default_rng([self.seed, 1])
+        return np.cumsum(rng.exponential(1 / self.rate, size=self.total))
+
+    def describe(self) -> str:
+        load = (f"closed loop of {self.concurrency} clients" if self.closed
+                else f"Poisson arrivals at {self.rate:g} requests/s (seed {self.seed})")
+        return f"{load}; ISL {self.isl}, OSL {self.osl}; {self.requests} measured after {self.warmup} warm-up"
+
+
+def benchmark(concurrency: int, isl: int, osl: int) -> Workload:
+    """The measured rows' benchmark: 20C requests after 2C warm-up, fixed lengths."""
+    return Workload(Lengths(isl, isl), Lengths(osl, osl), 20 * concurrency, 2 * concurrency, concurrency, None)

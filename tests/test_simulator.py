@@ -1,0 +1,205 @@
+"""The serving simulator: step costs from the lowered programs, the event loop's bookkeeping,
+re-timing a closed-loop schedule, bounds per request, engine files and the `simulate` command."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rooflinec import catalog, spec
+from rooflinec import serving_model as sm
+from rooflinec.cli import run
+from rooflinec.errors import SpecError, UsageError
+from rooflinec.serving import engines, metrics, simulator, workload
+from rooflinec.serving import stepcost as sc
+
+LLAMA8 = spec.load_model(catalog.path("models", "llama-3.1-8b"))
+LLAMA70 = spec.load_model(catalog.path("models", "llama-3.1-70b"))
+H100 = spec.load_hardware(catalog.path("hardware", "h100-sxm"))
+H200 = spec.load_hardware(catalog.path("hardware", "h200-sxm"))
+STEP8 = sc.build(sc.Deployment(LLAMA8, H100, 1, "bf16", "bf16"))
+STEP70 = sc.build(sc.Deployment(LLAMA70, H200, 4, "fp8", "fp8"))
+CAL = sc.Parameters(bandwidth_fraction=0.8, compute_fraction=0.6, per_layer_s=2e-5, per_step_s=1e-3,
+                    per_collective_s=5e-6, per_request_s=2e-5)
+
+
+def features(decodes=0, context=0, chunks=(), logits=None):
+    x = np.zeros(len(sc.FEATURES))
+    x[sc.ONE], x[sc.DECODES], x[sc.CONTEXT] = 1, decodes, context
+    for p, c in chunks:
+        x[sc.CHUNK_SQUARE] += (p + c) ** 2 - p ** 2
+        x[sc.CHUNK_TOKENS] += c
+        x[sc.CHUNK_KEYS] += p + c
+        x[sc.CHUNKS] += 1
+    x[sc.TOKENS] = decodes + x[sc.CHUNK_TOKENS]
+    x[sc.LOGITS] = decodes + len(chunks) if logits is None else logits
+    return x
+
+
+def call(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    return run([str(a) for a in argv], out, err), out.getvalue(), err.getvalue()
+
+
+# --- step costs ------------------------------------------------------------------------
+
+def test_decode_step_at_batch_one_is_the_weights_over_the_bandwidth():
+    """Llama-3.1-8B (meta-llama/Llama-3.1-8B-Instruct config.json): 8.03e9 parameters x 2 bytes
+    (bf16) = 16.06 GB, of which the input embedding table, 128,256 x 4,096 x 2 B = 1.05 GB, is
+    read one row per token, not whole: one decode step reads 15.01 GB of weights; at H100 SXM's
+    3.35 TB/s (datasheet) that is 15.01e9 / 3.35e12 = 4.48 ms; the activations and one short
+    sequence's KV cache add well under 1%."""
+    t = STEP8.durations(features(decodes=1, context=1)[None], sc.BOUND)[0]
+    weights = sm.weight_bytes(LLAMA8, "bf16", 1)
+    assert weights == pytest.approx(16.06e9, rel=2e-3)
+    read = weights - 128256 * 4096 * 2
+    assert read / H100.bandwidth == pytest.approx(4.48e-3, rel=2e-3)
+    assert read / H100.bandwidth <= t <= 1.01 * read / H100.bandwidth
+
+
+def test_a_mixed_step_matches_the_steady_state_models_step():
+    """The same machinery: decodes at one context beside one whole prompt (p = 0) cost what
+    serving_model.step_cost says (it gives logits to the decodes only)."""
+    run_ = sm.Run(LLAMA70, H200, "fp8", 4, 1000, 100, 16)
+    eff = sm.Efficiency(0.8, 0.6, 1e-5, 1e-4, 1e-6)
+    x = features(decodes=15, context=15 * 1050, chunks=[(0, 1000)], logits=15)
+    assert STEP70.durations(x[None], sc.Parameters.of(eff))[0] == pytest.approx(
+        sm.step_cost(run_, 15, 1050, 1).time(eff), rel=1e-12)
+
+
+@given(p=st.integers(0, 8000), c=st.integers(1, 8000))
+@settings(max_examples=40, deadline=None)
+def test_prompt_chunks_add_up_to_the_whole_prompt(p, c):
+    """Chunk attention FLOPs follow (p + c)^2 - p^2: a prompt split in two costs the FLOPs of
+    the whole prompt (the causal count telescopes); its KV reads grow with the prefix."""
+    flops = lambda chunks: (features(chunks=chunks) @ STEP8.compute.T)[-1]   # noqa: E731
+    assert flops([(0, p), (p, c)]) - flops([(0, p + c)]) == pytest.approx(0, abs=1e-9 * flops([(0, p + c)]))
+
+
+def test_bound_parameters_never_exceed_calibrated_ones_per_step():
+    x = np.array([features(decodes=d, context=d * 3000, chunks=[(0, 512)] * (d % 3)) for d in range(0, 300, 7)])
+    assert np.all(STEP70.durations(x, sc.BOUND) <= STEP70.durations(x, CAL))
+
+
+# --- the event loop ----------------------------------------------------------------------
+
+def test_one_client_alone_sees_the_prefill_step_then_decode_steps():
+    """C = 1: a request's TTFT is its prompt's prefill step; TPOT is the mean of the
+    OSL - 1 decode steps at contexts ISL + 1 ... ISL + OSL - 1."""
+    isl, osl = 1000, 50
+    res = simulator.simulate(STEP8, engines.load("vllm"), workload.benchmark(1, isl, osl), CAL)
+    prefill = STEP8.durations(features(chunks=[(0, isl)])[None], CAL)[0]
+    decodes = STEP8.durations(np.array([features(decodes=1, context=isl + 1 + j) for j in range(osl - 1)]), CAL)
+    s = metrics.summary(res, 1)
+    assert s["ttft_s"]["mean"] == pytest.approx(prefill, rel=1e-12)
+    assert s["tpot_s"]["mean"] == pytest.approx(decodes.mean(), rel=1e-9)
+    assert s["measured_requests"] == 20
+
+
+@pytest.mark.parametrize("engine", ["trtllm", "vllm", "sglang"])
+def test_every_request_finishes_with_its_output(engine):
+    work = workload.Workload(workload.Lengths(100, 3000), workload.Lengths(1, 400), 300, 30, 48, None, seed=3)
+    res = simulator.simulate(STEP8, engines.load(engine), work, CAL)
+    assert np.all(np.isfinite(res.finish_s)) and np.all(res.first_s <= res.finish_s)
+    assert np.all(res.arrival_s <= res.first_s)
+    assert int(res.timeline[:, 1].sum()) >= res.osl.max()
+
+
+@given(c=st.integers(1, 96), isl=st.integers(1, 6000), osl=st.integers(1, 600),
+       engine=st.sampled_from(["trtllm", "vllm", "sglang"]))
+@settings(max_examples=25, deadline=None)
+def test_retiming_a_closed_loop_schedule_equals_simulating_it(c, isl, osl, engine):
+    """In a closed loop every event falls on a step boundary: the schedule does not depend on
+    step times, and the closed-form re-timing gives the simulation's own means."""
+    work = workload.Workload(workload.Lengths(isl, isl), workload.Lengths(osl, osl), 3 * c, c, c, None)
+    pol = engines.load(engine)
+    res = simulator.simulate(STEP8, pol, work, CAL)
+    s = metrics.summary(res, 1)
+    ttft, tpot = simulator.retimed_means(STEP8, res.schedule, res.measured, res.osl, CAL)
+    assert ttft == pytest.approx(s["ttft_s"]["mean"], rel=1e-9)
+    if osl > 1:
+        assert tpot == pytest.approx(s["tpot_s"]["mean"], rel=1e-9)
+    bound = simulator.simulate(STEP8, pol, work, sc.BOUND)
+    assert np.all(bound.first_s - bound.arrival_s <= res.first_s - res.arrival_s + 1e-12)
+
+
+def test_open_loop_is_seeded_and_poisson():
+    work = workload.Workload(workload.Lengths(512, 2048), workload.Lengths(64, 256), 3000, 0, None, 50.0, seed=7)
+    a, b = (simulator.simulate(STEP8, engines.load("sglang"), work, CAL) for _ in range(2))
+    assert np.array_equal(a.first_s, b.first_s)
+    gaps = np.diff(work.arrivals())
+    assert gaps.mean() == pytest.approx(1 / 50, rel=0.06)        # 3000 exponential gaps: sd 1.8%
+    assert gaps.std() == pytest.approx(gaps.mean(), rel=0.08)    # an exponential's sd is its mean
+
+
+def test_kv_capacity_follows_the_engines_memory_rule():
+    """Llama-3.1-70B fp8 at tp 4 on H200 (141 GB): weights 70.55e9 x 1 B / 4 = 17.64 GB; TRT-LLM
+    keeps 0.9 x (141 - 17.64) = 111.0 GB; a token's KV is 80 layers x 2 x 2 KV heads x 128 x 1 B
+    = 40,960 B per device: 2.71 M tokens, in blocks of 32."""
+    pol = engines.load("trtllm")
+    tokens = simulator.kv_capacity_tokens(STEP70, pol)
+    assert tokens % 32 == 0
+    assert tokens == pytest.approx(0.9 * (141e9 - sm.weight_bytes(LLAMA70, "fp8", 4)) / 40960, abs=32)
+
+
+# --- engines -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["trtllm", "vllm", "sglang"])
+def test_every_engine_file_states_version_source_and_assumptions(name):
+    pol = engines.load(name)
+    assert pol.version and "/" in pol.source and isinstance(pol.assumed, dict)
+
+
+def test_a_bad_engine_field_is_located(tmp_path):
+    text = open(catalog.path("engines", "vllm")).read().replace("schedule: mixed", "schedule: sometimes")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(SpecError) as exc:
+        engines.load(str(bad))
+    assert re.search(r"bad\.yaml:\d+:\d+: schedule: schedule: expected one of mixed, prefill_first", str(exc.value))
+
+
+def test_an_override_names_its_flag():
+    with pytest.raises(UsageError, match="--max-tokens"):
+        engines.override(engines.load("vllm"), max_tokens=0)
+
+
+# --- the command ----------------------------------------------------------------------------
+
+def test_simulate_json_has_the_four_latencies(tmp_path):
+    chart = tmp_path / "t.svg"
+    code, out, err = call("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "trtllm",
+                          "--concurrency", 16, "--isl", 1024, "--osl", 64, "--json", "--chart", chart)
+    assert code == 0, err
+    doc = json.loads(out)
+    for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+        assert set(doc[key]) == {"mean", "p50", "p90", "p99"} and doc[key]["p50"] <= doc[key]["p99"]
+    assert doc["kind"] == "prediction" and doc["tokens_per_s_per_gpu"] > 0
+    first = chart.read_bytes()
+    assert call("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "trtllm", "--concurrency", 16,
+                "--isl", 1024, "--osl", 64, "--chart", chart)[0] == 0
+    assert chart.read_bytes() == first
+
+
+@pytest.mark.parametrize("extra, flag", [
+    ((), "--concurrency"), (("--concurrency", 4, "--rate", 2), "--concurrency"),
+    (("--concurrency", 0), "--concurrency"), (("--concurrency", 4, "--max-tokens", 0), "--max-tokens"),
+    (("--rate", "-1"), "--rate"), (("--concurrency", 4, "--isl", "9-2"), "--isl"),
+    (("--concurrency", 4, "--engine", "tgi"), "--engine"),
+])
+def test_usage_errors_name_their_flag(extra, flag):
+    argv = ["simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "vllm", "--isl", 128, "--osl", 8, *extra]
+    code, out, err = call(*argv)
+    assert code == 2 and flag in err and "Traceback" not in err
+
+
+def test_a_prompt_no_step_can_hold_is_an_error_not_a_hang():
+    code, _, err = call("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "trtllm",
+                        "--concurrency", 2, "--isl", 9000, "--osl", 8)
+    assert code == 1 and "without chunked prefill" in err
