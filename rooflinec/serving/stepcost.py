@@ -26,6 +26,7 @@ import sympy as sp
 
 from rooflinec import collectives, kvcache, program_costs
 from rooflinec import serving_model as sm
+from rooflinec.cost import roofline
 from rooflinec.spec import DTYPE_BYTES
 from rooflinec.symbols import B, M, S
 
@@ -116,8 +117,8 @@ def build(dep: Deployment) -> StepModel:
             rows.append(_chunk_row(op, flops, traffic))
             names.append(f"{op.name} (prompt chunks)")
     peaks = np.array([[matrix if op_unit == "matrix" else vector] for op_unit, _, _ in rows])
-    compute = np.array([f for _, f, _ in rows]) / peaks
-    memory = np.array([m for _, _, m in rows]) / dev.bandwidth
+    compute = roofline.compute_time(np.array([f for _, f, _ in rows]), peaks)
+    memory = roofline.transfer_time(np.array([m for _, _, m in rows]), dev.bandwidth)
     coll, link = 0, np.zeros(2)
     if dep.tp > 1:
         if dev.link_bandwidth is None:
