@@ -4,7 +4,9 @@ Driven over the Chrome DevTools Protocol on --remote-debugging-pipe (NUL-separat
 file descriptors 3 and 4), so the test needs no package beyond the browser. It checks: no
 console errors, no exceptions, no failed requests and no request leaving the file; tables,
 charts and formulas present and visible (MathML laid out as math, not as text); no
-horizontal overflow on a phone-width screen; and a screenshot that is not blank.
+horizontal overflow on a phone-width screen; and a screenshot that is not blank. At 1,000 and
+1,600 px (`test_report_fits_the_page`): nothing sticks out of the page, no stray scrollbar, and
+at 1,600 px every table fits its box (at 1,000 px a table may scroll inside its own box).
 
 Outside CI a missing browser skips the test; with CI set it fails.
 """
@@ -232,3 +234,48 @@ def test_hostile_model_name_stays_text(browser, tmp_path):
     assert census["scripts"] == 0
     text = browser.evaluate("document.querySelector('header').innerText")
     assert "<script>alert(1)</script>" in text
+
+
+# Where the page is wider than what it holds: elements sticking out past the right edge (outside
+# a box that scrolls), boxes that scroll down by a pixel or two (stray scrollbars), boxes that
+# scroll sideways and are not meant to (tables' .scroll boxes and formula boxes are), tables
+# wider than their box.
+FIT = """(() => {
+  const W = document.documentElement.clientWidth, out = {page: document.documentElement.scrollWidth - W,
+    sticking: [], down: [], sideways: [], tables: []};
+  const where = el => (el.closest('section') || {}).id + ' ' + el.tagName.toLowerCase() +
+    (el.className && typeof el.className === 'string' ? '.' + el.className.split(' ').join('.') : '');
+  const scrolls = el => ['auto', 'scroll'].includes(getComputedStyle(el).overflowX);
+  const inScroller = el => { for (let p = el.parentElement; p; p = p.parentElement) if (scrolls(p)) return true; return false; };
+  // an inline <svg> clips what it draws to its own box, so its parts are not looked at
+  for (const el of document.body.querySelectorAll(':not(svg *)')) {
+    const r = el.getBoundingClientRect(), s = getComputedStyle(el);
+    if (r.width > 0 && r.right > W + 1 && !inScroller(el)) out.sticking.push(where(el) + ' ' + Math.round(r.right));
+    if (['auto', 'scroll'].includes(s.overflowY) && el.scrollHeight > el.clientHeight) out.down.push(where(el));
+    if (scrolls(el) && el.scrollWidth > el.clientWidth &&
+        !el.matches('.scroll, div.eq, dd, .op p')) out.sideways.push(where(el));
+  }
+  for (const box of document.querySelectorAll('.scroll'))
+    if (box.scrollWidth > box.clientWidth + 1) out.tables.push(where(box) + ' ' + box.scrollWidth + ' > ' + box.clientWidth);
+  return out;
+})()"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("study", [Path(s).stem for s in STUDIES])
+@pytest.mark.parametrize("width", [1000, 1600])
+def test_report_fits_the_page(browser, built, study, width):
+    """At 1,000 and 1,600 px: no element overflows the page, no stray scrollbar; at 1,600 px
+    no table is wider than its box. Screenshots go to ROOFLINEC_SCREENSHOTS when set."""
+    census, png = open_report(browser, built / f"{study}.html", width, 900)
+    fit = browser.evaluate(FIT)
+    assert fit["page"] <= 0 and fit["sticking"] == [], fit["sticking"][:5]
+    assert fit["down"] == [], f"boxes with a vertical scrollbar: {fit['down'][:5]}"
+    assert fit["sideways"] == [], f"boxes that scroll sideways: {fit['sideways'][:5]}"
+    if width >= 1600:
+        assert fit["tables"] == [], f"tables wider than their box: {fit['tables']}"
+    spread, inked = non_blank(png)
+    assert spread > 0.02 and inked > 0.01, (spread, inked)
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        (Path(SHOTS) / f"{study}-{width}.png").write_bytes(png)
