@@ -75,10 +75,13 @@ def test_same_spec_same_bytes(qwen, files):
 
 def test_html_is_self_contained(files):
     html = files["qwen.html"]
-    assert "<script" not in html
+    # the calculator's two inline scripts only: its data (JSON) and its code, no src
+    assert re.findall(r"<script[^>]*>", html) == ['<script type="application/json" id="calc-data">',
+                                                  '<script id="calc-script">']
     assert not re.search(r"""(src|href)=["'](https?:)?//""", html)   # nothing fetched
-    assert "@import" not in html and "url(http" not in html
-    assert html.count("<svg") == sum(p.endswith(".svg") for p in files)
+    assert "@import" not in html and "url(http" not in html and "fetch(" not in html
+    # each chart file inline, and the calculator's roofline, which its script draws
+    assert html.count("<svg") == sum(p.endswith(".svg") for p in files) + 1
     assert "@media print" in html and 'name="viewport"' in html
 
 
@@ -93,7 +96,8 @@ def test_hostile_model_name_is_escaped(tmp_path):
     study = hostile_study(tmp_path)
     assert run(["build", str(study), "--out", str(tmp_path / "out")], io.StringIO(), io.StringIO()) == 0
     html = (tmp_path / "out" / "evil.html").read_text()
-    assert "<script" not in html
+    assert "<script>" not in html and html.count("<script") <= 2   # the calculator's, if any
+    assert "alert(1)</script>" not in html                          # inside its JSON: \u003c
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     for svg in (tmp_path / "out" / "evil").glob("*.svg"):
         assert "<script" not in svg.read_text()

@@ -1,0 +1,1 @@
+"""Cost stage: what a workload costs on a device (the live calculator's terms)."""
