@@ -131,13 +131,13 @@ CENSUS = """(() => {
   const fracBox = frac ? frac.getBoundingClientRect() : null;
   const mi = document.querySelector('math mi');
   return {
-    tables: count('main table'), charts: count('figure.chart svg'), math: count('math'),
+    tables: count('main table'), charts: count('figure.chart:not(.calc-chart) svg'), math: count('math'),
     toc: count('nav.toc a'), scripts: document.querySelectorAll('script').length,
     // MathML laid out as math: a fraction is taller than one identifier on its own line
     fraction_height: fracBox ? fracBox.height : 0,
     identifier_height: mi ? mi.getBoundingClientRect().height : 0,
     frac_display: frac ? getComputedStyle(frac).display : null,
-    chart_text: [...document.querySelectorAll('figure.chart svg text')].length,
+    chart_text: [...document.querySelectorAll('figure.chart:not(.calc-chart) svg text')].length,
     overflow: document.documentElement.scrollWidth - window.innerWidth,
     title: document.title,
   };
