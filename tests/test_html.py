@@ -291,3 +291,15 @@ def test_shared_prose_escapes_in_html_whatever_compiled_it_first():
     html = environment(True).get_template("prose/sections.j2").module.params_intro(section)
     assert "L = <b>& times" in md
     assert "<var>L</var> = &lt;b&gt;&amp; times" in html
+
+
+def test_every_shipped_study_draws_a_chart():
+    """Each committed HTML report holds at least one chart (an inline SVG figure that is not
+    the calculator's), and its Markdown links one: no study is tables only."""
+    root = Path(__file__).resolve().parents[1]
+    for spec_file in sorted((root / "specs").glob("*.yaml")):
+        html = (root / "reports" / f"{spec_file.stem}.html").read_text()
+        charts = re.findall(r'<figure class="chart (?!calc-chart)[^"]*"[^>]*><svg', html)
+        assert charts, f"{spec_file.stem}.html draws no chart"
+        md = (root / "reports" / f"{spec_file.stem}.md").read_text()
+        assert re.search(r"!\[[^\]]*\]\([^)]+\.svg\)", md), f"{spec_file.stem}.md links no chart"
