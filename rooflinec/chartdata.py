@@ -52,7 +52,7 @@ def _fixed(fixed: dict) -> str:
 
 def throughput_sweep(index: int, section: dict, report: dict) -> dict | None:
     """Tokens/s against the swept axis: a line per series (the other axes fixed) per device,
-    variant and dtype; where a series turns compute-bound, a mark."""
+    variant and dtype; where a series turns compute-bound, a mark; which points fit memory."""
     groups = list(dict.fromkeys((s["device"], s["dtype"], s["variant"]) for s in section["series"]))
     lines = []
     for s in section["series"]:
@@ -60,7 +60,7 @@ def throughput_sweep(index: int, section: dict, report: dict) -> dict | None:
         if s["crossing"] is not None and s["crossing"] in s["x"]:
             cross = {"at": s["crossing"], "tokens_per_s": s["tokens_per_s"][s["x"].index(s["crossing"])]}
         lines.append({"label": _fixed(s["fixed"]), "group": groups.index((s["device"], s["dtype"], s["variant"])),
-                      "x": s["x"], "y": s["tokens_per_s"], "crossing": cross})
+                      "x": s["x"], "y": s["tokens_per_s"], "fits": s["fits"], "crossing": cross})
     if not lines:
         return None
     return {"kind": "throughput", "section": index, "name": f"{slug(section['kind'])}-{section['x']}",

@@ -323,7 +323,11 @@ def throughput(chart: dict):
     labels = list(dict.fromkeys(line["label"] for line in chart["lines"]))
     for line in chart["lines"]:
         colour = SERIES_COLOURS[labels.index(line["label"]) % len(SERIES_COLOURS)]
-        ax.plot(line["x"], line["y"], color=colour, lw=1.3, ls=LINE_STYLES[line["group"] % len(LINE_STYLES)])
+        style = LINE_STYLES[line["group"] % len(LINE_STYLES)]
+        # the whole series faint, then solid where weights and KV cache fit the device
+        ax.plot(line["x"], line["y"], color=colour, lw=1.0, ls=style, alpha=0.3)
+        fit = [y if f else math.nan for y, f in zip(line["y"], line["fits"])]
+        ax.plot(line["x"], fit, color=colour, lw=1.3, ls=style)
         if line["crossing"]:
             c = line["crossing"]
             ax.plot([c["at"]], [c["tokens_per_s"]], marker="o", ms=6, mfc="none", mec=colour, mew=1.4, zorder=3)
@@ -335,6 +339,8 @@ def throughput(chart: dict):
                 for i, name in enumerate(chart["groups"])]
     handles.append(Line2D([], [], color=ROOF, ls="none", marker="o", mfc="none", mew=1.2,
                           label="compute-bound from here"))
+    if not all(f for line in chart["lines"] for f in line["fits"]):
+        handles.append(Line2D([], [], color=ROOF, lw=1.0, alpha=0.3, label="faint: does not fit memory"))
     xs = [x for line in chart["lines"] for x in line["x"]]
     ys = [y for line in chart["lines"] for y in line["y"]]
     _log_axes(ax, (min(xs) / 1.2, max(xs) * 1.2), (min(ys) / 1.5, max(ys) * 1.5),
