@@ -99,15 +99,14 @@ def tp_split(index: int, section: dict, report: dict) -> list[dict]:
 def catalog_roofline(index: int, section: dict, report: dict) -> dict | None:
     """Every device of the accelerator table on one roofline: its tensor roof at its dtype,
     the ridge marked, the vector roof dashed."""
-    rows = [r for r in section.get("rows", ()) if r.get("tensor_peak") and r.get("bandwidth")]
+    rows = [r for r in section.get("rows", ()) if r.get("ridge_tensor")]   # a tensor roof to draw
     if not rows:
         return None
     return {"kind": "catalog", "section": index, "name": f"{slug(section['kind'])}-rooflines",
             "title": "The devices on one roofline: tensor peak at each device's dtype, ridge marked",
             "alt": "Roofline of every device in the table on one log-log chart, tensor roofs with "
                    "their ridge points and vector roofs dashed",
-            "devices": [{k: r[k] for k in ("key", "dtype", "tensor_peak", "vector_peak", "bandwidth")}
-                        for r in rows]}
+            "devices": rows}
 
 
 def published_bars(index: int, section: dict, report: dict) -> dict | None:
