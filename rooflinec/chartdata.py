@@ -52,7 +52,7 @@ def _fixed(fixed: dict) -> str:
 
 def throughput_sweep(index: int, section: dict, report: dict) -> dict | None:
     """Tokens/s against the swept axis: a line per series (the other axes fixed) per device,
-    variant and dtype; where a series turns compute-bound, a mark."""
+    variant and dtype; where a series turns compute-bound, a mark; which points fit memory."""
     groups = list(dict.fromkeys((s["device"], s["dtype"], s["variant"]) for s in section["series"]))
     lines = []
     for s in section["series"]:
@@ -60,7 +60,7 @@ def throughput_sweep(index: int, section: dict, report: dict) -> dict | None:
         if s["crossing"] is not None and s["crossing"] in s["x"]:
             cross = {"at": s["crossing"], "tokens_per_s": s["tokens_per_s"][s["x"].index(s["crossing"])]}
         lines.append({"label": _fixed(s["fixed"]), "group": groups.index((s["device"], s["dtype"], s["variant"])),
-                      "x": s["x"], "y": s["tokens_per_s"], "crossing": cross})
+                      "x": s["x"], "y": s["tokens_per_s"], "fits": s["fits"], "crossing": cross})
     if not lines:
         return None
     return {"kind": "throughput", "section": index, "name": f"{slug(section['kind'])}-{section['x']}",
@@ -96,7 +96,77 @@ def tp_split(index: int, section: dict, report: dict) -> list[dict]:
     return charts
 
 
-SWEEPS = {"gemm_intensity": gemm_sweep, "sweep": throughput_sweep}
+def catalog_roofline(index: int, section: dict, report: dict) -> dict | None:
+    """Every device of the accelerator table on one roofline: its tensor roof at its dtype,
+    the ridge marked, the vector roof dashed."""
+    rows = [r for r in section.get("rows", ()) if r.get("ridge_tensor")]   # a tensor roof to draw
+    if not rows:
+        return None
+    return {"kind": "catalog", "section": index, "name": f"{slug(section['kind'])}-rooflines",
+            "title": "The devices on one roofline: tensor peak at each device's dtype, ridge marked",
+            "alt": "Roofline of every device in the table on one log-log chart, tensor roofs with "
+                   "their ridge points and vector roofs dashed",
+            "devices": rows}
+
+
+def published_bars(index: int, section: dict, report: dict) -> dict | None:
+    """Each published run's utilisation: the figure computed here (MFU or HFU, as the run
+    counts) beside the one its paper quotes (a range where it gives one)."""
+    rows = [r for r in section.get("rows", ()) if r.get("value") is not None or r.get("quoted")]
+    if not rows:
+        return None
+    return {"kind": "bars", "section": index, "name": f"{slug(section['kind'])}-utilisation",
+            "title": "Utilisation of published training runs: computed and quoted",
+            "alt": "Horizontal bars of each published run's utilisation, computed from its "
+                   "throughput beside the figure its paper quotes",
+            "labels": [f"{r['name']} ({r['counts']} FLOPs)" for r in rows],
+            "series": {"computed here": [r.get("value") for r in rows],
+                       "quoted (low)": [r["quoted"][0] if r.get("quoted") else None for r in rows],
+                       "quoted (high)": [r["quoted"][1] if r.get("quoted") else None for r in rows]},
+            "xlabel": "fraction of peak"}
+
+
+def training_bars(index: int, section: dict, report: dict) -> dict | None:
+    """MFU and HFU of the run under each way of counting FLOPs per token."""
+    accounts = section.get("accounts") or []
+    if not accounts:
+        return None
+    return {"kind": "bars", "section": index, "name": f"{slug(section['kind'])}-mfu-hfu",
+            "title": f"MFU and HFU of the run ({section['policy']} recomputation)",
+            "alt": "Horizontal bars of model FLOPs utilisation and hardware FLOPs utilisation "
+                   "under each way of counting FLOPs per token",
+            "labels": [a["name"] for a in accounts],
+            "series": {"MFU": [a["mfu"] for a in accounts], "HFU": [a["hfu"] for a in accounts]},
+            "xlabel": "fraction of peak"}
+
+
+def scaling(index: int, section: dict, report: dict) -> dict | None:
+    """Step time and MFU against the number of devices, a point per run; a run whose
+    per-device memory does not fit is drawn hollow."""
+    runs = section.get("runs") or []
+    if not runs:
+        return None
+    return {"kind": "scaling", "section": index, "name": f"{slug(section['kind'])}-scaling",
+            "title": "Step time and MFU against devices",
+            "alt": "Two panels against the number of GPUs: the step's time (with the pipeline "
+                   "bubble, and with communication too) and its MFU and HFU beside the published "
+                   "figure; hollow where a run's memory does not fit",
+            "runs": [{"name": r["name"], "gpus": r["gpus"], "step_s": r["step_s"],
+                      "pipelined_s": r["pipelined_s"], "fits": r["fits"],
+                      "mfu": r["overlapped"]["mfu"], "hfu": r["overlapped"]["hfu"],
+                      "published": _published_fraction(r["published"])} for r in runs]}
+
+
+def _published_fraction(published: dict) -> float | None:
+    """The fraction of peak a run's paper gives: its MFU (the first quoted), else its share."""
+    if published.get("mfu"):
+        return published["mfu"][0]
+    return published.get("peak_fraction")
+
+
+SWEEPS = {"gemm_intensity": gemm_sweep, "sweep": throughput_sweep, "accelerators": catalog_roofline,
+          "published_efficiency": published_bars, "training": training_bars,
+          "training_at_scale": scaling}
 SPLITS = {"parallel_view": tp_split}
 
 

@@ -328,7 +328,11 @@ def throughput(chart: dict):
     labels = list(dict.fromkeys(line["label"] for line in chart["lines"]))
     for line in chart["lines"]:
         colour = SERIES_COLOURS[labels.index(line["label"]) % len(SERIES_COLOURS)]
-        ax.plot(line["x"], line["y"], color=colour, lw=1.3, ls=LINE_STYLES[line["group"] % len(LINE_STYLES)])
+        style = LINE_STYLES[line["group"] % len(LINE_STYLES)]
+        # the whole series faint, then solid where weights and KV cache fit the device
+        ax.plot(line["x"], line["y"], color=colour, lw=1.0, ls=style, alpha=0.3)
+        fit = [y if f else math.nan for y, f in zip(line["y"], line["fits"])]
+        ax.plot(line["x"], fit, color=colour, lw=1.3, ls=style)
         if line["crossing"]:
             c = line["crossing"]
             ax.plot([c["at"]], [c["tokens_per_s"]], marker="o", ms=6, mfc="none", mec=colour, mew=1.4, zorder=3)
@@ -340,6 +344,8 @@ def throughput(chart: dict):
                 for i, name in enumerate(chart["groups"])]
     handles.append(Line2D([], [], color=ROOF, ls="none", marker="o", mfc="none", mew=1.2,
                           label="compute-bound from here"))
+    if not all(f for line in chart["lines"] for f in line["fits"]):
+        handles.append(Line2D([], [], color=ROOF, lw=1.0, alpha=0.3, label="faint: does not fit memory"))
     xs = [x for line in chart["lines"] for x in line["x"]]
     ys = [y for line in chart["lines"] for y in line["y"]]
     _log_axes(ax, (min(xs) / 1.2, max(xs) * 1.2), (min(ys) / 1.5, max(ys) * 1.5),
@@ -366,7 +372,96 @@ def split(chart: dict):
     return fig
 
 
-DRAW = {"roofline": roofline, "sweep": sweep, "throughput": throughput, "split": split}
+def catalog(chart: dict):
+    """Every device's roof on one log-log chart: tensor roof solid with its ridge as a dot,
+    vector roof dashed, one colour per device."""
+    devs = chart["devices"]
+    ridges = [d["tensor_peak"] / d["bandwidth"] for d in devs]
+    xmin = 10.0 ** math.floor(math.log10(min(ridges) / 100))
+    xmax = 10.0 ** math.ceil(math.log10(max(ridges) * 10))
+    fig, ax = _figure((SIZE[0], SIZE[1] + 0.17 * math.ceil(len(devs) / 2) + 0.3),
+                      0.17 * math.ceil(len(devs) / 2) + 0.3)
+    for i, (d, ridge) in enumerate(zip(devs, ridges)):
+        colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
+        ax.plot([xmin, ridge, xmax], [xmin * d["bandwidth"], d["tensor_peak"], d["tensor_peak"]],
+                color=colour, lw=1.3, ls=LINE_STYLES[i // len(SERIES_COLOURS) % len(LINE_STYLES)],
+                label=f"{d['key']} ({d['dtype']}), ridge {ridge:.0f}")
+        ax.plot([ridge], [d["tensor_peak"]], marker="o", ms=4, color=colour, zorder=3)
+        if d["vector_peak"]:
+            ax.plot([d["vector_peak"] / d["bandwidth"], xmax], [d["vector_peak"]] * 2, color=colour,
+                    lw=0.7, ls=":")
+    peaks = [d["tensor_peak"] for d in devs] + [d["vector_peak"] for d in devs if d["vector_peak"]]
+    _log_axes(ax, (xmin, xmax), (xmin * min(d["bandwidth"] for d in devs), max(peaks) * 3),
+              "arithmetic intensity (FLOP / byte)", "attainable FLOP/s")
+    _title(fig, chart["title"])
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.42 / (fig.get_figheight() - 0.76)),
+              frameon=False, ncols=2, fontsize=7)
+    return fig
+
+
+def bars(chart: dict):
+    """Horizontal bars, a group per label and a bar per series; a missing value leaves a gap."""
+    labels, series = chart["labels"], chart["series"]
+    height = 0.8 / len(series)
+    fig, ax = _figure((SIZE[0], 1.0 + 0.32 * len(labels) * len(series) ** 0.5))
+    fig.subplots_adjust(left=0.42)
+    for i, (name, values) in enumerate(series.items()):
+        ys = [j + (i - (len(series) - 1) / 2) * height for j in range(len(labels))]
+        shown = [(y, v) for y, v in zip(ys, values) if v is not None]
+        ax.barh([y for y, _ in shown], [v for _, v in shown], height=height * 0.9,
+                color=SERIES_COLOURS[i % len(SERIES_COLOURS)], label=name)
+        for y, v in shown:
+            ax.text(v, y, f" {v:.1%}", va="center", fontsize=6.5)
+    ax.set_yticks(range(len(labels)), labels, fontsize=7)
+    ax.invert_yaxis()
+    top = max(v for values in series.values() for v in values if v is not None)
+    ax.set_xlim(0, max(1.0, top * 1.15))
+    ax.set_xlabel(chart["xlabel"])
+    _title(fig, chart["title"])
+    ax.legend(loc="lower right", frameon=False, fontsize=7)
+    return fig
+
+
+def scaling(chart: dict):
+    """Two panels against GPUs (log): step time, then MFU and HFU beside the published
+    figure; a run that does not fit memory hollow."""
+    runs = sorted(chart["runs"], key=lambda r: r["gpus"])
+    fig = _matplotlib()(figsize=(SIZE[0] * 1.3, SIZE[1]))
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.14, top=0.88, wspace=0.28)
+    left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    gpus = [r["gpus"] for r in runs]
+    panels = ((left, (("step_s", "step (compute, bubble, communication)"),
+                      ("pipelined_s", "compute and bubble only")), "seconds per step"),
+              (right, (("mfu", "MFU (overlapped)"), ("hfu", "HFU (overlapped)"),
+                       ("published", "published")), "fraction of peak"))
+    for ax, fields, ylabel in panels:
+        for i, (key, label) in enumerate(fields):
+            colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
+            # points, not lines: the runs are different models, not one model scaled
+            pts = [(r["gpus"], r[key], r["fits"]) for r in runs if r[key] is not None]
+            for fit in (True, False):
+                mine = [(g, v) for g, v, f in pts if f is fit]
+                if mine:
+                    ax.scatter([g for g, _ in mine], [v for _, v in mine], s=28, zorder=3,
+                               marker=MARKERS[i % len(MARKERS)], color=colour if fit else "white",
+                               edgecolors=colour, linewidths=1.2,
+                               label=label if fit else f"{label}, does not fit memory")
+        ax.set_xscale("log")
+        ax.set_xticks(gpus, [f"{g:,}" for g in gpus], fontsize=7)
+        ax.minorticks_off()
+        ax.set_xlabel("GPUs")
+        ax.set_ylabel(ylabel)
+        ax.legend(loc="best", frameon=False, fontsize=7)
+    right.set_ylim(0, 1)
+    for r in runs:
+        left.annotate(r["name"], (r["gpus"], r["step_s"]), xytext=(4, 4), textcoords="offset points",
+                      fontsize=6, color="#555555")
+    _title(fig, chart["title"])
+    return fig
+
+
+DRAW = {"roofline": roofline, "sweep": sweep, "throughput": throughput, "split": split,
+        "catalog": catalog, "bars": bars, "scaling": scaling}
 
 
 def draw(chart: dict) -> str:

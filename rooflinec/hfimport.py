@@ -54,6 +54,9 @@ COST_FREE = {
 }
 
 
+COSTLESS = "not modelled; costs nothing"   # how a note on a field that changes no cost begins
+
+
 @dataclass
 class Reader:
     """The config's fields, each marked when mapped; the rest become notes."""
@@ -105,7 +108,7 @@ class Reader:
             if key in self.used:
                 continue
             why = COST_FREE.get(key)
-            text = (f"not modelled; costs nothing ({why})" if why else
+            text = (f"{COSTLESS} ({why})" if why else
                     f"not modelled; unknown to the {arch} mapping, so what it changes is not counted")
             out.append(self.doc.problem((key,), text, at_key=True))
         return out
@@ -282,6 +285,36 @@ ARCHITECTURES = {
 def _more_architectures() -> None:
     from rooflinec.hfimport_moe import ARCHITECTURES as MOE   # experts and latent attention
     ARCHITECTURES.update(MOE)
+
+
+NAMED = 8                                   # fields the summary line names of each kind
+
+
+def _name(note: Problem) -> str:
+    """The field a note is on; a note on the whole config by what it leaves out."""
+    if note.path and note.path != "(top level)":
+        return note.path
+    return note.message.split("leaves out ", 1)[-1].split(" (")[0]
+
+
+def _names(notes: list[Problem]) -> str:
+    names = [_name(n) for n in notes[:NAMED]]
+    more = len(notes) - len(names)
+    return ", ".join(names) + (f" and {more} more" if more else "")
+
+
+def summary(notes: list[Problem]) -> str:
+    """One line for `import` without -v: how many fields were not modelled, those that leave
+    work uncounted named first (they change the costs), then those that cost nothing."""
+    costless = [n for n in notes if n.message.startswith(COSTLESS)]
+    uncounted = [n for n in notes if not n.message.startswith(COSTLESS)]
+    parts = []
+    if uncounted:
+        parts.append(f"{len(uncounted)} leave work uncounted ({_names(uncounted)})")
+    if costless:
+        parts.append(f"{len(costless)} cost nothing ({_names(costless)})")
+    return one_line(f"{notes[0].file}: {len(notes)} things not modelled: {'; '.join(parts)}; "
+                    "-v lists each with what it leaves out")
 
 
 def config_file(path: str) -> str:

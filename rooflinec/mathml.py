@@ -157,11 +157,67 @@ def _math(expr: sp.Basic, display: bool, strike: tuple[str, ...]) -> str:
     return f'<math{block}>{body}</math>'
 
 
-def mathml(expr, display: bool = False, strike: tuple[str, ...] = ()) -> Markup:
-    """`expr` as a <math> element; identifiers named in `strike` are drawn struck out."""
+WRAP_TERMS = 2   # a sum of more terms than this may break between them (`wrap`)
+
+
+def _long(e: sp.Expr) -> bool:
+    return isinstance(e, sp.Add) and len(e.args) > WRAP_TERMS
+
+
+def _fenced(pieces: list[str], e: sp.Expr) -> list[str]:
+    """`pieces` of `e` in parentheses, unless `e` is one symbol or number."""
+    if e.is_Atom:
+        return pieces
+    return ["<mo>(</mo>" + pieces[0], *pieces[1:-1], pieces[-1] + "<mo>)</mo>"] if len(pieces) > 1 \
+        else [f"<mo>(</mo>{pieces[0]}<mo>)</mo>"]
+
+
+def _pieces(expr: sp.Expr, strike: frozenset) -> list[str]:
+    """Where a line may break in `expr`: a long sum between its terms (the sign leading each
+    after the first), a product between the terms of its long sum, a fraction with a long
+    part as (numerator) / (denominator). One piece: `expr` does not break."""
+    if _long(expr):
+        out = []
+        for i, term in enumerate(expr.as_ordered_terms()):
+            minus = i > 0 and term.could_extract_minus_sign()
+            inner = _pieces(-term if minus else term, strike)
+            out += [("" if i == 0 else _MINUS if minus else "<mo>+</mo>") + inner[0], *inner[1:]]
+        return out
+    if isinstance(expr, sp.Mul):
+        num, den = sp.fraction(expr)
+        if den != 1:
+            top, bottom = _pieces(num, strike), _pieces(den, strike)
+            if len(top) == len(bottom) == 1:
+                return [_print(expr, strike)]
+            top, bottom = _fenced(top, num) if len(top) > 1 else top, _fenced(bottom, den)
+            return [*top[:-1], top[-1] + "<mo>/</mo>", *bottom]
+        sums = [f for f in expr.as_ordered_factors() if _long(f)]
+        if sums:
+            rest = expr / sums[0]
+            inner = _fenced(_pieces(sums[0], strike), sums[0])
+            head = "" if rest == 1 else _print(rest, strike) + _TIMES
+            return [head + inner[0], *inner[1:]]
+    return [_print(expr, strike)]
+
+
+def _terms(expr: sp.Expr, strike: tuple[str, ...]) -> str | None:
+    """`expr` as one <math> per piece (`_pieces`), so a line (a table cell) can break between
+    them: MathML Core lays out no line breaks inside one element. None: one piece only."""
+    pieces = _pieces(expr, frozenset(strike))
+    if len(pieces) == 1:
+        return None
+    return '<span class="terms">' + " ".join(f"<math>{_core(p)}</math>" for p in pieces) + "</span>"
+
+
+def mathml(expr, display: bool = False, strike: tuple[str, ...] = (), wrap: bool = False) -> Markup:
+    """`expr` as a <math> element; identifiers named in `strike` are drawn struck out; `wrap`:
+    a long sum (more than WRAP_TERMS terms), or a fraction of one, as one element per term,
+    so it wraps."""
     if expr is None:
         return Markup("—")
-    return Markup(_math(sp.sympify(expr), display, tuple(strike)))
+    expr = sp.sympify(expr)
+    wrapped = _terms(expr, tuple(strike)) if wrap and not display else None
+    return Markup(wrapped or _math(expr, display, tuple(strike)))
 
 
 def raw_fraction(flops, nbytes) -> sp.Expr:

@@ -44,6 +44,9 @@ def register(sub, streams, parents=()) -> None:
     i.add_argument("--hf-id", metavar="ID", help="the Hugging Face repo id, e.g. "
                    "meta-llama/Llama-3.1-8B (written as hf_id and used as the name)")
     i.add_argument("--out", metavar="FILE", help="write the spec here (default: standard output)")
+    i.add_argument("-v", "--verbose", action="store_true",
+                   help="list every field not modelled, located, with what it leaves out "
+                        "(default: one summary line; the spec's head comments list them too)")
     s = sub.add_parser("serve", help="decode tokens/s, time to first token and memory fit, "
                        "in the terminal", streams=streams, epilog=SERVE_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -137,8 +140,10 @@ def cmd_import(args, stdout, stderr) -> int:
     if args.out is not None:
         check_file_target(args.out)
     text, notes = hfimport.convert(args.config, args.hf_id)
-    for note in notes if not args.quiet else ():
-        stderr.write(f"{note}\n")
+    if not args.quiet:
+        lines = [str(n) for n in notes] if args.verbose else [hfimport.summary(notes)] if notes else []
+        for line in lines:
+            stderr.write(f"{line}\n")
     # the spec is checked as a study would load it, and its parameters counted
     model = spec.load_model(args.out or hfimport.config_file(args.config) + " (imported)", text)
     count = int(number(params.count(model).total, model_values(model)))

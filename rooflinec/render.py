@@ -234,7 +234,9 @@ def _compact(text: str) -> str:
 
 
 def to_json(report: dict) -> str:
-    """The report's numbers; each section's chart points, drawn from those numbers, stay out."""
+    """The report's numbers; each section's chart points, drawn from those numbers, and the
+    HTML calculator's JavaScript stay out."""
+    report = {k: v for k, v in report.items() if k != "calculator"}
     if "sections" in report:
         report = dict(report, sections=[{k: v for k, v in s.items() if k != "chart_points"}
                                         for s in report["sections"]])

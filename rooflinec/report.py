@@ -6,6 +6,7 @@ import hashlib
 import os
 
 from rooflinec import analyses, catalog, quant, summary
+from rooflinec.cost import calculator
 from rooflinec import symbols as sym
 from rooflinec.lower import PHASES
 from rooflinec.spec import Study
@@ -139,6 +140,7 @@ def build(study: Study, on_section=None) -> dict:
     report["sections"] = sections
     report["symbols"] = _symbols(study, bench)
     report["summary"] = _summary(study, bench, report) if study.model else None
+    report["calculator"] = calculator.calculator(bench, report)   # HTML only (render.to_json)
     return report
 
 

@@ -4,7 +4,9 @@ Driven over the Chrome DevTools Protocol on --remote-debugging-pipe (NUL-separat
 file descriptors 3 and 4), so the test needs no package beyond the browser. It checks: no
 console errors, no exceptions, no failed requests and no request leaving the file; tables,
 charts and formulas present and visible (MathML laid out as math, not as text); no
-horizontal overflow on a phone-width screen; and a screenshot that is not blank.
+horizontal overflow on a phone-width screen; and a screenshot that is not blank. At 1,000 and
+1,600 px (`test_report_fits_the_page`): nothing sticks out of the page, no stray scrollbar, and
+at 1,600 px every table fits its box (at 1,000 px a table may scroll inside its own box).
 
 Outside CI a missing browser skips the test; with CI set it fails.
 """
@@ -129,17 +131,28 @@ CENSUS = """(() => {
   const fracBox = frac ? frac.getBoundingClientRect() : null;
   const mi = document.querySelector('math mi');
   return {
-    tables: count('main table'), charts: count('figure.chart svg'), math: count('math'),
+    tables: count('main table'), charts: count('figure.chart:not(.calc-chart) svg'), math: count('math'),
     toc: count('nav.toc a'), scripts: document.querySelectorAll('script').length,
     // MathML laid out as math: a fraction is taller than one identifier on its own line
     fraction_height: fracBox ? fracBox.height : 0,
     identifier_height: mi ? mi.getBoundingClientRect().height : 0,
     frac_display: frac ? getComputedStyle(frac).display : null,
-    chart_text: [...document.querySelectorAll('figure.chart svg text')].length,
+    chart_text: [...document.querySelectorAll('figure.chart:not(.calc-chart) svg text')].length,
     overflow: document.documentElement.scrollWidth - window.innerWidth,
     title: document.title,
   };
 })()"""
+
+
+# The page's only scripts are the calculator's: its data (JSON, never run) and its code, inline.
+ONLY_CALCULATOR = """[...document.scripts].every(s => !s.src &&
+  (s.id === 'calc-data' && s.type === 'application/json' || s.id === 'calc-script'))"""
+
+
+def calculated(built: Path, study: str) -> bool:
+    """Whether the report opens with a summary some device answers, and so carries the calculator."""
+    summary = json.loads((built / f"{study}.json").read_text())["summary"]
+    return summary is not None and any(not d["lacks"] for d in summary["devices"])
 
 
 def non_blank(png: bytes) -> tuple[float, float]:
@@ -193,7 +206,7 @@ def browser(tmp_path_factory):
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("reports")
-    assert run(["build", *STUDIES, "--out", str(out), "--format", "html"], io.StringIO(), io.StringIO()) == 0
+    assert run(["build", *STUDIES, "--out", str(out), "--format", "html,json"], io.StringIO(), io.StringIO()) == 0
     return out
 
 
@@ -202,7 +215,8 @@ def built(tmp_path_factory) -> Path:
 def test_report_in_chromium(browser, built, study, width, height):
     census, png = open_report(browser, built / f"{study}.html", width, height)
     assert problems(browser.events) == []
-    assert census["scripts"] == 0
+    assert census["scripts"] == (2 if calculated(built, study) else 0)
+    assert browser.evaluate(ONLY_CALCULATOR), "a script other than the calculator's, or one with a src"
     has_charts = any(chartdata.plan(report.build(spec.load_study(f"specs/{study}.yaml"))))
     for kind in ("tables", "charts", "math", "toc"):
         if kind == "charts" and not has_charts:
@@ -229,6 +243,123 @@ def test_hostile_model_name_stays_text(browser, tmp_path):
                io.StringIO(), io.StringIO()) == 0
     census, _ = open_report(browser, tmp_path / "out" / f"{study.stem}.html", 1280, 900)
     assert problems(browser.events) == []
-    assert census["scripts"] == 0
+    assert browser.evaluate(ONLY_CALCULATOR)
     text = browser.evaluate("document.querySelector('header').innerText")
     assert "<script>alert(1)</script>" in text
+
+
+# Where the page is wider than what it holds: elements sticking out past the right edge (outside
+# a box that scrolls), boxes that scroll down by a pixel or two (stray scrollbars), boxes that
+# scroll sideways and are not meant to (tables' .scroll boxes and formula boxes are), tables
+# wider than their box.
+FIT = """(() => {
+  const W = document.documentElement.clientWidth, out = {page: document.documentElement.scrollWidth - W,
+    sticking: [], down: [], sideways: [], tables: []};
+  const where = el => (el.closest('section') || {}).id + ' ' + el.tagName.toLowerCase() +
+    (el.className && typeof el.className === 'string' ? '.' + el.className.split(' ').join('.') : '');
+  const scrolls = el => ['auto', 'scroll'].includes(getComputedStyle(el).overflowX);
+  const inScroller = el => { for (let p = el.parentElement; p; p = p.parentElement) if (scrolls(p)) return true; return false; };
+  // an inline <svg> clips what it draws to its own box, so its parts are not looked at
+  for (const el of document.body.querySelectorAll(':not(svg *)')) {
+    const r = el.getBoundingClientRect(), s = getComputedStyle(el);
+    if (r.width > 0 && r.right > W + 1 && !inScroller(el)) out.sticking.push(where(el) + ' ' + Math.round(r.right));
+    if (['auto', 'scroll'].includes(s.overflowY) && el.scrollHeight > el.clientHeight) out.down.push(where(el));
+    if (scrolls(el) && el.scrollWidth > el.clientWidth &&
+        !el.matches('.scroll, div.eq, dd, .op p')) out.sideways.push(where(el));
+  }
+  for (const box of document.querySelectorAll('.scroll'))
+    if (box.scrollWidth > box.clientWidth + 1) out.tables.push(where(box) + ' ' + box.scrollWidth + ' > ' + box.clientWidth);
+  return out;
+})()"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("study", [Path(s).stem for s in STUDIES])
+@pytest.mark.parametrize("width", [1000, 1600])
+def test_report_fits_the_page(browser, built, study, width):
+    """At 1,000 and 1,600 px: no element overflows the page, no stray scrollbar; at 1,600 px
+    no table is wider than its box. Screenshots go to ROOFLINEC_SCREENSHOTS when set."""
+    census, png = open_report(browser, built / f"{study}.html", width, 900)
+    fit = browser.evaluate(FIT)
+    assert fit["page"] <= 0 and fit["sticking"] == [], fit["sticking"][:5]
+    assert fit["down"] == [], f"boxes with a vertical scrollbar: {fit['down'][:5]}"
+    assert fit["sideways"] == [], f"boxes that scroll sideways: {fit['sideways'][:5]}"
+    if width >= 1600:
+        assert fit["tables"] == [], f"tables wider than their box: {fit['tables']}"
+    spread, inked = non_blank(png)
+    assert spread > 0.02 and inked > 0.01, (spread, inked)
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        (Path(SHOTS) / f"{study}-{width}.png").write_bytes(png)
+
+
+def _read(browser, ids=("calc-tokens", "calc-step", "calc-ttft", "calc-max", "calc-bound")) -> dict:
+    return browser.evaluate("({%s})" % ", ".join(
+        f"'{i}': [document.getElementById('{i}').textContent, +document.getElementById('{i}').dataset.value]"
+        for i in ids))
+
+
+def _set(browser, element: str, value) -> None:
+    """Set a control as a reader would and fire the event the page listens for."""
+    event = "change" if element in ("calc-device", "calc-tp", "calc-weights", "calc-kv") else "input"
+    browser.evaluate(f"(() => {{ const e = document.getElementById('{element}'); e.value = {json.dumps(str(value))}; "
+                     f"e.dispatchEvent(new Event('{event}')); return true; }})()")
+
+
+CALCULATED = [Path(s).stem for s in STUDIES]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("study", CALCULATED)
+def test_calculator_equals_the_summary(browser, built, study):
+    """Move the sliders to the summary's points on every device: the page's own figures
+    (evaluated from sympy's JavaScript) equal the report's, to 1e-9, and print the same
+    four significant figures; moving the slider changes them."""
+    from rooflinec.quantities import seconds, sig
+    if not calculated(built, study):
+        pytest.skip(f"{study} has no summary a device answers, so no calculator")
+    summary = json.loads((built / f"{study}.json").read_text())["summary"]
+    open_report(browser, built / f"{study}.html", 1280, 900)
+    assert problems(browser.events) == []
+    assert browser.evaluate("!document.getElementById('calculator').hidden")
+    shown = browser.evaluate("[...document.querySelectorAll('#calc-device option')].map(o => o.value)")
+    devices = [d for d in summary["devices"] if not d["lacks"]]
+    assert shown == [d["device"] for d in devices]
+    for dev in devices:
+        _set(browser, "calc-device", dev["device"])
+        for c in dev["decode"]:
+            _set(browser, "calc-batch-slider", 4)                     # B = 16: the figure moves
+            moved = _read(browser)["calc-tokens"][1]
+            _set(browser, "calc-batch-slider", 0)                     # back to B = 1
+            _set(browser, "calc-context", c["context"])
+            got = _read(browser)
+            one = c["batch_1"]
+            assert moved != got["calc-tokens"][1]
+            assert got["calc-tokens"][1] == pytest.approx(one["tokens_per_s"], rel=1e-9)
+            assert got["calc-tokens"][0].startswith(f"≤ {sig(one['tokens_per_s'])}")
+            assert got["calc-step"][0] == seconds(one["time_s"])
+            assert got["calc-bound"][0].startswith(one["bound"] + "-bound")
+            assert got["calc-max"][1] == c["max_batch"]
+            if c["at_max_batch"]:
+                _set(browser, "calc-batch", c["max_batch"])
+                top = _read(browser)["calc-tokens"]
+                assert top[1] == pytest.approx(c["at_max_batch"]["tokens_per_s"], rel=1e-9)
+                assert top[0] == f"≤ {sig(c['at_max_batch']['tokens_per_s'])}"   # and it fits
+        for p in dev["prefill"]:
+            _set(browser, "calc-prompt", p["prompt"])
+            ttft = _read(browser)["calc-ttft"]
+            assert ttft[1] == pytest.approx(p["time_s"], rel=1e-9)
+            assert ttft[0].startswith(seconds(p["time_s"]))
+    assert problems(browser.events) == []
+
+
+def test_without_javascript_the_report_is_the_static_one(browser, built):
+    """Scripts off: the calculator stays hidden, the summary's table is there and visible."""
+    browser.page("Emulation.setScriptExecutionDisabled", value=True)
+    try:
+        open_report(browser, built / "qwen.html", 1280, 900)
+    finally:
+        browser.page("Emulation.setScriptExecutionDisabled", value=False)
+    hidden = browser.evaluate("getComputedStyle(document.getElementById('calculator')).display")
+    rows = browser.evaluate("document.querySelector('#summary table').getBoundingClientRect().height")
+    assert hidden == "none" and rows > 100

@@ -198,7 +198,7 @@ def test_import_command_writes_a_spec_a_study_can_use(tmp_path):
     (tmp_path / "models").mkdir()
     out = tmp_path / "models" / "llama.yaml"
     code, stdout, err = call("import", tmp_path / "llama", "--hf-id", "meta-llama/Llama-3.1-8B",
-                             "--out", out)
+                             "--out", out, "-v")
     assert code == 0 and stdout == f"wrote {out}: Llama-3.1-8B, 8,030,261,248 parameters\n"
     assert f"{tmp_path / 'llama' / 'config.json'}:21:3: rope_scaling: not modelled; costs nothing" in err
     (tmp_path / "study.yaml").write_text(
@@ -211,6 +211,23 @@ def test_import_command_writes_a_spec_a_study_can_use(tmp_path):
     assert rep["model"]["name"] == "Llama-3.1-8B" and rep["devices"][0]["key"] == "h100-sxm"
     counted = next(s for s in rep["sections"] if s["kind"] == "params")
     assert json.dumps(counted).count("8030261248") >= 1
+
+
+def test_import_says_in_one_line_what_it_did_not_model():
+    """Without -v one line: the count, what leaves work uncounted named first; -v lists each
+    note located (the same notes the spec's head comments keep)."""
+    code, out, err = call("import", CONFIGS / "gemma-2-9b-it")
+    assert code == 0 and len(err.splitlines()) == 1, err
+    cfg = CONFIGS / "gemma-2-9b-it" / "config.json"
+    assert err.startswith(f"{cfg}: 14 things not modelled: 2 leave work uncounted "
+                          "(Gemma's embedding scale, attn_logit_softcapping); 12 cost nothing ("), err
+    assert err.rstrip().endswith("and 4 more); -v lists each with what it leaves out")
+    code, verbose_out, verbose = call("import", "-v", CONFIGS / "gemma-2-9b-it")
+    assert code == 0 and verbose_out == out
+    listed = verbose.splitlines()
+    assert len(listed) == 14 and all(line.startswith(f"{cfg}:") for line in listed)
+    assert sum("costs nothing" in line for line in listed) == 12
+    assert sum(line.startswith("# ") and "not modelled" in line for line in out.splitlines()) == 14
 
 
 def test_quiet_import_prints_only_the_spec():

@@ -75,10 +75,13 @@ def test_same_spec_same_bytes(qwen, files):
 
 def test_html_is_self_contained(files):
     html = files["qwen.html"]
-    assert "<script" not in html
+    # the calculator's two inline scripts only: its data (JSON) and its code, no src
+    assert re.findall(r"<script[^>]*>", html) == ['<script type="application/json" id="calc-data">',
+                                                  '<script id="calc-script">']
     assert not re.search(r"""(src|href)=["'](https?:)?//""", html)   # nothing fetched
-    assert "@import" not in html and "url(http" not in html
-    assert html.count("<svg") == sum(p.endswith(".svg") for p in files)
+    assert "@import" not in html and "url(http" not in html and "fetch(" not in html
+    # each chart file inline, and the calculator's roofline, which its script draws
+    assert html.count("<svg") == sum(p.endswith(".svg") for p in files) + 1
     assert "@media print" in html and 'name="viewport"' in html
 
 
@@ -93,7 +96,8 @@ def test_hostile_model_name_is_escaped(tmp_path):
     study = hostile_study(tmp_path)
     assert run(["build", str(study), "--out", str(tmp_path / "out")], io.StringIO(), io.StringIO()) == 0
     html = (tmp_path / "out" / "evil.html").read_text()
-    assert "<script" not in html
+    assert "<script>" not in html and html.count("<script") <= 2   # the calculator's, if any
+    assert "alert(1)</script>" not in html                          # inside its JSON: \u003c
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     for svg in (tmp_path / "out" / "evil").glob("*.svg"):
         assert "<script" not in svg.read_text()
@@ -287,3 +291,15 @@ def test_shared_prose_escapes_in_html_whatever_compiled_it_first():
     html = environment(True).get_template("prose/sections.j2").module.params_intro(section)
     assert "L = <b>& times" in md
     assert "<var>L</var> = &lt;b&gt;&amp; times" in html
+
+
+def test_every_shipped_study_draws_a_chart():
+    """Each committed HTML report holds at least one chart (an inline SVG figure that is not
+    the calculator's), and its Markdown links one: no study is tables only."""
+    root = Path(__file__).resolve().parents[1]
+    for spec_file in sorted((root / "specs").glob("*.yaml")):
+        html = (root / "reports" / f"{spec_file.stem}.html").read_text()
+        charts = re.findall(r'<figure class="chart (?!calc-chart)[^"]*"[^>]*><svg', html)
+        assert charts, f"{spec_file.stem}.html draws no chart"
+        md = (root / "reports" / f"{spec_file.stem}.md").read_text()
+        assert re.search(r"!\[[^\]]*\]\([^)]+\.svg\)", md), f"{spec_file.stem}.md links no chart"

@@ -68,3 +68,34 @@ def test_strike_marks_whole_identifiers_only():
     assert '<mi class="struck">&#945;</mi>' in out
     assert '<msub class="struck"><mi>n</mi><mrow><mi>top</mi>' in out
     assert out.count("struck") == 3
+
+
+def _elements(markup: str) -> list:
+    """The <math> elements of `markup`, each parsed as XML (character references resolved)."""
+    import xml.etree.ElementTree as ET
+    root = ET.fromstring(f"<root>{markup}</root>")
+    return [root] if root.find("math") is None and root.tag == "math" else list(root.iter("math"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(formulas())
+def test_a_wrapped_formula_is_well_formed_math_pieces_or_the_same(expr):
+    """`wrap` gives the plain element, or a span of well-formed <math> elements, each opening
+    and closing its own parentheses' tags (a piece is one element: XML parsing proves it)."""
+    plain, wrapped = str(mathml.mathml(expr)), str(mathml.mathml(expr, wrap=True))
+    if wrapped == plain:
+        return
+    assert wrapped.startswith('<span class="terms"><math>') and wrapped.endswith("</math></span>")
+    assert len(_elements(wrapped)) >= 2
+
+
+def test_a_long_sum_breaks_between_its_terms():
+    x, y, z, w = sp.symbols("x y z w")
+    wrapped = str(mathml.mathml(x + y + z - w, wrap=True))
+    pieces = _elements(wrapped)
+    assert len(pieces) == 4
+    # sympy orders the terms -w, x, y, z: each later piece opens with its sign
+    assert ["".join(p.itertext()) for p in pieces] == ["-w", "+x", "+y", "+z"]
+    assert str(mathml.mathml(x + y, wrap=True)) == str(mathml.mathml(x + y))   # short: one piece
+    frac = str(mathml.mathml((x + y) / (2 * (x + y + z + w)), wrap=True))
+    assert "<mo>/</mo>" in frac and len(_elements(frac)) >= 4

@@ -184,7 +184,7 @@ def staged_files(folder: Path) -> list[str]:
 
 
 def test_a_build_killed_at_every_rename_is_completed_or_undone(tree, tmp_path):
-    """The old set is tiny.md + tiny.json; the new set is tiny.json alone, from an edited
+    """The old set is tiny.md + tiny.json + tiny/'s chart; the new set is tiny.json alone, from an edited
     spec. Killed at each rename in turn, then recovered: the folder holds one set or the
     other, byte for byte, with its own manifest and nothing staged."""
     spec, out, ref = tree / "tiny.yaml", tmp_path / "out", tmp_path / "ref"
@@ -211,8 +211,9 @@ def test_a_build_killed_at_every_rename_is_completed_or_undone(tree, tmp_path):
         assert staged_files(out) == [] and said, k
         outcomes.append("new" if after == new else "old")
     assert snapshot(out) == new
-    # the probe, the journal, two set-asides, one install, the manifest: 6 renames
-    assert len(outcomes) == 6 and outcomes[0] == "old" and outcomes[-1] == "new", outcomes
+    # the probe, the journal, three set-asides (md, json, the md's chart), one install, the
+    # manifest: 7 renames
+    assert len(outcomes) == 7 and outcomes[0] == "old" and outcomes[-1] == "new", outcomes
 
 
 def test_the_next_build_completes_an_interrupted_one_and_says_so(tree, tmp_path):
@@ -224,8 +225,8 @@ def test_the_next_build_completes_an_interrupted_one_and_says_so(tree, tmp_path)
     assert staged_files(out) != []
     code, _, err = call("build", spec, "--out", out, "--format", "md,json")
     assert code == 0
-    assert f"{out}: a build was interrupted while installing its reports; completed its 2 files" in err
-    assert staged_files(out) == [] and sorted(os.listdir(out)) == [output.MANIFEST, "tiny.json", "tiny.md"]
+    assert f"{out}: a build was interrupted while installing its reports; completed its 3 files" in err   # md, json, the chart
+    assert staged_files(out) == [] and sorted(os.listdir(out)) == [output.MANIFEST, "tiny", "tiny.json", "tiny.md"]
     assert "Two devices, again" in (out / "tiny.md").read_text()
 
 

@@ -1,1 +1,1 @@
-"""Cost: what a program costs on a device (the roofline, collectives, caches)."""
+"""Cost: what a program costs on a device (the roofline, collectives, caches, the live calculator's terms)."""

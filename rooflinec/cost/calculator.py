@@ -1,0 +1,117 @@
+"""The live calculator an HTML report carries: the summary's cost terms as JavaScript.
+
+A step's two roofline terms (`efficiency.step_terms`: the serving section's rule, step bound,
+overlapped) are sympy expressions; here they are kept in the workload (B, S) and in the
+storage formats' bytes per element (b_w, b_kv, and f_dq, the dequantisation FLOPs), and
+printed by sympy's JavaScript printer (`sympy.printing.jscode`), so the page evaluates the
+same formulas the report did, at any batch, context, format, device and tensor-parallel degree
+the report covers. Memory fit travels as numbers: parameters and KV-cache elements one device
+holds per tp, which the page multiplies by the chosen formats' bytes, as the workbench does.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import sympy as sp
+from sympy.printing.jscode import jscode
+
+from rooflinec import kvcache, quant, window
+from rooflinec import parallel as par
+from rooflinec.derive import exact
+from rooflinec.efficiency import step_terms
+from rooflinec.errors import DeviceError
+from rooflinec.validate import schema
+from rooflinec.symbols import B, S
+
+FREE = (quant.b_w, quant.b_kv, quant.f_dq)   # left in the expressions: the formats' figures
+PHASES = ("decode", "prefill")
+
+
+def formats() -> list[dict]:
+    """Every storage format a study's quantization accepts, with its bytes per element."""
+    names = schema("study")["$defs"]["storage"]["enum"]
+    return [{"name": n, "bytes": float(quant.byte_value(n))} for n in names]
+
+
+ARGS = (B, S, *FREE)                          # the page's functions take these, in this order
+# what the printer may write: numbers, the arguments, Math's functions, arithmetic
+JS = re.compile(r"^(?:[0-9.e]+|B|S|b_w|b_kv|f_dq|Math\.(?:pow|min|max|ceil|floor|sqrt)|[-+*/(), ])*$")
+SLIDER = (7, 20)                              # the context and prompt sliders: 2^7 to 2^20 tokens
+
+
+class NotPrintable(ValueError):
+    """A term the page cannot evaluate (a symbol left free that is not one of ARGS)."""
+
+
+def _js(expr: sp.Expr) -> str:
+    """`expr` as a JavaScript expression over ARGS; refused if anything else is left in it,
+    so the script holds arithmetic only."""
+    extra = expr.free_symbols - set(ARGS)
+    if extra:
+        raise NotPrintable(f"free symbols {sorted(map(str, extra))}")
+    text = jscode(expr, strict=False)
+    if not JS.match(text):
+        raise NotPrintable(f"printed as {text[:80]!r}")
+    return text
+
+
+def _step(tokens: int) -> int:
+    """The slider position (a power of two) nearest `tokens`."""
+    return min(max(round(math.log2(tokens)), SLIDER[0]), SLIDER[1])
+
+
+def _terms(bench, phase: str, variant: str, device, tp: int) -> dict:
+    """One step's FLOPs, bytes and roofline terms as JavaScript in B, S, b_w, b_kv, f_dq."""
+    program = quant.retype(bench.program(phase, variant, device, tp), ("weights", "kv_cache"))
+    values = {s: v for s, v in bench.values.items() if s not in FREE}
+    terms = step_terms(program, values,
+                       lambda op: exact(bench.peak(device, op.unit, None, f"the {phase} op '{op.name}'")),
+                       device.bandwidth)
+    return {name: _js(getattr(terms, name)) for name in ("flops", "bytes", "compute", "memory")}
+
+
+def _memory(bench, tp: int) -> dict:
+    """Per device at `tp`: parameters, KV-cache elements per token (every layer at the full
+    context) and, for windowed layers, what each keeps per token and how many the device holds."""
+    model, p = bench.model, bench.parallel
+    local = kvcache._windowed_on_device(model, p.pp)
+    return {"params": par.params_per_device(model, tp, p.pp, p.ep),
+            "kv_token": float(kvcache.per_token(model, 1, tp, p.pp, p.ep)),
+            "kv_layer": float(kvcache._value(kvcache._per_layer(model), model, 1, tp, 1, p.ep)) if local else 0.0,
+            "local": local, "window": int(model.window or 0) if local else 0}
+
+
+def tps(report: dict, bench) -> list[int]:
+    """The study's tp and those its tensor-parallel view tried."""
+    split = next((s for s in report["sections"] if s["kind"] == "parallel_view"), None)
+    return sorted({bench.parallel.tp, *(split["tps"] if split else ())})
+
+
+def calculator(bench, report: dict) -> dict | None:
+    """What the page's script needs; None when the report has no summary to calculate."""
+    summary = report.get("summary")
+    if not summary or bench.model is None:
+        return None
+    variant = summary["variant"]
+    devices, terms, degrees = [], {}, tps(report, bench)
+    for dev in bench.devices:
+        try:
+            steps = {str(tp): {phase: _terms(bench, phase, variant, dev, tp) for phase in PHASES}
+                     for tp in degrees}
+        except (DeviceError, NotPrintable):   # the summary says why a device is not evaluated
+            continue
+        devices.append({"key": dev.key, "name": dev.name, "capacity": dev.capacity,
+                        "peak": float(bench.peak(dev, "matrix")), "bandwidth": dev.bandwidth})
+        terms[dev.key] = steps
+    if not devices:
+        return None
+    first = next(d for d in summary["devices"] if not d["lacks"])
+    context, prompt = first["decode"][0]["context"], first["prefill"][0]["prompt"]
+    data = {"variant": variant, "dtype": bench.dtype, "tps": degrees, "tp": bench.parallel.tp,
+            "memory": {str(tp): _memory(bench, tp) for tp in degrees},
+            "formats": [dict(f, f_dq=quant.dequant_flops(f["name"], bench.dtype)) for f in formats()],
+            "weights": bench.storage("weights"), "kv_cache": bench.storage("kv_cache"),
+            "devices": devices, "context": context, "prompt": prompt}
+    return {"data": data, "terms": terms, "sliders": {"context": _step(context), "prompt": _step(prompt)}}
