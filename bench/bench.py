@@ -102,7 +102,7 @@ def child(mode: str) -> dict:
 # --- children ------------------------------------------------------------------------
 
 def _qwen():
-    from rooflinec import spec
+    from rooflinec.spec import load as spec
     return spec.load_study(os.path.join(ROOT, "specs", "qwen.yaml"))
 
 
@@ -111,10 +111,10 @@ def child_sweep() -> dict:
 
     import numpy as np
 
-    from rooflinec import sweep
-    from rooflinec.lower import lower
-    from rooflinec.symbols import B, S
-    from rooflinec.workbench import Workbench
+    from rooflinec.cost import sweep
+    from rooflinec.model.lower import lower
+    from rooflinec.model.symbols import B, S
+    from rooflinec.cost.workbench import Workbench
     study = _qwen()
     device = study.devices[0]
     kernel = sweep.compile_program(lower(study.model, "decode"))
@@ -143,10 +143,10 @@ def child_compile() -> dict:
 
     from sympy.core.cache import clear_cache
 
-    from rooflinec import sweep
-    from rooflinec.evaluate import _compiled
-    from rooflinec.ir import factoring, intensity
-    from rooflinec.lower import lower
+    from rooflinec.cost import sweep
+    from rooflinec.cost.evaluate import _compiled
+    from rooflinec.model.ir import factoring, intensity
+    from rooflinec.model.lower import lower
     model = _qwen().model
     times = {24: [], 1000: []}
     ops = {}

@@ -15,7 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rooflinec import serving_cli, validate_runs  # noqa: E402
+from rooflinec.cli import serving as serving_cli
+from rooflinec.serving import validate_runs  # noqa: E402
 
 
 def main() -> int:

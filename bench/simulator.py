@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rooflinec import catalog, spec  # noqa: E402
+from rooflinec.spec import catalog, load as spec  # noqa: E402
 from rooflinec.serving import calibration, engines, simulator, validation, workload  # noqa: E402
 from rooflinec.serving import stepcost as sc  # noqa: E402
 

@@ -1,3 +1,3 @@
-from rooflinec.cli import main
+from rooflinec.cli.app import main
 
 main()

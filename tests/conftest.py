@@ -13,5 +13,5 @@ settings.load_profile("rooflinec")
 def _progress_never(monkeypatch):
     """Whether a build passes its one-second progress delay depends on how busy the machine is:
     in-process builds print no progress unless a test sets its own delay (test_quick does)."""
-    from rooflinec import cli, progress
+    from rooflinec.cli import app as cli, progress
     monkeypatch.setattr(cli, "Progress", lambda stream: progress.Progress(stream, after_s=float("inf")))

@@ -87,9 +87,9 @@ def _model_fields(spec: dict) -> dict:
 def check_import(case, tmp: Path) -> None:
     """Import the hostile config: a spec whose re-read mapping is the mapped one, whose model
     fields are the clean config's, and which loads; or located problems only. The CLI too."""
-    from rooflinec import hfimport, spec
-    from rooflinec.cli import run
-    from rooflinec.errors import SpecError
+    from rooflinec.spec import hfimport, load as spec
+    from rooflinec.cli.app import run
+    from rooflinec.base.errors import SpecError
     folder, base, config = case
     cfg = write_json(tmp / "config.json", config)
     start = time.perf_counter()
@@ -165,7 +165,7 @@ def _reject_constant(name: str):
 def check_csv(text: str, tmp: Path) -> None:
     """validate: exit 0 with only finite numbers in its JSON, or exit 1 with located lines
     only; calibrate: the same, its YAML without .inf or .nan; both within SLOW_S."""
-    from rooflinec.cli import run
+    from rooflinec.cli.app import run
     runs = tmp / "runs.csv"
     runs.write_text(text, encoding="utf-8", errors="surrogatepass")
     for argv in (["validate", "-q", str(runs), "--out", str(tmp / "v"), "--format", "json"],
@@ -247,7 +247,7 @@ def check_out(case, tmp: Path) -> None:
     """A special --out is a usage error (exit 2) naming the flag and what the path is, before
     any input is read or any timing runs, and the path is left as it was; a regular file or
     a new path is accepted."""
-    from rooflinec.cli import run
+    from rooflinec.cli.app import run
     command, kind = case
     target = make_target(tmp, kind)
     if target is None:

@@ -31,7 +31,7 @@ from pathlib import Path
 import yaml
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
-CATALOG = SPECS.parent / "rooflinec" / "catalog"   # shipped models/ and hardware/
+CATALOG = SPECS.parent / "rooflinec" / "spec" / "catalog"   # shipped models/ and hardware/
 LOCATED = re.compile(r"^.+:\d+:\d+: .+: .+$")   # file:line:col: path: message
 SLOW_S = 10.0
 
@@ -144,7 +144,7 @@ def _reject_constant(name: str):
 
 def run_case(study: Path, out: Path) -> tuple[str, str]:
     """('ok' | 'located' | 'traceback' | 'unlocated' | 'infinite' | 'invalid', detail)."""
-    from rooflinec.cli import run as cli_run
+    from rooflinec.cli.app import run as cli_run
     stdout, stderr = io.StringIO(), io.StringIO()
     try:
         code = cli_run(["build", str(study), "--out", str(out), "--format", "json"], stdout, stderr)
@@ -162,7 +162,7 @@ def run_case(study: Path, out: Path) -> tuple[str, str]:
     except ValueError as exc:
         return "infinite", str(exc)
     from jsonschema import Draft202012Validator
-    from rooflinec.validate import schema
+    from rooflinec.spec.validate import schema
     errors = [e.message[:200] for e in Draft202012Validator(schema("report")).iter_errors(rep)]
     return ("invalid", "; ".join(errors[:3])) if errors else ("ok", "")
 

@@ -9,9 +9,10 @@ import textwrap
 
 import pytest
 
-from rooflinec import cli, quick, report, spec, summary
-from rooflinec.passes import VARIANTS
-from rooflinec.workbench import Workbench
+from rooflinec.cli import app as cli, quick, report, summary
+from rooflinec.spec import load as spec
+from rooflinec.model.passes import VARIANTS
+from rooflinec.cost.workbench import Workbench
 
 STUDY = """\
     title: answers
@@ -56,7 +57,7 @@ def test_summary_bounds_hold_under_every_variant():
     """The summary's TTFT ≥ and tokens/s ≤ are the ideal kernel's overlapped step bound under
     the least-work conventions (lower.LEAST_WORK): no variant (flash, fused, unfused) under the
     study's conventions can be faster."""
-    from rooflinec.lower import LEAST_WORK
+    from rooflinec.model.lower import LEAST_WORK
     study = spec.load_study("specs/qwen.yaml")
     bench = Workbench(study)
     rep = {"sections": [], "devices": [report._device(d, study.dtype) for d in study.devices]}
@@ -82,8 +83,8 @@ def test_serve_prints_the_summary_the_report_holds():
     """One owner: `serve`'s opening lines are `summary.text` of the same answers."""
     code, out, err = _call("serve", "qwen2.5-7b", "--device", "rtx4090", "--batch", "1")
     assert code == 0, err
-    model = spec.load_model("rooflinec/catalog/models/qwen2.5-7b.yaml")
-    device = spec.load_hardware("rooflinec/catalog/hardware/rtx4090.yaml")
+    model = spec.load_model("rooflinec/spec/catalog/models/qwen2.5-7b.yaml")
+    device = spec.load_hardware("rooflinec/spec/catalog/hardware/rtx4090.yaml")
     section = quick.serving_section(model, device, "bf16", [1], summary.CONTEXT, summary.PROMPT)
     dev = report._device(device, "bf16")
     assert out.startswith(summary.text(model.name, "bf16", summary.answers(section, [dev])))
@@ -215,7 +216,7 @@ def test_a_bandwidth_unit_slip_is_warned_about_where_it_is_written(tmp_path):
 
 
 def test_no_shipped_device_is_implausible():
-    from rooflinec import catalog
+    from rooflinec.spec import catalog
     for name in catalog.names("hardware"):
         assert spec.load_hardware(catalog.path("hardware", name)).warnings == (), name
 
@@ -308,7 +309,7 @@ def _training(tmp_path, extra: str, devices: str = "[tpu-v4, a100-80gb]", device
     path = _study(tmp_path, f"model: palm-540b\ndevices: {devices}\n{conventions}analyses:\n"
                             f"  training: {{device: {device}, chips: 6144, tokens_per_s: 238.3k tokens/s, "
                             f"sequence: 2048{extra}}}\n")
-    from rooflinec import spec as S
+    from rooflinec.spec import load as S
     return report.build(S.load_study(str(path)))["sections"][0]
 
 
@@ -316,8 +317,8 @@ def test_selective_recomputation_repeats_only_the_attention_forward():
     """Korthikanti et al. 2022: selective recomputation reruns the attention core only. Under
     PaLM's count that is the attention forward, 4·L·H·Q·T per token: for PaLM 540B
     (L = 118, H = 48, Q = 256, T = 2048) 4 · 118 · 48 · 256 · 2048 = 11,878,268,928."""
-    from rooflinec import efficiency as E
-    from rooflinec.symbols import L, S, d_head, n_q
+    from rooflinec.cost import efficiency as E
+    from rooflinec.model.symbols import L, S, d_head, n_q
     account = E.palm_account(sp_symbol("N"))
     assert account.recomputed("selective") == 4 * L * n_q * d_head * S
     assert (4 * L * n_q * d_head * S).subs({L: 118, n_q: 48, d_head: 256, S: 2048}) == 11_878_268_928

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec import passes, spec
-from rooflinec.errors import DeviceError
-from rooflinec.lower import Conventions
-from rooflinec.symbols import B, S
-from rooflinec.workbench import Workbench
+from rooflinec.model import passes
+from rooflinec.spec import load as spec
+from rooflinec.base.errors import DeviceError
+from rooflinec.model.lower import Conventions
+from rooflinec.model.symbols import B, S
+from rooflinec.cost.workbench import Workbench
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))

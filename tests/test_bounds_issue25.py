@@ -8,18 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec import measurements, quick, spec
-from rooflinec import serving_model as sm
+from rooflinec.serving import measurements
+from rooflinec.cli import quick
+from rooflinec.spec import load as spec
+from rooflinec.serving import serving_model as sm
 from rooflinec.analyses.attention import _cost
-from rooflinec.derive import limit_within_budget
-from rooflinec.errors import SpecError
-from rooflinec.ir import intensity
-from rooflinec.evaluate import number
-from rooflinec.symbols import B, S, b
-from rooflinec.workbench import Workbench
+from rooflinec.cost.derive import limit_within_budget
+from rooflinec.base.errors import SpecError
+from rooflinec.model.ir import intensity
+from rooflinec.cost.evaluate import number
+from rooflinec.model.symbols import B, S, b
+from rooflinec.cost.workbench import Workbench
 
 ROOT = Path(__file__).resolve().parent.parent
-CATALOG = ROOT / "rooflinec" / "catalog"
+CATALOG = ROOT / "rooflinec" / "spec" / "catalog"
 MEASURED = ROOT.parent / "shared" / "measured" / "serving-v2-visible.csv"
 
 
@@ -51,7 +53,7 @@ def test_ttft_bound_uses_the_least_work_conventions():
 def test_serve_states_the_conventions_of_its_bounds():
     import io
 
-    from rooflinec.cli import run
+    from rooflinec.cli.app import run
     out = io.StringIO()
     assert run(["serve", "llama-3.1-8b", "--device", "h100-sxm", "--prompt", "32768"], out, io.StringIO()) == 0
     text = out.getvalue()
@@ -62,7 +64,7 @@ def test_serve_states_the_conventions_of_its_bounds():
 # --- item 2: expert parallelism waits for the busiest device -----------------------------
 
 def _study(model_name, devices, parallel):
-    from rooflinec import yamlio
+    from rooflinec.base import yamlio
     where = yamlio.Located("<test>", {}, {}, {})
     return spec.Study(file="<test>", stem="t", title="t", model=model(model_name), devices=tuple(devices),
                       dtype="bf16", conventions={}, doc=where, analyses={}, parallel=parallel)
@@ -146,7 +148,7 @@ def test_serving_bounds_hold_on_every_measured_deployment():
     if not MEASURED.is_file():
         pytest.skip("../shared/measured/serving-v2-visible.csv absent: the measured deployments")
     rows = measurements.read_layouts(str(MEASURED))
-    from rooflinec import calibrate
+    from rooflinec.serving import calibrate
     readable = [r for r, _, _ in rows if r is not None]
     prepared = calibrate.prepare(readable, measurements.Specs())
     not_predicted = [(cells["row_id"], why) for r, why, cells in rows if r is None]
@@ -188,8 +190,8 @@ def test_windowed_prefill_reads_every_key():
     #        infinite, and 2W/b = 128)
     import sympy as sp
 
-    from rooflinec import window
-    from rooflinec.symbols import model_values
+    from rooflinec.model import window
+    from rooflinec.model.symbols import model_values
     gpt_oss = model("gpt-oss-120b")
     values = {**model_values(gpt_oss), **window.values(gpt_oss), b: 2}
     kv, io = (intensity(_cost("prefill", flag, sp.Rational(1, 2), window.keys())) for flag in (False, True))

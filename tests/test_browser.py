@@ -25,8 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec import chartdata, report, spec
-from rooflinec.cli import run
+from rooflinec.render import chartdata
+from rooflinec.cli import report
+from rooflinec.spec import load as spec
+from rooflinec.cli.app import run
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDIES = sorted(glob.glob(str(ROOT / "specs" / "*.yaml")))
@@ -315,7 +317,7 @@ def test_calculator_equals_the_summary(browser, built, study):
     """Move the sliders to the summary's points on every device: the page's own figures
     (evaluated from sympy's JavaScript) equal the report's, to 1e-9, and print the same
     four significant figures; moving the slider changes them."""
-    from rooflinec.quantities import seconds, sig
+    from rooflinec.base.quantities import seconds, sig
     if not calculated(built, study):
         pytest.skip(f"{study} has no summary a device answers, so no calculator")
     summary = json.loads((built / f"{study}.json").read_text())["summary"]

@@ -12,10 +12,11 @@ import sympy as sp
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rooflinec import cli, report, spec
-from rooflinec.ir import intensity
-from rooflinec.ops import FORMULAS
-from rooflinec.symbols import b
+from rooflinec.cli import app as cli, report
+from rooflinec.spec import load as spec
+from rooflinec.model.ir import intensity
+from rooflinec.model.ops import FORMULAS
+from rooflinec.model.symbols import b
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +122,7 @@ def test_one_head_qk_is_memory_bound(operators, d, value):
 
 def _tree(tmp_path, study: str) -> str:
     (tmp_path / "hardware").mkdir()
-    shutil.copy("rooflinec/catalog/hardware/a100-40gb.yaml", tmp_path / "hardware")
+    shutil.copy("rooflinec/spec/catalog/hardware/a100-40gb.yaml", tmp_path / "hardware")
     (tmp_path / "study.yaml").write_text(study)
     return str(tmp_path / "study.yaml")
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec import catalog
-from rooflinec.cli import run
+from rooflinec.spec import catalog
+from rooflinec.cli.app import run
 
 CATALOG = Path(catalog.ROOT)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec.cli import run
+from rooflinec.cli.app import run
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCATED = re.compile(r"^.+:\d+:\d+: .+: .+$")
@@ -36,7 +36,7 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 def tree(tmp_path) -> Path:
     shutil.copytree(ROOT / "specs", tmp_path / "specs")
     for folder in ("hardware", "models"):   # the catalog's files beside the studies, to edit
-        shutil.copytree(ROOT / "rooflinec" / "catalog" / folder, tmp_path / "specs" / folder)
+        shutil.copytree(ROOT / "rooflinec" / "spec" / "catalog" / folder, tmp_path / "specs" / folder)
     return tmp_path / "specs"
 
 

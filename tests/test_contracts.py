@@ -20,7 +20,7 @@ def tree(tmp_path) -> Path:
     so a test may edit a device or a model."""
     shutil.copytree(ROOT / "specs", tmp_path / "specs")
     for folder in ("hardware", "models"):
-        shutil.copytree(ROOT / "rooflinec" / "catalog" / folder, tmp_path / "specs" / folder,
+        shutil.copytree(ROOT / "rooflinec" / "spec" / "catalog" / folder, tmp_path / "specs" / folder,
                         dirs_exist_ok=True)
     return tmp_path / "specs"
 
@@ -78,7 +78,9 @@ def hostile_tree(tree: Path) -> Path:
 
 
 def test_names_from_a_spec_are_text_in_markdown(tree):
-    from rooflinec import render, report, spec
+    from rooflinec.render import pages as render
+    from rooflinec.cli import report
+    from rooflinec.spec import load as spec
     rep = report.build(spec.load_study(str(hostile_tree(tree))))
     assert rep["devices"][0]["name"] == HOSTILE        # JSON keeps the name as written
     md = render.markdown(rep)
@@ -106,7 +108,7 @@ def test_names_from_a_spec_are_one_line_in_the_terminal(tree):
 def test_shared_prose_and_its_marks_are_escaped_in_markdown():
     """The prose written once for both formats prints a spec's text escaped in Markdown, and
     its marks (strong, code) escape what they mark while keeping their own syntax."""
-    from rooflinec.render import environment
+    from rooflinec.render.pages import environment
     prose = environment(False, markdown=True).get_template("prose/sections.j2").module
     run = {"chips": 8, "device": {"name": "Evil | <b>GPU</b>", "key": "k`1|", "peak": 1e15},
            "tokens_per_s": 1e4, "sequence": 2048, "policy": "full|[x]", "policy_meaning": "m <i>",
@@ -133,7 +135,8 @@ def test_serve_mistakes_exit_2_with_serves_usage_line():
 
 def test_catalog_inputs_are_named_inside_the_package():
     """A report names a catalog file as the package does, never where it is installed."""
-    from rooflinec import report, spec
+    from rooflinec.cli import report
+    from rooflinec.spec import load as spec
     rep = report.build(spec.load_study(str(ROOT / "specs" / "qwen.yaml")))
     assert [i["file"] for i in rep["inputs"]] == [
         "qwen.yaml", "catalog/models/qwen2.5-7b.yaml", "catalog/hardware/rtx4090.yaml",

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec import lower_custom, sweep as sw
-from rooflinec.cli import run
-from rooflinec.errors import SpecError
-from rooflinec.workbench import Workbench
-from rooflinec.spec import load_model, load_study
-from rooflinec.symbols import B, S, dimension
+from rooflinec.model import lower_custom
+from rooflinec.cost import sweep as sw
+from rooflinec.cli.app import run
+from rooflinec.base.errors import SpecError
+from rooflinec.cost.workbench import Workbench
+from rooflinec.spec.load import load_model, load_study
+from rooflinec.model.symbols import B, S, dimension
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,7 +68,7 @@ def call(*argv):
 @pytest.fixture
 def tree(tmp_path) -> Path:
     root = tmp_path / "specs"
-    shutil.copytree(ROOT / "rooflinec" / "catalog" / "hardware", root / "hardware")
+    shutil.copytree(ROOT / "rooflinec" / "spec" / "catalog" / "hardware", root / "hardware")
     (root / "models").mkdir()
     (root / "models" / "moe.yaml").write_text(MOE)
     (root / "moe.yaml").write_text(STUDY)

@@ -4,7 +4,7 @@ runs out at once writes the committed bytes.
 Every clock the standard library offers jumps an hour per reading, and any interval timer or
 alarm fires the moment it is set (its handler is called at once). A budget counted in seconds
 would trip on every call and fall back; budgets counted in terms, degrees and bits
-(rooflinec.budget) cannot, so each report equals its committed copy.
+(rooflinec.cost.budget) cannot, so each report equals its committed copy.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec.cli import run
+from rooflinec.cli.app import run
 
 ROOT = Path(__file__).resolve().parents[1]
 # the studies whose sympy steps once ran under one-second timers: derivations, limits,
@@ -46,7 +46,8 @@ def no_time_left(monkeypatch):
     monkeypatch.setattr(signal, "setitimer", fire_at_once)
     monkeypatch.setattr(signal, "alarm", fire_at_once)
     # nothing cached from an earlier build on a normal clock may stand in for this one's steps
-    from rooflinec import derive, ir
+    from rooflinec.cost import derive
+    from rooflinec.model import ir
     caches = (ir.factoring, ir.intensity, derive.derive, derive._crossing)
     for cache in caches:
         cache.cache_clear()

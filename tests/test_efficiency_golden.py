@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec import cli, report, spec
+from rooflinec.cli import app as cli, report
+from rooflinec.spec import load as spec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,7 +74,7 @@ def test_palm_780b_token_timeline(palm):
 
 def test_published_table_recomputes_its_rows():
     rows = {r["name"]: r for r in sections("specs/published.yaml")["published_efficiency"]["rows"]}
-    # PaLM table 3: 46.2%, recomputed from rooflinec/catalog/models/palm-540b.yaml
+    # PaLM table 3: 46.2%, recomputed from rooflinec/spec/catalog/models/palm-540b.yaml
     assert rows["PaLM 540B"]["kind"] == "tokens_per_s"
     assert round(100 * rows["PaLM 540B"]["value"], 1) == 46.2
     # LLaMA-65B: 380 * 6 * 65.2e9 / 312e12 = 47.65%
@@ -115,7 +116,8 @@ def test_palm_report_shows_the_reproduced_figures(tmp_path):
 def test_training_program_comes_from_the_workbench_cache(monkeypatch):
     """Training's program (logits of every token) is lowered by the workbench and kept in its
     cache: asking the workbench for it again lowers nothing."""
-    from rooflinec import analyses, workbench
+    from rooflinec import analyses
+    from rooflinec.cost import workbench
     lowered = []
     real = workbench.lower
 

@@ -9,18 +9,18 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinec import efficiency as E
-from rooflinec import params as P
-from rooflinec import spec
-from rooflinec import symbols as sym
-from rooflinec.cost.roofline import bandwidth_utilisation
-from rooflinec.derive import exact
-from rooflinec.evaluate import number
-from rooflinec.lower import Conventions, lower
-from rooflinec.symbols import B, S
+from rooflinec.cost import efficiency as E
+from rooflinec.model import params as P
+from rooflinec.spec import load as spec
+from rooflinec.model import symbols as sym
+from rooflinec.base.roofline import bandwidth_utilisation
+from rooflinec.cost.derive import exact
+from rooflinec.cost.evaluate import number
+from rooflinec.model.lower import Conventions, lower
+from rooflinec.model.symbols import B, S
 
 ROOT = Path(__file__).resolve().parent.parent
-BASE = spec.load_model(str(ROOT / "rooflinec" / "catalog" / "models" / "qwen2.5-7b.yaml"))
+BASE = spec.load_model(str(ROOT / "rooflinec" / "spec" / "catalog" / "models" / "qwen2.5-7b.yaml"))
 FEW = settings(max_examples=30, deadline=None)
 
 

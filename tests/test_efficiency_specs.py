@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import sympy as sp
 
-from rooflinec import cli
-from rooflinec import efficiency as E
-from rooflinec import workbench as W
-from rooflinec.errors import DeviceLacks
-from rooflinec.ir import Cost, Op, Program
-from rooflinec.spec import Device
-from rooflinec.symbols import B
+from rooflinec.cli import app as cli
+from rooflinec.cost import efficiency as E
+from rooflinec.cost import workbench as W
+from rooflinec.base.errors import DeviceLacks
+from rooflinec.model.ir import Cost, Op, Program
+from rooflinec.spec.load import Device
+from rooflinec.model.symbols import B
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture()
 def tree(tmp_path):
     for sub in ("models", "hardware"):
-        shutil.copytree(ROOT / "rooflinec" / "catalog" / sub, tmp_path / sub)
+        shutil.copytree(ROOT / "rooflinec" / "spec" / "catalog" / sub, tmp_path / sub)
     return tmp_path
 
 
@@ -148,7 +148,8 @@ def test_a_vector_op_with_flops_needs_a_vector_peak():
 
 
 def test_measured_step_gives_mbu_and_mfu(tree):
-    from rooflinec import report, spec
+    from rooflinec.cli import report
+    from rooflinec.spec import load as spec
     study = tree / "measured.yaml"
     study.write_text(textwrap.dedent("""\
         model: qwen2.5-7b

@@ -12,8 +12,8 @@ import sympy as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rooflinec.formula import MAX_CHARS, FormulaError, parse_formula
-from rooflinec.symbols import ALPHABET, B, L, M, S, V, b, d_ff, d_model
+from rooflinec.base.formula import MAX_CHARS, FormulaError, parse_formula
+from rooflinec.model.symbols import ALPHABET, B, L, M, S, V, b, d_ff, d_model
 
 EXAMPLES = int(os.environ.get("ROOFLINEC_FUZZ_EXAMPLES", "100"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None,

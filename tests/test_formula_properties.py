@@ -4,10 +4,10 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinec.derive import crossing
-from rooflinec.ir import intensity
-from rooflinec.ops import FORMULAS
-from rooflinec.symbols import B, M, S, b, d_head, n_kv, n_q
+from rooflinec.cost.derive import crossing
+from rooflinec.model.ir import intensity
+from rooflinec.model.ops import FORMULAS
+from rooflinec.model.symbols import B, M, S, b, d_head, n_kv, n_q
 
 dims = st.integers(min_value=1, max_value=1 << 16)
 elem_bytes = st.sampled_from([1, 2, 4])
@@ -78,7 +78,7 @@ def test_flash_attention_reads_kv_heads_not_query_heads():
 def test_squeezed_limit_of_flash_attention_matches_sympy():
     """FlashAttention's intensity has ceiling(S/Bc) passes in its bytes; the squeeze in
     derive.limit_at_infinity must give sympy's own limit."""
-    from rooflinec.derive import limit_at_infinity
+    from rooflinec.cost.derive import limit_at_infinity
     for block_cols in (64, 128, 192, 384):
         for kv_heads in (None, n_kv):   # MHA and GQA
             f = intensity(FORMULAS["flash_attention"](B, n_q, S, d_head, b, block_cols, kv_heads=kv_heads))

@@ -29,11 +29,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hostile import paths as _paths
-from rooflinec.errors import SpecError
-from rooflinec.spec import Device, Model, Study, load_hardware, load_model, load_study
+from rooflinec.base.errors import SpecError
+from rooflinec.spec.load import Device, Model, Study, load_hardware, load_model, load_study
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
-CATALOG = Path(__file__).resolve().parent.parent / "rooflinec" / "catalog"
+CATALOG = Path(__file__).resolve().parent.parent / "rooflinec" / "spec" / "catalog"
 MODELS = sorted((CATALOG / "models").glob("*.yaml"))
 HARDWARE = sorted((CATALOG / "hardware").glob("*.yaml"))
 STUDIES = sorted(SPECS.glob("*.yaml"))
@@ -181,9 +181,9 @@ def test_arbitrary_text_loads_or_fails_located(tree, text):
 
 # --- the whole build path: declared operators and study specs through the CLI -------------
 
-from rooflinec.cli import run as cli_run   # noqa: E402
-from rooflinec.ir import CATEGORIES   # noqa: E402
-from rooflinec.symbols import ALPHABET   # noqa: E402
+from rooflinec.cli.app import run as cli_run   # noqa: E402
+from rooflinec.model.ir import CATEGORIES   # noqa: E402
+from rooflinec.model.symbols import ALPHABET   # noqa: E402
 
 # builds are slower than loads: a sixth as many examples (10 by default)
 FUZZ_BUILD = settings(FUZZ, max_examples=max(5, EXAMPLES // 6))

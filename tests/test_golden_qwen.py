@@ -12,10 +12,11 @@ table changes between 165 and 163.9: the closest call, k/v at 162.9, is below bo
 import pytest
 import sympy as sp
 
-from rooflinec import report, spec
-from rooflinec.ir import intensity
-from rooflinec.ops import FORMULAS
-from rooflinec.symbols import B, S, b, d_head, n_kv, n_q
+from rooflinec.cli import report
+from rooflinec.spec import load as spec
+from rooflinec.model.ir import intensity
+from rooflinec.model.ops import FORMULAS
+from rooflinec.model.symbols import B, S, b, d_head, n_kv, n_q
 
 QWEN = "specs/qwen.yaml"
 

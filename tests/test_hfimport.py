@@ -10,12 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinec import hfimport, params, spec
-from rooflinec.cli import run
-from rooflinec.errors import SpecError
-from rooflinec.evaluate import number
-from rooflinec.lower import lower
-from rooflinec.symbols import B, M, V, b, d_head, model_values, n_kv, n_q
+from rooflinec.spec import hfimport, load as spec
+from rooflinec.model import params
+from rooflinec.cli.app import run
+from rooflinec.base.errors import SpecError
+from rooflinec.cost.evaluate import number
+from rooflinec.model.lower import lower
+from rooflinec.model.symbols import B, M, V, b, d_head, model_values, n_kv, n_q
 
 CONFIGS = Path(__file__).resolve().parent / "hf_configs"
 

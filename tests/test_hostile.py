@@ -24,10 +24,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinec.cli import run as cli_run
+from rooflinec.cli.app import run as cli_run
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
-CATALOG = SPECS.parent / "rooflinec" / "catalog"   # shipped models/ and hardware/
+CATALOG = SPECS.parent / "rooflinec" / "spec" / "catalog"   # shipped models/ and hardware/
 QWEN = yaml.safe_load((SPECS / "qwen.yaml").read_text(encoding="utf-8"))
 LOCATED = __import__("re").compile(r"^.+:\d+:\d+: .+: .+$")
 EXAMPLES = int(os.environ.get("ROOFLINEC_HOSTILE_EXAMPLES", "6"))
@@ -153,7 +153,7 @@ def _refuse(*args, **kwargs):
 
 def test_a_factoring_past_its_size_budget_is_not_attempted(monkeypatch):
     """The expression as written and False, decided from its size before sympy runs."""
-    from rooflinec import ir
+    from rooflinec.model import ir
     x = sp.symbols("x0:9")
     big = sp.Mul(*(sum(x[:4]) + i for i in range(4)), evaluate=False)   # 5^4 = 625 terms out
     monkeypatch.setattr(ir.sp, "factor", _refuse)
@@ -161,7 +161,7 @@ def test_a_factoring_past_its_size_budget_is_not_attempted(monkeypatch):
 
 
 def test_a_limit_past_its_size_budget_is_none_not_a_hang(monkeypatch):
-    from rooflinec import budget, derive
+    from rooflinec.cost import budget, derive
     s = sp.Symbol("S", positive=True)
     long = sum(sp.ceiling(s / (i + 2)) * s ** (i % 3) for i in range(budget.LIMIT_OPS)) / sp.floor(s)
     monkeypatch.setattr(derive.sp, "limit", _refuse)
@@ -171,7 +171,7 @@ def test_a_limit_past_its_size_budget_is_none_not_a_hang(monkeypatch):
 def test_a_decaying_power_has_its_limit_without_gruntz(monkeypatch):
     """moe-mixtral's expert GEMM: (3/4)**M -> 0, so the limit is the ratio of leading terms,
     234995712 / 73728 = 9562/3, exactly; sp.limit (seconds, once cut off by a timer) never runs."""
-    from rooflinec import derive
+    from rooflinec.cost import derive
     m = sp.Symbol("M", positive=True)
     monkeypatch.setattr(derive.sp, "limit", _refuse)
     f = 234995712 * m / (-939524096 * sp.Rational(3, 4) ** m + 73728 * m + 939524096)
@@ -182,7 +182,7 @@ def test_crossing_polynomials_past_their_degree_are_searched_exactly(monkeypatch
     """M**16 / (M**15 + 1) against a ridge: no real-root isolation of a degree-16 polynomial;
     the search finds the same first integer the roots would: M**16 >= r (M**15 + 1) first holds
     at ceil(r) for r = 300 (300**16 - 300 * 300**15 = 0 < 300, 301**16 > 300 (301**15 + 1))."""
-    from rooflinec import derive
+    from rooflinec.cost import derive
     m = sp.Symbol("M", positive=True)
     monkeypatch.setattr(derive, "_positive_roots", _refuse)
     derive._crossing.cache_clear()
@@ -214,8 +214,9 @@ PIECE = st.tuples(PARTS, PARTS, st.sampled_from(["+", "*"])).map(lambda t: f"({t
 @given(flops=PIECE, nbytes=PIECE)
 def test_random_piecewise_formulas_give_sane_sections(tmp_path_factory, flops, nbytes):
     """Every analysis succeeds; every crossover found is compute-bound where it says it is."""
-    from rooflinec import report, spec
-    from rooflinec.workbench import Workbench
+    from rooflinec.cli import report
+    from rooflinec.spec import load as spec
+    from rooflinec.cost.workbench import Workbench
     tree = tmp_path_factory.mktemp("pw")
     shutil.copytree(CATALOG / "models", tree / "models")
     shutil.copytree(CATALOG / "hardware", tree / "hardware")
@@ -223,14 +224,14 @@ def test_random_piecewise_formulas_give_sane_sections(tmp_path_factory, flops, n
     study = spec.load_study(str(_study(tree, _all_analyses())))
     rep = report.build(study)
     serving = next(s for s in rep["sections"] if s["kind"] == "serving")
-    from rooflinec.lower import LEAST_WORK   # the serving section's bound conventions
+    from rooflinec.model.lower import LEAST_WORK   # the serving section's bound conventions
     terms = Workbench(study).step_terms("decode", serving["variant"], study.devices[0], LEAST_WORK)
     for row in serving["crossovers"]:
         first = row["devices"][0]["first"]
         if first is not None:
             compute, memory = terms.at(first, row["context"])
             assert compute >= memory * (1 - 1e-12), (row, compute, memory)
-    json.loads(__import__("rooflinec.render", fromlist=["to_json"]).to_json(rep),
+    json.loads(__import__("rooflinec.render.pages", fromlist=["to_json"]).to_json(rep),
                parse_constant=lambda c: pytest.fail(f"report holds {c}"))
 
 
@@ -327,7 +328,7 @@ def test_messages_quote_the_start_and_the_length_of_a_long_value(tree):
 
 @pytest.mark.parametrize("text", ["\uff14\uff10 GiB", "\u0664\u0660 GiB", "4\uff10 GiB"])
 def test_only_ascii_digits_are_numbers(text):
-    from rooflinec.units import QuantityError, parse_quantity
+    from rooflinec.base.units import QuantityError, parse_quantity
     with pytest.raises(QuantityError):
         parse_quantity(text, "bytes")
 
@@ -352,7 +353,7 @@ MEASURED_HEADER = ("model,device,engine,engine_version,weights,tp,pp,isl,osl,con
 def test_a_fifo_as_a_csv_or_config_is_refused_without_blocking(tmp_path, reader):
     fifo = tmp_path / ("runs.csv" if reader == "measurements" else "config.json")
     os.mkfifo(fifo)
-    code = ("from rooflinec import measurements, hfimport\n"
+    code = ("from rooflinec.serving import measurements; from rooflinec.spec import hfimport\n"
             + (f"measurements.read({str(fifo)!r})" if reader == "measurements"
                else f"hfimport.convert({str(fifo)!r})"))
     try:   # a separate process: if it blocked, the timeout ends it and the test fails
@@ -363,8 +364,8 @@ def test_a_fifo_as_a_csv_or_config_is_refused_without_blocking(tmp_path, reader)
 
 
 def test_a_measurements_csv_over_the_cap_is_refused_before_it_is_read(tmp_path):
-    from rooflinec import measurements
-    from rooflinec.errors import SpecError
+    from rooflinec.serving import measurements
+    from rooflinec.base.errors import SpecError
     big = tmp_path / "runs.csv"
     with open(big, "wb") as fh:   # sparse: the size is checked, not the bytes
         fh.write(MEASURED_HEADER.encode())
@@ -374,8 +375,8 @@ def test_a_measurements_csv_over_the_cap_is_refused_before_it_is_read(tmp_path):
 
 
 def test_a_measurements_count_of_many_digits_is_located(tmp_path):
-    from rooflinec import measurements
-    from rooflinec.errors import SpecError
+    from rooflinec.serving import measurements
+    from rooflinec.base.errors import SpecError
     runs = tmp_path / "runs.csv"
     runs.write_text(MEASURED_HEADER + f"m,d,e,1,bf16,1,1,{'9' * 5000},1,1,1,1,,r1\n", encoding="utf-8")
     with pytest.raises(SpecError) as err:
@@ -387,8 +388,8 @@ def test_a_measurements_count_of_many_digits_is_located(tmp_path):
 @pytest.mark.parametrize("value, fragment", [
     ("1.0e+999", "must be finite"), (".nan", "must be finite"), (str(2 ** 64), "at most 2^53")])
 def test_an_imported_config_with_a_number_past_a_float_is_located(tmp_path, value, fragment):
-    from rooflinec import hfimport
-    from rooflinec.errors import SpecError
+    from rooflinec.spec import hfimport
+    from rooflinec.base.errors import SpecError
     cfg = tmp_path / "config.json"
     src = (Path(__file__).parent / "hf_configs" / "llama-3.1-8b" / "config.json").read_text(encoding="utf-8")
     data = json.loads(src)
@@ -411,7 +412,8 @@ def test_serve_keeps_the_serving_analysis_budget():
 def expired_budgets(monkeypatch):
     """Every size budget is spent at once; the caches it fills are emptied before and after, so
     no other test sees a derivation left unsimplified."""
-    from rooflinec import budget, derive, ir
+    from rooflinec.cost import budget, derive
+    from rooflinec.model import ir
     caches = (ir.factoring, ir.intensity, derive.derive, derive._crossing)
 
     def clear():
@@ -449,7 +451,7 @@ def test_a_spent_size_budget_is_stated_in_every_format(tree, expired_budgets):
 def test_attention_states_a_limit_and_a_crossing_past_their_size_budgets(tree, monkeypatch):
     """Limits and roots past their budgets (factoring still within, so the section runs):
     the attention section says so in JSON, md and html instead of "never"."""
-    from rooflinec import budget, derive
+    from rooflinec.cost import budget, derive
     monkeypatch.setattr(budget, "EXPAND_TERMS", 0)
     monkeypatch.setattr(budget, "ROOT_DEGREE", 0)
     derive._crossing.cache_clear()

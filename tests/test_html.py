@@ -11,10 +11,13 @@ from pathlib import Path
 import pytest
 import sympy as sp
 
-from rooflinec import chartdata, chartpoints, mathml, report, spec
-from rooflinec.cli import run
-from rooflinec.render import chart_slots, render_many
-from rooflinec.symbols import B, S, b, d_head, n_kv, n_q
+from rooflinec.render import chartdata, mathml
+from rooflinec.cost import chartpoints
+from rooflinec.cli import report
+from rooflinec.spec import load as spec
+from rooflinec.cli.app import run
+from rooflinec.render.pages import chart_slots, render_many
+from rooflinec.model.symbols import B, S, b, d_head, n_kv, n_q
 
 ROOT = Path(__file__).resolve().parent.parent
 QWEN = ROOT / "specs" / "qwen.yaml"
@@ -34,8 +37,8 @@ def hostile_study(tmp_path: Path) -> Path:
     """A study whose model is named `<script>alert(1)</script>`, in a spec tree under tmp_path."""
     (tmp_path / "models").mkdir()
     (tmp_path / "hardware").mkdir()
-    shutil.copy(ROOT / "rooflinec" / "catalog" / "hardware" / "rtx4090.yaml", tmp_path / "hardware")
-    text = (ROOT / "rooflinec" / "catalog" / "models" / "qwen2.5-7b.yaml").read_text()
+    shutil.copy(ROOT / "rooflinec" / "spec" / "catalog" / "hardware" / "rtx4090.yaml", tmp_path / "hardware")
+    text = (ROOT / "rooflinec" / "spec" / "catalog" / "models" / "qwen2.5-7b.yaml").read_text()
     (tmp_path / "models" / "evil.yaml").write_text(
         re.sub(r"^name: .*$", "name: '<script>alert(1)</script>'", text, flags=re.M))
     study = tmp_path / "evil.yaml"
@@ -191,7 +194,7 @@ def test_gemm_sweep_crosses_the_ridge_where_the_table_says(qwen):
 
 
 def test_charts_are_svg_with_text(qwen):
-    from rooflinec.charts import draw
+    from rooflinec.render.charts import draw
     for section in chart_slots(qwen):
         for c in section:
             svg = draw(c["spec"])
@@ -206,7 +209,7 @@ def test_chart_labels_do_not_overlap(study):
     two texts inside a shipped chart's axes overlap by more than a sliver (2 x 2 px)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.text import Text
-    from rooflinec import charts
+    from rooflinec.render import charts
     rep = report.build(spec.load_study(str(ROOT / "specs" / study)))
     rooflines = [c["spec"] for section in chart_slots(rep) for c in section if c["spec"]["kind"] == "roofline"]
     if not rooflines:
@@ -244,7 +247,7 @@ def test_html_derivation_headings_name_what_a_kernel_absorbed(files):
 
 def test_every_analysis_has_an_html_and_a_markdown_template():
     from rooflinec.analyses import ANALYSES
-    from rooflinec.render import environment
+    from rooflinec.render.pages import environment
     assert len(ANALYSES) >= 12
     for kind in ANALYSES:
         environment(True).get_template(f"html/{kind}.html.j2")
@@ -285,7 +288,7 @@ def test_operators_chart_has_every_point():
 def test_shared_prose_escapes_in_html_whatever_compiled_it_first():
     """The prose both formats share compiles per format (autoescape is compiled in): text
     from a spec is escaped in HTML even when Markdown rendered the same prose first."""
-    from rooflinec.render import environment
+    from rooflinec.render.pages import environment
     section = {"layers": "<b>&"}
     md = environment(False).get_template("prose/sections.j2").module.params_intro(section)
     html = environment(True).get_template("prose/sections.j2").module.params_intro(section)

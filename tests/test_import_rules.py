@@ -25,12 +25,13 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinec import hfimport, params, spec
-from rooflinec.cli import run
-from rooflinec.errors import SpecError
-from rooflinec.evaluate import number
-from rooflinec.moe import MoE
-from rooflinec.symbols import model_values
+from rooflinec.spec import hfimport, load as spec
+from rooflinec.model import params
+from rooflinec.cli.app import run
+from rooflinec.base.errors import SpecError
+from rooflinec.cost.evaluate import number
+from rooflinec.model.moe import MoE
+from rooflinec.model.symbols import model_values
 
 CONFIGS = Path(__file__).resolve().parent / "hf_configs"
 LOCATED = re.compile(r"^.+:\d+:\d+: .+: .+$")

@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec import params, spec, validate
-from rooflinec import efficiency as E
-from rooflinec.cli import run
-from rooflinec.evaluate import number
-from rooflinec.symbols import S, model_values
+from rooflinec.model import params
+from rooflinec.spec import load as spec, validate
+from rooflinec.cost import efficiency as E
+from rooflinec.cli.app import run
+from rooflinec.cost.evaluate import number
+from rooflinec.model.symbols import S, model_values
 
 ROOT = Path(__file__).resolve().parent.parent
-CATALOG = ROOT / "rooflinec" / "catalog"
+CATALOG = ROOT / "rooflinec" / "spec" / "catalog"
 
 
 def model(name):
@@ -127,7 +128,7 @@ def test_moe_active_count_says_it_includes_the_input_table(tmp_path):
     # Issue 25 item 10: gpt-oss-120b's "active" total counts the input table (5.71 B); the
     # model card's 5.13 B is the "in matmuls" row. The params section says which is which.
     from rooflinec.analyses.params import params as section
-    from rooflinec.workbench import Workbench
+    from rooflinec.cost.workbench import Workbench
     rows = {t["label"]: t for t in section(Workbench.of(model("gpt-oss-120b")), None)["totals"]}
     assert "input table included" in rows["active"]["meaning"]
     assert rows["active"]["count"] > rows["in matmuls"]["count"]
@@ -198,7 +199,7 @@ def test_flash_on_the_only_device_without_sram_is_a_note_not_a_failure(tmp_path)
 # --- item 14: texts ------------------------------------------------------------------------
 
 def test_texts_say_what_the_code_does():
-    from rooflinec import validate_runs
+    from rooflinec.serving import validate_runs
     assert not any("FlashAttention variant" in a for a in validate_runs.ASSUMPTIONS)
     assert any("ideal variant" in a for a in validate_runs.ASSUMPTIONS)
     readme = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -1,5 +1,5 @@
 """The KV cache one device holds, windowed layers' memory and prefill, and the S-limit of a
-windowed op (rooflinec.kvcache, rooflinec.window)."""
+windowed op (rooflinec.cost.kvcache, rooflinec.model.window)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,17 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinec import kvcache, spec, window
-from rooflinec import symbols as sym
-from rooflinec.derive import derive
-from rooflinec.evaluate import number
-from rooflinec.lower import Conventions, lower
-from rooflinec.symbols import B, S
-from rooflinec.workbench import Workbench
+from rooflinec.cost import kvcache
+from rooflinec.spec import load as spec
+from rooflinec.model import window
+from rooflinec.model import symbols as sym
+from rooflinec.cost.derive import derive
+from rooflinec.cost.evaluate import number
+from rooflinec.model.lower import Conventions, lower
+from rooflinec.model.symbols import B, S
+from rooflinec.cost.workbench import Workbench
 
-CATALOG = Path(__file__).resolve().parent.parent / "rooflinec" / "catalog"
+CATALOG = Path(__file__).resolve().parent.parent / "rooflinec" / "spec" / "catalog"
 
 
 def model(key: str):

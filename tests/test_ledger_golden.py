@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from rooflinec import report, spec
+from rooflinec.cli import report
+from rooflinec.spec import load as spec
 
 
 def _built(path: str) -> dict:

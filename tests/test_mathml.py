@@ -5,8 +5,8 @@ import sympy as sp
 from hypothesis import given, settings, strategies as st
 from sympy.printing.mathml import mathml as sympy_mathml
 
-from rooflinec import mathml
-from rooflinec.symbols import ALPHABET
+from rooflinec.render import mathml
+from rooflinec.model.symbols import ALPHABET
 
 NAMES = [*ALPHABET.values(), sp.Symbol("alpha"), sp.Symbol("x_1"), sp.Symbol("t_k_v"), sp.Symbol("w__2")]
 leaves = st.sampled_from(NAMES) | st.integers(-40, 400).map(sp.Integer) | \

@@ -26,8 +26,8 @@ if os.environ.get("CI") and _MISSING:
                 "(pip install -e '.[test,measure]')", pytrace=False)
 torch = pytest.importorskip("torch", reason="the [measure] extra (PyTorch) is not installed")
 
-from rooflinec import spec  # noqa: E402
-from rooflinec.cli import run  # noqa: E402
+from rooflinec.spec import load as spec  # noqa: E402
+from rooflinec.cli.app import run  # noqa: E402
 from rooflinec.measure import device as calibration  # noqa: E402
 from rooflinec.measure import model as measuring  # noqa: E402
 from rooflinec.measure import report  # noqa: E402
@@ -247,7 +247,7 @@ def test_report_sets_measured_beside_predicted(tree, tmp_path):
 
 @pytest.mark.slow
 def test_build_never_imports_torch(tmp_path):
-    code = ("import sys\nfrom rooflinec.cli import run\n"
+    code = ("import sys\nfrom rooflinec.cli.app import run\n"
             f"assert run(['build', 'specs/operators.yaml', '--out', {str(tmp_path)!r}]) == 0\n"
             "assert run(['check', 'specs/gpt2-medium.yaml']) == 0\n"
             "assert run(['explain', 'specs/qwen.yaml', 'k_proj']) == 0\n"
@@ -281,7 +281,7 @@ def test_a_wrong_device_spec_is_a_located_error(tree, tmp_path):
 
 def test_config_json_gives_the_same_model_as_the_catalog(tmp_path):
     # openai-community/gpt2's config.json, the keys rooflinec reads; measure resolves MODEL as serve does
-    from rooflinec import quick
+    from rooflinec.cli import quick
     cfg = tmp_path / "config.json"
     cfg.write_text('{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 768, '
                    '"n_layer": 12, "n_head": 12, "vocab_size": 50257, "n_positions": 1024, '
@@ -318,7 +318,7 @@ def test_gpu_calibration_and_model(tmp_path):
     hw.parent.mkdir()
     hw.write_text(calibration.yaml_text(calibration.spec(cal)))
     dev = spec.load_hardware(str(hw))
-    model = spec.load_model("rooflinec/catalog/models/gpt2.yaml")
+    model = spec.load_model("rooflinec/spec/catalog/models/gpt2.yaml")
     rep = report.build(measuring.measure_model(model, dev, "fp32", "decode", 1, 512, "cuda", steps=3))
     assert rep["coverage"] >= 0.95, rep["unmapped"]
     checked = [r for r in rep["rows"] if r["law"] != "in cache"]
@@ -327,7 +327,7 @@ def test_gpu_calibration_and_model(tmp_path):
 
 def test_without_torch_measure_says_how_to_install_it():
     code = ("import sys\nsys.modules['torch'] = None   # import torch fails as if not installed\n"
-            "from rooflinec.cli import run\n"
+            "from rooflinec.cli.app import run\n"
             "sys.exit(run(['measure', 'device', '--quick', '--out', 'never.yaml']))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 1

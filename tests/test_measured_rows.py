@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec import calibrate, measurements
-from rooflinec import serving_model as sm
-from rooflinec.cli import run
-from rooflinec.errors import SpecError
+from rooflinec.serving import calibrate, measurements
+from rooflinec.serving import serving_model as sm
+from rooflinec.cli.app import run
+from rooflinec.base.errors import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASURED = ROOT / "data" / "measured" / "serving-visible.csv"

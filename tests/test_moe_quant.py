@@ -13,17 +13,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinec import params as P
-from rooflinec import quant, spec
-from rooflinec import symbols as sym
-from rooflinec.errors import SpecError
-from rooflinec.evaluate import number
-from rooflinec.ops.moe import distinct_experts
-from rooflinec.symbols import B, M, S
-from rooflinec.workbench import Workbench
+from rooflinec.model import params as P
+from rooflinec.model import quant
+from rooflinec.spec import load as spec
+from rooflinec.model import symbols as sym
+from rooflinec.base.errors import SpecError
+from rooflinec.cost.evaluate import number
+from rooflinec.model.ops.moe import distinct_experts
+from rooflinec.model.symbols import B, M, S
+from rooflinec.cost.workbench import Workbench
 
 ROOT = Path(__file__).resolve().parent.parent
-CATALOG = ROOT / "rooflinec" / "catalog"
+CATALOG = ROOT / "rooflinec" / "spec" / "catalog"
 
 
 def model(key: str):
@@ -177,7 +178,7 @@ CONFIGS = ROOT / "tests" / "hf_configs"
 
 
 def imported(folder: str):
-    from rooflinec import hfimport
+    from rooflinec.spec import hfimport
     text, notes = hfimport.convert(str(CONFIGS / folder))
     return spec.load_model(str(CONFIGS / folder / "imported.yaml"), text), notes
 
@@ -280,8 +281,8 @@ def test_mla_decode_attention_limits_as_s_grows():
     #   bf16 ridge (989.4e12 / 3.35e12 = 295.3), so memory-bound at any S, but only just
     # naive: K and V decompressed per head, each cached token read as n_q*(d_qk + d_v) elements
     #   for 2*n_q*(d_qk + d_v) FLOPs -> 2/b = 1 FLOP/B, the MHA limit
-    from rooflinec.derive import limit_at_infinity
-    from rooflinec.ir import intensity
+    from rooflinec.cost.derive import limit_at_infinity
+    from rooflinec.model.ir import intensity
     m = model("deepseek-v3")
     absorbed = Workbench.of(m).program("decode", "ideal").op("attention")
     naive = Workbench.of(m, conventions={"mla": "naive"}).program("decode", "ideal").op("attention")
@@ -296,7 +297,7 @@ def test_mla_decode_attention_limits_as_s_grows():
 @settings(max_examples=200, deadline=None)
 @given(st.integers(2, 256), st.data(), st.integers(1, 4096))
 def test_imbalanced_routing_reads_no_more_experts_than_uniform(experts, data, tokens):
-    from rooflinec.moe import E, k, rho
+    from rooflinec.model.moe import E, k, rho
     top_k = data.draw(st.integers(1, experts - 1))
     skew = data.draw(st.floats(1, experts / top_k))
     uniform = distinct_experts(M, E, k)
@@ -328,7 +329,7 @@ def test_an_imbalanced_mixtral_reads_fewer_expert_weights_at_the_same_flops():
 def test_moe_decode_turns_compute_bound_where_the_overlapped_terms_cross(key, dev):
     # the memory term of a MoE step is concave in B (distinct experts saturate at E): the
     # crossing is the first batch from which the compute term stays the larger
-    from rooflinec import efficiency
+    from rooflinec.cost import efficiency
     bench = Workbench.of(model(key), [device(dev)])
     terms = bench.step_terms("decode", "ideal", bench.devices[0])
     c = efficiency.crossover(terms, 128)   # a short context: the KV reads stay below the GEMMs
@@ -341,7 +342,7 @@ def test_moe_decode_turns_compute_bound_where_the_overlapped_terms_cross(key, de
 @pytest.mark.parametrize("key", ["deepseek-v3", "gemma-2-9b", "gpt-oss-120b"])
 def test_every_analysis_builds_for_moe_mla_and_windowed_models(tmp_path, key):
     import io
-    from rooflinec.cli import run
+    from rooflinec.cli.app import run
     study = (ROOT / "specs" / "qwen.yaml").read_text()
     study = study.replace("model: qwen2.5-7b", f"model: {key}").replace("[rtx4090, a100-40gb]", "[a100-40gb]")
     study = study.replace("groups: [[q_proj, o_proj], [k_proj, v_proj], [gate_proj, up_proj], [down_proj], [lm_head]]",
@@ -354,7 +355,7 @@ def test_every_analysis_builds_for_moe_mla_and_windowed_models(tmp_path, key):
 
 def test_the_serving_model_caches_deepseek_v3s_latent_whole_on_every_device():
     # 61 layers x (512 + 64) elements x 1 B (fp8) = 35,136 B, not divided by tensor parallelism
-    from rooflinec.kvcache import per_token
+    from rooflinec.cost.kvcache import per_token
     m = model("deepseek-v3")
     assert per_token(m, 1, tp=1) == per_token(m, 1, tp=8) == 35_136
 
@@ -422,7 +423,8 @@ def test_gemm_intensity_tabulates_the_expert_gemms_and_where_they_turn_compute_b
 def test_a_searched_decode_crossing_of_a_mixture_of_experts_is_shown_not_called_never(tmp_path):
     """A MoE step's memory term is concave in B, so its crossing is searched (no meeting point
     `at`); the report shows the batch found and does not call the terms linear."""
-    from rooflinec import render, report
+    from rooflinec.render import pages as render
+    from rooflinec.cli import report
     (tmp_path / "s.yaml").write_text("model: mixtral-8x7b\ndevices: [h100-sxm]\nanalyses:\n"
                                      "  serving: {batch: [1], contexts: [128]}\n")
     built = report.build(spec.load_study(str(tmp_path / "s.yaml")))

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from rooflinec import measurements
-from rooflinec.cli import run
-from rooflinec.errors import SpecError
+from rooflinec.serving import measurements
+from rooflinec.cli.app import run
+from rooflinec.base.errors import SpecError
 from rooflinec.serving import oplowering, opprofiles
 from rooflinec.serving.opprofiles import Shape
 

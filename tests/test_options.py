@@ -4,11 +4,11 @@ from dataclasses import asdict, fields
 
 import pytest
 
-from rooflinec import options
+from rooflinec.spec import options
 from rooflinec.analyses import ANALYSES
 from rooflinec.analyses.published import CHIPS
-from rooflinec.lower import PHASES, Conventions
-from rooflinec.passes import DEFAULT_VARIANT, VARIANTS
+from rooflinec.model.lower import PHASES, Conventions
+from rooflinec.model.passes import DEFAULT_VARIANT, VARIANTS
 
 
 def test_variant_defaults_are_the_default_variant():

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec.cli import run
+from rooflinec.cli.app import run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fuzz_inputs  # noqa: E402 - a sibling module of the tests, not a package
@@ -39,8 +39,8 @@ def test_a_fifo_out_is_refused_before_the_config_is_read(tmp_path):
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
 def test_write_file_itself_never_renames_over_a_fifo(tmp_path):
     """The last line of defence, for a path that became special after the command checked it."""
-    from rooflinec.errors import RooflineError
-    from rooflinec.output import write_file
+    from rooflinec.base.errors import RooflineError
+    from rooflinec.cli.output import write_file
     fifo = tmp_path / "x.yaml"
     os.mkfifo(fifo)
     with pytest.raises(RooflineError, match="a FIFO"):

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec import output, streams
-from rooflinec.cli import run
+from rooflinec.cli import output, streams
+from rooflinec.cli.app import run
 from test_cli_failures import call, snapshot   # the CLI in-process; a folder's files and bytes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -157,7 +157,7 @@ def test_a_second_build_waits_for_the_first_to_finish(tree, held, monkeypatch):
 
 KILLER = """
 import os, signal, sys
-from rooflinec import cli
+from rooflinec.cli import app as cli
 k, out = int(sys.argv[1]), os.path.realpath(sys.argv[2])
 real, seen = os.replace, []
 def replace(src, dst):
@@ -267,7 +267,7 @@ def test_staged_files_of_a_build_that_died_earlier_are_removed(tree, tmp_path):
 # --- an unusable --out -----------------------------------------------------------------
 
 def test_an_unusable_out_fails_before_any_analysis(tree, tmp_path, monkeypatch):
-    from rooflinec import report
+    from rooflinec.cli import report
     ran = []
     monkeypatch.setattr(report, "build", lambda *a, **k: ran.append(a))
 
@@ -281,7 +281,7 @@ def test_an_unusable_out_fails_before_any_analysis(tree, tmp_path, monkeypatch):
 
 
 def test_a_file_as_out_fails_before_any_analysis(tree, tmp_path, monkeypatch):
-    from rooflinec import report
+    from rooflinec.cli import report
     monkeypatch.setattr(report, "build", lambda *a, **k: pytest.fail("an analysis ran"))
     (tmp_path / "file").write_text("")
     code, _, err = call("build", tree / "qwen.yaml", "--out", tmp_path / "file" / "reports")

@@ -9,8 +9,10 @@ import time
 
 import pytest
 
-from rooflinec import chartdata, charts, report, spec
-from rooflinec.cli import run
+from rooflinec.render import chartdata, charts
+from rooflinec.cli import report
+from rooflinec.spec import load as spec
+from rooflinec.cli.app import run
 
 pytestmark = pytest.mark.skipif(not charts.Painter.available(), reason="needs fork and two cores")
 

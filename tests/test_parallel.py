@@ -14,18 +14,19 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinec import collectives as C
-from rooflinec import parallel as par
-from rooflinec import kvcache, spec
-from rooflinec.cli import run
-from rooflinec.evaluate import number
-from rooflinec.lower import Conventions
-from rooflinec.symbols import B, L, M, S, b, d_model
-from rooflinec.workbench import Workbench
+from rooflinec.cost import collectives as C
+from rooflinec.cost import parallel as par
+from rooflinec.cost import kvcache
+from rooflinec.spec import load as spec
+from rooflinec.cli.app import run
+from rooflinec.cost.evaluate import number
+from rooflinec.model.lower import Conventions
+from rooflinec.model.symbols import B, L, M, S, b, d_model
+from rooflinec.cost.workbench import Workbench
 
 ROOT = Path(__file__).resolve().parent.parent
-LLAMA_70B = spec.load_model(str(ROOT / "rooflinec/catalog/models/llama-3.1-70b.yaml"))
-H100 = spec.load_hardware(str(ROOT / "rooflinec/catalog/hardware/h100-sxm.yaml"))
+LLAMA_70B = spec.load_model(str(ROOT / "rooflinec/spec/catalog/models/llama-3.1-70b.yaml"))
+H100 = spec.load_hardware(str(ROOT / "rooflinec/spec/catalog/hardware/h100-sxm.yaml"))
 
 
 def bench(model=LLAMA_70B, conventions=None):
@@ -149,7 +150,7 @@ def test_replicated_kv_heads_are_duplicated_work():
     """PaLM 540B is multi-query (one KV head): at tp 8 every device computes the whole k and v
     projections, 2 x M x 18432 x 256 FLOPs each, so k_proj's per-device FLOPs equal the
     single-device ones while q_proj's are an eighth."""
-    palm = spec.load_model(str(ROOT / "rooflinec/catalog/models/palm-540b.yaml"))
+    palm = spec.load_model(str(ROOT / "rooflinec/spec/catalog/models/palm-540b.yaml"))
     w = bench(palm)
     whole, part = w.program("decode", "unfused", H100, 1), w.program("decode", "unfused", H100, 8)
     values = w.at({B: 4, S: 2048}, whole.bindings)
@@ -159,7 +160,7 @@ def test_replicated_kv_heads_are_duplicated_work():
 
 
 def test_kv_heads_replicate_past_their_count_and_the_program_says_so():
-    m = spec.load_model(str(ROOT / "rooflinec/catalog/models/llama-3.1-8b.yaml"))
+    m = spec.load_model(str(ROOT / "rooflinec/spec/catalog/models/llama-3.1-8b.yaml"))
     prog = bench(m).program("decode", "ideal", H100, tp=16)
     assert "KV heads replicated" in dict(prog.conventions)["tensor parallelism"]
     assert kvcache.per_token(m, 2, tp=16) == 2 * 32 * 1 * 128 * 2
@@ -189,7 +190,7 @@ def test_expert_parallelism_on_a_dense_model_is_a_located_error(tmp_path):
 def test_a_group_past_the_domain_needs_a_network(tmp_path):
     from dataclasses import replace
 
-    from rooflinec.errors import DeviceLacks
+    from rooflinec.base.errors import DeviceLacks
     lone = replace(H100, network="", network_bandwidth=None, network_latency=None)
     w = bench()
     assert w.link(H100, 16, "x").name.startswith("InfiniBand")
@@ -202,8 +203,8 @@ def test_a_group_past_the_domain_needs_a_network(tmp_path):
 SHARDED = {"n_q", "n_kv", "d_ff", "V", "d_e", "d_s"}   # d_e, d_s: a mixture of experts' widths
 
 
-QWEN = spec.load_model(str(ROOT / "rooflinec/catalog/models/qwen2.5-7b.yaml"))
-MIXTRAL = spec.load_model(str(ROOT / "rooflinec/catalog/models/mixtral-8x7b.yaml"))
+QWEN = spec.load_model(str(ROOT / "rooflinec/spec/catalog/models/qwen2.5-7b.yaml"))
+MIXTRAL = spec.load_model(str(ROOT / "rooflinec/spec/catalog/models/mixtral-8x7b.yaml"))
 # (model, tp) with tp dividing the KV heads and the vocabulary: Llama-3.1-70B (8 KV heads,
 # V 128256), Qwen2.5-7B (4 KV heads, q/k/v biases, V 152064) and Mixtral-8x7B (experts split)
 SPLITS = [(LLAMA_70B, 2), (LLAMA_70B, 4), (LLAMA_70B, 8), (QWEN, 2), (QWEN, 4), (MIXTRAL, 2), (MIXTRAL, 8)]
@@ -320,7 +321,7 @@ def test_parallel_view_smallest_tp_and_latency_bound_decode(tmp_path):
 
 
 def test_the_summary_names_the_smallest_tp_where_one_device_does_not_fit(tmp_path):
-    from rooflinec import report
+    from rooflinec.cli import report
     (tmp_path / "s.yaml").write_text("model: llama-3.1-70b\ndevices: [h100-sxm]\nanalyses:\n"
                                      "  parallel_view: {workloads: [{batch: 1, context: 4096}]}\n")
     built = report.build(spec.load_study(str(tmp_path / "s.yaml")))
@@ -464,7 +465,7 @@ def test_deepseek_v3s_dense_and_moe_layers_each_reduce_their_output():
     # DeepSeek-V3: the first 3 layers dense (first_k_dense_replace), 58 MoE layers with a shared
     # expert: at tp 8 the dense layers' down projections and the MoE layers' combines each end
     # in an all-reduce, 3 and L - 3 of them per step
-    m = spec.load_model(str(ROOT / "rooflinec/catalog/models/deepseek-v3.yaml"))
+    m = spec.load_model(str(ROOT / "rooflinec/spec/catalog/models/deepseek-v3.yaml"))
     program = bench(m).program("decode", "unfused", H100, tp=8)
     reduces = {c.name: c.repeat for c in program.collectives if c.kind == "all_reduce"}
     L = sp.Symbol("L", positive=True, integer=True)
@@ -498,7 +499,8 @@ def test_ep_1_gives_exactly_todays_program():
 
 def test_the_summary_names_the_degrees_tried_where_none_fits(tmp_path):
     """Where no tp of the view fits, the summary says which were tried (they were)."""
-    from rooflinec import render, report
+    from rooflinec.render import pages as render
+    from rooflinec.cli import report
     (tmp_path / "s.yaml").write_text("model: llama-3.1-70b\ndevices: [h100-sxm]\nanalyses:\n"
                                      "  parallel_view: {tp: [1], workloads: [{batch: 1, context: 4096}]}\n")
     built = report.build(spec.load_study(str(tmp_path / "s.yaml")))
@@ -522,7 +524,8 @@ def test_tp_with_ep_need_not_divide_the_routed_experts_width_for_the_kv_cache():
 def test_the_tp_view_names_the_formats_its_memory_counts(tmp_path):
     """Weights stored in fp8 under bf16 compute: the view's memory is at fp8 weights and a bf16
     KV cache, and its prose says so (it said 'at bf16')."""
-    from rooflinec import render, report
+    from rooflinec.render import pages as render
+    from rooflinec.cli import report
     (tmp_path / "s.yaml").write_text("model: llama-3.1-8b\ndevices: [h100-sxm]\nquantization: {weights: fp8}\n"
                                      "analyses:\n  parallel_view: {tp: [1, 2], workloads: [{batch: 1, context: 1024}]}\n")
     built = report.build(spec.load_study(str(tmp_path / "s.yaml")))

@@ -9,18 +9,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinec import params as P
-from rooflinec import spec
-from rooflinec import symbols as sym
-from rooflinec.evaluate import number
-from rooflinec.lower import lower
+from rooflinec.model import params as P
+from rooflinec.spec import load as spec
+from rooflinec.model import symbols as sym
+from rooflinec.cost.evaluate import number
+from rooflinec.model.lower import lower
 
 MODELS = ["qwen2.5-7b", "palm-540b", "gpt2-medium", "gpt3-175b"]
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def model(key: str):
-    return spec.load_model(str(ROOT / "rooflinec" / "catalog" / "models" / f"{key}.yaml"))
+    return spec.load_model(str(ROOT / "rooflinec" / "spec" / "catalog" / "models" / f"{key}.yaml"))
 
 
 def total(m) -> int:

@@ -15,14 +15,15 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinec import cli, flash
-from rooflinec.evaluate import number
-from rooflinec.workbench import Workbench
-from rooflinec.lower import Conventions, lower
-from rooflinec.ops import FORMULAS
-from rooflinec.passes import Target, apply
-from rooflinec.spec import load_hardware, load_model
-from rooflinec.symbols import B, S
+from rooflinec.cli import app as cli
+from rooflinec.model import flash
+from rooflinec.cost.evaluate import number
+from rooflinec.cost.workbench import Workbench
+from rooflinec.model.lower import Conventions, lower
+from rooflinec.model.ops import FORMULAS
+from rooflinec.model.passes import Target, apply
+from rooflinec.spec.load import load_hardware, load_model
+from rooflinec.model.symbols import B, S
 
 MODELS = ("qwen2.5-7b", "gpt2-medium", "gpt3-175b", "palm-540b")
 CONVENTIONS = (Conventions(), Conventions(qkv="fused", bias="in_gemm"),
@@ -31,12 +32,12 @@ CONVENTIONS = (Conventions(), Conventions(qkv="fused", bias="in_gemm"),
 
 @cache
 def model(key):
-    return load_model(f"rooflinec/catalog/models/{key}.yaml")
+    return load_model(f"rooflinec/spec/catalog/models/{key}.yaml")
 
 
 @cache
 def device(key="a100-40gb"):
-    return load_hardware(f"rooflinec/catalog/hardware/{key}.yaml")
+    return load_hardware(f"rooflinec/spec/catalog/hardware/{key}.yaml")
 
 
 @cache
@@ -153,8 +154,8 @@ def test_a_large_head_on_a_small_sram_loses_and_the_report_says_so(tmp_path):
     # the unfused 4*2048*256 + 8*2048^2 = 35,651,584: Algorithm 1 re-reads Q and O 22 times
     for sub in ("hardware", "models"):
         (tmp_path / sub).mkdir()
-    shutil.copy("rooflinec/catalog/hardware/a100-40gb.yaml", tmp_path / "hardware")
-    shutil.copy("rooflinec/catalog/models/palm-540b.yaml", tmp_path / "models")
+    shutil.copy("rooflinec/spec/catalog/hardware/a100-40gb.yaml", tmp_path / "hardware")
+    shutil.copy("rooflinec/spec/catalog/models/palm-540b.yaml", tmp_path / "models")
     (tmp_path / "palm.yaml").write_text(
         "model: palm-540b\ndevices: [a100-40gb]\nanalyses:\n  ledger:\n    phases: [prefill]\n"
         "    variants: [unfused, flash]\n    scopes: [layer]\n    workloads: [{batch: 1, context: 2048}]\n")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec import catalog
-from rooflinec.cli import run
-from rooflinec.progress import Progress
+from rooflinec.spec import catalog
+from rooflinec.cli.app import run
+from rooflinec.cli.progress import Progress
 
 CONFIGS = Path(__file__).resolve().parent / "hf_configs"
 
@@ -148,7 +148,7 @@ def test_progress_only_after_its_delay():
 
 def test_build_reports_its_sections_and_charts(tmp_path, monkeypatch):
     """With the delay at zero every section and every section's charts are reported."""
-    from rooflinec import cli
+    from rooflinec.cli import app as cli
     monkeypatch.setattr(cli, "Progress", lambda stream: Progress(stream, after_s=0.0))
     code, _, err = call("build", "specs/gpt2-medium.yaml", "--out", tmp_path, "--format", "md")
     assert code == 0

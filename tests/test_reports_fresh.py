@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from rooflinec.cli import run
+from rooflinec.cli.app import run
 
 STUDIES = sorted(glob.glob("specs/*.yaml"))
 
@@ -48,7 +48,7 @@ def test_build_is_deterministic(built, tmp_path):
 
 
 def report_schema():
-    from rooflinec.validate import schema
+    from rooflinec.spec.validate import schema
     return schema("report")
 
 

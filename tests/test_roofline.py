@@ -1,4 +1,4 @@
-"""The roofline has one owner: rooflinec.cost.roofline (issue 24, item 3)."""
+"""The roofline has one owner: rooflinec.base.roofline (issue 24, item 3)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import sympy as sp
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rooflinec.cost import roofline as R
+from rooflinec.base import roofline as R
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rooflinec"
-OWNER = PACKAGE / "cost" / "roofline.py"
+OWNER = PACKAGE / "base" / "roofline.py"
 # a bandwidth by any of its names: bandwidth, link.bandwidth, dev["cache_bandwidth"], bw;
 # not a bandwidth_fraction (a calibrated efficiency, no bandwidth)
 BANDWIDTH = re.compile(r"(^|_)(bandwidth|bw)$")
@@ -51,7 +51,7 @@ def _divisions_by_bandwidth(path: Path) -> list[int]:
 def test_only_the_roofline_module_divides_by_a_bandwidth():
     offenders = {str(p.relative_to(PACKAGE)): lines for p in sorted(PACKAGE.rglob("*.py"))
                  if p != OWNER and (lines := _divisions_by_bandwidth(p))}
-    assert offenders == {}, f"divide through rooflinec.cost.roofline instead: {offenders}"
+    assert offenders == {}, f"divide through rooflinec.base.roofline instead: {offenders}"
     assert _divisions_by_bandwidth(OWNER), "the check must see the owner's own divisions"
 
 

@@ -10,16 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinec import collectives as C
-from rooflinec import kvcache, params, program_costs, spec
-from rooflinec import serving_model as sm
-from rooflinec.symbols import B, S, model_values
+from rooflinec.cost import collectives as C
+from rooflinec.cost import kvcache, program_costs
+from rooflinec.model import params
+from rooflinec.spec import load as spec
+from rooflinec.serving import serving_model as sm
+from rooflinec.model.symbols import B, S, model_values
 
 ROOT = Path(__file__).resolve().parent.parent
-LLAMA_8B = spec.load_model(str(ROOT / "rooflinec/catalog/models/llama-3.1-8b.yaml"))
-LLAMA_70B = spec.load_model(str(ROOT / "rooflinec/catalog/models/llama-3.1-70b.yaml"))
-H100 = spec.load_hardware(str(ROOT / "rooflinec/catalog/hardware/h100-sxm.yaml"))
-H200 = spec.load_hardware(str(ROOT / "rooflinec/catalog/hardware/h200-sxm.yaml"))
+LLAMA_8B = spec.load_model(str(ROOT / "rooflinec/spec/catalog/models/llama-3.1-8b.yaml"))
+LLAMA_70B = spec.load_model(str(ROOT / "rooflinec/spec/catalog/models/llama-3.1-70b.yaml"))
+H100 = spec.load_hardware(str(ROOT / "rooflinec/spec/catalog/hardware/h100-sxm.yaml"))
+H200 = spec.load_hardware(str(ROOT / "rooflinec/spec/catalog/hardware/h200-sxm.yaml"))
 
 
 def total(model) -> int:

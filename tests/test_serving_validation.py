@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rooflinec import calibrate, measurements
-from rooflinec import serving_model as sm
-from rooflinec.cli import run
-from rooflinec.errors import SpecError
+from rooflinec.serving import calibrate, measurements
+from rooflinec.serving import serving_model as sm
+from rooflinec.cli.app import run
+from rooflinec.base.errors import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
-SPECS = ROOT / "rooflinec" / "catalog"
+SPECS = ROOT / "rooflinec" / "spec" / "catalog"
 SHIPPED_CSV = ROOT / "data/measured/serving-visible.csv"
 LOCATED = re.compile(r"^.+:\d+:\d+: .+: .+$")
 
@@ -72,9 +72,9 @@ def test_shipped_calibration_is_the_fit_of_the_shipped_csv(shipped, tmp_path):
     code, _, err = call("calibrate", SHIPPED_CSV, "--specs", SPECS, "--out", tmp_path / "c.yaml")
     assert code == 0, err
     fresh, kept = calibrate.load(str(tmp_path / "c.yaml")), calibrate.load(
-        str(ROOT / "rooflinec/calibrations/serving-visible.yaml"))
+        str(ROOT / "rooflinec/serving/calibrations/serving-visible.yaml"))
     assert fresh == kept, "refit: rooflinec calibrate data/measured/serving-visible.csv --out " \
-                          "rooflinec/calibrations/serving-visible.yaml"
+                          "rooflinec/serving/calibrations/serving-visible.yaml"
 
 
 HANDFUL = (1, 50, 100, 190, 200, 260, 300)   # tp 1, 2, 4 of the 8B, the 70B on both engines

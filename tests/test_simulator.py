@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinec import catalog, spec
-from rooflinec import serving_model as sm
-from rooflinec.cli import run
-from rooflinec.errors import SpecError, UsageError
+from rooflinec.spec import catalog, load as spec
+from rooflinec.serving import serving_model as sm
+from rooflinec.cli.app import run
+from rooflinec.base.errors import SpecError, UsageError
 from rooflinec.serving import engines, metrics, simulator, workload
 from rooflinec.serving import stepcost as sc
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec import measurements
-from rooflinec.cli import run
+from rooflinec.serving import measurements
+from rooflinec.cli.app import run
 from rooflinec.serving import calibration, fitting, rows, validation
 from rooflinec.serving import stepcost as sc
 
@@ -123,4 +123,4 @@ def test_shipped_simulator_calibration_is_the_fit_of_the_visible_rows(tmp_path):
     assert code == 0, err
     assert calibration.load(str(tmp_path / "c.yaml")) == calibration.load(calibration.shipped()), \
         "refit: rooflinec calibrate ../shared/measured/serving-v2-visible.csv --out " \
-        "rooflinec/calibrations/simulator-visible.yaml"
+        "rooflinec/serving/calibrations/simulator-visible.yaml"

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec import catalog, yamlio
-from rooflinec.errors import SpecError
-from rooflinec.spec import load_hardware, load_model, load_study
+from rooflinec.spec import catalog
+from rooflinec.base import yamlio
+from rooflinec.base.errors import SpecError
+from rooflinec.spec.load import load_hardware, load_model, load_study
 
-SPECS = Path(__file__).resolve().parent.parent / "rooflinec" / "catalog"
+SPECS = Path(__file__).resolve().parent.parent / "rooflinec" / "spec" / "catalog"
 
-# The Qwen2.5-7B spec (rooflinec/catalog/models/qwen2.5-7b.yaml) without comments; tests edit one line
+# The Qwen2.5-7B spec (rooflinec/spec/catalog/models/qwen2.5-7b.yaml) without comments; tests edit one line
 # of it, so every line and column below is counted in this text.
 MODEL = """\
 name: Qwen2.5-7B-Instruct
@@ -35,7 +36,7 @@ tied_embeddings: false
 source: Qwen2.5-7B-Instruct config.json
 """
 
-# The A100 40GB spec (rooflinec/catalog/hardware/a100-40gb.yaml) without comments.
+# The A100 40GB spec (rooflinec/spec/catalog/hardware/a100-40gb.yaml) without comments.
 HARDWARE = """\
 name: NVIDIA A100 40GB SXM4
 year: 2020

@@ -5,11 +5,11 @@ import os
 
 import pytest
 
-from rooflinec import spec
-from rooflinec.lower import lower
+from rooflinec.spec import load as spec
+from rooflinec.model.lower import lower
 
-HARDWARE = sorted(glob.glob("rooflinec/catalog/hardware/*.yaml"))
-MODELS = sorted(glob.glob("rooflinec/catalog/models/*.yaml"))
+HARDWARE = sorted(glob.glob("rooflinec/spec/catalog/hardware/*.yaml"))
+MODELS = sorted(glob.glob("rooflinec/spec/catalog/models/*.yaml"))
 STUDIES = sorted(glob.glob("specs/*.yaml"))
 
 
@@ -34,7 +34,7 @@ def test_study_validates(path):
 
 
 def test_units_read_as_meant():
-    a100 = spec.load_hardware("rooflinec/catalog/hardware/a100-40gb.yaml")
+    a100 = spec.load_hardware("rooflinec/spec/catalog/hardware/a100-40gb.yaml")
     assert a100.bandwidth == 1555 * 10**9          # GB is 10^9
     assert a100.capacity == 40 * 2**30             # GiB is 2^30
     assert a100.tensor["bf16"] == 312 * 10**12
@@ -46,31 +46,31 @@ def linear_ops(model_file):
 
 
 def test_swiglu_has_three_matrices_and_gelu_two():
-    assert {"gate_proj", "up_proj", "down_proj"} <= set(linear_ops("rooflinec/catalog/models/qwen2.5-7b.yaml"))
-    gpt2 = linear_ops("rooflinec/catalog/models/gpt2-medium.yaml")
+    assert {"gate_proj", "up_proj", "down_proj"} <= set(linear_ops("rooflinec/spec/catalog/models/qwen2.5-7b.yaml"))
+    gpt2 = linear_ops("rooflinec/spec/catalog/models/gpt2-medium.yaml")
     assert "gate_proj" not in gpt2 and {"up_proj", "down_proj"} <= set(gpt2)
 
 
 def test_embedding_is_a_gather_not_a_matmul():
-    program = lower(spec.load_model("rooflinec/catalog/models/qwen2.5-7b.yaml"), "decode")
+    program = lower(spec.load_model("rooflinec/spec/catalog/models/qwen2.5-7b.yaml"), "decode")
     emb = program.op("embedding")
     assert emb.cost.flops == 0 and emb.unit == "vector"
 
 
 def test_layers_are_a_multiplier_not_an_unrolled_list():
-    program = lower(spec.load_model("rooflinec/catalog/models/gpt3-175b.yaml"), "decode")
+    program = lower(spec.load_model("rooflinec/spec/catalog/models/gpt3-175b.yaml"), "decode")
     assert len([o for o in program.ops if o.name == "q_proj"]) == 1
     assert str(program.op("q_proj").repeat) == "L"
 
 
 def test_spec_reference_is_fresh():
-    from rooflinec.schemadoc import reference
+    from rooflinec.spec.schemadoc import reference
     with open("docs/spec-reference.md", encoding="utf-8") as fh:
-        assert fh.read() == reference(), "run: python -m rooflinec.schemadoc > docs/spec-reference.md"
+        assert fh.read() == reference(), "run: python -m rooflinec.spec.schemadoc > docs/spec-reference.md"
 
 
 def test_every_schema_property_has_a_description():
-    from rooflinec.validate import schema
+    from rooflinec.spec.validate import schema
 
     def walk(node, path):
         if isinstance(node, dict):
@@ -91,7 +91,7 @@ def test_every_dtype_a_study_may_name_has_a_byte_width():
     spec.DTYPE_BYTES sizes, or a valid spec would fail with a KeyError."""
     import json
     from importlib.resources import files
-    schema = json.loads(files("rooflinec").joinpath("schemas/study.schema.json").read_text())
+    schema = json.loads(files("rooflinec.spec").joinpath("schemas/study.schema.json").read_text())
     study = schema["properties"]["dtype"]["enum"]
     sweep = schema["properties"]["analyses"]["properties"]["sweep"]["properties"]["dtype"]["items"]["enum"]
     storage = schema["$defs"]["storage"]["enum"]

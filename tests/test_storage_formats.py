@@ -11,15 +11,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinec import quant, report, spec
-from rooflinec import symbols as sym
-from rooflinec.errors import SpecError
-from rooflinec.symbols import B, S
-from rooflinec.workbench import Workbench
+from rooflinec.model import quant
+from rooflinec.cli import report
+from rooflinec.spec import load as spec
+from rooflinec.model import symbols as sym
+from rooflinec.base.errors import SpecError
+from rooflinec.model.symbols import B, S
+from rooflinec.cost.workbench import Workbench
 
 ROOT = Path(__file__).resolve().parent.parent
-LLAMA = spec.load_model(str(ROOT / "rooflinec" / "catalog" / "models" / "llama-3.1-8b.yaml"))
-H100 = spec.load_hardware(str(ROOT / "rooflinec" / "catalog" / "hardware" / "h100-sxm.yaml"))
+LLAMA = spec.load_model(str(ROOT / "rooflinec" / "spec" / "catalog" / "models" / "llama-3.1-8b.yaml"))
+H100 = spec.load_hardware(str(ROOT / "rooflinec" / "spec" / "catalog" / "hardware" / "h100-sxm.yaml"))
 
 
 def _study(tmp_path, dtype: str, quantization: str) -> str:
@@ -102,7 +104,7 @@ def test_fp8_compute_with_bf16_activations_runs_on_the_fp8_peak_at_two_bytes(tmp
 def test_the_report_header_states_the_activations_format(tmp_path):
     rep = report.build(spec.load_study(_study(tmp_path, "fp8", "{activations: bf16}")))
     assert (rep["dtype"], rep["activations"], rep["bytes_per_element"]) == ("fp8", "bf16", 2)
-    from rooflinec.render import render_many
+    from rooflinec.render.pages import render_many
     files = render_many(rep, ["md"])
     md = next(iter(files.values()))
     assert "fp8 arithmetic (its tensor peak), activations stored in bf16 (2 bytes per element)" in md
@@ -125,7 +127,7 @@ def test_a_moe_prefill_counts_the_dequantisation_of_every_distinct_expert_it_rea
     # reads E*(1 - (1 - 4/128)^8192) ~ 128 experts (the rest is 1e-113), 128*2880*2880 =
     # 1,061,683,200 weight elements, each dequantised with 2 FLOPs: 2,123,366,400 more.
     # (The count must keep (1 - k/E)^M as a power: expanded, E^M overflows a float.)
-    gpt = spec.load_model(str(ROOT / "rooflinec" / "catalog" / "models" / "gpt-oss-120b.yaml"))
+    gpt = spec.load_model(str(ROOT / "rooflinec" / "spec" / "catalog" / "models" / "gpt-oss-120b.yaml"))
     bench = Workbench.of(gpt, [H100], "bf16", quantization={"weights": "nvfp4"})
     rows = bench.ledger(bench.program("prefill"), H100, {B: 1, S: 8192}, scope="layer").rows
     gate = {r.op.name: r for r in rows}["expert_gate_proj"]

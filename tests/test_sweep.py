@@ -11,11 +11,13 @@ import pytest
 import sympy as sp
 from hypothesis import given, settings, strategies as st
 
-from rooflinec import cli, spec, sweep
-from rooflinec.evaluate import number
-from rooflinec.workbench import Workbench
-from rooflinec.lower import Conventions, lower
-from rooflinec.symbols import B, M, S
+from rooflinec.cli import app as cli
+from rooflinec.spec import load as spec
+from rooflinec.cost import sweep
+from rooflinec.cost.evaluate import number
+from rooflinec.cost.workbench import Workbench
+from rooflinec.model.lower import Conventions, lower
+from rooflinec.model.symbols import B, M, S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPECS = os.path.join(ROOT, "specs")
@@ -70,12 +72,12 @@ def test_sweep_equals_sympy_subs(bb, ss, key):
 
 
 def _model_values():
-    from rooflinec.workbench import Workbench
+    from rooflinec.cost.workbench import Workbench
     return Workbench(QWEN).values
 
 
 def _alphabet(values):
-    from rooflinec import symbols as sym
+    from rooflinec.model import symbols as sym
     return [values.get(s, 0) for s in sym.ALPHABET.values()]
 
 
@@ -220,7 +222,7 @@ def test_ranges_work_in_every_analysis(tmp_path):
 
 def test_section_shape_is_chart_ready():
     """One series per fixed combination: arrays over x of equal length; tables pick rows."""
-    from rooflinec import report
+    from rooflinec.cli import report
     section = next(s for s in report.build(QWEN)["sections"] if s["kind"] == "sweep")
     batches, contexts = section["axes"]["batch"], section["axes"]["context"]
     assert section["x"] == "batch"

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec import mla, moe, quant, report, spec, window
-from rooflinec import symbols as sym
+from rooflinec.model import mla, moe, quant, window
+from rooflinec.cli import report
+from rooflinec.spec import load as spec
+from rooflinec.model import symbols as sym
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCKS = {s.name for d in (moe.DESCRIPTIONS, mla.DESCRIPTIONS, window.DESCRIPTIONS, quant.DESCRIPTIONS)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec import quick
-from rooflinec.cli import run
+from rooflinec.cli import quick
+from rooflinec.cli.app import run
 from rooflinec.measure import trace, trace_report
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
@@ -225,7 +225,7 @@ def test_user_rules_come_first_and_bad_ones_are_located(tmp_path):
 def test_a_cpu_trace_recorded_here_with_torch_profiler(tmp_path):
     import torch
 
-    from rooflinec import spec
+    from rooflinec.spec import load as spec
     from rooflinec.measure import profile, reference
     model_yaml = tmp_path / "tiny.yaml"
     model_yaml.write_text("name: tiny\nd_model: 128\nn_layers: 2\nvocab: 512\nmax_context: 256\n"
@@ -259,7 +259,7 @@ def test_without_ijson_trace_says_how_to_install_it():
     import subprocess
     import sys
     code = ("import sys\nsys.modules['ijson'] = None   # import ijson fails as if not installed\n"
-            "from rooflinec.cli import run\n"
+            "from rooflinec.cli.app import run\n"
             "sys.exit(run(['trace', 'x.json', '--model', 'gpt2', '--device', 'h100-sxm']))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 1

@@ -10,12 +10,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rooflinec.quantities import count, gib, seconds, short, si
-from rooflinec.units import (
-    DIMENSIONS,
-    QuantityError,
-    parse_quantity,
-)
+from rooflinec.base.quantities import count, gib, seconds, short, si
+from rooflinec.base.units import DIMENSIONS, QuantityError, parse_quantity
 
 # --- reading quantities ---------------------------------------------------------------
 
@@ -262,7 +258,7 @@ def test_count_takes_no_unit():
     assert "has a unit ('SMs')" in _message("108 SMs", "count")
 
 
-# --- formatting (the one formatter, rooflinec.quantities) --------------------------------
+# --- formatting (the one formatter, rooflinec.base.quantities) --------------------------------
 
 
 @pytest.mark.parametrize(

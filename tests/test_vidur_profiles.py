@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rooflinec import catalog, measurements, spec
+from rooflinec.spec import catalog, load as spec
+from rooflinec.serving import measurements
 from rooflinec.serving import opprofiles, optable, validate_ops
 
 VIDUR = Path(__file__).resolve().parents[1].parent / "shared" / "measured" / "vidur-a100"

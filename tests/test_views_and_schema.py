@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import sympy as sp
 
-from rooflinec import report, spec, validate
-from rooflinec.symbols import b, n_kv, n_q
+from rooflinec.cli import report
+from rooflinec.spec import load as spec, validate
+from rooflinec.model.symbols import b, n_kv, n_q
 
 
 @pytest.fixture(scope="module")

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rooflinec import chartpoints
-from rooflinec.budget import Budget
-from rooflinec.errors import DeviceError, SpecError, VariantLacks
-from rooflinec.evaluate import Unbound
-from rooflinec.finite import settle
-from rooflinec.options import parse as parse_options
-from rooflinec.spec import Study
-from rooflinec.sweep import expand_ranges
-from rooflinec.workbench import Workbench
+from rooflinec.cost import chartpoints
+from rooflinec.cost.budget import Budget
+from rooflinec.base.errors import DeviceError, SpecError, VariantLacks
+from rooflinec.cost.evaluate import Unbound
+from rooflinec.cost.finite import settle
+from rooflinec.spec.options import parse as parse_options
+from rooflinec.spec.load import Study
+from rooflinec.cost.sweep import expand_ranges
+from rooflinec.cost.workbench import Workbench
 
 ANALYSES: dict[str, tuple[str, Callable]] = {}
 MODEL_FREE: set[str] = set()   # analyses that run without a model (catalogs of devices, ops)

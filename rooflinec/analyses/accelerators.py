@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from rooflinec.analyses import analysis
-from rooflinec.errors import SpecError
-from rooflinec.cost.roofline import ridge
+from rooflinec.base.errors import SpecError
+from rooflinec.base.roofline import ridge
 
 
 def _tensor(dev, dtypes):

@@ -1,15 +1,15 @@
 """Decode and prefill attention intensity at given contexts, two ways of counting bytes; a
-model with windowed layers (rooflinec.window) shows them beside its full-attention layers."""
+model with windowed layers (rooflinec.model.window) shows them beside its full-attention layers."""
 
-from rooflinec import window
+from rooflinec.model import window
 from rooflinec.analyses import analysis
 from rooflinec.analyses.derivations import budget_flags, over_budget
-from rooflinec.derive import crossing, limit_within_budget
-from rooflinec.evaluate import number
-from rooflinec.ir import intensity
-from rooflinec.ops import FORMULAS
-from rooflinec.symbols import B, S, b, d_head, n_kv, n_q
-from rooflinec.cost.roofline import regime
+from rooflinec.cost.derive import crossing, limit_within_budget
+from rooflinec.cost.evaluate import number
+from rooflinec.model.ir import intensity
+from rooflinec.model.ops import FORMULAS
+from rooflinec.model.symbols import B, S, b, d_head, n_kv, n_q
+from rooflinec.base.roofline import regime
 
 # "kv": K and V reads only, the bytes that grow with S; "io": also reading Q and writing O.
 COUNTS = {"kv": False, "io": True}

@@ -1,7 +1,7 @@
 """The whole model's decode step: weight bytes against KV-cache bytes, and the average intensity."""
 
 from rooflinec.analyses import analysis
-from rooflinec.symbols import B, S
+from rooflinec.model.symbols import B, S
 
 
 @analysis("decode_view", "Whole-model decode step")

@@ -1,9 +1,9 @@
 """For each op: FLOPs, bytes and intensity as formulas, what the intensity depends on,
 its limit as the context grows, and the exact ridge crossing on each device."""
 
-from rooflinec import symbols as sym
+from rooflinec.model import symbols as sym
 from rooflinec.analyses import analysis
-from rooflinec.derive import crossing, derive
+from rooflinec.cost.derive import crossing, derive
 
 
 def op_derivation(ctx, op, devices=None) -> dict:

@@ -1,14 +1,14 @@
 """Per-projection GEMM intensity at given token counts, and where each crosses the ridge."""
 
-from rooflinec import quant
-from rooflinec import symbols as sym
+from rooflinec.model import quant
+from rooflinec.model import symbols as sym
 from rooflinec.analyses import analysis
 from rooflinec.analyses.derivations import over_budget
-from rooflinec.derive import crossing
-from rooflinec.errors import SpecError
-from rooflinec.evaluate import number
-from rooflinec.ir import intensity
-from rooflinec.cost.roofline import regime
+from rooflinec.cost.derive import crossing
+from rooflinec.base.errors import SpecError
+from rooflinec.cost.evaluate import number
+from rooflinec.model.ir import intensity
+from rooflinec.base.roofline import regime
 
 
 def _groups(ctx, params, linear):

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import sympy as sp
 
-from rooflinec import flash, window
+from rooflinec.model import flash, window
 from rooflinec.analyses import analysis
-from rooflinec.evaluate import number
-from rooflinec.ir import TRAFFIC_CLASSES, intensity
-from rooflinec.symbols import B, L, S
-from rooflinec.workbench import Ledger
+from rooflinec.cost.evaluate import number
+from rooflinec.model.ir import TRAFFIC_CLASSES, intensity
+from rooflinec.model.symbols import B, L, S
+from rooflinec.cost.workbench import Ledger
 
 
 def symbolic(op) -> dict:

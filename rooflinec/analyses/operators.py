@@ -11,12 +11,12 @@ import inspect
 
 import sympy as sp
 
-from rooflinec import symbols as sym
+from rooflinec.model import symbols as sym
 from rooflinec.analyses import analysis
-from rooflinec.errors import SpecError
-from rooflinec.ir import intensity
-from rooflinec.ops import FORMULAS, UNITS
-from rooflinec.cost.roofline import roofline
+from rooflinec.base.errors import SpecError
+from rooflinec.model.ir import intensity
+from rooflinec.model.ops import FORMULAS, UNITS
+from rooflinec.base.roofline import roofline
 
 FIXED = ("b", "epilogue")   # bytes per element comes from the study's dtype
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sympy as sp
 
-from rooflinec import parallel as par
+from rooflinec.cost import parallel as par
 from rooflinec.analyses import analysis
-from rooflinec.symbols import B, S
+from rooflinec.model.symbols import B, S
 
 OVERLAP = {True: "communication overlaps compute: a step takes max(kernels, collectives)",
            False: "communication does not overlap compute: collectives add to the step time"}

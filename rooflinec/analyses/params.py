@@ -2,11 +2,11 @@
 
 import math
 
-from rooflinec import params as P
-from rooflinec import quant
+from rooflinec.model import params as P
+from rooflinec.model import quant
 from rooflinec.analyses import analysis
-from rooflinec.evaluate import number
-from rooflinec.symbols import L
+from rooflinec.cost.evaluate import number
+from rooflinec.model.symbols import L
 
 
 def _row(ctx, c) -> dict:

@@ -8,14 +8,14 @@ chips x peak. A row that publishes only a percentage is shown as quoted.
 
 from __future__ import annotations
 
-from rooflinec import efficiency as E
-from rooflinec import params as P
-from rooflinec import symbols as sym
+from rooflinec.cost import efficiency as E
+from rooflinec.model import params as P
+from rooflinec.model import symbols as sym
 from rooflinec.analyses import analysis
-from rooflinec.errors import SpecError
-from rooflinec.evaluate import number
-from rooflinec.spec import load_model_ref
-from rooflinec.units import parse_quantity
+from rooflinec.base.errors import SpecError
+from rooflinec.cost.evaluate import number
+from rooflinec.spec.load import load_model_ref
+from rooflinec.base.units import parse_quantity
 
 ROWS = ("analyses", "published_efficiency", "rows")
 CHIPS = 1   # a throughput is per chip unless the row says (the schema's default too)

@@ -10,13 +10,14 @@ half skipped, last-token logits, one QKV GEMM), whatever conventions the study's
 
 from __future__ import annotations
 
-from rooflinec import efficiency as E
-from rooflinec import kvcache, piecewise, window
+from rooflinec.cost import efficiency as E
+from rooflinec.cost import kvcache, piecewise
+from rooflinec.model import window
 from rooflinec.analyses import analysis
-from rooflinec.cost.roofline import bandwidth_utilisation
-from rooflinec.lower import LEAST_WORK
-from rooflinec.symbols import B, S
-from rooflinec.units import parse_quantity
+from rooflinec.base.roofline import bandwidth_utilisation
+from rooflinec.model.lower import LEAST_WORK
+from rooflinec.model.symbols import B, S
+from rooflinec.base.units import parse_quantity
 
 
 class _Step:

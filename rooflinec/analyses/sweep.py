@@ -1,7 +1,7 @@
 """A whole-model ledger swept over workload axes, devices, dtypes and variants.
 
 Lowered and compiled once per (phase, variant); every point evaluated vectorised
-(rooflinec.sweep). The section carries every point as compact arrays, one series per
+(rooflinec.cost.sweep). The section carries every point as compact arrays, one series per
 fixed combination of the other axes, and tables of chosen points for reading.
 """
 
@@ -11,10 +11,10 @@ import math
 from itertools import product
 
 from rooflinec.analyses import analysis
-from rooflinec.errors import SpecError
-from rooflinec.passes import VARIANTS
-from rooflinec import quant
-from rooflinec import sweep as sw
+from rooflinec.base.errors import SpecError
+from rooflinec.model.passes import VARIANTS
+from rooflinec.model import quant
+from rooflinec.cost import sweep as sw
 
 MAX_POINTS = 100_000   # a report carries every point; bench/bench.py sweeps far more
 KEY = "sweep"

@@ -6,13 +6,13 @@ from dataclasses import replace
 
 import sympy as sp
 
-from rooflinec import efficiency as E
-from rooflinec import params as P
-from rooflinec import training_step
+from rooflinec.cost import efficiency as E
+from rooflinec.model import params as P
+from rooflinec.cost import training_step
 from rooflinec.analyses import analysis
-from rooflinec.evaluate import number
-from rooflinec.symbols import S
-from rooflinec.units import parse_quantity
+from rooflinec.cost.evaluate import number
+from rooflinec.model.symbols import S
+from rooflinec.base.units import parse_quantity
 
 N = sp.Symbol("N", positive=True, integer=True)   # every parameter, as the convention writes it
 DAY = 86400
@@ -35,7 +35,7 @@ def _n(ctx, counted, params):
     if params.parameters == "nanogpt":
         return counted.nanogpt
     if params.published_parameters is None:
-        from rooflinec.errors import SpecError
+        from rooflinec.base.errors import SpecError
         raise SpecError([ctx.problem(("analyses", "training", "parameters"), (
             "'published' needs the count: add published_parameters, e.g. 540.35e9"))])
     return sp.Integer(round(parse_quantity(params.published_parameters, "count")))
@@ -76,7 +76,7 @@ def _plausible(ctx, rows, written, chips, device) -> None:
     the throughput (or the chip count, or the peak) is mistyped."""
     worst = max(rows, key=lambda r: r["hfu"])
     if worst["hfu"] > 1:
-        from rooflinec.errors import SpecError
+        from rooflinec.base.errors import SpecError
         which = "MFU" if worst["mfu"] > 1 else "HFU"
         share = worst["mfu"] if worst["mfu"] > 1 else worst["hfu"]
         raise SpecError([ctx.problem(("analyses", "training", "tokens_per_s"), (

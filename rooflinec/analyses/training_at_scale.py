@@ -11,13 +11,13 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from rooflinec import collectives as C
-from rooflinec import parallel as par
+from rooflinec.cost import collectives as C
+from rooflinec.cost import parallel as par
 from rooflinec.analyses import analysis
-from rooflinec.errors import SpecError
-from rooflinec.params import count
-from rooflinec.spec import load_model_ref
-from rooflinec.symbols import model_values
+from rooflinec.base.errors import SpecError
+from rooflinec.model.params import count
+from rooflinec.spec.load import load_model_ref
+from rooflinec.model.symbols import model_values
 
 ACT_BYTES = 2    # bf16 activations, activation gradients and weight gradients
 

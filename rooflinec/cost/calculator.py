@@ -17,13 +17,14 @@ import re
 import sympy as sp
 from sympy.printing.jscode import jscode
 
-from rooflinec import kvcache, quant, window
-from rooflinec import parallel as par
-from rooflinec.derive import exact
-from rooflinec.efficiency import step_terms
-from rooflinec.errors import DeviceError
-from rooflinec.validate import schema
-from rooflinec.symbols import B, S
+from rooflinec.cost import kvcache
+from rooflinec.model import quant, window
+from rooflinec.cost import parallel as par
+from rooflinec.cost.derive import exact
+from rooflinec.cost.efficiency import step_terms
+from rooflinec.base.errors import DeviceError
+from rooflinec.spec.validate import schema
+from rooflinec.model.symbols import B, S
 
 FREE = (quant.b_w, quant.b_kv, quant.f_dq)   # left in the expressions: the formats' figures
 PHASES = ("decode", "prefill")

@@ -7,7 +7,7 @@ never load it.
 
 from __future__ import annotations
 
-from rooflinec.errors import RooflineError
+from rooflinec.base.errors import RooflineError
 
 
 def torch():

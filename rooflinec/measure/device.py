@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from rooflinec import measure
 from rooflinec.measure.timing import Timing, clock, clock_name, repeat
-from rooflinec.quantities import BINARY, prefixed, short
-from rooflinec.units import QuantityError, parse_quantity
+from rooflinec.base.quantities import BINARY, prefixed, short
+from rooflinec.base.units import QuantityError, parse_quantity
 
 MiB = 2**20
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import re
 
-from rooflinec.errors import RooflineError
+from rooflinec.base.errors import RooflineError
 from rooflinec.measure.reference import PREFIX
 
 # transformers' GPT-2 computes q, k and v in one GEMM (c_attn) with its bias in the GEMM

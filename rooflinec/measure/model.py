@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from rooflinec import measure
-from rooflinec.errors import RooflineError
+from rooflinec.base.errors import RooflineError
 from rooflinec.measure import profile, reference
 
 # A measured time under (1 - TOLERANCE) x its roofline time breaks the bound. The slack covers
@@ -35,8 +35,8 @@ def predict(model, device, dtype: str, phase: str, batch: int, context: int,
             conventions: dict) -> dict[str, Predicted]:
     """Every op's roofline from the cost model: the one place this package calls lowering
     and evaluation."""
-    from rooflinec.symbols import B, S
-    from rooflinec.workbench import Workbench
+    from rooflinec.model.symbols import B, S
+    from rooflinec.cost.workbench import Workbench
     bench = Workbench.of(model, [device], dtype, conventions)
     # the naive program: the ops the implementations run, each kernel through memory
     rows = bench.ledger(bench.program(phase, "unfused"), device, {B: batch, S: context}).rows

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 
-from rooflinec.cost import roofline
+from rooflinec.base import roofline
 from rooflinec.measure.model import TOLERANCE, Measurement
 
 
@@ -111,7 +111,7 @@ def build(m: Measurement) -> dict:
 
 def chart(report: dict) -> dict:
     """The device's roofline with each op twice: on its roof (predicted) and where it ran."""
-    from rooflinec.chartpoints import point
+    from rooflinec.cost.chartpoints import point
     dev = report["device"]
     pts = []
     for r in report["rows"]:
@@ -132,8 +132,8 @@ def chart(report: dict) -> dict:
 
 def render(report: dict, stem: str) -> dict[str, str]:
     """File name -> text: <stem>.md, <stem>.json, <stem>.svg."""
-    from rooflinec import charts
-    from rooflinec.render import environment
+    from rooflinec.render import charts
+    from rooflinec.render.pages import environment
     svg = charts.draw(chart(report))
     md = environment(False, markdown=True).get_template("measure.md.j2").render(r=report, chart=f"{stem}.svg")
     return {f"{stem}.md": md, f"{stem}.json": json.dumps(report, indent=1) + "\n", f"{stem}.svg": svg}

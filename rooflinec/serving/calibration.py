@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass
 from importlib import resources
 
-from rooflinec import yamlio
-from rooflinec.errors import SpecError
+from rooflinec.base import yamlio
+from rooflinec.base.errors import SpecError
 from rooflinec.serving.stepcost import NAMES, Parameters
 
 FRACTIONS = ("bandwidth_fraction", "compute_fraction")
@@ -33,7 +33,7 @@ class Table:
 
 
 def shipped() -> str:
-    return str(resources.files("rooflinec.calibrations").joinpath(SHIPPED))
+    return str(resources.files("rooflinec.serving.calibrations").joinpath(SHIPPED))
 
 
 def load(file: str) -> Table:
@@ -42,7 +42,7 @@ def load(file: str) -> Table:
     if not isinstance(d, dict) or "default" not in d:
         raise SpecError([doc.problem((), "expected a calibration mapping with 'default', 'engines' and 'groups'")])
     if d.get("kind") != KIND:   # the steady-state model's calibration: read by its own loader
-        from rooflinec import calibrate
+        from rooflinec.serving import calibrate
         old = calibrate.load(file)
         return Table(Parameters.of(old.default), {k: Parameters.of(v) for k, v in old.groups.items()},
                      {k: Parameters.of(v) for k, v in old.engines.items()}, old.fitted, "steady-state calibration")

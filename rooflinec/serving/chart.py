@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rooflinec import charts
+from rooflinec.render import charts
 
 
 def timeline(res, title: str) -> str:

@@ -11,9 +11,10 @@ import math
 import os
 from dataclasses import dataclass, fields, replace
 
-from rooflinec import catalog, yamlio
-from rooflinec.errors import SpecError, UsageError
-from rooflinec.spec import DTYPE_BYTES
+from rooflinec.spec import catalog
+from rooflinec.base import yamlio
+from rooflinec.base.errors import SpecError, UsageError
+from rooflinec.spec.load import DTYPE_BYTES
 
 SCHEDULES = ("mixed", "prefill_first")
 PREEMPTION = ("recompute", "none")

@@ -17,11 +17,11 @@ from functools import cached_property
 
 import numpy as np
 
-from rooflinec import calibrate
+from rooflinec.serving import calibrate
 from rooflinec.serving import engines, rows, simulator, workload
 from rooflinec.serving import stepcost as sc
-from rooflinec import serving_model as sm
-from rooflinec.serving_model import Unpredictable
+from rooflinec.serving import serving_model as sm
+from rooflinec.serving.serving_model import Unpredictable
 
 # compute efficiency; the host's fixed time per step and per running request per step; the
 # front end's latency per request (TTFT only)

@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from rooflinec.cost.roofline import compute_time, transfer_time
+from rooflinec.base.roofline import compute_time, transfer_time
 from rooflinec.serving.lsq import minimise
 
 TIME_UNIT = 1e-6

@@ -27,14 +27,14 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from rooflinec import spec
-from rooflinec.errors import Problem, SpecError
-from rooflinec.lower import GATED
-from rooflinec.evaluate import vectorised
-from rooflinec.ir import Cost
+from rooflinec.spec import load as spec
+from rooflinec.base.errors import Problem, SpecError
+from rooflinec.model.lower import GATED
+from rooflinec.cost.evaluate import vectorised
+from rooflinec.model.ir import Cost
 from rooflinec.serving.opprofiles import OPS, Shape
-from rooflinec.symbols import B, M, S, d_ff
-from rooflinec.workbench import Workbench
+from rooflinec.model.symbols import B, M, S, d_ff
+from rooflinec.cost.workbench import Workbench
 
 CONVENTIONS = {"qkv": "fused", "bias": "in_gemm"}
 DTYPE = "fp16"          # Vidur profiles with fp16 weights and activations

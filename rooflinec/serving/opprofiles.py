@@ -23,8 +23,8 @@ import math
 import os
 from dataclasses import dataclass
 
-from rooflinec import yamlio
-from rooflinec.errors import Problem, SpecError
+from rooflinec.base import yamlio
+from rooflinec.base.errors import Problem, SpecError
 
 # Vidur's op names, each one kernel (or a fused few) of one decoder layer
 OPS = ("emb", "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",

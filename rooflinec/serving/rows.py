@@ -16,8 +16,10 @@ import io
 import math
 from dataclasses import dataclass
 
-from rooflinec import measurements, spec, yamlio
-from rooflinec.errors import Problem, SpecError
+from rooflinec.serving import measurements
+from rooflinec.spec import load as spec
+from rooflinec.base import yamlio
+from rooflinec.base.errors import Problem, SpecError
 
 LAYOUT = ("mode", "gemm_weights", "moe_weights", "tp", "pp", "attention_dp", "moe_tp", "moe_ep", "replicas")
 REQUIRED = ("model", "device", "engine", "isl", "osl", "concurrency", "ttft_ms", "tpot_ms", "row_id", *LAYOUT)

@@ -37,7 +37,7 @@ import numpy as np
 from rooflinec.serving import stepcost as sc
 from rooflinec.serving.engines import Policy
 from rooflinec.serving.workload import Workload
-from rooflinec.serving_model import Unpredictable
+from rooflinec.serving.serving_model import Unpredictable
 
 MAX_EVENTS = 5_000_000    # a budget in events, so no workload runs away
 

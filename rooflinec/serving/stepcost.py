@@ -24,11 +24,11 @@ from dataclasses import dataclass, fields
 import numpy as np
 import sympy as sp
 
-from rooflinec import collectives, kvcache, program_costs
-from rooflinec import serving_model as sm
-from rooflinec.cost import roofline
-from rooflinec.spec import DTYPE_BYTES
-from rooflinec.symbols import B, M, S
+from rooflinec.cost import collectives, kvcache, program_costs
+from rooflinec.serving import serving_model as sm
+from rooflinec.base import roofline
+from rooflinec.spec.load import DTYPE_BYTES
+from rooflinec.model.symbols import B, M, S
 
 # step features, in this order
 FEATURES = ("one", "tokens", "logits", "decodes", "context", "chunk_square", "chunk_tokens",

@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from rooflinec import measurements, validate_runs
+from rooflinec.serving import measurements, validate_runs
 from rooflinec.serving import calibration, fitting, rows
 from rooflinec.serving import stepcost as sc
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rooflinec.errors import UsageError
+from rooflinec.base.errors import UsageError
 
 DEFAULT_SEED = 0
 

@@ -1,0 +1,1 @@
+"""The commands: argument parsing, the build driver, the report dict, output staging."""

@@ -1,0 +1,151 @@
+"""`rooflinec calibrate` and `rooflinec validate`: measured serving runs against the serving model."""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+
+from rooflinec.cli import output
+from rooflinec.base.errors import RooflineError
+
+SHIPPED = "serving-visible.yaml"   # fitted on the measurements the repository keeps
+SIMULATE_HELP = ("replay each row's benchmark in the serving simulator (rooflinec simulate) instead of "
+                 "the steady-state model; the default for a CSV with layout columns (mode, tp, ...)")
+
+
+def _simulated(args) -> bool:
+    from rooflinec.serving import rows
+    return args.simulate or rows.has_layout(args.csv)
+
+
+def shipped_calibration() -> str:
+    return str(resources.files("rooflinec.serving.calibrations").joinpath(SHIPPED))
+
+
+def register(sub, streams, parents=()) -> None:
+    c = sub.add_parser("calibrate", help="fit the serving model's efficiencies to measured runs",
+                       streams=streams, parents=parents)
+    c.set_defaults(parser=c)   # a UsageError prints this command's usage line
+    c.add_argument("csv", metavar="MEASUREMENTS.csv")
+    c.add_argument("--out", default="calibration.yaml", metavar="FILE",
+                   help="calibration YAML to write (default: calibration.yaml)")
+    c.add_argument("--specs", metavar="DIR",
+                   help="folder holding models/ and hardware/ that shadow the installed catalog")
+    c.add_argument("--simulate", action="store_true", help=SIMULATE_HELP)
+    v = sub.add_parser("validate", help="predict measured serving runs; report the errors",
+                       streams=streams, parents=parents)
+    v.set_defaults(parser=v)
+    v.add_argument("csv", metavar="MEASUREMENTS.csv")
+    v.add_argument("--calibration", metavar="FILE",
+                   help="calibration YAML (default: the shipped one, fitted on the repository's measurements)")
+    v.add_argument("--specs", metavar="DIR",
+                   help="folder holding models/ and hardware/ that shadow the installed catalog")
+    v.add_argument("--out", default="validation", metavar="DIR",
+                   help="output folder (default: validation): serving.md, .html, .json, charts in serving/")
+    v.add_argument("--format", default="md,html,json", metavar="LIST",
+                   help="comma-separated formats among: md, html, json")
+    v.add_argument("--simulate", action="store_true", help=SIMULATE_HELP)
+    o = sub.add_parser("validate-ops", help="measured kernels (Vidur mlp.csv or the simple CSV) against "
+                       "their roofline; fit per-op-class efficiency curves", streams=streams, parents=parents,
+                       description="Each kernel's FLOPs and bytes come from rooflinec's lowering of the op at the "
+                       "profile's model shape, tokens and tp; the report gives the roofline bound check, a "
+                       "fitted curve t = ((F/(eta P))^p + (B/(beta W))^p)^(1/p) + t0 per op class, 80%% conformal "
+                       "intervals with their coverage on left-out models and tp degrees, the worst kernels, and "
+                       "a latency + bandwidth fit per collective. Simple CSV columns: model, op, tokens, tp, "
+                       "time_ms, d_model, n_q, n_kv, d_head, d_ff, V, gated.")
+    o.set_defaults(parser=o)
+    o.add_argument("profiles", nargs="+", metavar="PROFILE.csv",
+                   help="Vidur mlp.csv files (model named by its <org>/<model>/ folders) or simple CSVs")
+    o.add_argument("--collectives", action="append", default=[], metavar="FILE",
+                   help="a Vidur all_reduce.csv or send_recv.csv to fit (repeatable; default: none)")
+    o.add_argument("--device", default="a100-80gb", metavar="NAME",
+                   help="hardware spec the bound uses (default: a100-80gb, the A100 with the higher "
+                   "bandwidth, so the bound holds for either A100)")
+    o.add_argument("--curves", metavar="OPS.json",
+                   help="an earlier run's ops.json (another device's, e.g. A100's): each class it has keeps "
+                   "its p and t0 and refits only eta and beta here (default: fit all four)")
+    o.add_argument("--specs", metavar="DIR", help="folder holding models/ and hardware/ that shadow the installed catalog (a model "
+                   "spec whose hf_id names a profile's model is used for it, its dimensions checked)")
+    o.add_argument("--out", default="validation", metavar="DIR",
+                   help="output folder (default: validation): ops.md, ops.json, a chart per op class in ops/")
+    o.add_argument("--format", default="md,json", metavar="LIST",
+                   help="comma-separated formats among: md, json (default: md,json)")
+
+
+def _specs_folder(path: str | None) -> str | None:
+    if path is not None and not os.path.isdir(path):
+        raise RooflineError(f"{path}: no such specs folder (it should hold models/ and hardware/); "
+                            "give one with --specs")
+    return path
+
+
+def cmd_calibrate(args, stdout, stderr) -> int:
+    import yaml
+    if _simulated(args):
+        from rooflinec.cli import simulate as sim
+        return sim.cmd_calibrate(args, stdout, stderr, _specs_folder(args.specs))
+
+    from rooflinec.serving import calibrate, measurements
+    output.check_file_target(args.out)
+    rows = measurements.read(args.csv)
+    prepared = calibrate.prepare(rows, measurements.Specs(_specs_folder(args.specs)))
+    try:
+        cal = calibrate.fit_all(prepared)
+    except ValueError as exc:
+        raise RooflineError(f"{args.csv}: {exc}") from None
+    doc = calibrate.document(cal, prepared, os.path.basename(args.csv))
+    text = ("# rooflinec serving-model calibration, written by `rooflinec calibrate`.\n"
+            + yaml.safe_dump(doc, sort_keys=False, width=120))
+    try:
+        output.write_file(args.out, text)
+    except OSError as exc:
+        raise RooflineError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
+    stdout.write(f"wrote {args.out}\n")
+    return 0
+
+
+def cmd_validate(args, stdout, stderr) -> int:
+    from rooflinec.serving import validate_runs
+    from rooflinec.cli.app import _formats
+    formats = _formats(args.format)
+    say = lambda message: stderr.write(f"{message}\n")   # noqa: E731
+    output.probe(args.out, say)
+    if _simulated(args):
+        from rooflinec.serving import calibration, validation
+        rep = validation.report(args.csv, _specs_folder(args.specs), args.calibration or calibration.shipped())
+    else:
+        rep = validate_runs.report(args.csv, _specs_folder(args.specs), args.calibration or shipped_calibration())
+    for target in output.write_reports(args.out, {"serving": validate_runs.render(rep, formats)}, say):
+        stdout.write(f"wrote {target}\n")
+    t, f = rep["tpot"], rep["ttft"]
+    stdout.write(f"{t['rows']} of {rep['rows_total']} rows predicted: median abs error TPOT "
+                 f"{100 * t['median_abs']:.1f}%, TTFT {100 * f['median_abs']:.1f}%; "
+                 f"{len(rep['violations'])} bound violations\n" if t["rows"] else "no row predicted\n")
+    return 0
+
+
+def cmd_validate_ops(args, stdout, stderr) -> int:
+    from rooflinec.serving import measurements
+    from rooflinec.cli.app import _formats
+    from rooflinec.base.errors import UsageError
+    from rooflinec.serving import validate_ops
+    formats = _formats(args.format)
+    if "html" in formats:
+        raise UsageError("--format: validate-ops writes md and json only")
+    specs = measurements.Specs(_specs_folder(args.specs))
+    device = specs.device(args.device)
+    if device is None:
+        raise UsageError(f"--device: no hardware spec '{args.device}' (see `rooflinec devices`)")
+    say = lambda message: stderr.write(f"{message}\n")   # noqa: E731
+    output.probe(args.out, say)
+    rep = validate_ops.report(args.profiles, args.collectives, args.device, device, specs, args.curves)
+    for target in output.write_reports(args.out, {"ops": validate_ops.render(rep, formats)}, say):
+        stdout.write(f"wrote {target}\n")
+    gemm = next((c for c in rep["classes"] if c["class"] == "gemm"), None)
+    stdout.write(f"{rep['rows_total']} kernels; {rep['bound']['violations']} faster than their roofline bound"
+                 + (f"; GEMM median abs error {100 * gemm['in_scope']['median_abs']:.1f}% (tokens <= "
+                    f"{rep['tokens_in_scope']})" if gemm and gemm["in_scope"]["rows"] else "") + "\n")
+    return 0
+
+
+COMMANDS = {"calibrate": cmd_calibrate, "validate": cmd_validate, "validate-ops": cmd_validate_ops}

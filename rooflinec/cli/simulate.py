@@ -1,0 +1,188 @@
+"""`rooflinec simulate`: one deployment serving a workload, replayed step by step."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from rooflinec.cli import output
+from rooflinec.base.errors import RooflineError, UsageError
+
+EPILOG = """\
+A closed loop (--concurrency C) replays the benchmark behind the measured rows: C clients
+start together, each sends its next request when its last one finished; 2C warm-up requests
+are not measured, then 20C are (aiperf --concurrency C --num-requests 20C
+--warmup-request-count 2C). An open loop (--rate R) sends Poisson arrivals at R requests/s.
+Every step is timed as the roofline of that exact step (its decodes at their own contexts and
+the prompt chunks scheduled), with the calibration's efficiencies and overheads for the
+(device, engine); --bound sets efficiencies to 1 and overheads to 0 (a lower bound per request).
+
+examples:
+  rooflinec simulate llama-3.1-8b --device h100-sxm --engine trtllm --concurrency 64 --isl 1024 --osl 128
+  rooflinec simulate llama-3.1-70b --device h200-sxm --tp 4 --weights fp8 --engine vllm \\
+      --concurrency 32 --isl 4000 --osl 500 --json
+  rooflinec simulate llama-3.1-8b --device h100-sxm --engine sglang --rate 20 --isl 512-2048 \\
+      --osl 128-512 --requests 2000 --chart timeline.svg
+  rooflinec simulate llama-3.1-8b --device h100-sxm --engine vllm --concurrency 64 --isl 1024 \\
+      --osl 128 --max-tokens 2048 --schedule prefill_first     # override the engine's defaults
+
+engines: catalog/engines/*.yaml (trtllm, vllm, sglang), each with its version, the source
+files of its defaults and what is assumed where no source states a default.
+"""
+
+
+def register(sub, streams, parents=()) -> None:
+    s = sub.add_parser("simulate", help="replay a serving benchmark step by step: TTFT, TPOT, "
+                       "ITL, E2E and throughput", streams=streams, parents=parents, epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.set_defaults(parser=s)
+    s.add_argument("model", metavar="MODEL", help="a catalog model (rooflinec models) or a model spec YAML")
+    s.add_argument("--device", required=True, metavar="NAME",
+                   help="a catalog device (rooflinec devices) or a hardware spec YAML")
+    s.add_argument("--tp", default=1, type=int, metavar="N", help="tensor-parallel degree (default: 1)")
+    s.add_argument("--engine", required=True, metavar="NAME",
+                   help="scheduler policy: trtllm, vllm, sglang, or an engine YAML")
+    s.add_argument("--weights", default="bf16", metavar="FORMAT",
+                   help="GEMM weights' format and tensor peak, e.g. fp8 (default: bf16)")
+    s.add_argument("--kv-cache", metavar="FORMAT",
+                   help="KV cache's format (default: the engine's; auto is bf16)")
+    load = s.add_argument_group("workload")
+    load.add_argument("--concurrency", type=int, metavar="C", help="closed loop of C clients")
+    load.add_argument("--rate", type=float, metavar="R", help="open loop: Poisson arrivals per second")
+    load.add_argument("--isl", required=True, metavar="N|LO-HI",
+                      help="input tokens per request: fixed (1024) or uniform on a range (512-2048)")
+    load.add_argument("--osl", required=True, metavar="N|LO-HI", help="output tokens per request, as --isl")
+    load.add_argument("--requests", type=int, metavar="N",
+                      help="measured requests (default: 20C closed loop, 1000 open loop)")
+    load.add_argument("--warmup", type=int, metavar="N",
+                      help="requests sent first and not measured (default: 2C closed loop, 0 open loop)")
+    load.add_argument("--seed", type=int, default=0, metavar="N",
+                      help="seed of the lengths and arrivals (default: 0)")
+    eng = s.add_argument_group("engine overrides (default: the engine file's)")
+    eng.add_argument("--max-batch", type=int, metavar="N", help="most requests running at once")
+    eng.add_argument("--max-tokens", type=int, metavar="N", help="tokens one step may schedule")
+    eng.add_argument("--chunked-prefill", action=argparse.BooleanOptionalAction, default=None,
+                     help="split prompts over steps")
+    eng.add_argument("--chunk-tokens", type=int, metavar="N", help="most prompt tokens per step")
+    eng.add_argument("--schedule", choices=("mixed", "prefill_first"),
+                     help="mixed: decodes beside prompt chunks; prefill_first: prefill steps pause decodes")
+    eng.add_argument("--cache-fraction", type=float, metavar="F", help="memory fraction for the KV cache")
+    eng.add_argument("--preemption", choices=("recompute", "none"), help="what happens when blocks run out")
+    s.add_argument("--calibration", metavar="FILE",
+                   help="parameters per (device, engine) (default: the shipped simulator calibration)")
+    s.add_argument("--bound", action="store_true",
+                   help="efficiencies 1, overheads 0: a lower bound on every request's times")
+    s.add_argument("--chart", metavar="FILE.svg", help="write running, waiting and tokens per step over time")
+    s.add_argument("--json", action="store_true", help="one JSON document instead of a table")
+
+
+def _positive(name: str, v, kind=int):
+    if v is not None and not (v >= 1 if kind is int else 0 < v < float("inf")):
+        raise UsageError(f"--{name}: {v} must be {'at least 1' if kind is int else 'a positive number'}")
+    return v
+
+
+def workload_of(args):
+    from rooflinec.serving.workload import Lengths, Workload
+    if (args.concurrency is None) == (args.rate is None):
+        raise UsageError("--concurrency: give --concurrency C (closed loop) or --rate R (open loop), one of them")
+    c, rate = _positive("concurrency", args.concurrency), _positive("rate", args.rate, float)
+    for name in ("requests", "warmup"):
+        v = getattr(args, name)
+        if v is not None and not 0 <= v <= 10**7:
+            raise UsageError(f"--{name}: {v} must be between 0 and 10^7")
+    requests = args.requests if args.requests is not None else (20 * c if c else 1000)
+    warmup = args.warmup if args.warmup is not None else (2 * c if c else 0)
+    if requests < 1:
+        raise UsageError("--requests: at least one request is measured")
+    return Workload(Lengths.parse(args.isl, "--isl"), Lengths.parse(args.osl, "--osl"),
+                    requests, warmup, c, rate, args.seed)
+
+
+def _formats(value, flag):
+    from rooflinec.spec.load import DTYPE_BYTES
+    if value is not None and value not in DTYPE_BYTES:
+        raise UsageError(f"{flag}: unknown format '{value}'; known: {', '.join(DTYPE_BYTES)}")
+    return value
+
+
+def cmd_simulate(args, stdout, stderr) -> int:
+    from rooflinec.cli import quick
+    from rooflinec.serving import calibration, engines, metrics, simulator
+    from rooflinec.serving import stepcost as sc
+    from rooflinec.serving.serving_model import Unpredictable
+    work = workload_of(args)
+    _positive("tp", args.tp)
+    model, device = quick._model(args.model), quick._device(args.device)
+    policy = engines.override(engines.load(args.engine), max_batch=args.max_batch, max_tokens=args.max_tokens,
+                              chunked_prefill=args.chunked_prefill, chunk_tokens=args.chunk_tokens,
+                              schedule=args.schedule, cache_fraction=args.cache_fraction,
+                              preemption=args.preemption, kv_cache=_formats(args.kv_cache, "--kv-cache"))
+    _formats(args.weights, "--weights")
+    engine_key = os.path.basename(args.engine).removesuffix(".yaml")
+    if args.bound:
+        params, where = sc.BOUND, "bound: efficiencies 1, overheads 0"
+    else:
+        table = calibration.load(args.calibration or calibration.shipped())
+        params, where = table.of(device.key, engine_key), f"calibration for ({device.key}, {engine_key})"
+    try:
+        step = sc.build(sc.Deployment(model, device, args.tp, args.weights, policy.kv_dtype()))
+        res = simulator.simulate(step, policy, work, params)
+    except Unpredictable as exc:
+        raise RooflineError(f"cannot simulate: {exc}") from None
+    out = {"kind": "bound" if args.bound else "prediction", "model": model.key, "device": device.key,
+           "tp": args.tp, "engine": {"name": policy.name, "version": policy.version, "file": engine_key},
+           "workload": work.describe(), "parameters": {"source": where, **vars(params)},
+           **metrics.summary(res, args.tp)}
+    if args.chart:
+        from rooflinec.serving.chart import timeline
+        svg = timeline(res, f"{model.key} on {args.tp} x {device.key}, {policy.name}: {work.describe()}")
+        try:
+            output.write_file(args.chart, svg)
+        except OSError as exc:
+            raise RooflineError(f"{args.chart}: cannot write: {exc.strerror or exc}") from None
+    stdout.write(json.dumps(out, indent=2) + "\n" if args.json else text(out))
+    return 0
+
+
+def text(out: dict) -> str:
+    lines = [f"{out['model']} on {out['tp']} x {out['device']}, {out['engine']['name']} "
+             f"{out['engine']['version']}: {out['workload']}",
+             f"{out['kind']} ({out['parameters']['source']})", "",
+             f"{'':6}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}  (ms)"]
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E")):
+        s = out[key]
+        lines.append(f"{label:6}" + "".join(f"{'-' if s[q] is None else f'{1e3 * s[q]:.2f}':>10}"
+                                            for q in ("mean", "p50", "p90", "p99")))
+    per_user = out["tokens_per_s_per_user"]
+    lines += ["", f"output tokens/s per GPU {out['tokens_per_s_per_gpu']:.1f}, per user "
+              f"{'-' if per_user is None else f'{per_user:.1f}'}; {out['requests_per_s']:.2f} requests/s",
+              f"{out['steps']} steps, mean batch {out['mean_batch']:.1f}, {out['preemptions']} preemptions, "
+              f"KV cache {out['kv_cache_tokens']} tokens per device"]
+    return "\n".join(lines) + "\n"
+
+
+def cmd_calibrate(args, stdout, stderr, specs_root) -> int:
+    """`rooflinec calibrate --simulate`: the simulator's parameters fitted to measured rows."""
+    import yaml
+
+    from rooflinec.serving import fitting, rows, validation
+    from rooflinec.serving.measurements import Specs
+    cases = fitting.prepare(rows.read(args.csv), Specs(specs_root))
+    try:
+        fits = fitting.fit_all(cases)
+    except ValueError as exc:
+        raise RooflineError(f"{args.csv}: {exc}") from None
+    doc = validation.document(fits, cases, os.path.basename(args.csv))
+    text = ("# rooflinec serving-simulator calibration, written by `rooflinec calibrate --simulate`.\n"
+            + yaml.safe_dump(doc, sort_keys=False, width=120))
+    try:
+        output.write_file(args.out, text)
+    except OSError as exc:
+        raise RooflineError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
+    stdout.write(f"wrote {args.out}\n")
+    return 0
+
+
+COMMANDS = {"simulate": cmd_simulate}

@@ -1,0 +1,72 @@
+"""The one adapter between the serving model and the compiler: a model's lowered program
+(the ideal variant, passes.DEFAULT_VARIANT) evaluated at one workload point, op by op, as plain numbers.
+
+It only calls lowering, the flash pass and scalar evaluation; what the numbers mean for a
+serving step (dtypes, tensor parallelism, mixed batches) is the serving model's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from functools import cache
+
+from rooflinec.model import quant
+from rooflinec.cost.evaluate import number
+from rooflinec.model.lower import LEAST_WORK
+from rooflinec.model.passes import DEFAULT_VARIANT
+from rooflinec.model.symbols import M, b
+from rooflinec.cost.workbench import Workbench
+
+# The lower bound's conventions (what serving engines run too): the masked half skipped, one
+# logit per sequence, q, k and v as one GEMM. The report states these.
+CONVENTIONS = LEAST_WORK
+# The attention kernel that moves only compulsory traffic: the step stays a lower bound.
+VARIANT = DEFAULT_VARIANT
+
+
+@dataclass(frozen=True)
+class OpCost:
+    name: str
+    category: str
+    unit: str           # "matrix" or "vector"
+    per_layer: bool
+    flops: float        # all launches of the step (L of them for a layer op)
+    traffic: dict       # bytes by traffic class, all launches
+
+
+@cache
+def _bench(model, stored: tuple = ()) -> Workbench:
+    """One workbench per model and storage formats: it builds each (phase, device) program once."""
+    return Workbench.of(model, (), "bf16", asdict(CONVENTIONS), dict(stored))
+
+
+def op_costs(model, phase: str, device, workload: dict, tokens=None, bytes_per_element=2,
+             formats: dict | None = None) -> list[OpCost]:
+    """Every op of `model`'s `phase` program at `workload` ({B: .., S: ..}); `tokens` overrides
+    the tokens a linear layer sees (M), as a mixed prefill + decode batch needs; `formats`
+    stores weights and KV cache in their own formats ({"weights": "fp8", ...})."""
+    bench = _bench(model, tuple(sorted((formats or {}).items())))
+    prog = bench.program(phase, VARIANT, device)
+    values = {**bench.at(workload, prog.bindings if tokens is None else {}), b: bytes_per_element}
+    if tokens is not None:
+        values[M] = tokens
+    values[quant.f_dq] = 0   # the serving model runs GEMMs on the weights' own peak: no dequantisation
+    out = []
+    for op in prog.ops:
+        count = number(op.repeat, values)
+        out.append(OpCost(op.name, op.category, op.unit, op.per_layer,
+                          count * number(op.cost.flops, values),
+                          {cls: count * number(e, values) for cls, e in op.cost.traffic}))
+    return out
+
+
+def symbolic_ops(model, phase: str, device, bytes_per_element=2, formats: dict | None = None):
+    """Every op of `model`'s `phase` program as (op, FLOPs, {traffic class: bytes}), sympy
+    expressions of the workload symbols (B, S, M) alone: model dimensions and bytes per element
+    substituted, the launches (repeat) multiplied in, M left free (no binding), no
+    dequantisation FLOPs (as `op_costs`)."""
+    bench = _bench(model, tuple(sorted((formats or {}).items())))
+    prog = bench.program(phase, VARIANT, device)
+    values = {**bench.values_for(), b: bytes_per_element, quant.f_dq: 0}
+    return [(op, (op.repeat * op.cost.flops).xreplace(values),
+             {cls: (op.repeat * e).xreplace(values) for cls, e in op.cost.traffic}) for op in prog.ops]

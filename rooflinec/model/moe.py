@@ -1,0 +1,145 @@
+"""Mixture-of-experts layers: the model keys, their symbols, where the ops sit, their parameters.
+
+A MoE layer replaces the dense MLP by a router GEMM (d_model -> E scores), a top-k over the
+scores, k routed expert MLPs per token (width d_e), optional shared experts every token goes
+through (total width d_s), and a weighted combine. Dense layers (DeepSeek-V3's
+`first_k_dense_replace`, a `moe_layer_freq` above 1) keep the dense MLP of width d_ff; their
+ops repeat once per dense layer and the MoE ops L - (dense layers) times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import sympy as sp
+
+from rooflinec.model import symbols as sym
+from rooflinec.model.ops.vector import SOFTMAX_FLOPS
+from rooflinec.model.symbols import L, M, b, d_ff, d_model
+
+E = sym.dimension("E")        # routed experts
+k = sym.dimension("k")        # experts each token is routed to (top-k)
+d_e = sym.dimension("d_e")    # one routed expert's MLP width
+d_s = sym.dimension("d_s")    # the shared experts' total MLP width
+rho = sp.Symbol("rho", positive=True)   # routing imbalance (1: uniform)
+DESCRIPTIONS = {E: "routed experts", k: "experts per token (top-k)",
+                d_e: "routed expert MLP width", d_s: "shared experts' total MLP width",
+                rho: "routing imbalance: tokens go uniformly to E/rho hot experts"}
+
+
+@dataclass(frozen=True)
+class MoE:
+    experts: int
+    top_k: int
+    d_expert: int
+    shared_experts: int = 0
+    d_shared: int = 0          # one shared expert's width (default d_expert)
+    first_dense: int = 0       # leading layers with a dense MLP
+    every: int = 1             # a MoE layer every `every` layers after those
+    imbalance: float = 1       # rho: routing concentrated on E/rho equally likely experts
+    offset: int = 0            # ... namely those i with i % every == offset
+
+    def moe_layers(self, first: int, stop: int) -> int:
+        """MoE layers among layers first .. stop - 1: those i >= first_dense with
+        i % every == offset, counted in closed form (offset < every)."""
+        below = lambda x: (x - self.offset + self.every - 1) // self.every   # noqa: E731 - i < x
+        start = max(first, self.first_dense)
+        return max(0, below(stop) - below(start)) if stop > start else 0
+
+    def dense_layers(self, n_layers: int, first: int = 0) -> int:
+        """Layers with a dense MLP among layers first .. n_layers - 1."""
+        return max(0, n_layers - first) - self.moe_layers(first, n_layers)
+
+    @property
+    def shared_width(self) -> int:
+        return self.shared_experts * (self.d_shared or self.d_expert)
+
+
+def from_spec(section: dict | None) -> MoE | None:
+    if not section:
+        return None
+    return MoE(section["experts"], section["top_k"], section["d_expert"],
+               section.get("shared_experts", 0), section.get("d_shared", 0),
+               section.get("first_dense", 0), section.get("every", 1), section.get("imbalance", 1),
+               section.get("offset", 0))
+
+
+def values(model) -> dict:
+    moe = getattr(model, "moe", None)
+    if moe is None:
+        return {}
+    return {E: moe.experts, k: moe.top_k, d_e: moe.d_expert, **({d_s: moe.shared_width} if moe.shared_experts else {}),
+            **({rho: moe.imbalance} if moe.imbalance != 1 else {})}
+
+
+def symbols(model) -> tuple:
+    return tuple(values(model))
+
+
+def distinct(model) -> sp.Expr:
+    """Distinct routed experts a step of M tokens reads per MoE layer, as the expert GEMMs
+    count them: E*(1-(1-k/E)^M), or over E/rho hot experts under imbalanced routing; exactly
+    k at M = 1."""
+    from rooflinec.model.ops.moe import distinct_experts
+    return distinct_experts(M, E / rho if model.moe.imbalance != 1 else E, k)
+
+
+def repeats(model) -> tuple[sp.Expr, int]:
+    """(launches of a MoE-layer op, launches of a dense-layer op) per model step."""
+    dense = model.moe.dense_layers(model.n_layers)
+    return L - dense, dense
+
+
+def _renamed(ops, prefix: str, repeat, width=None):
+    """Dense-MLP ops as another block's: names (and the `into` links) prefixed, repeated
+    `repeat` times, the width d_ff replaced by `width`."""
+    out = []
+    for op in ops:
+        cost = op.cost if width is None else type(op.cost)(
+            op.cost.flops.xreplace({d_ff: width}), tuple((c, e.xreplace({d_ff: width})) for c, e in op.cost.traffic))
+        epi = op.epilogue
+        if epi is not None and width is not None:
+            epi = type(epi)(epi.flops.xreplace({d_ff: width}), tuple((c, e.xreplace({d_ff: width})) for c, e in epi.traffic))
+        shape = op.shape.replace("d_ff", str(width)) if width is not None else op.shape
+        out.append(replace(op, name=prefix + op.name, into=(prefix + op.into) if op.into else "",
+                           cost=cost, epilogue=epi, repeat=sp.sympify(repeat), shape=shape))
+    return out
+
+
+def ffn(model, dense_mlp, make_op) -> list:
+    """The feed-forward ops of a MoE model's layers: `dense_mlp()` builds the dense MLP's ops,
+    `make_op` builds one op from a registered formula (lowering's `_op`)."""
+    moe_repeat, dense = repeats(model)
+    ops = _renamed(dense_mlp(), "dense_", dense) if dense else []
+    ops += [make_op("router", "gemm", "linear", M, d_model, E, b, repeat=moe_repeat,
+                    shape="X[M,d_model] @ W_router[d_model,E]", crossing=M),
+            make_op("router_topk", "elementwise", "softmax", M * E, SOFTMAX_FLOPS, 1, 1, b,
+                    repeat=moe_repeat, shape="top-k of softmax(scores[M,E]) -> k gates per token")]
+    if model.moe.shared_experts:
+        ops += _renamed(dense_mlp(), "shared_", moe_repeat, d_s)
+    rows, gated = "X[M*k routed rows,d_model]", model.mlp_kind in ("swiglu", "geglu")
+    act = {"swiglu": "silu", "geglu": "gelu", "gelu": "gelu"}[model.mlp_kind]
+
+    # imbalanced routing (rho > 1) reads fewer distinct experts: uniform over E/rho hot ones
+    hot, over = (E / rho, "(E/rho)*(1-(1-rho*k/E)^M)") if model.moe.imbalance != 1 else (E, "E*(1-(1-k/E)^M)")
+
+    def expert(name):
+        return make_op(name, "expert_gemm", "linear", M, k, hot, d_model, d_e, b, repeat=moe_repeat,
+                       shape=f"{rows} @ W_e[d_model,d_e] over {over} distinct experts", crossing=M)
+
+    first = "expert_gate_proj" if gated else "expert_up_proj"
+    ops += [expert(first), make_op("expert_" + act, act, "elementwise", M * k * d_e, b,
+                                   repeat=moe_repeat, into=first, shape=f"{act}(G[M*k,d_e])")]
+    if gated:
+        ops += [expert("expert_up_proj"),
+                make_op("expert_gate_mul", "gate_mul", "elementwise", M * k * d_e, b, repeat=moe_repeat,
+                        into="expert_up_proj", shape=f"{act}(G[M*k,d_e]) * U[M*k,d_e]")]
+    ops += [
+            make_op("expert_down_proj", "expert_gemm", "linear", M, k, hot, d_e, d_model, b,
+                    repeat=moe_repeat, shape="H[M*k,d_e] @ W_e[d_e,d_model] over the distinct experts",
+                    crossing=M),
+            make_op("moe_combine", "moe_combine", "elementwise", M, k, d_model, b,
+                    shared=bool(model.moe.shared_experts), repeat=moe_repeat,
+                    shape="sum_i g_i * Y_i[M,d_model] over the k routed outputs"
+                          + (" + shared output" if model.moe.shared_experts else ""))]
+    return ops

@@ -1,0 +1,1 @@
+"""Laying out what the analyses computed: Jinja2 templates, charts, MathML, Markdown tables."""

@@ -1,0 +1,218 @@
+"""Aggregated continuous batching in steady state: TPOT and TTFT from one mixed step.
+
+A run serves `concurrency` requests of `isl` prompt and `osl` output tokens on `tp` devices.
+In steady state every step decodes one token for each of the C sequences in flight, at mean
+context isl + osl/2, and prefills the prompts of the C/osl requests that start per step
+(chunked prefill, so a prompt's tokens share the step's GEMMs). TPOT is that step's time.
+A new request's first token comes out of a step that prefills its whole prompt beside the
+others' decode; if fewer than C sequences fit in memory, the rest wait their turn (Little's
+law), and that wait is part of TTFT.
+
+A step's time is the sum over its kernels of max(FLOPs / (compute fraction x peak),
+bytes / (bandwidth fraction x bandwidth)), plus fixed times per layer and per step, plus the
+tensor-parallel all-reduces. The calibration's efficiencies (`Efficiency`) are the only
+fitted numbers.
+
+The lower bounds (`bound`) are computed on a population and step mix that are guaranteed,
+never at the mean mix: a step waits for every kernel in it, and a request's every decode step
+holds at least that request, at a context of at least its prompt; so TPOT >= the pure decode
+step of one sequence at context isl, TTFT >= its prompt's prefill alone, and a request's
+OSL steps take TTFT + (OSL - 1) x TPOT >= OSL x that decode step. Each step is bounded by the
+overlapped rule, max(sum FLOPs / peak, sum bytes / bandwidth), at the datasheet peaks, with no
+overheads and no communication (it may overlap). The steady step at the mean mix is a
+prediction: queued requests decode fewer sequences at once than the concurrency, and a mixture
+of experts' distinct experts are concave in tokens, so the mean step's experts exceed the mean
+over the real steps (Jensen's inequality).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+
+from rooflinec.cost import collectives as C
+from rooflinec.cost import kvcache, parallel, program_costs
+from rooflinec.model import params
+from rooflinec.base.roofline import Roofline, roofline
+from rooflinec.spec.load import DTYPE_BYTES
+from rooflinec.model.symbols import B, S, model_values
+
+ACTIVATION_DTYPE = "bf16"   # activations and all-reduce payloads; weights and KV may be smaller
+ALL_REDUCES_PER_LAYER = 2   # Megatron-LM: after attention's o_proj and after the MLP's down_proj
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The calibration's named parameters, one set per (device, engine)."""
+
+    bandwidth_fraction: float = 1.0   # achieved fraction of the memory bandwidth
+    compute_fraction: float = 1.0     # achieved fraction of the tensor (and vector) peak
+    per_layer_s: float = 0.0          # fixed time per decoder layer per step (launches, sync)
+    per_step_s: float = 0.0           # fixed time per step (scheduling, sampling)
+    per_collective_s: float = 0.0     # latency of one all-reduce beyond its ring transfer
+
+
+BOUND = Efficiency()
+PARAMETERS = tuple(f.name for f in fields(Efficiency))
+
+
+@dataclass(frozen=True)
+class Run:
+    model: object       # spec.Model
+    device: object      # spec.Device
+    weights: str        # GEMM weight dtype; the KV cache is assumed to be stored in it too
+    tp: int
+    isl: int
+    osl: int
+    concurrency: int
+
+
+class Unpredictable(ValueError):
+    """A run the model cannot predict; the message says why."""
+
+
+# --- tensor parallelism: rooflinec.cost.parallel's Megatron-LM sharding and ring collectives ---------
+
+def shard(model, tp: int):
+    """One device's slice of `model` (rooflinec.cost.parallel.shard_model), or why not."""
+    try:
+        return parallel.shard_model(model, tp)
+    except parallel.Unshardable as exc:
+        raise Unpredictable(str(exc)) from None
+
+
+# --- memory ----------------------------------------------------------------------------
+
+def weight_bytes(model, weights: str, tp: int) -> float:
+    """Weights per device: every parameter at the weight dtype, split evenly over tp."""
+    total = params.count(model).total.subs(model_values(model))
+    return int(total) * DTYPE_BYTES[weights] / tp
+
+
+def sequences_that_fit(run: Run) -> float:
+    """How many sequences at mean context isl + osl/2 have their KV cache in the memory the
+    weights leave free (all of it: engines reserve 0.9 or so, and activations take some)."""
+    free = run.device.capacity - weight_bytes(run.model, run.weights, run.tp)
+    if free <= 0:
+        raise Unpredictable(f"{run.weights} weights need {weight_bytes(run.model, run.weights, run.tp) / 1e9:.1f} GB "
+                            f"per device; {run.device.key} has {run.device.capacity / 1e9:.1f} GB")
+    return free / kvcache.per_sequence(run.model, DTYPE_BYTES[run.weights], mean_context(run), run.tp)
+
+
+def mean_context(run: Run) -> float:
+    return run.isl + run.osl / 2
+
+
+# --- one step ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StepCost:
+    """One step on one device at the datasheet peaks; `time` applies the efficiencies."""
+
+    compute_s: np.ndarray      # per kernel, FLOPs / peak
+    memory_s: np.ndarray       # per kernel, bytes / bandwidth
+    layers: int
+    collectives: int           # all-reduces in the step (0 at tp 1)
+    link_s: float              # their ring transfers at the link bandwidth
+
+    def time(self, eff: Efficiency) -> float:
+        return float(timed(self, eff))
+
+    @property
+    def lower_bound(self) -> float:
+        """The step bound, overlapped: max(sum of compute, sum of memory), every kernel's
+        compute overlapping every kernel's traffic and the collectives hidden behind both."""
+        return float(max(self.compute_s.sum(), self.memory_s.sum()))
+
+
+def timed(step, eff: Efficiency):
+    """A step's time under `eff`: one step's fields, or many steps' stacked along axis 0."""
+    kernels = Roofline(step.compute_s / eff.compute_fraction, step.memory_s / eff.bandwidth_fraction).time
+    return (kernels.sum(axis=-1) + step.layers * eff.per_layer_s + eff.per_step_s
+            + step.collectives * eff.per_collective_s + step.link_s)
+
+
+def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float) -> StepCost:
+    """A step decoding `decode_seqs` sequences at `context` and prefilling `prefill_seqs`
+    prompts of run.isl tokens (a fraction: chunks of prompts), on one of tp devices."""
+    model, dev = shard(run.model, run.tp), run.device
+    tokens = decode_seqs + prefill_seqs * run.isl
+    act = DTYPE_BYTES[ACTIVATION_DTYPE]
+    # activations at bf16; weights and the KV cache stored in the run's weight dtype
+    stored = {"weights": run.weights, "kv_cache": run.weights}
+    ops = program_costs.op_costs(model, "decode", dev, {B: decode_seqs, S: context}, tokens, act, stored)
+    ops += [op for op in program_costs.op_costs(model, "prefill", dev, {B: prefill_seqs, S: run.isl},
+                                                bytes_per_element=act, formats=stored)
+            if op.category == "attention"]     # the prompts' attention; their GEMMs are above
+    matrix_peak = dev.peak("matrix", run.weights)
+    if matrix_peak is None:
+        raise Unpredictable(f"{dev.key} lists no tensor peak for {run.weights}")
+    vector_peak = dev.peak("vector", ACTIVATION_DTYPE)
+    if vector_peak is None:
+        raise Unpredictable(f"{dev.key} lists no vector peak (compute.vector) for norms and softmax")
+    roofs = [roofline(op.flops, sum(op.traffic.values()), matrix_peak if op.unit == "matrix" else vector_peak,
+                      dev.bandwidth) for op in ops]
+    collectives, link_s = 0, 0.0
+    if run.tp > 1:
+        if dev.link_bandwidth is None:
+            raise Unpredictable(f"{dev.key} declares no interconnect bandwidth for tensor parallelism")
+        collectives = ALL_REDUCES_PER_LAYER * model.n_layers
+        payload = tokens * model.d_model * DTYPE_BYTES[ACTIVATION_DTYPE]
+        link = C.Link(dev.link, dev.link_bandwidth, dev.link_latency)
+        volume = float(C.fraction("all_reduce", run.tp)) * payload
+        # engines run small all-reduces one-shot over NVSwitch (vLLM's custom all-reduce,
+        # TensorRT-LLM's): one link latency per collective, not the ring's 2(n-1) steps
+        link_s = collectives * C.time(volume, 1, link)
+    return StepCost(np.array([r.t_compute for r in roofs]), np.array([r.t_memory for r in roofs]), model.n_layers, collectives, link_s)
+
+
+# --- a run's prediction ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Costs:
+    """A run's steps, at the peaks: what calibration re-times for every candidate Efficiency."""
+
+    concurrency: float         # sequences in flight: min(C, what fits)
+    steady: StepCost           # a steady-state step (TPOT)
+    first: StepCost            # the step that prefills a new request's prompt
+    alone: StepCost            # that prompt's prefill alone (the TTFT bound)
+    decode: StepCost           # today's pure decode step (no prefill)
+    one: StepCost              # one sequence's pure decode step at context isl (the TPOT bound)
+
+
+def costs(run: Run) -> Costs:
+    if min(run.tp, run.isl, run.osl, run.concurrency) < 1:
+        raise Unpredictable("tp, isl, osl and concurrency must be at least 1")
+    c = min(run.concurrency, sequences_that_fit(run))
+    if c < 1:
+        raise Unpredictable("not one sequence's KV cache fits beside the weights")
+    ctx = mean_context(run)
+    return Costs(c, step_cost(run, c, ctx, c / run.osl), step_cost(run, c - 1, ctx, 1),
+                 step_cost(run, 0, ctx, 1), step_cost(run, c, ctx, 0), step_cost(run, 1, run.isl, 0))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    tpot_s: float
+    ttft_s: float
+
+
+def predict(run: Run, c: Costs, eff: Efficiency) -> Prediction:
+    tpot = c.steady.time(eff)
+    prefill = c.first.time(eff)
+    waiting = run.concurrency / c.concurrency - 1    # Little's law: the share of C that waits
+    return Prediction(tpot, prefill + waiting * (prefill + run.osl * tpot))
+
+
+def bound(c: Costs) -> Prediction:
+    """The uncalibrated lower bounds on the guaranteed population (the module's docstring):
+    TPOT >= one sequence's pure decode step at context isl, TTFT >= the prompt's prefill
+    alone, each under the overlapped step rule at the datasheet peaks."""
+    return Prediction(c.one.lower_bound, c.alone.lower_bound)
+
+
+def request_bound(run: Run, c: Costs) -> float:
+    """A request's OSL steps (its prefill and OSL - 1 decodes) each take at least one
+    sequence's pure decode step: TTFT + (OSL - 1) x TPOT >= OSL x that step."""
+    return run.osl * c.one.lower_bound
