@@ -13,6 +13,7 @@ from rooflinec.cost import efficiency as E
 from rooflinec.model import params as P
 from rooflinec.spec import load as spec
 from rooflinec.model import symbols as sym
+from rooflinec.model import symbol_table
 from rooflinec.base.roofline import bandwidth_utilisation
 from rooflinec.cost.derive import exact
 from rooflinec.cost.evaluate import number
@@ -46,7 +47,7 @@ devices = st.fixed_dictionaries({
 
 def value(model, expr, sequence) -> sp.Expr:
     """Exact value of a per-token expression (N may appear through the parameter count)."""
-    return sp.sympify(expr).xreplace({**sym.model_values(model), S: sequence, sym.b: 2})
+    return sp.sympify(expr).xreplace({**symbol_table.model_values(model), S: sequence, sym.b: 2})
 
 
 def accounts(model):
@@ -96,7 +97,7 @@ def test_convention_minus_ledger_is_the_sum_of_the_explained_terms(model, halvin
 
 
 def terms_for(model, device):
-    values = {**sym.model_values(model), sym.b: 2}
+    values = {**symbol_table.model_values(model), sym.b: 2}
     return E.step_terms(lower(model, "decode"), values, lambda op: exact(device[op.unit]),
                         device["bandwidth"])
 
@@ -158,7 +159,7 @@ def test_a_step_at_its_memory_bound_has_full_bandwidth_utilisation(model, device
 def test_kv_bytes_per_token_is_what_decode_reads_per_cached_token():
     """Each cached token adds K and V reads to every sequence's step (writes of the new
     token, if a program counts them, do not grow with S and drop out of the derivative)."""
-    values = {**sym.model_values(BASE), sym.b: 2}
+    values = {**symbol_table.model_values(BASE), sym.b: 2}
     program = lower(BASE, "decode")
     kv = sum(op.cost.bytes_of("kv_cache") * op.repeat for op in program.ops)
     per_token = sp.diff(kv.subs(program.bindings), S) / B

@@ -16,7 +16,8 @@ from rooflinec.cli.app import run
 from rooflinec.base.errors import SpecError
 from rooflinec.cost.evaluate import number
 from rooflinec.model.lower import lower
-from rooflinec.model.symbols import B, M, V, b, d_head, model_values, n_kv, n_q
+from rooflinec.model.symbols import B, M, V, b, d_head, n_kv, n_q
+from rooflinec.model.symbol_table import model_values
 
 CONFIGS = Path(__file__).resolve().parent / "hf_configs"
 

@@ -31,7 +31,7 @@ from rooflinec.cli.app import run
 from rooflinec.base.errors import SpecError
 from rooflinec.cost.evaluate import number
 from rooflinec.model.moe import MoE
-from rooflinec.model.symbols import model_values
+from rooflinec.model.symbol_table import model_values
 
 CONFIGS = Path(__file__).resolve().parent / "hf_configs"
 LOCATED = re.compile(r"^.+:\d+:\d+: .+: .+$")

@@ -13,6 +13,7 @@ from rooflinec.cost import kvcache
 from rooflinec.spec import load as spec
 from rooflinec.model import window
 from rooflinec.model import symbols as sym
+from rooflinec.model import symbol_table
 from rooflinec.cost.derive import derive
 from rooflinec.cost.evaluate import number
 from rooflinec.model.lower import Conventions, lower
@@ -74,7 +75,7 @@ def test_the_memory_a_sequence_holds_is_what_its_decode_step_reads(m, context, b
     cache its sequences hold, windowed layers included (the formula and the number agree)."""
     program = lower(m, "decode")
     reads = sum(op.cost.bytes_of("kv_cache") * op.repeat for op in program.ops)
-    values = {**sym.model_values(m), sym.b: 2, B: batch, S: context}
+    values = {**symbol_table.model_values(m), sym.b: 2, B: batch, S: context}
     assert number(reads, values) == batch * kvcache.per_sequence(m, 2, context)
     assert number(kvcache.sequence_formula(m), values) == kvcache.per_sequence(m, 2, context)
 
@@ -97,7 +98,7 @@ def test_windowed_prefill_counts_each_querys_keys_under_the_causal_convention():
     # Gemma 2: 16 query heads of 256; W = 4,096; one sequence of S = 8,192 prompt tokens.
     # Query i sees min(i, W) keys: S*W - W^2/2 = 33,554,432 - 8,388,608 = 25,165,824 pairs
     # (the continuous count, as full layers' S^2/2); QK^T costs 2 x 16 x 256 FLOPs a pair.
-    values = {**sym.model_values(GEMMA), B: 1, S: 8192}
+    values = {**symbol_table.model_values(GEMMA), B: 1, S: 8192}
     assert number(_local_qk_flops(GEMMA, True), values) == 2 * 16 * 256 * 25_165_824
     # without halving every query's W keys are computed: S*W pairs
     assert number(_local_qk_flops(GEMMA, False), values) == 2 * 16 * 256 * 8192 * 4096
@@ -124,7 +125,7 @@ def test_a_windowed_decode_ops_intensity_tends_to_its_value_at_the_window():
     # from S = W on is constant: gpt-oss (n_q 64, n_kv 8, W 128, b 2) 2*64*128/(2*(8*128+64)) = 128/17
     prog = Workbench.of(GPT_OSS).program("decode", "ideal")
     d = derive(prog.op(window.PREFIX + "attention"))
-    values = {**sym.model_values(GPT_OSS), sym.b: 2}
+    values = {**symbol_table.model_values(GPT_OSS), sym.b: 2}
     assert window.W in d.limit_S.free_symbols and S not in d.limit_S.free_symbols
     assert d.limit_S.xreplace(values) == sp.Rational(128, 17)
 

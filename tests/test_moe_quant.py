@@ -17,6 +17,7 @@ from rooflinec.model import params as P
 from rooflinec.model import quant
 from rooflinec.spec import load as spec
 from rooflinec.model import symbols as sym
+from rooflinec.model import symbol_table
 from rooflinec.base.errors import SpecError
 from rooflinec.cost.evaluate import number
 from rooflinec.model.ops.moe import distinct_experts
@@ -36,7 +37,7 @@ def device(key: str):
 
 
 def counts(m) -> tuple[int, int]:
-    p, values = P.count(m), sym.model_values(m)
+    p, values = P.count(m), symbol_table.model_values(m)
     return int(number(p.total, values)), int(number(p.active, values))
 
 
@@ -86,7 +87,7 @@ def test_llama_31_8b_and_qwen3_32b_match_their_model_cards():
     # norms 2*128 -> 487,598,336; x64 = 31,206,293,504 (+5120); embeddings 2*151936*5120.
     m = model("qwen3-32b")
     p = P.count(m)
-    total = number(p.total, sym.model_values(m))
+    total = number(p.total, symbol_table.model_values(m))
     assert total == 32_762_123_264                                  # 32.8B
     # the card's "non-embedding" leaves out both tables (input and untied output)
     assert total - 2 * 151936 * 5120 == 31_206_298_624              # 31.2B
@@ -286,7 +287,7 @@ def test_mla_decode_attention_limits_as_s_grows():
     m = model("deepseek-v3")
     absorbed = Workbench.of(m).program("decode", "ideal").op("attention")
     naive = Workbench.of(m, conventions={"mla": "naive"}).program("decode", "ideal").op("attention")
-    values = sym.model_values(m) | {sym.b: 2}
+    values = symbol_table.model_values(m) | {sym.b: 2}
     assert float(number(limit_at_infinity(intensity(absorbed.cost), S), values)) == pytest.approx(2 * 128 * 1088 / 1152)
     assert float(number(limit_at_infinity(intensity(naive.cost), S), values)) == pytest.approx(1.0)
     # the naive form also decompresses every cached latent, a GEMM over B*S tokens each step

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from rooflinec.model import params as P
 from rooflinec.spec import load as spec
 from rooflinec.model import symbols as sym
+from rooflinec.model import symbol_table
 from rooflinec.cost.evaluate import number
 from rooflinec.model.lower import lower
 
@@ -24,7 +25,7 @@ def model(key: str):
 
 
 def total(m) -> int:
-    return int(number(P.count(m).total, sym.model_values(m)))
+    return int(number(P.count(m).total, symbol_table.model_values(m)))
 
 
 def test_qwen25_7b_instruct_has_7_615_616_512_parameters():
@@ -58,7 +59,7 @@ def test_gpt2_medium_count():
 def test_matmul_components_are_the_lowered_weights(key):
     """Every matmul component is the weight a lowered linear op reads, element for element."""
     m = model(key)
-    counted, values = P.count(m), {**sym.model_values(m), sym.b: 1}
+    counted, values = P.count(m), {**symbol_table.model_values(m), sym.b: 1}
     weights = {op.name: op.cost.bytes_of("weights") for op in lower(m, "decode").ops
                if op.category == "linear"}
     for c in counted.components:
@@ -88,14 +89,14 @@ def models(draw):
 
 
 def count(m, attr="total") -> int:
-    return int(number(getattr(P.count(m), attr), sym.model_values(m)))
+    return int(number(getattr(P.count(m), attr), symbol_table.model_values(m)))
 
 
 @settings(max_examples=40, deadline=None)
 @given(models())
 def test_total_is_the_sum_of_components(m):
     counted = P.count(m)
-    values = sym.model_values(m)
+    values = symbol_table.model_values(m)
     assert count(m) == sum(number(c.count, values) for c in counted.components)
 
 

@@ -15,7 +15,8 @@ from rooflinec.cost import kvcache, program_costs
 from rooflinec.model import params
 from rooflinec.spec import load as spec
 from rooflinec.serving import serving_model as sm
-from rooflinec.model.symbols import B, S, model_values
+from rooflinec.model.symbols import B, S
+from rooflinec.model.symbol_table import model_values
 
 ROOT = Path(__file__).resolve().parent.parent
 LLAMA_8B = spec.load_model(str(ROOT / "rooflinec/spec/catalog/models/llama-3.1-8b.yaml"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from rooflinec.cost import efficiency as E
 from rooflinec.model import params as P
 from rooflinec.model import symbols as sym
+from rooflinec.model import symbol_table
 from rooflinec.analyses import analysis
 from rooflinec.base.errors import SpecError
 from rooflinec.cost.evaluate import number
@@ -30,7 +31,7 @@ def _flops_per_token(ctx, row, path) -> tuple[float, float, str]:
     """(model FLOPs per token, N, where N came from) from a model spec or a published N."""
     if "model" in row:
         model = load_model_ref(ctx.study.doc, path + ("model",), row["model"])
-        values = {**sym.model_values(model), sym.S: row.get("sequence", 1)}
+        values = {**symbol_table.model_values(model), sym.S: row.get("sequence", 1)}
         n_expr = P.count(model).active   # a mixture of experts: the k routed experts a token uses
         acc = E.palm_account(n_expr, model=model)
         acc = acc if "sequence" in row else acc.without_attention()

@@ -17,7 +17,7 @@ from rooflinec.analyses import analysis
 from rooflinec.base.errors import SpecError
 from rooflinec.model.params import count
 from rooflinec.spec.load import load_model_ref
-from rooflinec.model.symbols import model_values
+from rooflinec.model.symbol_table import model_values
 
 ACT_BYTES = 2    # bf16 activations, activation gradients and weight gradients
 

@@ -9,6 +9,7 @@ import sys
 from rooflinec.cli import output, quick, serving as serving_cli, streams
 from rooflinec.base.errors import RooflineError, SpecError, UsageError
 from rooflinec.cli.progress import Progress, drawn
+from rooflinec.render.formats import parse as parse_formats
 from rooflinec.cli import measure as measure_cli   # no torch: it loads when a measure runs
 from rooflinec.cli import simulate as simulate_cli
 
@@ -103,16 +104,6 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def _formats(text: str) -> list[str]:
-    from rooflinec.render.formats import FORMATS
-    formats = [f.strip() for f in text.split(",") if f.strip()]
-    bad = [f for f in formats if f not in FORMATS]
-    if bad or not formats:
-        raise UsageError(f"--format: unknown format {', '.join(bad) or '(empty)'}; choose from "
-                         f"{', '.join(FORMATS)}")
-    return formats
-
-
 def _warn(study, stderr) -> None:
     """Located warnings of the study's devices (figures far outside any accelerator), once."""
     for line in dict.fromkeys(w for d in study.devices for w in d.warnings):
@@ -169,7 +160,7 @@ def _distinct(specs: list[str]) -> None:
 def cmd_build(args, stdout, stderr) -> int:
     from rooflinec.render.charts import Painter
     from rooflinec.render.formats import CHARTED
-    formats = _formats(args.format)
+    formats = parse_formats(args.format)
     if not args.out:
         raise UsageError("--out: empty; name the output folder, e.g. --out reports")
     _distinct(args.specs)

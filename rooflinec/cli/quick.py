@@ -105,7 +105,7 @@ def cmd_devices(args, stdout, stderr) -> int:
 def cmd_models(args, stdout, stderr) -> int:
     from rooflinec.model import params
     from rooflinec.cost.evaluate import number
-    from rooflinec.model.symbols import model_values
+    from rooflinec.model.symbol_table import model_values
     rows = []
     for m in _models():
         total = int(number(params.count(m).total, model_values(m)))
@@ -137,7 +137,7 @@ def cmd_import(args, stdout, stderr) -> int:
     from rooflinec.model import params
     from rooflinec.cost.evaluate import number
     from rooflinec.cli.output import check_file_target
-    from rooflinec.model.symbols import model_values
+    from rooflinec.model.symbol_table import model_values
     if args.out is not None:
         check_file_target(args.out)
     text, notes = hfimport.convert(args.config, args.hf_id)

@@ -11,6 +11,7 @@ from rooflinec.model import quant
 from rooflinec.cli import summary
 from rooflinec.cost import calculator
 from rooflinec.model import symbols as sym
+from rooflinec.model import symbol_table
 from rooflinec.model.lower import PHASES
 from rooflinec.spec.load import Study
 from rooflinec.base.roofline import ridge
@@ -69,7 +70,7 @@ def _symbols(study: Study, bench: Workbench) -> list[dict]:
     table = [{"name": s.name, "meaning": m} for s, m in sym.DESCRIPTIONS.items()]
     if study.model is None:
         return table
-    meanings, fixed = sym.descriptions(), _fixed_values(study, bench)
+    meanings, fixed = symbol_table.descriptions(), _fixed_values(study, bench)
     for s in _carried(study, bench):
         table.append({"name": s.name, "meaning": meanings.get(s, "declared by the model spec"),
                       **({"value": fixed[s]} if s in fixed else {})})

@@ -7,6 +7,7 @@ from importlib import resources
 
 from rooflinec.cli import output
 from rooflinec.base.errors import RooflineError
+from rooflinec.render.formats import parse as parse_formats
 
 SHIPPED = "serving-visible.yaml"   # fitted on the measurements the repository keeps
 SIMULATE_HELP = ("replay each row's benchmark in the serving simulator (rooflinec simulate) instead of "
@@ -106,8 +107,7 @@ def cmd_calibrate(args, stdout, stderr) -> int:
 
 def cmd_validate(args, stdout, stderr) -> int:
     from rooflinec.serving import validate_runs
-    from rooflinec.cli.app import _formats
-    formats = _formats(args.format)
+    formats = parse_formats(args.format)
     say = lambda message: stderr.write(f"{message}\n")   # noqa: E731
     output.probe(args.out, say)
     if _simulated(args):
@@ -126,10 +126,9 @@ def cmd_validate(args, stdout, stderr) -> int:
 
 def cmd_validate_ops(args, stdout, stderr) -> int:
     from rooflinec.serving import measurements
-    from rooflinec.cli.app import _formats
     from rooflinec.base.errors import UsageError
     from rooflinec.serving import validate_ops
-    formats = _formats(args.format)
+    formats = parse_formats(args.format)
     if "html" in formats:
         raise UsageError("--format: validate-ops writes md and json only")
     specs = measurements.Specs(_specs_folder(args.specs))

@@ -21,7 +21,8 @@ import sympy as sp
 
 from rooflinec.model import window
 from rooflinec.cost.evaluate import number
-from rooflinec.model.symbols import L, S, b, model_values
+from rooflinec.model.symbols import L, S, b
+from rooflinec.model.symbol_table import model_values
 
 
 def formula(model) -> sp.Expr:

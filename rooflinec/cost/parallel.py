@@ -325,7 +325,7 @@ def stage_params(model, tp: int, pp: int = 1, ep: int = 1) -> tuple[list, sp.Exp
     norm, LM head); the stages and the rest sum to the model's parameters on one tp x ep
     shard."""
     from rooflinec.model.params import count
-    from rooflinec.model.symbols import model_values
+    from rooflinec.model.symbol_table import model_values
     if ep > 1:
         check_ep(model, ep)
     shard, values = per_device(model, tp, ep), model_values(model)

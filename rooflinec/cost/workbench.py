@@ -18,6 +18,7 @@ from rooflinec.cost import parallel as par
 from rooflinec.cost import kvcache
 from rooflinec.model import passes, quant
 from rooflinec.model import symbols as sym
+from rooflinec.model import symbol_table
 from rooflinec.base.roofline import Roofline, ridge, roofline, transfer_time
 from rooflinec.cost.derive import exact
 from rooflinec.base.errors import DeviceLacks, Problem, SpecError
@@ -187,7 +188,7 @@ class Workbench:
         """Model dimensions and bytes per element with compute at `dtype` (the study's by
         default): b for activations, b_w and b_kv for weights and KV cache, each at its storage
         format; the workload symbols stay free."""
-        model = sym.model_values(self.model) if self.model is not None else {}
+        model = symbol_table.model_values(self.model) if self.model is not None else {}
         return {**model, sym.b: quant.byte_value(self.storage(quant.ACTIVATIONS, dtype, formats)),
                 **{s: quant.byte_value(self.storage(cls, dtype, formats))
                    for cls, s in quant.CLASS_SYMBOLS.items()},

@@ -52,27 +52,3 @@ def dimension(name: str) -> sp.Symbol:
 def extra_values(model) -> dict[sp.Symbol, int]:
     """The model's declared extra dimensions (``dimensions:`` in its spec), as symbol values."""
     return {_dim(name): value for name, value in dict(getattr(model, "dimensions", None) or {}).items()}
-
-
-def model_values(model) -> dict[sp.Symbol, int]:
-    """The numbers a model spec gives the model symbols (its extra dimensions included)."""
-    return {
-        d_model: model.d_model, n_q: model.n_heads, n_kv: model.n_kv_heads,
-        d_head: model.head_dim, d_ff: model.d_ff, V: model.vocab, L: model.n_layers,
-        **extra_values(model), **_block_values(model),
-    }
-
-
-def descriptions() -> dict[sp.Symbol, str]:
-    """What every symbol a formula may carry means: the alphabet, the model blocks' (experts,
-    latent attention, windows) and the storage formats' (b_w, b_kv, f_dq). A model's declared
-    dimensions are described by its spec."""
-    from rooflinec.model import mla, moe, quant, window
-    return {**DESCRIPTIONS, **moe.DESCRIPTIONS, **mla.DESCRIPTIONS, **window.DESCRIPTIONS,
-            **quant.DESCRIPTIONS}
-
-
-def _block_values(model) -> dict:
-    """The symbols of a model's optional blocks (mixture of experts, latent attention)."""
-    from rooflinec.model import mla, moe, window
-    return {**moe.values(model), **mla.values(model), **window.values(model)}

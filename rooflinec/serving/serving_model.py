@@ -36,7 +36,8 @@ from rooflinec.cost import kvcache, parallel, program_costs
 from rooflinec.model import params
 from rooflinec.base.roofline import Roofline, roofline
 from rooflinec.spec.load import DTYPE_BYTES
-from rooflinec.model.symbols import B, S, model_values
+from rooflinec.model.symbols import B, S
+from rooflinec.model.symbol_table import model_values
 
 ACTIVATION_DTYPE = "bf16"   # activations and all-reduce payloads; weights and KV may be smaller
 ALL_REDUCES_PER_LAYER = 2   # Megatron-LM: after attention's o_proj and after the MLP's down_proj

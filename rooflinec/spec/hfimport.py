@@ -9,195 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 
 import yaml
 
 from rooflinec.spec import validate
 from rooflinec.base import yamlio
 from rooflinec.base.errors import Problem, SpecError, one_line
-
-# Fields that change no FLOP or byte count, and why; read for every architecture.
-COST_FREE = {
-    "architectures": "read: chooses the mapping",
-    "model_type": "read: names the architecture family",
-    "_name_or_path": "read: a display name when no --hf-id is given",
-    "initializer_range": "weight initialisation, for training",
-    "attention_dropout": "dropout, off at inference",
-    "attn_pdrop": "dropout, off at inference",
-    "embd_pdrop": "dropout, off at inference",
-    "resid_pdrop": "dropout, off at inference",
-    "summary_first_dropout": "dropout of a classification head the LM does not use",
-    "bos_token_id": "a token id", "eos_token_id": "a token id", "pad_token_id": "a token id",
-    "torch_dtype": "the checkpoint's storage dtype; the study's dtype sets bytes per element",
-    "transformers_version": "the library version that wrote the file",
-    "use_cache": "a library switch; the cost model always keeps a KV cache in decode",
-    "sliding_window_size": "the same as sliding_window, noted there when it is on",
-    "auto_map": "where the library finds the code",
-    "rms_norm_eps": "a constant inside the norm", "layer_norm_epsilon": "a constant inside the norm",
-    "rope_theta": "RoPE's base frequency: the cos/sin values, not how many are applied",
-    "rope_scaling": "rescales RoPE's frequencies, computed once; the per-token work is unchanged",
-    "original_max_position_embeddings": "RoPE scaling's reference length",
-    "pretraining_tp": "the tensor-parallel split used in pretraining; the same matrices",
-    "max_window_layers": "only read when use_sliding_window is true",
-    "query_pre_attn_scalar": "the value of the score scale; the scale op is costed",
-    "cache_implementation": "the library's cache layout",
-    "n_ctx": "the same as n_positions",
-    "scale_attn_weights": "whether scores are scaled; the scale op is costed",
-    "scale_attn_by_inverse_layer_idx": "a different scale value per layer; same cost",
-    "reorder_and_upcast_attn": "numerics of the score product (fp32 upcast); same count",
-    "task_specific_params": "generation settings for other tasks",
-    "summary_type": "a classification head the LM does not use",
-    "summary_use_proj": "a classification head the LM does not use",
-    "summary_activation": "a classification head the LM does not use",
-    "summary_proj_to_labels": "a classification head the LM does not use",
-    "tie_word_embeddings": "mapped to tied_embeddings",
-}
-
-
-COSTLESS = "not modelled; costs nothing"   # how a note on a field that changes no cost begins
-
-
-@dataclass
-class Reader:
-    """The config's fields, each marked when mapped; the rest become notes."""
-
-    doc: yamlio.Located
-    used: set = field(default_factory=set)
-    notes: list = field(default_factory=list)
-
-    @property
-    def data(self) -> dict:
-        return self.doc.data
-
-    def get(self, key: str, default=None):
-        self.used.add(key)
-        return self.data.get(key, default)
-
-    def need(self, key: str) -> int:
-        """A count the mapping cannot do without: a positive whole number."""
-        value = self.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-            return value
-        message = (f"expected a positive whole number, got {json.dumps(value)}" if key in self.data
-                   else f"missing '{key}', which the mapping needs")
-        raise SpecError([self.problem(key, message)])
-
-    def flag(self, key: str, default: bool) -> bool:
-        """A switch: true or false (null or absent: `default`)."""
-        value = self.get(key)
-        if value is None:
-            return default
-        if isinstance(value, bool):
-            return value
-        raise SpecError([self.problem(key, f"expected true or false, got {json.dumps(value)}")])
-
-    def note(self, key: str, what: str) -> None:
-        """`key` is present and not modelled: say what the spec leaves out."""
-        if key in self.data:
-            self.used.add(key)
-            self.notes.append(self.doc.problem((key,), f"not modelled; this leaves out {what}",
-                                               at_key=True))
-
-    def problem(self, key: str, message: str) -> Problem:
-        return self.doc.problem((key,) if key in self.data else (), message)
-
-    def leftovers(self, arch: str) -> list[Problem]:
-        """A note for every field no mapping read: why it costs nothing, or that it is unknown."""
-        out = []
-        for key in self.data:
-            if key in self.used:
-                continue
-            why = COST_FREE.get(key)
-            text = (f"{COSTLESS} ({why})" if why else
-                    f"not modelled; unknown to the {arch} mapping, so what it changes is not counted")
-            out.append(self.doc.problem((key,), text, at_key=True))
-        return out
-
-
-def _optional(r: Reader, key: str, default: int) -> int:
-    """A count the config may leave out or set to null, meaning `default`."""
-    return r.need(key) if r.data.get(key) is not None else r.used.add(key) or default
-
-
-def _window(r: Reader, spec: dict, alternating: bool = False) -> None:
-    """Sliding-window attention: every layer's, or every other layer's from the first
-    (Gemma 2, gpt-oss), as attention.window and attention.pattern."""
-    window = r.data.get("sliding_window")
-    on = r.data.get("use_sliding_window", True)
-    r.used.update({"sliding_window", "use_sliding_window", "sliding_window_size"})
-    if window is None or not on:
-        return
-    if "use_sliding_window" in r.data:   # Qwen2/3: only layers from max_window_layers on; rare
-        r.used.discard("sliding_window")
-        r.note("sliding_window", f"sliding-window attention (a window of {window} from layer "
-                                 "max_window_layers on); costed as full attention")
-        return
-    spec["attention"].update(window=r.need("sliding_window"),
-                             pattern=["sliding", "full"] if alternating else ["sliding"])
-
-
-LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding"}
-
-
-def _layer_types(r: Reader, spec: dict) -> bool:
-    """`layer_types`, one attention kind per layer, as attention.pattern (its shortest
-    repeating period) and, where a layer is sliding, attention.window; False when absent."""
-    kinds = r.get("layer_types")
-    if kinds is None:
-        return False
-    n = spec["n_layers"]
-    if not isinstance(kinds, list) or len(kinds) != n \
-            or any(not isinstance(k, str) or k not in LAYER_TYPES for k in kinds):
-        raise SpecError([r.problem("layer_types", f"expected a list of {n} entries (num_hidden_layers), "
-                                                  f"each one of {', '.join(LAYER_TYPES)}")])
-    r.used.update({"sliding_window", "sliding_window_size"})
-    pattern = [LAYER_TYPES[k] for k in kinds[:_period(kinds)]]
-    if "sliding" in pattern:
-        spec["attention"].update(window=r.need("sliding_window"), pattern=pattern)
-    return True
-
-
-def _period(items: list) -> int:
-    """The shortest p with items[i] == items[i - p] for every i >= p (KMP's failure function:
-    linear in the list's length)."""
-    fail, k = [0] * len(items), 0
-    for i in range(1, len(items)):
-        while k and items[i] != items[k]:
-            k = fail[k - 1]
-        if items[i] == items[k]:
-            k += 1
-        fail[i] = k
-    return len(items) - (fail[-1] if items else 0)
-
-
-def _decoder(r: Reader, act_key: str = "hidden_act", act_default: str = "silu") -> dict:
-    """The fields every Llama-style decoder shares: RMSNorm, RoPE, a gated MLP."""
-    d_model, heads = r.need("hidden_size"), r.need("num_attention_heads")
-    head_dim = r.need("head_dim") if r.data.get("head_dim") is not None else d_model // heads
-    act = r.get(act_key, act_default)
-    kinds = {"silu": "swiglu", "gelu_pytorch_tanh": "geglu", "gelu": "geglu", "gelu_new": "geglu"}
-    if not isinstance(act, str) or act not in kinds:
-        raise SpecError([r.problem(act_key, f"activation {json.dumps(act)} is not covered; "
-                                            f"covered: {', '.join(kinds)}")])
-    bias = r.flag("attention_bias", False)
-    spec = {
-        "d_model": d_model, "n_layers": r.need("num_hidden_layers"), "vocab": r.need("vocab_size"),
-        "attention": {"n_heads": heads, "n_kv_heads": _optional(r, "num_key_value_heads", heads),
-                      "head_dim": head_dim, "qkv_bias": bias, "out_bias": bias},
-        "mlp": {"kind": kinds[act], "d_ff": r.need("intermediate_size"),
-                "bias": r.flag("mlp_bias", False)},
-        "norm": {"kind": "rmsnorm", "bias": False},
-        "positions": "rope",
-        "tied_embeddings": r.flag("tie_word_embeddings", False),
-    }
-    if r.data.get("max_position_embeddings") is not None:
-        spec["max_context"] = r.need("max_position_embeddings")
-    if r.data.get("partial_rotary_factor", 1.0) != 1.0:
-        r.note("partial_rotary_factor", "that RoPE turns only part of each head; costed on all of it")
-    else:
-        r.used.add("partial_rotary_factor")
-    return spec
+from rooflinec.spec.hfconfig import COSTLESS, Reader, _decoder, _layer_types, _optional, _window
+from rooflinec.spec.hfimport_moe import ARCHITECTURES as MOE   # experts and latent attention
 
 
 def _llama(r: Reader) -> dict:
@@ -280,12 +99,8 @@ ARCHITECTURES = {
     "LlamaForCausalLM": _llama, "MistralForCausalLM": _llama, "Qwen2ForCausalLM": _qwen2,
     "Qwen3ForCausalLM": _qwen3, "Gemma2ForCausalLM": _gemma2, "Phi3ForCausalLM": _phi3,
     "GPT2LMHeadModel": _gpt2,
+    **MOE,
 }
-
-
-def _more_architectures() -> None:
-    from rooflinec.spec.hfimport_moe import ARCHITECTURES as MOE   # experts and latent attention
-    ARCHITECTURES.update(MOE)
 
 
 NAMED = 8                                   # fields the summary line names of each kind
@@ -340,7 +155,6 @@ def mapped(path: str, hf_id: str | None = None) -> tuple[dict, list[Problem]]:
         raise SpecError(problems)
     r = Reader(doc)
     r.used.update({"model_type", "_name_or_path"})   # read for the name, or only informative
-    _more_architectures()
     archs = r.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs else None
     if not isinstance(arch, str) or arch not in ARCHITECTURES:
@@ -348,14 +162,14 @@ def mapped(path: str, hf_id: str | None = None) -> tuple[dict, list[Problem]]:
                                      f"architecture {json.dumps(arch)} is not covered; covered: "
                                      f"{', '.join(ARCHITECTURES)}")])
     spec = ARCHITECTURES[arch](r)
-    name = _name(hf_id, r.data.get("_name_or_path"), arch)
+    name = _model_name(hf_id, r.data.get("_name_or_path"), arch)
     source = f"{hf_id or r.data.get('_name_or_path') or 'an unnamed'} config.json ({arch}), imported by rooflinec import"
     notes = sorted(r.notes + r.leftovers(arch), key=lambda p: (p.line, p.col))
     head = {"name": name, **({"hf_id": hf_id} if hf_id else {})}
     return {**head, **spec, "source": source}, notes
 
 
-def _name(hf_id, name_or_path, arch: str) -> str:
+def _model_name(hf_id, name_or_path, arch: str) -> str:
     """The last part of --hf-id, else of _name_or_path: the first that is not empty. A folder's
     name says nothing of the model (a Hugging Face snapshot's is a commit hash), so without
     either the name says it is unnamed."""

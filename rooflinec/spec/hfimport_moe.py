@@ -1,5 +1,5 @@
 """`rooflinec import` for mixture-of-experts and latent-attention architectures: Mixtral,
-Qwen3-MoE, DeepSeek-V3 and gpt-oss. Each maps the shared decoder fields (hfimport._decoder),
+Qwen3-MoE, DeepSeek-V3 and gpt-oss. Each maps the shared decoder fields (hfconfig._decoder),
 then its experts (and DeepSeek's MLA); every other field is mapped, costs nothing, or is noted."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from rooflinec.base.errors import SpecError
-from rooflinec.spec.hfimport import Reader, _decoder, _layer_types, _window
+from rooflinec.spec.hfconfig import Reader, _decoder, _layer_types, _window
 
 # routing and training switches that change no FLOP or byte count of inference
 ROUTING_FREE = ("router_aux_loss_coef", "output_router_logits", "norm_topk_prob", "aux_loss_alpha",

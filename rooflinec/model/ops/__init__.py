@@ -5,25 +5,5 @@
 whether the kernel runs on the matrix units (tensor peak) or the vector units.
 """
 
-from collections.abc import Callable
-
-from rooflinec.model.ir import Cost
-
-FORMULAS: dict[str, Callable[..., Cost]] = {}
-UNITS: dict[str, str] = {}
-
-
-def formula(name: str, unit: str = "matrix"):
-    """Register a cost formula under `name`; registering a name twice is a bug."""
-
-    def register(fn):
-        if name in FORMULAS:
-            raise ValueError(f"formula {name!r} registered twice")
-        FORMULAS[name] = fn
-        UNITS[name] = unit
-        return fn
-
-    return register
-
-
-from rooflinec.model.ops import linear, attention, memory, vector, moe, mla  # noqa: E402,F401  (registers the formulas)
+from rooflinec.model.ops.registry import FORMULAS, UNITS, formula  # noqa: F401  (the package's interface)
+from rooflinec.model.ops import linear, attention, memory, vector, moe, mla  # noqa: F401  (registers the formulas)

@@ -3,7 +3,7 @@
 import sympy as sp
 
 from rooflinec.model.ir import Cost
-from rooflinec.model.ops import formula
+from rooflinec.model.ops.registry import formula
 from rooflinec.model.ops.linear import contraction
 
 

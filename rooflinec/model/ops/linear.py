@@ -1,7 +1,7 @@
 """Matrix products."""
 
 from rooflinec.model.ir import Cost
-from rooflinec.model.ops import formula
+from rooflinec.model.ops.registry import formula
 
 
 def contraction(*dims):

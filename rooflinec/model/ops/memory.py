@@ -1,7 +1,7 @@
 """Data movement without arithmetic."""
 
 from rooflinec.model.ir import Cost
-from rooflinec.model.ops import formula
+from rooflinec.model.ops.registry import formula
 
 
 @formula("gather", unit="vector")

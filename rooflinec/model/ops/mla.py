@@ -10,7 +10,7 @@ every head shares. Two ways to attend in decode:
 """
 
 from rooflinec.model.ir import Cost
-from rooflinec.model.ops import formula
+from rooflinec.model.ops.registry import formula
 from rooflinec.model.ops.linear import contraction, gemm
 
 

@@ -8,7 +8,7 @@ every FLOP stays.
 """
 
 from rooflinec.model.ir import Cost
-from rooflinec.model.ops import formula
+from rooflinec.model.ops.registry import formula
 
 # FLOPs per element. Each count is stated once, here, with the arithmetic behind it.
 ADD_FLOPS = 1         # one add per output element per extra operand
