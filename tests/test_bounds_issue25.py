@@ -191,7 +191,7 @@ def test_windowed_prefill_reads_every_key():
     import sympy as sp
 
     from rooflinec.model import window
-    from rooflinec.model.symbols import model_values
+    from rooflinec.model.symbol_table import model_values
     gpt_oss = model("gpt-oss-120b")
     values = {**model_values(gpt_oss), **window.values(gpt_oss), b: 2}
     kv, io = (intensity(_cost("prefill", flag, sp.Rational(1, 2), window.keys())) for flag in (False, True))

@@ -16,7 +16,8 @@ from rooflinec.spec import load as spec, validate
 from rooflinec.cost import efficiency as E
 from rooflinec.cli.app import run
 from rooflinec.cost.evaluate import number
-from rooflinec.model.symbols import S, model_values
+from rooflinec.model.symbols import S
+from rooflinec.model.symbol_table import model_values
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOG = ROOT / "rooflinec" / "spec" / "catalog"

@@ -16,7 +16,7 @@ from rooflinec.model import params
 from rooflinec.spec import load as spec
 from rooflinec.cli.app import run
 from rooflinec.cost.evaluate import number
-from rooflinec.model.symbols import model_values
+from rooflinec.model.symbol_table import model_values
 
 MODELS = ["deepseek-v3", "qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-120b", "qwen2.5-7b", "gpt2-medium"]
 

@@ -7,6 +7,8 @@ section it returns is rendered by `templates/<format>/<key>.<format>.j2`.
 from __future__ import annotations
 
 from collections.abc import Callable
+import importlib
+import pkgutil
 
 from rooflinec.cost import chartpoints
 from rooflinec.cost.budget import Budget
@@ -123,8 +125,6 @@ def evaluate(ctx: Workbench, key: str, options, empty: bool = False) -> dict:
 def _register_all() -> None:
     """Import every module of this package: each registers its analysis, so a new analysis
     is one new file here, not an edit of this one."""
-    import importlib
-    import pkgutil
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         importlib.import_module(f"{__name__}.{info.name}")
 

@@ -9,6 +9,7 @@ half skipped, last-token logits, one QKV GEMM), whatever conventions the study's
 """
 
 from __future__ import annotations
+import sympy as sp
 
 from rooflinec.cost import efficiency as E
 from rooflinec.cost import kvcache, piecewise
@@ -74,7 +75,6 @@ def _steps(ctx, terms, batches, contexts) -> list[dict]:
 def _crossover(terms, context):
     """Where decode turns compute-bound; terms a declared op made piecewise in B (min, max,
     ceil) are not lines, so no meeting point is claimed for them."""
-    import sympy as sp
     try:
         return E.crossover(terms, context)
     except sp.PolynomialError:

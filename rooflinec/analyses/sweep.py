@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from itertools import product
+import numpy as np
 
 from rooflinec.analyses import analysis
 from rooflinec.base.errors import SpecError
@@ -84,7 +85,6 @@ def _fits(ctx, device, dtype: str, numeric, params, formats=None):
     None where the sweep does not give both B and S."""
     if not {"batch", "context"} <= set(numeric):
         return None
-    import numpy as np
     grids = dict(zip(numeric, np.meshgrid(*(np.asarray(getattr(params, a), dtype=float)
                                             for a in numeric), indexing="ij")))
     return ctx.memory_needed(grids["batch"], grids["context"], dtype, formats) <= device.capacity
@@ -92,7 +92,6 @@ def _fits(ctx, device, dtype: str, numeric, params, formats=None):
 
 def _series(tot, fits, numeric, params, x_axis, labels):
     """One series per fixed value of the other numeric axes: arrays over the x axis."""
-    import numpy as np
     x_pos = numeric.index(x_axis)
     others = [a for a in numeric if a != x_axis]
     time = np.moveaxis(tot.time, x_pos, -1)

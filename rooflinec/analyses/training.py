@@ -13,6 +13,7 @@ from rooflinec.analyses import analysis
 from rooflinec.cost.evaluate import number
 from rooflinec.model.symbols import S
 from rooflinec.base.units import parse_quantity
+from rooflinec.base.errors import SpecError
 
 N = sp.Symbol("N", positive=True, integer=True)   # every parameter, as the convention writes it
 DAY = 86400
@@ -35,7 +36,6 @@ def _n(ctx, counted, params):
     if params.parameters == "nanogpt":
         return counted.nanogpt
     if params.published_parameters is None:
-        from rooflinec.base.errors import SpecError
         raise SpecError([ctx.problem(("analyses", "training", "parameters"), (
             "'published' needs the count: add published_parameters, e.g. 540.35e9"))])
     return sp.Integer(round(parse_quantity(params.published_parameters, "count")))
@@ -76,7 +76,6 @@ def _plausible(ctx, rows, written, chips, device) -> None:
     the throughput (or the chip count, or the peak) is mistyped."""
     worst = max(rows, key=lambda r: r["hfu"])
     if worst["hfu"] > 1:
-        from rooflinec.base.errors import SpecError
         which = "MFU" if worst["mfu"] > 1 else "HFU"
         share = worst["mfu"] if worst["mfu"] > 1 else worst["hfu"]
         raise SpecError([ctx.problem(("analyses", "training", "tokens_per_s"), (

@@ -11,13 +11,13 @@ Which rule sums these times over a step is `rooflinec.cost.bounds`'s to name.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import numpy as np
 
 
 def larger(a, b):
     """max for numbers, elementwise for NumPy arrays (the sweeps' chunks)."""
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return max(a, b)
-    import numpy as np   # lazily: the spec layer imports this module, and needs no NumPy
     return np.maximum(a, b)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from importlib.metadata import PackageNotFoundError, version
 
 from rooflinec.cli import output, quick, serving as serving_cli, streams
 from rooflinec.base.errors import RooflineError, SpecError, UsageError
@@ -12,6 +13,13 @@ from rooflinec.cli.progress import Progress, drawn
 from rooflinec.render.formats import parse as parse_formats
 from rooflinec.cli import measure as measure_cli   # no torch: it loads when a measure runs
 from rooflinec.cli import simulate as simulate_cli
+from rooflinec.render import chartdata
+from rooflinec.cli import report
+from rooflinec.spec import load as spec
+from rooflinec.render.charts import Painter
+from rooflinec.render.formats import CHARTED
+from rooflinec.render.pages import render_many
+from rooflinec.cli.explain import explain
 
 EPILOG = """\
 examples:
@@ -97,7 +105,6 @@ def _parser(stdout, stderr) -> _Parser:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
     try:
         return version("rooflinec")
     except PackageNotFoundError:   # run from a source tree that was never installed
@@ -122,9 +129,6 @@ def _build_all(specs: list[str], painter=None, progress=None, stderr=None) -> li
 
     With a painter, each section's charts go to it as soon as the section is evaluated;
     each report comes with its painter tickets, one per section."""
-    from rooflinec.render import chartdata
-    from rooflinec.cli import report
-    from rooflinec.spec import load as spec
     built, problems = [], []
     for path in specs:
         tickets = [] if painter is not None else None
@@ -158,8 +162,6 @@ def _distinct(specs: list[str]) -> None:
 
 
 def cmd_build(args, stdout, stderr) -> int:
-    from rooflinec.render.charts import Painter
-    from rooflinec.render.formats import CHARTED
     formats = parse_formats(args.format)
     if not args.out:
         raise UsageError("--out: empty; name the output folder, e.g. --out reports")
@@ -181,7 +183,6 @@ def cmd_build(args, stdout, stderr) -> int:
 
 def _render_all(args, formats, painter, progress, stderr=None) -> dict[str, dict[str, str]]:
     """{study stem: {path under --out: text}}."""
-    from rooflinec.render.pages import render_many
     outputs = {}
     for path, (rep, tickets) in zip(args.specs, _build_all(args.specs, painter, progress, stderr)):
         svgs = (lambda tickets=tickets, path=path: [drawn(painter.result(t), path, progress)
@@ -204,7 +205,6 @@ def cmd_check(args, stdout, stderr) -> int:
 
 
 def cmd_explain(args, stdout, stderr) -> int:
-    from rooflinec.cli.explain import explain
     stdout.write(explain(args.spec, args.op, args.variant))
     return 0
 

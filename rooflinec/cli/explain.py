@@ -8,6 +8,7 @@ from rooflinec.base.errors import DeviceError, RooflineError, UsageError
 from rooflinec.model.passes import DEFAULT_VARIANT
 from rooflinec.render.pages import environment
 from rooflinec.cost.workbench import Workbench
+import sympy as sp
 
 
 def explain(path: str, op_name: str, variant: str | None = None) -> str:
@@ -51,7 +52,6 @@ def _forms(ctx, phase: str, name: str, variant: str | None):
 def _value(ctx, expr):
     """`expr` at the model's dimensions as a float (3584/449 also as 7.982), or None where
     it is an integer already or not a finite number."""
-    import sympy as sp
     if expr is None or sp.sympify(expr).is_Integer:   # an integer needs no decimal
         return None
     value = sp.sympify(expr).xreplace(ctx.values)

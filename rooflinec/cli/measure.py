@@ -8,6 +8,10 @@ import os
 
 from rooflinec.cli import output
 from rooflinec.base.errors import RooflineError, UsageError
+from rooflinec.cli import quick
+from rooflinec.spec import load as spec
+from rooflinec.measure import device, model, report
+from rooflinec.spec.load import DTYPE_BYTES
 
 EPILOG = """\
 examples:
@@ -139,8 +143,6 @@ def cmd_trace(args, stdout, stderr) -> int:
 
 def _trace_setup(args):
     """(model, device, dtype, quantization) from --study, or from --model and --device."""
-    from rooflinec.cli import quick
-    from rooflinec.spec import load as spec
     if bool(args.study) == bool(args.model):
         raise UsageError("give --study STUDY.yaml, or --model and --device")
     if args.study:
@@ -205,8 +207,6 @@ def _write_spec(path: str, text: str) -> str:
 
 
 def _device(args) -> str:
-    from rooflinec.measure import device
-    from rooflinec.spec.load import DTYPE_BYTES
     dtypes = None
     if args.dtypes is not None:
         dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
@@ -220,8 +220,6 @@ def _device(args) -> str:
 
 def _model(args) -> tuple[str, dict[str, str]]:
     """The report's stem and its files, by path under --out."""
-    from rooflinec.cli import quick
-    from rooflinec.measure import model, report
     dev = quick._device(args.device)
     if dev.peak("matrix", args.dtype) is None:
         raise UsageError(f"--dtype {args.dtype}: {args.device} lists no tensor peak for it; it has "

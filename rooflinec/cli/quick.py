@@ -14,6 +14,18 @@ from rooflinec.spec import catalog
 from rooflinec.base.roofline import ridge
 from rooflinec.base.errors import RooflineError, UsageError, one_line
 from rooflinec.cli.summary import CONTEXT, PROMPT
+from rooflinec.spec.load import DTYPE_BYTES, Study, load_hardware, load_model
+from rooflinec.base.quantities import gib, seconds, si, sig
+from rooflinec.model import params
+from rooflinec.cost.evaluate import number
+from rooflinec.model.symbol_table import model_values
+from rooflinec.spec import hfimport, load as spec
+from rooflinec.cli.output import check_file_target, write_file
+from rooflinec.spec.validate import closest, schema
+from rooflinec import analyses
+from rooflinec.base import yamlio
+from rooflinec.cost import parallel
+from rooflinec.cli import summary as answers
 
 SERVE_EPILOG = """\
 MODEL is a catalog name (rooflinec models), a model spec YAML, or a Hugging Face config.json
@@ -74,17 +86,14 @@ def register(sub, streams, parents=()) -> None:
 # --- the catalog ----------------------------------------------------------------------
 
 def _devices() -> list:
-    from rooflinec.spec.load import load_hardware
     return [load_hardware(catalog.path("hardware", n)) for n in catalog.names("hardware")]
 
 
 def _models() -> list:
-    from rooflinec.spec.load import load_model
     return [load_model(catalog.path("models", n)) for n in catalog.names("models")]
 
 
 def cmd_devices(args, stdout, stderr) -> int:
-    from rooflinec.base.quantities import gib, si
     rows = [{"name": d.key, "device": d.name, "year": d.year, "tensor_flops": d.tensor,
              "vector_flops": d.vector, "bandwidth": d.bandwidth, "capacity": d.capacity,
              "source": d.source} for d in _devices()]
@@ -103,9 +112,6 @@ def cmd_devices(args, stdout, stderr) -> int:
 
 
 def cmd_models(args, stdout, stderr) -> int:
-    from rooflinec.model import params
-    from rooflinec.cost.evaluate import number
-    from rooflinec.model.symbol_table import model_values
     rows = []
     for m in _models():
         total = int(number(params.count(m).total, model_values(m)))
@@ -133,11 +139,6 @@ def _table(rows) -> str:
 # --- import ---------------------------------------------------------------------------
 
 def cmd_import(args, stdout, stderr) -> int:
-    from rooflinec.spec import hfimport, load as spec
-    from rooflinec.model import params
-    from rooflinec.cost.evaluate import number
-    from rooflinec.cli.output import check_file_target
-    from rooflinec.model.symbol_table import model_values
     if args.out is not None:
         check_file_target(args.out)
     text, notes = hfimport.convert(args.config, args.hf_id)
@@ -153,7 +154,6 @@ def cmd_import(args, stdout, stderr) -> int:
     if args.out is None:
         stdout.write(text)
         return 0
-    from rooflinec.cli.output import write_file
     try:
         write_file(args.out, text)
     except OSError as exc:
@@ -166,7 +166,6 @@ def cmd_import(args, stdout, stderr) -> int:
 
 def _model(ref: str):
     """A catalog name, a model spec YAML, or a config.json (or its folder), as a Model."""
-    from rooflinec.spec import hfimport, load as spec
     if ref.endswith((".yaml", ".yml")) and os.path.isfile(ref):
         return spec.load_model(ref)
     if os.path.isfile(hfimport.config_file(ref)):
@@ -179,7 +178,6 @@ def _model(ref: str):
 
 
 def _device(ref: str):
-    from rooflinec.spec import load as spec
     if ref.endswith((".yaml", ".yml")) and os.path.isfile(ref):
         return spec.load_hardware(ref)
     if catalog.path("hardware", ref):
@@ -188,7 +186,6 @@ def _device(ref: str):
 
 
 def _unknown(kind: str, ref: str, names) -> str:
-    from rooflinec.spec.validate import closest
     return f"{'--device' if kind == 'device' else 'MODEL'}: no {kind} '{ref}'; " \
            f"{closest(ref, names)}catalog {kind}s: {', '.join(names)}"
 
@@ -207,9 +204,6 @@ def serving_section(model, device, dtype: str, batches, context: int, prompt: in
                     tp: int = 1, quantization: dict | None = None) -> dict:
     """The adapter: the study's serving analysis, run on one model and one device (through
     analyses.run, so the study's budgets (points and expression sizes) and finite numbers hold here too)."""
-    from rooflinec import analyses
-    from rooflinec.base import yamlio
-    from rooflinec.spec.load import Study
     where = yamlio.Located("<command line>", {}, {}, {})
     options = {"batch": batches, "contexts": [context], "prompts": [prompt]}
     study = Study(file="<command line>", stem="serve", title="serve", model=model, devices=(device,),
@@ -220,7 +214,6 @@ def serving_section(model, device, dtype: str, batches, context: int, prompt: in
 
 def _storage(args) -> dict:
     """--weights and --kv-cache as a study's `quantization`, each a storage format it accepts."""
-    from rooflinec.spec.validate import schema
     formats = schema("study")["$defs"]["storage"]["enum"]
     out = {}
     for flag, cls, value in (("--weights", "weights", args.weights), ("--kv-cache", "kv_cache", args.kv_cache)):
@@ -233,7 +226,6 @@ def _storage(args) -> dict:
 
 
 def _check_tp(model, tp: int) -> None:
-    from rooflinec.cost import parallel
     try:
         parallel.check(model, tp)
     except parallel.Unshardable as exc:
@@ -247,7 +239,6 @@ def _setup(dtype: str, tp: int, storage: dict) -> str:
 
 
 def cmd_serve(args, stdout, stderr) -> int:
-    from rooflinec.spec.load import DTYPE_BYTES
     batches = _counts(args.batch, "--batch")
     for flag, value in (("--context", args.context), ("--prompt", args.prompt)):
         if value < 1:
@@ -286,7 +277,6 @@ def _plain(value):
 
 def _answers(device, dtype: str, section: dict) -> dict:
     """The report's summary of this one device (`summary` owns it)."""
-    from rooflinec.cli import summary as answers
     dev = {"key": device.key, "name": device.name,
            "ridge_matrix": ridge(device.peak("matrix", dtype), device.bandwidth)}
     return answers.answers(section, [dev], variant=section.get("variant"))
@@ -295,8 +285,6 @@ def _answers(device, dtype: str, section: dict) -> dict:
 def summary(model, device, setup: str, section: dict, dtype: str | None = None) -> str:
     """The serving section as the few lines a model report opens with (`summary` owns them),
     and the decode batches asked for; `setup` heads them (the dtype, formats, devices)."""
-    from rooflinec.cli import summary as answers
-    from rooflinec.base.quantities import gib, seconds, sig
     dtype = dtype or setup
     lines = [answers.text(model.name, setup, _answers(device, dtype, section)).rstrip("\n")]
     if section.get("conventions"):

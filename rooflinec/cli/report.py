@@ -16,6 +16,7 @@ from rooflinec.model.lower import PHASES
 from rooflinec.spec.load import Study
 from rooflinec.base.roofline import ridge
 from rooflinec.cost.workbench import Workbench
+from rooflinec.spec.options import parse
 
 FORMAT = "rooflinec-report"
 VERSION = 1
@@ -150,7 +151,6 @@ def build(study: Study, on_section=None) -> dict:
 
 def _summary(study: Study, bench: Workbench, report: dict) -> dict:
     """The answers the report opens with, from its serving section (or one run for them)."""
-    from rooflinec.spec.options import parse
     shown = next((s for s in report["sections"] if s["kind"] == "serving"), None)
     options = parse("serving", summary.serving_options(study))
     section = shown or analyses.evaluate(bench, "serving", options, empty=True)

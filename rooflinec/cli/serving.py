@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 from importlib import resources
+import yaml
 
 from rooflinec.cli import output
 from rooflinec.base.errors import RooflineError
 from rooflinec.render.formats import parse as parse_formats
+from rooflinec.serving import calibrate, calibration, measurements, rows, validate_ops, validate_runs, validation
+from rooflinec.base.errors import UsageError
+from rooflinec.cli import simulate as sim
 
 SHIPPED = "serving-visible.yaml"   # fitted on the measurements the repository keeps
 SIMULATE_HELP = ("replay each row's benchmark in the serving simulator (rooflinec simulate) instead of "
@@ -15,7 +19,6 @@ SIMULATE_HELP = ("replay each row's benchmark in the serving simulator (roofline
 
 
 def _simulated(args) -> bool:
-    from rooflinec.serving import rows
     return args.simulate or rows.has_layout(args.csv)
 
 
@@ -81,12 +84,9 @@ def _specs_folder(path: str | None) -> str | None:
 
 
 def cmd_calibrate(args, stdout, stderr) -> int:
-    import yaml
     if _simulated(args):
-        from rooflinec.cli import simulate as sim
         return sim.cmd_calibrate(args, stdout, stderr, _specs_folder(args.specs))
 
-    from rooflinec.serving import calibrate, measurements
     output.check_file_target(args.out)
     rows = measurements.read(args.csv)
     prepared = calibrate.prepare(rows, measurements.Specs(_specs_folder(args.specs)))
@@ -106,12 +106,10 @@ def cmd_calibrate(args, stdout, stderr) -> int:
 
 
 def cmd_validate(args, stdout, stderr) -> int:
-    from rooflinec.serving import validate_runs
     formats = parse_formats(args.format)
     say = lambda message: stderr.write(f"{message}\n")   # noqa: E731
     output.probe(args.out, say)
     if _simulated(args):
-        from rooflinec.serving import calibration, validation
         rep = validation.report(args.csv, _specs_folder(args.specs), args.calibration or calibration.shipped())
     else:
         rep = validate_runs.report(args.csv, _specs_folder(args.specs), args.calibration or shipped_calibration())
@@ -125,9 +123,6 @@ def cmd_validate(args, stdout, stderr) -> int:
 
 
 def cmd_validate_ops(args, stdout, stderr) -> int:
-    from rooflinec.serving import measurements
-    from rooflinec.base.errors import UsageError
-    from rooflinec.serving import validate_ops
     formats = parse_formats(args.format)
     if "html" in formats:
         raise UsageError("--format: validate-ops writes md and json only")

@@ -5,9 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import yaml
 
 from rooflinec.cli import output
 from rooflinec.base.errors import RooflineError, UsageError
+from rooflinec.serving.workload import Lengths, Workload
+from rooflinec.spec.load import DTYPE_BYTES
+from rooflinec.cli import quick
+from rooflinec.serving import calibration, engines, fitting, metrics, rows, simulator, stepcost as sc, validation
+from rooflinec.serving.serving_model import Unpredictable
+from rooflinec.serving.measurements import Specs
+from rooflinec.serving.chart import timeline
 
 EPILOG = """\
 A closed loop (--concurrency C) replays the benchmark behind the measured rows: C clients
@@ -84,7 +92,6 @@ def _positive(name: str, v, kind=int):
 
 
 def workload_of(args):
-    from rooflinec.serving.workload import Lengths, Workload
     if (args.concurrency is None) == (args.rate is None):
         raise UsageError("--concurrency: give --concurrency C (closed loop) or --rate R (open loop), one of them")
     c, rate = _positive("concurrency", args.concurrency), _positive("rate", args.rate, float)
@@ -101,17 +108,12 @@ def workload_of(args):
 
 
 def _formats(value, flag):
-    from rooflinec.spec.load import DTYPE_BYTES
     if value is not None and value not in DTYPE_BYTES:
         raise UsageError(f"{flag}: unknown format '{value}'; known: {', '.join(DTYPE_BYTES)}")
     return value
 
 
 def cmd_simulate(args, stdout, stderr) -> int:
-    from rooflinec.cli import quick
-    from rooflinec.serving import calibration, engines, metrics, simulator
-    from rooflinec.serving import stepcost as sc
-    from rooflinec.serving.serving_model import Unpredictable
     work = workload_of(args)
     _positive("tp", args.tp)
     model, device = quick._model(args.model), quick._device(args.device)
@@ -136,7 +138,6 @@ def cmd_simulate(args, stdout, stderr) -> int:
            "workload": work.describe(), "parameters": {"source": where, **vars(params)},
            **metrics.summary(res, args.tp)}
     if args.chart:
-        from rooflinec.serving.chart import timeline
         svg = timeline(res, f"{model.key} on {args.tp} x {device.key}, {policy.name}: {work.describe()}")
         try:
             output.write_file(args.chart, svg)
@@ -165,10 +166,7 @@ def text(out: dict) -> str:
 
 def cmd_calibrate(args, stdout, stderr, specs_root) -> int:
     """`rooflinec calibrate --simulate`: the simulator's parameters fitted to measured rows."""
-    import yaml
 
-    from rooflinec.serving import fitting, rows, validation
-    from rooflinec.serving.measurements import Specs
     cases = fitting.prepare(rows.read(args.csv), Specs(specs_root))
     try:
         fits = fitting.fit_all(cases)

@@ -7,6 +7,8 @@ defaults below when the study has none), so the summary and that section cannot 
 """
 
 from __future__ import annotations
+from rooflinec.base.errors import one_line
+from rooflinec.base.quantities import gib, seconds, sig
 
 # what the summary uses when a study has no serving analysis (and `serve`'s defaults)
 CONTEXT, PROMPT = 4096, 2048
@@ -88,8 +90,6 @@ def deployment(group: dict) -> str:
 
 def text(model_name: str, dtype: str, summary: dict) -> str:
     """The summary as lines for a terminal (`rooflinec serve`)."""
-    from rooflinec.base.errors import one_line
-    from rooflinec.base.quantities import gib, seconds, sig
     lines = []
     group = summary.get("deployment")
     for d in summary["devices"]:

@@ -29,6 +29,7 @@ from rooflinec.cost.evaluate import number
 from rooflinec.model.ir import Program
 from rooflinec.model.symbols import B, L, M, S, b, d_head, n_kv, n_q
 from rooflinec.base.roofline import Roofline, transfer_time
+from rooflinec.model.mla import d_v, kv_elements_per_token_layer
 
 ATTENTION = ("attention", "attention_matmul")
 
@@ -97,7 +98,6 @@ def palm_account(n_params: sp.Expr, sequence=S, model=None) -> Account:
     latent attention (MLA) the values are d_v wide, not the query/key head dim Q: QK^T takes
     2·Q·T and PV 2·d_v·T, so the total is 6N + 6·L·H·(Q + d_v)·T (DeepSeek-V3: Q 192, d_v 128)."""
     if getattr(model, "mla", None) is not None:
-        from rooflinec.model.mla import d_v
         return Account("model FLOPs (PaLM appendix B, values d_v wide under latent attention)",
                        2 * n_params, 2 * L * n_q * (d_head + d_v) * sequence)
     return Account("model FLOPs (PaLM appendix B)", 2 * n_params, 4 * L * n_q * d_head * sequence)
@@ -171,7 +171,6 @@ def kv_bytes_per_token(model=None) -> sp.Expr:
     """K and V, per layer, per KV head, d_head elements each; under latent attention (MLA)
     the latent and the shared rotary key, r_kv + d_rope elements per layer."""
     if getattr(model, "mla", None) is not None:
-        from rooflinec.model.mla import kv_elements_per_token_layer
         return L * kv_elements_per_token_layer() * b
     return 2 * L * n_kv * d_head * b
 

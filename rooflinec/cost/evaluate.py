@@ -9,6 +9,7 @@ import math
 from functools import lru_cache
 
 import sympy as sp
+import numpy
 
 from rooflinec.model import symbols as sym
 
@@ -100,7 +101,6 @@ def vectorised(exprs, args=_ARGS):
     scalars or NumPy arrays for `args` (default: the whole alphabet, in ALPHABET order) and it
     returns a list, one result per expression, broadcast over the arrays.
     """
-    import numpy  # lazily: only sweeps need it
     # The module object, not the string "numpy": the string makes lambdify run
     # `from numpy import *`, which loads numpy's lazy submodules (f2py, testing ...), ~0.15 s.
     return sp.lambdify(args, list(exprs), modules=[numpy], docstring_limit=0)

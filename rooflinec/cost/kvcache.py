@@ -23,18 +23,18 @@ from rooflinec.model import window
 from rooflinec.cost.evaluate import number
 from rooflinec.model.symbols import L, S, b
 from rooflinec.model.symbol_table import model_values
+from rooflinec.cost.efficiency import kv_bytes_per_token
+from rooflinec.model.lower_custom import cache_per_token
+from rooflinec.cost.parallel import on_one_device
 
 
 def formula(model) -> sp.Expr:
     """Bytes one token keeps, all layers at the full context (the symbolic owner)."""
-    from rooflinec.cost.efficiency import kv_bytes_per_token
-    from rooflinec.model.lower_custom import cache_per_token
     return kv_bytes_per_token(model) + cache_per_token(model)
 
 
 def _per_layer(model) -> sp.Expr:
     """Bytes one attention layer keeps per token (the part a window caps)."""
-    from rooflinec.cost.efficiency import kv_bytes_per_token
     return kv_bytes_per_token(model).xreplace({L: 1})
 
 
@@ -43,12 +43,10 @@ def sequence_formula(model) -> sp.Expr:
     local = window.local_layers(model)
     if not local:
         return formula(model) * S
-    from rooflinec.model.lower_custom import cache_per_token
     return _per_layer(model) * ((L - local) * S + local * window.keys()) + cache_per_token(model) * S
 
 
 def _value(expr: sp.Expr, model, b_kv, tp: int, pp: int, ep: int = 1):
-    from rooflinec.cost.parallel import on_one_device
     return number(expr.xreplace(on_one_device(model, tp, pp, ep)), {**model_values(model), b: b_kv})
 
 

@@ -39,6 +39,9 @@ import sympy as sp
 from rooflinec.cost.collectives import Collective
 from rooflinec.model.ir import Cost, Program, verify
 from rooflinec.model.symbols import L, M, V, b, d_ff, d_model, n_kv, n_q
+from rooflinec.model.moe import d_e, d_s, distinct, k, repeats
+from rooflinec.model.params import count
+from rooflinec.model.symbol_table import model_values
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,6 @@ def per_device(model, tp: int, ep: int = 1) -> dict:
     if tp == 1:
         return {}
     check(model, tp, ep)
-    from rooflinec.model.moe import d_e, d_s
     moe = getattr(model, "moe", None)
     experts = {} if moe is None else {d_s: d_s / tp, **({d_e: d_e / tp} if ep == 1 else {})}
     return {n_q: n_q / tp, n_kv: sp.Integer(1) if kv_replicated(model, tp) else n_kv / tp,
@@ -196,7 +198,6 @@ def _busiest(cost: Cost | None, rows, weights) -> Cost | None:
 def expert_collectives(model, tp: int, ep: int) -> tuple[Collective, ...]:
     """Each MoE layer's dispatch and combine all-to-alls: M*k rows of d_model, (ep-1)/ep of
     them to other devices."""
-    from rooflinec.model.moe import k, repeats
     payload, repeat = M * k * d_model * b, repeats(model)[0]
     return (Collective("moe_dispatch_all_to_all", "all_to_all", payload, ep, "ep", tp * ep,
                        repeat=repeat, after="router_topk", why="each token's k routed rows go to "
@@ -211,7 +212,6 @@ def split_experts(program: Program, model, ep: int, tp: int = 1) -> Program:
     if ep == 1:
         return program
     check_ep(model, ep)
-    from rooflinec.model.moe import distinct, k
     rows, experts = M * k, distinct(model)
     share = (sp.ceiling(rows / ep) / rows, sp.ceiling(experts / ep) / experts)
     ops = tuple(replace(op, cost=_busiest(op.cost, *share), epilogue=_busiest(op.epilogue, *share))
@@ -324,8 +324,6 @@ def stage_params(model, tp: int, pp: int = 1, ep: int = 1) -> tuple[list, sp.Exp
     shards and E/ep of the routed experts), and those outside the layers (embeddings, final
     norm, LM head); the stages and the rest sum to the model's parameters on one tp x ep
     shard."""
-    from rooflinec.model.params import count
-    from rooflinec.model.symbol_table import model_values
     if ep > 1:
         check_ep(model, ep)
     shard, values = per_device(model, tp, ep), model_values(model)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import sympy as sp
+import numpy as np
 
 from rooflinec.model import symbols as sym
 from rooflinec.cost.evaluate import vectorised
@@ -137,18 +138,15 @@ class Totals:
     @property
     def bound(self):
         """"compute" where compute-bound ops hold at least half the step's time."""
-        import numpy as np
         return np.where(2 * self.compute_time >= self.time, "compute", "memory")
 
 
 def _peaks(kernel: Kernel, bench, device, dtype: str):
-    import numpy as np
     return np.array([bench.op_peak(device, op, dtype) for op in kernel.ops])[:, None]
 
 
 def _costs(kernel: Kernel, values: list, n: int):
     """FLOPs and bytes per op (rows) at each point of a chunk (columns), and the tokens."""
-    import numpy as np
     with np.errstate(all="ignore"):     # a non-finite value is reported, located, downstream
         outputs = kernel.fn(*values)
     flops = np.zeros((len(kernel.ops), n))
@@ -166,7 +164,6 @@ def run(kernel: Kernel, bench, axes: dict, devices, dtype: str, chunk: int = CHU
     """Totals for every device over the grid of `axes` ({symbol: values}), chunk by chunk;
     `bench` (the study's workbench) gives the symbols' values (weights and KV cache in
     `formats` where given) and the peaks."""
-    import numpy as np
     symbols = list(axes)
     grids = [np.asarray(axes[s], dtype=float) for s in symbols]
     shape = tuple(len(g) for g in grids)

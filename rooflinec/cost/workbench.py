@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from dataclasses import replace
 
 from rooflinec.cost import collectives as C
 from rooflinec.cost import parallel as par
@@ -26,6 +27,8 @@ from rooflinec.cost.evaluate import number
 from rooflinec.model.ir import Op, Program
 from rooflinec.model.lower import Conventions, lower
 from rooflinec.spec.options import convention_defaults, parallel_defaults
+from rooflinec.spec.load import Study
+from rooflinec.cost.efficiency import fit_tokens, step_terms
 
 # --- peaks ----------------------------------------------------------------------------
 
@@ -132,14 +135,12 @@ class Workbench:
     def of(cls, model, devices=(), dtype: str = "bf16", conventions: dict | None = None,
            quantization: dict | None = None) -> Workbench:
         """A workbench without a study file (tests, the benchmark): problems cannot be located."""
-        from rooflinec.spec.load import Study
         return cls(Study("", "", "", model, tuple(devices), dtype, dict(conventions or {}),
                          quantization=dict(quantization or {})))
 
     def without(self, device) -> Workbench:
         """The same study less one device (a section it lacks a figure for); programs are
         shared, since each is keyed by its device."""
-        from dataclasses import replace
         bench = Workbench(replace(self.study, devices=tuple(d for d in self.devices if d is not device)))
         bench._programs, bench.named = self._programs, self.named
         return bench
@@ -246,7 +247,6 @@ class Workbench:
 
     def largest_batch(self, device, context: int, dtype: str | None = None) -> int:
         """Largest batch whose sequences of `context` tokens all fit beside the weights."""
-        from rooflinec.cost.efficiency import fit_tokens
         return fit_tokens(device.capacity, self.weight_bytes(dtype), self.kv_per_sequence(context, dtype))
 
     # devices
@@ -366,7 +366,6 @@ class Workbench:
     def step_terms(self, phase: str, variant: str, device, conventions: Conventions | None = None):
         """The two terms of `phase`'s whole step on `device` under the overlapped rule
         (`conventions`: other choices than the study's, e.g. a bound's lower.LEAST_WORK)."""
-        from rooflinec.cost.efficiency import step_terms
         program = self.program(phase, variant, device, conventions=conventions)
         return step_terms(program, self.values,
                           lambda op: exact(self.peak(device, op.unit, None,

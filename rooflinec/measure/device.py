@@ -16,6 +16,7 @@ import glob
 import os
 import platform
 from dataclasses import dataclass
+import yaml
 
 from rooflinec import measure
 from rooflinec.measure.timing import Timing, clock, clock_name, repeat
@@ -218,7 +219,6 @@ def _size(nbytes: int) -> dict:
 
 
 def yaml_text(data: dict) -> str:
-    import yaml
     header = ("# Measured by `rooflinec measure device`: the rates PyTorch's kernels reach on this\n"
               "# machine, not datasheet peaks. See measured.leaves_out for what it does not cover.\n")
     return header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)

@@ -7,6 +7,10 @@ from dataclasses import dataclass, replace
 from rooflinec import measure
 from rooflinec.base.errors import RooflineError
 from rooflinec.measure import profile, reference
+from rooflinec.model.symbols import B, S
+from rooflinec.cost.workbench import Workbench
+from rooflinec.measure.device import TORCH_DTYPES
+from rooflinec.measure import hf
 
 # A measured time under (1 - TOLERANCE) x its roofline time breaks the bound. The slack covers
 # the calibration itself: its best copy or product may run a little slower than a model's op
@@ -35,8 +39,6 @@ def predict(model, device, dtype: str, phase: str, batch: int, context: int,
             conventions: dict) -> dict[str, Predicted]:
     """Every op's roofline from the cost model: the one place this package calls lowering
     and evaluation."""
-    from rooflinec.model.symbols import B, S
-    from rooflinec.cost.workbench import Workbench
     bench = Workbench.of(model, [device], dtype, conventions)
     # the naive program: the ops the implementations run, each kernel through memory
     rows = bench.ledger(bench.program(phase, "unfused"), device, {B: batch, S: context}).rows
@@ -75,7 +77,6 @@ def measure_model(model, device, dtype: str = "fp32", phase: str = "decode", bat
     if model.positions == "learned" and context + (phase == "decode") > (model.max_context or 0):
         raise RooflineError(f"--context {context}: {model.name} has learned positions up to "
                             f"{model.max_context} tokens")
-    from rooflinec.measure.device import TORCH_DTYPES
     builder = _implementation(impl, model)
     decoder = builder(torch, model, here, getattr(torch, TORCH_DTYPES[dtype]), phase, batch, context)
     predicted = predict(model, device, dtype, phase, batch, context, decoder.conventions)
@@ -89,7 +90,6 @@ def measure_model(model, device, dtype: str = "fp32", phase: str = "decode", bat
 def _implementation(impl: str, model):
     if impl == "reference":
         return reference.Decoder
-    from rooflinec.measure import hf
     try:
         import transformers  # noqa: F401
     except ImportError:

@@ -8,6 +8,9 @@ import math
 
 from rooflinec.base import roofline
 from rooflinec.measure.model import TOLERANCE, Measurement
+from rooflinec.cost.chartpoints import point
+from rooflinec.render import charts
+from rooflinec.render.pages import environment
 
 
 def step_bytes(m: Measurement) -> float:
@@ -111,7 +114,6 @@ def build(m: Measurement) -> dict:
 
 def chart(report: dict) -> dict:
     """The device's roofline with each op twice: on its roof (predicted) and where it ran."""
-    from rooflinec.cost.chartpoints import point
     dev = report["device"]
     pts = []
     for r in report["rows"]:
@@ -132,8 +134,6 @@ def chart(report: dict) -> dict:
 
 def render(report: dict, stem: str) -> dict[str, str]:
     """File name -> text: <stem>.md, <stem>.json, <stem>.svg."""
-    from rooflinec.render import charts
-    from rooflinec.render.pages import environment
     svg = charts.draw(chart(report))
     md = environment(False, markdown=True).get_template("measure.md.j2").render(r=report, chart=f"{stem}.svg")
     return {f"{stem}.md": md, f"{stem}.json": json.dumps(report, indent=1) + "\n", f"{stem}.svg": svg}

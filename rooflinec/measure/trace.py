@@ -30,6 +30,7 @@ import ijson
 import yaml
 
 from rooflinec.base.errors import RooflineError, UsageError
+from rooflinec.base.vocabulary import CATEGORIES
 
 STEP_NAME = re.compile(r"ProfilerStep#(\d+)$")
 STEP_CATS = {"user_annotation": "cpu", "gpu_user_annotation": "gpu"}
@@ -285,7 +286,6 @@ class Rule:
 
 def load_rules(extra: str | None = None) -> tuple[Rule, ...]:
     """The user's rules (tried first), then the shipped ones."""
-    from rooflinec.base.vocabulary import CATEGORIES
     shipped = resources.files("rooflinec.measure").joinpath("trace_rules.yaml")
     texts = [(extra, _text(extra))] if extra else []
     texts.append(("trace_rules.yaml (shipped)", shipped.read_text()))

@@ -17,6 +17,10 @@ from dataclasses import replace
 from rooflinec.model import passes
 from rooflinec.measure.trace import Trace, classify
 from rooflinec.model.symbols import B, S, b
+from rooflinec.cost.workbench import Workbench
+from rooflinec.cost.chartpoints import point
+from rooflinec.render import charts
+from rooflinec.render.pages import environment
 
 LEAST_WORK = {"causal_halving": True, "logits": "last", "bias": "in_gemm", "qkv": "fused"}
 
@@ -24,7 +28,6 @@ LEAST_WORK = {"causal_halving": True, "logits": "last", "bias": "in_gemm", "qkv"
 def bound_rows(model, device, dtype: str, phase: str, batch: int, context: int,
                quantization: dict | None = None):
     """The ledger rows of the eager program on one device: unfused ops, ideal attention."""
-    from rooflinec.cost.workbench import Workbench
     bench = Workbench.of(model, [device], dtype, LEAST_WORK, quantization)
     unfused = bench.program(phase, "unfused")
     target = passes.Target(device, bench.conventions, model.head_dim, bench.values[b])
@@ -109,7 +112,6 @@ def violation(report: dict, group: str) -> str:
 
 def chart(report: dict) -> dict:
     """The device's roofline with each group twice: on its roof and where its kernels ran."""
-    from rooflinec.cost.chartpoints import point
     pts = []
     for g in report["groups"]:
         if not (g["flops"] and g["measured_s"] and g["roofline_s"]):
@@ -127,8 +129,6 @@ def chart(report: dict) -> dict:
 
 def render(report: dict, stem: str) -> dict[str, str]:
     """File name -> text: <stem>.md, <stem>.json, <stem>.svg."""
-    from rooflinec.render import charts
-    from rooflinec.render.pages import environment
     svg = charts.draw(chart(report))
     md = environment(False, markdown=True).get_template("trace.md.j2").render(r=report, chart=f"{stem}.svg")
     return {f"{stem}.md": md, f"{stem}.json": json.dumps(report, indent=1) + "\n", f"{stem}.svg": svg}

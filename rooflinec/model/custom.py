@@ -19,6 +19,7 @@ from rooflinec.base.errors import Problem
 from rooflinec.base.formula import FUNCTIONS, FormulaError, parse_formula
 from rooflinec.model.ir import Cost
 from rooflinec.base.yamlio import Located, format_path
+from rooflinec.model.ir import intensity
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 CLASSES = ("weights", "kv_cache", "activations")   # "scores" belongs to the attention steps
@@ -208,7 +209,6 @@ def _signs(doc: Located, path: tuple, cost: Cost, spec) -> list[Problem]:
 
 def _knob(doc: Located, path: tuple, cost: Cost, knob: sp.Symbol) -> list[Problem]:
     """A crossing knob must be the one workload symbol the intensity depends on."""
-    from rooflinec.model.ir import intensity
     free = intensity(cost).free_symbols & set(sym.WORKLOAD)
     if knob not in free:
         return [doc.problem(path, f"the intensity does not depend on {knob}, so {knob} cannot "

@@ -17,6 +17,7 @@ from rooflinec.model import lower_custom, mla, moe, window
 from rooflinec.model.ir import Op, Program, verify
 from rooflinec.model.ops import FORMULAS, UNITS
 from rooflinec.model.symbols import B, L, M, S, V, b, d_ff, d_head, d_model, n_kv, n_q
+from rooflinec.model.mla import attention_ops, d_v
 
 PHASES = ("decode", "prefill")
 GATED = {"swiglu": "silu", "geglu": "gelu"}   # gated MLP kind -> the gate's activation
@@ -165,7 +166,6 @@ def _residual(name, into, operands=2) -> Op:
 
 def _self_attention(model, phase: str, conv: Conventions) -> list[Op]:
     if model.mla is not None:
-        from rooflinec.model.mla import attention_ops, d_v
         linear = lambda name, tokens, k, n, shape: _linear(name, tokens, k, n, shape, False, conv)  # noqa: E731
         return [*attention_ops(model, phase, conv, _op, linear),
                 *_linear("o_proj", M, n_q * d_v, d_model, "X[M,n_q*d_v] @ W[n_q*d_v,d_model]", False, conv)]

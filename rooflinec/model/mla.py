@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rooflinec.model import symbols as sym
+from rooflinec.model.symbols import B, M, S, b, d_model, n_q
 
 r_q = sym.dimension("r_q")
 r_kv = sym.dimension("r_kv")
@@ -64,7 +65,6 @@ FORMS = {"absorbed": "decode attends in the latent space: W_UK folded into the q
 def attention_ops(model, phase: str, conv, make_op, linear) -> list:
     """Query and KV projections, rotary positions, attention in `conv.mla`'s form (prefill
     always decompresses: its new keys are its queries), and the output projection's input."""
-    from rooflinec.model.symbols import B, M, S, b, d_model, n_q
     m = model.mla
     q_width = n_q * (d_nope + d_rope)
     if m.q_lora_rank:

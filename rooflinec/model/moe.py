@@ -16,6 +16,7 @@ import sympy as sp
 from rooflinec.model import symbols as sym
 from rooflinec.model.ops.vector import SOFTMAX_FLOPS
 from rooflinec.model.symbols import L, M, b, d_ff, d_model
+from rooflinec.model.ops.moe import distinct_experts
 
 E = sym.dimension("E")        # routed experts
 k = sym.dimension("k")        # experts each token is routed to (top-k)
@@ -80,7 +81,6 @@ def distinct(model) -> sp.Expr:
     """Distinct routed experts a step of M tokens reads per MoE layer, as the expert GEMMs
     count them: E*(1-(1-k/E)^M), or over E/rho hot experts under imbalanced routing; exactly
     k at M = 1."""
-    from rooflinec.model.ops.moe import distinct_experts
     return distinct_experts(M, E / rho if model.moe.imbalance != 1 else E, k)
 
 

@@ -18,8 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import sympy as sp
+from dataclasses import replace
 
 from rooflinec.model.symbols import L, V, d_ff, d_head, d_model, n_kv, n_q
+from rooflinec.model.mla import d_nope, d_rope, d_v, r_kv, r_q
+from rooflinec.model.moe import E, d_e, d_s, k, repeats
+from rooflinec.model.lower_custom import RUNS
 
 ONE = sp.Integer(1)
 
@@ -94,7 +98,6 @@ def _layer(name, group, per, matmul=True, note="") -> Component:
 
 def _latent_attention(model) -> list[Component]:
     """MLA (DeepSeek-V2/V3): low-rank query and KV projections, their norms, the output."""
-    from rooflinec.model.mla import d_nope, d_rope, d_v, r_kv, r_q
     q_width = n_q * (d_nope + d_rope)
     q = ([_layer("q_a_proj", "attention", d_model * r_q), _layer("q_b_proj", "attention", r_q * q_width),
           _layer("q_a_norm", "norm", r_q, matmul=False)] if model.mla.q_lora_rank
@@ -147,9 +150,7 @@ def _dense_mlp(model) -> list[Component]:
 
 def _moe(model) -> list[Component]:
     """Router, routed experts (k of E active), shared experts; dense layers keep the dense MLP."""
-    from dataclasses import replace
 
-    from rooflinec.model.moe import E, d_e, d_s, k, repeats
     moe_repeat, dense = repeats(model)
     ups, note = _MLP[model.mlp_kind]
     mats = len(ups) + 1
@@ -203,6 +204,5 @@ def count(model) -> Params:
 
 def _declared(model) -> list[Component]:
     """Weights the model spec's own operators hold (not assumed to meet every token)."""
-    from rooflinec.model.lower_custom import RUNS
     return [Component(d.name, "declared", d.params, RUNS[d.runs], False, False, "declared by the model spec")
             for d in model.operators if d.params != 0]

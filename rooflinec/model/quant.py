@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import sympy as sp
+from dataclasses import replace
+from rooflinec.model.symbols import b
+from rooflinec.model.ir import Cost
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,6 @@ def weight_elements(cost):
     """The weight elements `cost` reads: its weight bytes at one byte per element (b or b_w).
     Substituted, not divided and cancelled: cancelling expands E*(1 - (1 - k/E)^M) into
     powers E^M that no float holds at a prefill's M."""
-    from rooflinec.model.symbols import b
     return cost.bytes_of("weights").xreplace({b: 1, b_w: 1})
 
 
@@ -104,10 +106,7 @@ def retype(program, classes):
     the compute dtype's bytes) give weights and KV cache their own symbols too. A matrix op
     that reads weights gains f_dq FLOPs per weight element it reads (the dequantisation; zero
     when the weights are in the compute's format)."""
-    from dataclasses import replace
 
-    from rooflinec.model.ir import Cost
-    from rooflinec.model.symbols import b
     own = CLASS_SYMBOLS if ACTIVATIONS in classes else classes
     swap = {cls: CLASS_SYMBOLS[cls] for cls in own}
     if not swap:

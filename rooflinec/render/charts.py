@@ -17,6 +17,8 @@ import textwrap
 import threading
 import time
 from functools import cache
+import multiprocessing
+import queue
 
 from rooflinec.base.quantities import short
 
@@ -494,7 +496,6 @@ class Painter:
     """
 
     def __init__(self):
-        import multiprocessing
         ctx = multiprocessing.get_context("fork")
         self._jobs, self._results = ctx.Queue(), ctx.Queue()
         self._proc = ctx.Process(target=_paint, args=(self._jobs, self._results, os.getpid()),
@@ -505,7 +506,6 @@ class Painter:
 
     @staticmethod
     def available() -> bool:
-        import multiprocessing
         return _cores() >= 2 and "fork" in multiprocessing.get_all_start_methods()
 
     def submit(self, charts: list[dict]) -> int:
@@ -515,7 +515,6 @@ class Painter:
         return ticket
 
     def result(self, ticket: int) -> list[str]:
-        import queue
         while ticket not in self._done:
             try:
                 done, svgs = self._results.get(timeout=0.5)

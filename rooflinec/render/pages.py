@@ -11,12 +11,17 @@ from functools import cache, lru_cache
 import jinja2
 import sympy as sp
 from markupsafe import Markup
+from markupsafe import escape
 
 from rooflinec.cost import bounds
 from rooflinec.base.errors import one_line
 from rooflinec.render.formats import CHARTED, FORMATS
 from rooflinec.base.quantities import gib, seconds, si, sig
 from rooflinec.base.vocabulary import CATEGORIES
+from rooflinec.render.chartdata import for_section, slug
+from rooflinec.render import chartdata, mathml
+from rooflinec.render.mdtables import narrow
+from rooflinec.render.charts import DEVICE_COLOURS, draw_all, inline
 
 
 @lru_cache(maxsize=4096)
@@ -108,7 +113,6 @@ def _mark(fn):
 
 def _html(tag: str):
     def mark(text):
-        from markupsafe import Markup, escape
         return Markup(f"<{tag}>{escape(text)}</{tag}>")
     return mark
 
@@ -121,7 +125,6 @@ def _md_sub(base, index):
 
 
 def _html_sub(base, index):
-    from markupsafe import Markup, escape
     return Markup(f"<var>{escape(base)}<sub>{escape(index)}</sub></var>")
 
 
@@ -150,7 +153,6 @@ def environment(autoescape: bool, markdown: bool = False) -> jinja2.Environment:
         finalize=None if autoescape else md_text if markdown else _finalize_text,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters.update(FILTERS)
-    from rooflinec.render.chartdata import for_section
     env.filters["for_section"] = for_section
     if autoescape:
         env.filters.update(HTML_MARKS)
@@ -160,8 +162,6 @@ def environment(autoescape: bool, markdown: bool = False) -> jinja2.Environment:
         env.filters.update(MD_MARKS)
     env.globals["rules"] = bounds.RULES
     if autoescape:
-        from rooflinec.render import mathml
-        from rooflinec.render.chartdata import slug
         env.filters.update({"math": mathml.mathml, "symbol": symbol, "slug": slug})
         env.globals.update({"identity": mathml.identity, "cancelled": mathml.cancelled,
                             "categories": CATEGORIES})
@@ -173,7 +173,6 @@ def environment(autoescape: bool, markdown: bool = False) -> jinja2.Environment:
 def chart_slots(report: dict) -> list[list[dict]]:
     """Every chart of the report, per section: its file path (under <stem>/), caption, alt
     text and the data to draw it from."""
-    from rooflinec.render import chartdata
     return [[{"path": f"{report['study']}/{c['name']}.svg", "title": c["title"], "alt": c["alt"],
               "kind": c["kind"], "spec": c, "left_out": c.get("left_out")} for c in section]
             for section in chartdata.plan(report)]
@@ -182,7 +181,6 @@ def chart_slots(report: dict) -> list[list[dict]]:
 def markdown(report: dict, charts: list[list[dict]] | None = None) -> str:
     """Markdown links the chart files; it never holds their SVG."""
     charts = charts if charts is not None else [[] for _ in report["sections"]]
-    from rooflinec.render.mdtables import narrow
     text = environment(False, markdown=True).get_template("md/report.md.j2").render(
         r=report, charts=charts)
     return narrow(text, [d["key"] for d in report["devices"]])
@@ -194,9 +192,7 @@ def _token(i: int, j: int) -> str:
 
 def html_text(report: dict, charts: list[list[dict]]) -> str:
     """Self-contained HTML, formulas as MathML, with a marker where each chart's SVG goes."""
-    from markupsafe import Markup
 
-    from rooflinec.render.charts import DEVICE_COLOURS
     marked = [[dict(c, svg=Markup(_token(i, j))) for j, c in enumerate(section)]
               for i, section in enumerate(charts)]
     colours = {d["key"]: DEVICE_COLOURS[i % len(DEVICE_COLOURS)] for i, d in enumerate(report["devices"])}
@@ -206,8 +202,6 @@ def html_text(report: dict, charts: list[list[dict]]) -> str:
 
 def inline_charts(text: str, charts: list[list[dict]], svgs: list[list[str]]) -> str:
     """The HTML with each chart's SVG in place of its marker (ids made unique per chart)."""
-    from rooflinec.render.chartdata import slug
-    from rooflinec.render.charts import inline
     for i, (section, drawn) in enumerate(zip(charts, svgs)):
         for j, (c, svg) in enumerate(zip(section, drawn)):
             if c["left_out"]:   # the template wrote why instead of a marker
@@ -263,7 +257,6 @@ def render_many(report: dict, formats, svgs=None) -> dict[str, str]:
     if callable(svgs):
         svgs = svgs()
     if svgs is None:
-        from rooflinec.render.charts import draw_all
         svgs = [draw_all([c["spec"] for c in section]) for section in slots]
     if "html" in formats:
         out[f"{stem}.html"] = inline_charts(out[f"{stem}.html"], slots, svgs)

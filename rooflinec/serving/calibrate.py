@@ -19,6 +19,10 @@ import numpy as np
 
 from rooflinec.serving.lsq import jacobian
 from rooflinec.serving.serving_model import PARAMETERS, Costs, Efficiency, timed
+from rooflinec.serving import measurements
+from rooflinec.serving.serving_model import Unpredictable, costs, predict
+from rooflinec.base import yamlio
+from rooflinec.base.errors import SpecError
 
 FRACTIONS = ("bandwidth_fraction", "compute_fraction")
 FITTED = ("compute_fraction", "per_layer_s")
@@ -95,7 +99,6 @@ class Prepared:
 
 
 def prepare(rows, specs) -> list[Prepared]:
-    from rooflinec.serving import measurements
     out, seen = [], {}   # rows of one configuration share its costs: computed once
     for row in rows:
         key = measurements.configuration(row)
@@ -106,8 +109,6 @@ def prepare(rows, specs) -> list[Prepared]:
 
 
 def _prepared(row, specs) -> Prepared:
-    from rooflinec.serving import measurements
-    from rooflinec.serving.serving_model import Unpredictable, costs
     run = measurements.resolve(row, specs)
     if isinstance(run, str):
         return Prepared(row, reason=run)
@@ -144,7 +145,6 @@ def fit_all(prepared: list[Prepared], free=FITTED) -> Calibration:
 
 def document(cal: Calibration, prepared: list[Prepared], source: str) -> dict:
     """The calibration YAML's content: parameters per (device, engine), the fit's residuals."""
-    from rooflinec.serving.serving_model import predict
     usable = [p for p in prepared if p.costs is not None]
 
     def residuals(ps):
@@ -184,8 +184,6 @@ def _r(x: float) -> float:
 
 def load(file: str) -> Calibration:
     """A calibration YAML as written by `document`; problems located in the file."""
-    from rooflinec.base import yamlio
-    from rooflinec.base.errors import SpecError
     doc = yamlio.load(file)
     d, problems = doc.data, []
 

@@ -14,6 +14,7 @@ from importlib import resources
 from rooflinec.base import yamlio
 from rooflinec.base.errors import SpecError
 from rooflinec.serving.stepcost import NAMES, Parameters
+from rooflinec.serving import calibrate
 
 FRACTIONS = ("bandwidth_fraction", "compute_fraction")
 SHIPPED = "simulator-visible.yaml"
@@ -42,7 +43,6 @@ def load(file: str) -> Table:
     if not isinstance(d, dict) or "default" not in d:
         raise SpecError([doc.problem((), "expected a calibration mapping with 'default', 'engines' and 'groups'")])
     if d.get("kind") != KIND:   # the steady-state model's calibration: read by its own loader
-        from rooflinec.serving import calibrate
         old = calibrate.load(file)
         return Table(Parameters.of(old.default), {k: Parameters.of(v) for k, v in old.groups.items()},
                      {k: Parameters.of(v) for k, v in old.engines.items()}, old.fitted, "steady-state calibration")

@@ -16,6 +16,7 @@ from rooflinec.base.errors import RooflineError
 from rooflinec.cost import collectives as C
 from rooflinec.serving import intervals, opfit, oplowering, opprofiles, optable
 from rooflinec.serving.optable import CLASSES
+from rooflinec.render import charts, pages as rnd
 
 LEVEL = 0.8
 WORST = 15
@@ -247,7 +248,6 @@ def chart(points: dict, ridge: float, title: str) -> str:
     """Achieved fraction of the roofline (bound / measured) against intensity, one series per
     op; an op class without FLOPs (a gather) against the bytes it moves instead. The markers are
     rasterised inside the SVG: tens of thousands of vector markers would make it megabytes."""
-    from rooflinec.render import charts
     fig = charts._matplotlib()(figsize=(6.4, 4.2), dpi=150)
     fig.subplots_adjust(left=0.12, right=0.98, bottom=0.13, top=0.9)
     ax = fig.add_subplot(1, 1, 1)
@@ -276,7 +276,6 @@ def chart(points: dict, ridge: float, title: str) -> str:
 
 def render(rep: dict, formats) -> dict[str, str]:
     """{relative path: text}: ops.md with a chart per op class under ops/, ops.json."""
-    from rooflinec.render import pages as rnd
     out = {}
     if "md" in formats:
         names = {c["class"]: f"{STEM}/{c['class']}.svg" for c in rep["classes"]}

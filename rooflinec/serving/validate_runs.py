@@ -7,9 +7,12 @@ import math
 import os
 
 import numpy as np
+from markupsafe import Markup
 
 from rooflinec.serving import calibrate, measurements
 from rooflinec.serving.serving_model import ALL_REDUCES_PER_LAYER, BOUND, bound, predict, request_bound
+from rooflinec.render import charts, pages as rnd
+from rooflinec.render.charts import inline
 
 WORST = 5
 HOLDOUTS = ("model", "tp", "engine")
@@ -163,7 +166,6 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None) 
 def chart(rep: dict) -> str:
     """Predicted (calibrated) against measured TPOT and TTFT, log-log, y = x; colour by model,
     marker by tp."""
-    from rooflinec.render import charts
     fig = charts._matplotlib()(figsize=(9.0, 4.6))
     fig.subplots_adjust(left=0.08, right=0.99, bottom=0.27, top=0.9, wspace=0.28)
     done = [r for r in rep["rows"] if r["predicted"]]
@@ -196,16 +198,13 @@ CHART = f"{STEM}/predicted-vs-measured.svg"
 
 def render(rep: dict, formats) -> dict[str, str]:
     """{relative path: text} for the requested formats (md links the chart, html inlines it)."""
-    from rooflinec.render import pages as rnd
     out = {}
     svg = chart(rep) if {"md", "html"} & set(formats) else None
     if "md" in formats:
         out[f"{STEM}.md"] = rnd.environment(False, markdown=True).get_template("md/validation.md.j2").render(r=rep, chart=CHART)
         out[CHART] = svg
     if "html" in formats:
-        from markupsafe import Markup
 
-        from rooflinec.render.charts import inline
         out[f"{STEM}.html"] = rnd.environment(True).get_template("html/validation.html.j2").render(
             r=rep, svg=Markup(inline(svg, "validation")))
     if "json" in formats:

@@ -5,6 +5,7 @@ a spec may describe a device unlike any today."""
 from __future__ import annotations
 
 from rooflinec.base import roofline
+from rooflinec.base.quantities import si
 
 # generous bounds around every accelerator shipped so far (a 2017 V100 to a 2024 B200, a TPU,
 # a workstation card) and the CPUs `measure device` describes: memory bandwidth in B/s, the
@@ -19,7 +20,6 @@ def _outside(value: float, bounds: tuple[float, float]) -> bool:
 
 def device_warnings(doc, device) -> tuple[str, ...]:
     """Located warnings for `device`'s figures, loaded from `doc`."""
-    from rooflinec.base.quantities import si
     found = []
     if _outside(device.bandwidth, BANDWIDTH):
         found.append(doc.problem(("memory", "bandwidth"), (
