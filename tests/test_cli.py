@@ -1,6 +1,5 @@
 """The CLI, in-process: exact exit codes and output, no subprocess."""
 
-import io
 import os
 import shutil
 from pathlib import Path
@@ -8,15 +7,8 @@ from pathlib import Path
 import pytest
 
 from rooflinec.spec import catalog
-from rooflinec.cli.app import run
 
 CATALOG = Path(catalog.ROOT)
-
-
-def call(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    code = run(list(argv), out, err)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture
@@ -26,7 +18,7 @@ def tree(tmp_path):
     return tmp_path / "specs"
 
 
-def test_build_writes_md_and_json(tmp_path):
+def test_build_writes_md_and_json(call, tmp_path):
     code, out, err = call("build", "specs/qwen.yaml", "--out", str(tmp_path), "--format", "md,json")
     assert code == 0, err
     # qwen/: the charts; the manifest: which files this study's build wrote
@@ -34,24 +26,24 @@ def test_build_writes_md_and_json(tmp_path):
     assert f"wrote {tmp_path / 'qwen.md'}" in out
 
 
-def test_check_reports_ok():
+def test_check_reports_ok(call):
     assert call("check", "specs/qwen.yaml") == (0, "specs/qwen.yaml: ok\n", "")
 
 
-def test_explain_prints_the_derivation():
+def test_explain_prints_the_derivation(call):
     code, out, _ = call("explain", "specs/qwen.yaml", "k_proj")
     assert code == 0
     assert "k_proj in Qwen2.5-7B-Instruct" in out
     assert "compute-bound from M = 259" in out      # exact crossing on the RTX 4090
 
 
-def test_explain_unknown_op_lists_the_ops():
+def test_explain_unknown_op_lists_the_ops(call):
     code, _, err = call("explain", "specs/qwen.yaml", "qproj")
     assert code == 2 and "no op 'qproj'" in err and "q_proj" in err
     assert err.startswith("usage: rooflinec explain ")     # a command-line mistake: exit 2, usage
 
 
-def test_explain_works_where_the_first_device_has_no_sram():
+def test_explain_works_where_the_first_device_has_no_sram(call):
     """PaLM's TPU gives no SRAM figure: FlashAttention cannot be tiled there, but q_proj, an
     op of the naive program, needs no tiles."""
     code, out, err = call("explain", "specs/palm.yaml", "q_proj")
@@ -59,12 +51,12 @@ def test_explain_works_where_the_first_device_has_no_sram():
     assert "q_proj in PaLM 540B" in out
 
 
-def test_explain_without_a_model_says_so():
+def test_explain_without_a_model_says_so(call):
     code, _, err = call("explain", "specs/accelerators.yaml", "q_proj")
     assert code == 1 and "explain needs a study with a model" in err
 
 
-def test_two_specs_with_one_file_name_are_refused(tree, tmp_path):
+def test_two_specs_with_one_file_name_are_refused(call, tree, tmp_path):
     other = tmp_path / "elsewhere"
     shutil.copytree(tree, other)
     out = tmp_path / "out"
@@ -73,19 +65,19 @@ def test_two_specs_with_one_file_name_are_refused(tree, tmp_path):
     assert not out.exists()
 
 
-def test_usage_errors_exit_2():
+def test_usage_errors_exit_2(call):
     assert call()[0] == 2
     assert call("frobnicate")[0] == 2
     code, _, err = call("build", "specs/qwen.yaml", "--format", "pdf")
     assert code == 2 and "unknown format pdf" in err
 
 
-def test_help_teaches():
+def test_help_teaches(call):
     code, out, _ = call("--help")
     assert code == 0 and "rooflinec build specs/qwen.yaml" in out and "exit status" in out
 
 
-def test_spec_error_is_located_and_writes_nothing(tree, tmp_path):
+def test_spec_error_is_located_and_writes_nothing(call, tree, tmp_path):
     study = tree / "qwen.yaml"
     study.write_text(study.read_text().replace("dtype: bf16", "dtype: bf17"))
     out_dir = tmp_path / "out"
@@ -96,7 +88,7 @@ def test_spec_error_is_located_and_writes_nothing(tree, tmp_path):
     assert not out_dir.exists()
 
 
-def test_unknown_device_lists_known_ones(tree):
+def test_unknown_device_lists_known_ones(call, tree):
     study = tree / "qwen.yaml"
     study.write_text(study.read_text().replace("[rtx4090, a100-40gb]", "[rtx4090, a100-40g]"))
     code, _, err = call("check", str(study))
@@ -105,7 +97,7 @@ def test_unknown_device_lists_known_ones(tree):
     assert "rtx4090" in err
 
 
-def test_added_device_appears_with_no_code_change(tree, tmp_path):
+def test_added_device_appears_with_no_code_change(call, tree, tmp_path):
     """The README's worked example: copy a device file, edit two numbers, list it in the study."""
     mine = (CATALOG / "hardware" / "rtx4090.yaml").read_text()
     mine = mine.replace("NVIDIA GeForce RTX 4090", "My GPU").replace("1008 GB/s", "2000 GB/s")
@@ -121,7 +113,7 @@ def test_added_device_appears_with_no_code_change(tree, tmp_path):
     assert "my-gpu (ridge 200.0)" in md             # 400e12 / 2000e9
 
 
-def test_spec_notes_appear_in_the_report(tree, tmp_path):
+def test_spec_notes_appear_in_the_report(call, tree, tmp_path):
     """A file beside the study shadows the catalog's entry of the same name."""
     (tree / "hardware").mkdir()
     hw = tree / "hardware" / "rtx4090.yaml"

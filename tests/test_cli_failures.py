@@ -1,13 +1,12 @@
 """Bad input at the command line: every problem located, exit 1, and nothing written.
 
+from __future__ import annotations
 A failed build leaves an existing reports folder byte for byte as it was and no temporary
 files behind, whether the failure is in a spec (found before anything is written) or in
 writing itself (files already renamed are put back).
 """
 
-from __future__ import annotations
 
-import io
 import os
 import re
 import shutil
@@ -15,16 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec.cli.app import run
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCATED = re.compile(r"^.+:\d+:\d+: .+: .+$")
-
-
-def call(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    code = run([str(a) for a in argv], out, err)
-    return code, out.getvalue(), err.getvalue()
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -33,11 +25,8 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture
-def tree(tmp_path) -> Path:
-    shutil.copytree(ROOT / "specs", tmp_path / "specs")
-    for folder in ("hardware", "models"):   # the catalog's files beside the studies, to edit
-        shutil.copytree(ROOT / "rooflinec" / "spec" / "catalog" / folder, tmp_path / "specs" / folder)
-    return tmp_path / "specs"
+def tree(specs_tree):
+    return specs_tree
 
 
 @pytest.fixture
@@ -53,7 +42,7 @@ def edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
-def test_five_mistakes_five_located_messages_reports_untouched(tree, reports):
+def test_five_mistakes_five_located_messages_reports_untouched(call, tree, reports):
     edit(tree / "qwen.yaml", "dtype: bf16", "dtype: bf17")                                 # 1
     edit(tree / "qwen.yaml", "title:", "titel:")                                           # 2
     edit(tree / "models" / "qwen2.5-7b.yaml", "n_layers: 28", "n_layers: 0")               # 3
@@ -76,7 +65,7 @@ def test_five_mistakes_five_located_messages_reports_untouched(tree, reports):
     assert snapshot(reports) == before
 
 
-def test_second_study_failing_writes_nothing_for_the_first(tree, reports):
+def test_second_study_failing_writes_nothing_for_the_first(call, tree, reports):
     edit(tree / "gpt2-medium.yaml", "dtype: bf16", "dtype: bf17")
     before = snapshot(reports)
     code, out, err = call("build", "-q", tree / "qwen.yaml", tree / "gpt2-medium.yaml", "--out", reports)
@@ -85,7 +74,7 @@ def test_second_study_failing_writes_nothing_for_the_first(tree, reports):
     assert snapshot(reports) == before
 
 
-def test_failed_write_puts_back_what_it_renamed(tree, reports, monkeypatch):
+def test_failed_write_puts_back_what_it_renamed(call, tree, reports, monkeypatch):
     """The third rename fails: the two reports already renamed are restored, and no
     temporary file (new or set aside) is left."""
     before = snapshot(reports)
@@ -105,7 +94,7 @@ def test_failed_write_puts_back_what_it_renamed(tree, reports, monkeypatch):
     assert snapshot(reports) == before
 
 
-def test_failed_build_into_a_new_folder_leaves_no_folder(tree, tmp_path, monkeypatch):
+def test_failed_build_into_a_new_folder_leaves_no_folder(call, tree, tmp_path, monkeypatch):
     real = os.replace
     monkeypatch.setattr(os, "replace", lambda src, dst: (_ for _ in ()).throw(OSError(28, "No space left on device", dst)))
     out_dir = tmp_path / "new" / "reports"
@@ -115,7 +104,7 @@ def test_failed_build_into_a_new_folder_leaves_no_folder(tree, tmp_path, monkeyp
     assert not (tmp_path / "new").exists()
 
 
-def test_a_folder_where_a_report_goes(tree, reports):
+def test_a_folder_where_a_report_goes(call, tree, reports):
     shutil.rmtree(reports / "qwen")
     (reports / "qwen.json").unlink()
     (reports / "qwen.json").mkdir()
@@ -137,7 +126,7 @@ BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
     ("models/qwen2.5-7b.yaml", "name: !!python/object:builtins.dict {}\n",
      "tag '!!python/object:builtins.dict' is not accepted"),
 ])
-def test_hostile_yaml_is_refused_through_the_cli(tree, reports, where, text, fragment):
+def test_hostile_yaml_is_refused_through_the_cli(call, tree, reports, where, text, fragment):
     (tree / where).write_text(text)
     before = snapshot(reports)
     code, out, err = call("build", tree / "qwen.yaml", "--out", reports)

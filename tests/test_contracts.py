@@ -9,25 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from test_cli_failures import call   # the CLI in-process
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
-def tree(tmp_path) -> Path:
-    """The shipped studies with copies of the catalog beside them (files beside a study win),
-    so a test may edit a device or a model."""
-    shutil.copytree(ROOT / "specs", tmp_path / "specs")
-    for folder in ("hardware", "models"):
-        shutil.copytree(ROOT / "rooflinec" / "spec" / "catalog" / folder, tmp_path / "specs" / folder,
-                        dirs_exist_ok=True)
-    return tmp_path / "specs"
+def tree(specs_tree):
+    return specs_tree
 
 
 # --- command-line mistakes: 2, with the command's usage line ------------------------------
 
-def test_the_same_spec_twice_is_a_usage_error(tree, tmp_path):
+def test_the_same_spec_twice_is_a_usage_error(call, tree, tmp_path):
     code, out, err = call("build", tree / "palm.yaml", tree / ".." / "specs" / "palm.yaml",
                           "--out", tmp_path / "out")
     assert code == 2 and out == ""
@@ -35,7 +28,7 @@ def test_the_same_spec_twice_is_a_usage_error(tree, tmp_path):
     assert "the same spec is given twice" in err and not (tmp_path / "out").exists()
 
 
-def test_an_empty_out_is_a_usage_error(tmp_path, monkeypatch):
+def test_an_empty_out_is_a_usage_error(call, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, _, err = call("build", ROOT / "specs" / "palm.yaml", "--out", "")
     assert code == 2 and err.startswith("usage: rooflinec build ") and "--out: empty" in err
@@ -44,7 +37,7 @@ def test_an_empty_out_is_a_usage_error(tmp_path, monkeypatch):
 
 # --- one device per key -------------------------------------------------------------------
 
-def test_two_devices_with_one_file_name_are_a_located_error(tree):
+def test_two_devices_with_one_file_name_are_a_located_error(call, tree):
     (tree / "other").mkdir()
     shutil.copy(tree / "hardware" / "a100-40gb.yaml", tree / "other" / "rtx4090.yaml")
     spec = tree / "two.yaml"
@@ -95,7 +88,7 @@ def test_names_from_a_spec_are_text_in_markdown(tree):
     assert md.startswith(r"# Qwen \| \<b\>7B\</b\>\\nnext line: operator rooflines" "\n")  # one heading
 
 
-def test_names_from_a_spec_are_one_line_in_the_terminal(tree):
+def test_names_from_a_spec_are_one_line_in_the_terminal(call, tree):
     hostile_tree(tree)
     model = tree / "models" / "qwen2.5-7b.yaml"
     model.write_text(re.sub(r"^name: .*$", lambda _: r'name: "Qwen\e[2J\nfake line"', model.read_text(),
@@ -119,7 +112,7 @@ def test_shared_prose_and_its_marks_are_escaped_in_markdown():
     assert text.endswith(r"counted from the model spec: \`N\`.")   # a plain string is text too
 
 
-def test_serve_prints_a_spec_name_on_one_line(tree):
+def test_serve_prints_a_spec_name_on_one_line(call, tree):
     hostile_tree(tree)
     code, out, err = call("serve", "qwen2.5-7b", "--device", tree / "hardware" / "rtx4090.yaml",
                           "--batch", "1")
@@ -127,7 +120,7 @@ def test_serve_prints_a_spec_name_on_one_line(tree):
     assert out.splitlines()[0].startswith(r"Qwen2.5-7B-Instruct on Evil | GPU\n# <script>")
 
 
-def test_serve_mistakes_exit_2_with_serves_usage_line():
+def test_serve_mistakes_exit_2_with_serves_usage_line(call):
     code, out, err = call("serve", "qwen2.5-7b", "--device", "no-such-device")
     assert code == 2 and out == ""
     assert err.startswith("usage: rooflinec serve ") and "--device: no device 'no-such-device'" in err

@@ -3,7 +3,6 @@ and shown in ledgers, derivations, explain, sweeps and the reports like a built-
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 from pathlib import Path
@@ -12,7 +11,6 @@ import pytest
 
 from rooflinec.model import lower_custom
 from rooflinec.cost import sweep as sw
-from rooflinec.cli.app import run
 from rooflinec.base.errors import SpecError
 from rooflinec.cost.workbench import Workbench
 from rooflinec.spec.load import load_model, load_study
@@ -57,12 +55,6 @@ analyses:
   derivations: {phases: [decode], variant: flash}
   sweep: {phase: decode, batch: [1, 4], context: [1024], variant: [unfused]}
 """
-
-
-def call(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    code = run(list(argv), out, err)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture
@@ -120,7 +112,7 @@ def test_sweep_gives_the_extra_symbol_its_value(tree):
     assert totals["a100-40gb"].bytes[0, 0] == pytest.approx(led.bytes, rel=1e-12)
 
 
-def test_declared_op_in_json_markdown_and_explain(tree, tmp_path):
+def test_declared_op_in_json_markdown_and_explain(call, tree, tmp_path):
     code, _, err = call("build", str(tree / "moe.yaml"), "--out", str(tmp_path), "--format", "md,json")
     assert code == 0, err
     rep = json.loads((tmp_path / "moe.json").read_text())
@@ -208,7 +200,7 @@ def test_declaration_problems_are_located(tree, old, new, where, fragment):
     ("name: router\n", "name: lm_head\n", ":10:11: operators[0].name", "built-in op"),
     ("name: router\n", "name: attention\n", ":10:11: operators[0].name", "built-in op"),
 ])
-def test_placement_problems_are_located_through_the_cli(tree, old, new, where, fragment):
+def test_placement_problems_are_located_through_the_cli(call, tree, old, new, where, fragment):
     (tree / "models" / "moe.yaml").write_text(MOE.replace(old, new, 1))
     code, out, err = call("check", str(tree / "moe.yaml"))
     assert code == 1 and out == ""

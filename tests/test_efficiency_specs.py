@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import shutil
 import textwrap
 from pathlib import Path
 
@@ -21,11 +20,9 @@ from rooflinec.model.symbols import B
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture()
-def tree(tmp_path):
-    for sub in ("models", "hardware"):
-        shutil.copytree(ROOT / "rooflinec" / "spec" / "catalog" / sub, tmp_path / sub)
-    return tmp_path
+@pytest.fixture
+def tree(catalog_tree):
+    return catalog_tree
 
 
 def build(tree, text: str) -> tuple[int, str]:

@@ -1,7 +1,6 @@
 """`rooflinec import`: real public config.json files (tests/hf_configs/, sources in its README)
 become model specs whose parameter counts match the published figures."""
 
-import io
 import json
 import shutil
 from pathlib import Path
@@ -12,7 +11,6 @@ from hypothesis import strategies as st
 
 from rooflinec.spec import hfimport, load as spec
 from rooflinec.model import params
-from rooflinec.cli.app import run
 from rooflinec.base.errors import SpecError
 from rooflinec.cost.evaluate import number
 from rooflinec.model.lower import lower
@@ -20,12 +18,6 @@ from rooflinec.model.symbols import B, M, V, b, d_head, n_kv, n_q
 from rooflinec.model.symbol_table import model_values
 
 CONFIGS = Path(__file__).resolve().parent / "hf_configs"
-
-
-def call(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    code = run([str(a) for a in argv], out, err)
-    return code, out.getvalue(), err.getvalue()
 
 
 def imported(folder: str, hf_id=None):
@@ -168,7 +160,7 @@ def test_hf_id_is_written_and_valid():
     assert "\nhf_id: meta-llama/Llama-3.1-8B\n" in text and model.name == "Llama-3.1-8B"
 
 
-def test_unknown_architecture_is_located(tmp_path):
+def test_unknown_architecture_is_located(call, tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text('{\n  "architectures": [\n    "MambaForCausalLM"\n  ],\n  "hidden_size": 8\n}\n')
     with pytest.raises(SpecError) as exc:
@@ -179,7 +171,7 @@ def test_unknown_architecture_is_located(tmp_path):
     assert code == 1 and out == "" and "Traceback" not in err
 
 
-def test_missing_field_is_located(tmp_path):
+def test_missing_field_is_located(call, tmp_path):
     data = json.loads((CONFIGS / "llama-3.1-8b" / "config.json").read_text())
     data["hidden_size"] = "4096"
     cfg = tmp_path / "config.json"
@@ -193,7 +185,7 @@ def test_missing_field_is_located(tmp_path):
     assert code == 1 and err == f"{cfg}:1:1: (top level): missing 'hidden_size', which the mapping needs\n"
 
 
-def test_import_command_writes_a_spec_a_study_can_use(tmp_path):
+def test_import_command_writes_a_spec_a_study_can_use(call, tmp_path):
     """From a folder holding config.json to a model spec beside a study that names the
     catalog's h100-sxm, and a build."""
     shutil.copytree(CONFIGS / "llama-3.1-8b", tmp_path / "llama")
@@ -215,7 +207,7 @@ def test_import_command_writes_a_spec_a_study_can_use(tmp_path):
     assert json.dumps(counted).count("8030261248") >= 1
 
 
-def test_import_says_in_one_line_what_it_did_not_model():
+def test_import_says_in_one_line_what_it_did_not_model(call):
     """Without -v one line: the count, what leaves work uncounted named first; -v lists each
     note located (the same notes the spec's head comments keep)."""
     code, out, err = call("import", CONFIGS / "gemma-2-9b-it")
@@ -232,13 +224,13 @@ def test_import_says_in_one_line_what_it_did_not_model():
     assert sum(line.startswith("# ") and "not modelled" in line for line in out.splitlines()) == 14
 
 
-def test_quiet_import_prints_only_the_spec():
+def test_quiet_import_prints_only_the_spec(call):
     code, out, err = call("import", "-q", CONFIGS / "gpt2")
     assert code == 0 and err == "" and out.startswith("# A model spec imported")
 
 
 @pytest.mark.parametrize("folder", sorted(PUBLISHED))
-def test_import_command_states_the_count(folder):
+def test_import_command_states_the_count(call, folder):
     code, out, err = call("import", "-q", CONFIGS / folder)
     assert code == 0 and err == ""
     assert out.splitlines()[1] == f"# {PUBLISHED[folder]:,} parameters, as rooflinec counts this spec"
@@ -251,7 +243,7 @@ VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 10**6), st.floats(a
 @settings(max_examples=60)
 @given(folder=st.sampled_from(sorted(p.name for p in CONFIGS.iterdir() if p.is_dir())),
        data=st.data())
-def test_any_field_value_is_imported_or_refused_with_a_located_error(folder, data, tmp_path_factory):
+def test_any_field_value_is_imported_or_refused_with_a_located_error(call, folder, data, tmp_path_factory):
     """Whatever one field holds, import gives a spec a study loads, or located problems: never
     another exception."""
     config = json.loads((CONFIGS / folder / "config.json").read_text())

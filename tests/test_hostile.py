@@ -6,7 +6,6 @@ files, long values in messages; then a few cases of the mutation fuzzer (tests/h
 ROOFLINEC_HOSTILE_EXAMPLES=5000 for a long run).
 """
 
-from __future__ import annotations
 
 import io
 import json
@@ -34,10 +33,8 @@ EXAMPLES = int(os.environ.get("ROOFLINEC_HOSTILE_EXAMPLES", "6"))
 
 
 @pytest.fixture
-def tree(tmp_path) -> Path:
-    shutil.copytree(CATALOG / "models", tmp_path / "models")
-    shutil.copytree(CATALOG / "hardware", tmp_path / "hardware")
-    return tmp_path
+def tree(catalog_tree):
+    return catalog_tree
 
 
 def _write(path: Path, data) -> Path:

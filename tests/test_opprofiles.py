@@ -1,14 +1,12 @@
 """Per-op profiles: the simple CSV and Vidur's mlp.csv read with located errors, each op's
 FLOPs and bytes from the lowering, and `rooflinec validate-ops` in-process."""
 
-import io
 import json
 
 import numpy as np
 import pytest
 
 from rooflinec.serving import measurements
-from rooflinec.cli.app import run
 from rooflinec.base.errors import SpecError
 from rooflinec.serving import oplowering, opprofiles
 from rooflinec.serving.opprofiles import Shape
@@ -16,12 +14,6 @@ from rooflinec.serving.opprofiles import Shape
 # Llama-2-7B (its Hugging Face config.json): d_model 4096, 32 heads of 128, d_ff 11008, V 32000
 LLAMA2_7B = Shape(4096, 32, 32, 128, 11008, 32000, True)
 HEADER = "model,op,tokens,tp,time_ms,d_model,n_q,n_kv,d_head,d_ff,V,gated\n"
-
-
-def call(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    code = run(list(argv), out, err)
-    return code, out.getvalue(), err.getvalue()
 
 
 def simple(tmp_path, body: str):
@@ -119,7 +111,7 @@ def _profile(tmp_path) -> str:
     return simple(tmp_path, "".join(lines))
 
 
-def test_validate_ops_writes_the_report_and_finds_the_curve(tmp_path):
+def test_validate_ops_writes_the_report_and_finds_the_curve(call, tmp_path):
     code, out, err = call("validate-ops", _profile(tmp_path), "--out", str(tmp_path / "v"))
     assert code == 0, err
     assert "40 kernels; 0 faster than their roofline bound; GEMM median abs error 0.0%" in out
@@ -131,7 +123,7 @@ def test_validate_ops_writes_the_report_and_finds_the_curve(tmp_path):
     assert "| gemm | mlp_up_proj, mlp_down_proj | 0.700 | 0.800 |" in md
 
 
-def test_validate_ops_usage_and_input_errors(tmp_path):
+def test_validate_ops_usage_and_input_errors(call, tmp_path):
     code, _, err = call("validate-ops", _profile(tmp_path), "--device", "a100-81gb", "--out", str(tmp_path / "v"))
     assert code == 2 and "--device: no hardware spec 'a100-81gb'" in err
     bad = simple(tmp_path, "llama,add,1,1,zero,4096,32,32,128,11008,32000,true\n")
@@ -140,7 +132,7 @@ def test_validate_ops_usage_and_input_errors(tmp_path):
     assert not (tmp_path / "w").exists()
 
 
-def test_curves_from_another_device_keep_p_and_t0_and_refit_eta_and_beta(tmp_path):
+def test_curves_from_another_device_keep_p_and_t0_and_refit_eta_and_beta(call, tmp_path):
     # fitted on a100-80gb kernels made by (0.7, 0.8, 2, 4 us); then kernels on h100-sxm made by
     # (0.6, 0.9, 2, 4 us): with --curves only eta and beta move, and they land on 0.6 and 0.9
     from rooflinec.serving.opfit import Curve
@@ -162,7 +154,7 @@ def test_curves_from_another_device_keep_p_and_t0_and_refit_eta_and_beta(tmp_pat
     assert (round(gemm["sharpness"], 3), round(gemm["overhead_s"] * 1e6, 3)) == (2.0, 4.0)
 
 
-def test_a_curves_file_that_is_not_an_ops_json_is_refused(tmp_path):
+def test_a_curves_file_that_is_not_an_ops_json_is_refused(call, tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text('{"classes": [{"class": "gemm", "compute_fraction": 2}]}', encoding="utf-8")
     code, _, err = call("validate-ops", _profile(tmp_path), "--curves", str(bad), "--out", str(tmp_path / "v"))

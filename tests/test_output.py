@@ -19,7 +19,7 @@ import pytest
 
 from rooflinec.cli import output, streams
 from rooflinec.cli.app import run
-from test_cli_failures import call, snapshot   # the CLI in-process; a folder's files and bytes
+from test_cli_failures import snapshot   # a folder's files and bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 ROOFLINEC = [sys.executable, "-m", "rooflinec"]
@@ -127,7 +127,7 @@ def held(tmp_path):
     release()
 
 
-def test_a_second_build_waits_then_refuses(tree, held, monkeypatch):
+def test_a_second_build_waits_then_refuses(call, tree, held, monkeypatch):
     out, _ = held
     monkeypatch.setattr(output, "LOCK_WAIT_S", 0.3)
     code, stdout, err = call("build", tree / "tiny.yaml", "--out", out, "--format", "json")
@@ -139,7 +139,7 @@ def test_a_second_build_waits_then_refuses(tree, held, monkeypatch):
     assert os.listdir(out) == [output.LOCK]
 
 
-def test_a_second_build_waits_for_the_first_to_finish(tree, held, monkeypatch):
+def test_a_second_build_waits_for_the_first_to_finish(call, tree, held, monkeypatch):
     out, release = held
     monkeypatch.setattr(output, "LOCK_WAIT_S", 30)
     (out / "tiny.json").write_text("the first build's")
@@ -183,7 +183,7 @@ def staged_files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.rglob(".rooflinec-*"))
 
 
-def test_a_build_killed_at_every_rename_is_completed_or_undone(tree, tmp_path):
+def test_a_build_killed_at_every_rename_is_completed_or_undone(call, tree, tmp_path):
     """The old set is tiny.md + tiny.json + tiny/'s chart; the new set is tiny.json alone, from an edited
     spec. Killed at each rename in turn, then recovered: the folder holds one set or the
     other, byte for byte, with its own manifest and nothing staged."""
@@ -216,7 +216,7 @@ def test_a_build_killed_at_every_rename_is_completed_or_undone(tree, tmp_path):
     assert len(outcomes) == 7 and outcomes[0] == "old" and outcomes[-1] == "new", outcomes
 
 
-def test_the_next_build_completes_an_interrupted_one_and_says_so(tree, tmp_path):
+def test_the_next_build_completes_an_interrupted_one_and_says_so(call, tree, tmp_path):
     spec, out = tree / "tiny.yaml", tmp_path / "out"
     assert call("build", spec, "--out", out, "--format", "md,json")[0] == 0
     spec.write_text(TINY.replace("Two devices", "Two devices, again"))
@@ -251,7 +251,7 @@ def test_a_rollback_cut_short_is_finished_backwards(tmp_path):
     assert said == [f"{out}: a build was interrupted while installing its reports; rolled back its 2 files"]
 
 
-def test_staged_files_of_a_build_that_died_earlier_are_removed(tree, tmp_path):
+def test_staged_files_of_a_build_that_died_earlier_are_removed(call, tree, tmp_path):
     """Temporary files as earlier versions left them (.rooflinec-<random>), in the folder and
     in a chart folder."""
     out = tmp_path / "out"
@@ -266,7 +266,7 @@ def test_staged_files_of_a_build_that_died_earlier_are_removed(tree, tmp_path):
 
 # --- an unusable --out -----------------------------------------------------------------
 
-def test_an_unusable_out_fails_before_any_analysis(tree, tmp_path, monkeypatch):
+def test_an_unusable_out_fails_before_any_analysis(call, tree, tmp_path, monkeypatch):
     from rooflinec.cli import report
     ran = []
     monkeypatch.setattr(report, "build", lambda *a, **k: ran.append(a))
@@ -280,7 +280,7 @@ def test_an_unusable_out_fails_before_any_analysis(tree, tmp_path, monkeypatch):
     assert ran == [] and not (tmp_path / "out").exists()
 
 
-def test_a_file_as_out_fails_before_any_analysis(tree, tmp_path, monkeypatch):
+def test_a_file_as_out_fails_before_any_analysis(call, tree, tmp_path, monkeypatch):
     from rooflinec.cli import report
     monkeypatch.setattr(report, "build", lambda *a, **k: pytest.fail("an analysis ran"))
     (tmp_path / "file").write_text("")
@@ -299,7 +299,7 @@ analyses:
 """
 
 
-def test_a_rebuild_removes_what_it_no_longer_writes(tree, tmp_path):
+def test_a_rebuild_removes_what_it_no_longer_writes(call, tree, tmp_path):
     spec, out = tree / "g.yaml", tmp_path / "out"
     spec.write_text(QWEN_GEMM)
     assert call("build", spec, "--out", out, "--format", "md,html,json")[0] == 0
@@ -318,7 +318,7 @@ def test_a_rebuild_removes_what_it_no_longer_writes(tree, tmp_path):
     assert sorted(os.listdir(out)) == [output.MANIFEST, "g.json", "mine.txt"]
 
 
-def test_a_manifest_cannot_remove_files_a_study_does_not_write(tree, tmp_path):
+def test_a_manifest_cannot_remove_files_a_study_does_not_write(call, tree, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     for name in ("keep.md", "tinyish.md", "other.json"):

@@ -8,19 +8,12 @@ from pathlib import Path
 import pytest
 
 from rooflinec.spec import catalog
-from rooflinec.cli.app import run
 from rooflinec.cli.progress import Progress
 
 CONFIGS = Path(__file__).resolve().parent / "hf_configs"
 
 
-def call(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    code = run([str(a) for a in argv], out, err)
-    return code, out.getvalue(), err.getvalue()
-
-
-def test_devices_lists_every_shipped_device():
+def test_devices_lists_every_shipped_device(call):
     shipped = catalog.names("hardware")
     assert len(shipped) >= 13 and "h100-sxm" in shipped
     code, out, err = call("devices")
@@ -33,7 +26,7 @@ def test_devices_lists_every_shipped_device():
     assert [r["name"] for r in rows] == shipped and all(r["source"] for r in rows)
 
 
-def test_models_lists_every_shipped_model_with_its_parameters():
+def test_models_lists_every_shipped_model_with_its_parameters(call):
     code, out, err = call("models")
     assert code == 0 and err == ""
     assert [line.split()[0] for line in out.splitlines()[1:]] == catalog.names("models")
@@ -41,7 +34,7 @@ def test_models_lists_every_shipped_model_with_its_parameters():
     assert rows["qwen2.5-7b"]["params"] == 7_615_616_512   # Qwen2.5-7B-Instruct's checkpoint
 
 
-def test_unknown_name_lists_both_places(tmp_path):
+def test_unknown_name_lists_both_places(call, tmp_path):
     """A study's device name is looked for beside the study and in the catalog; a wrong one
     is answered with the candidates of both."""
     (tmp_path / "hardware").mkdir()
@@ -55,7 +48,7 @@ def test_unknown_name_lists_both_places(tmp_path):
     assert "my-gpu" in err.split("known hardware specs:")[1] and "h100-sxm" in err
 
 
-def test_serve_llama_on_h100():
+def test_serve_llama_on_h100(call):
     """Llama-3.1-8B decoding one sequence at context 4096 on an H100 SXM (3.35 TB/s) reads
     every weight but the embedding table (a gather reads B rows): (8,030,261,248 - 128,256 *
     4096) * 2 B = 15,009,849,344 B, plus a KV cache of 2 * 32 layers * 8 heads * 128 * 2 B
@@ -75,7 +68,7 @@ def test_serve_llama_on_h100():
     assert f"{step['tokens_per_s']:,.1f}" in text and "time to first token ≥" in text and "(prompt 2,048, batch 1)" in text
 
 
-def test_serve_catalog_name_and_options():
+def test_serve_catalog_name_and_options(call):
     code, out, err = call("serve", "qwen2.5-7b", "--device", "a100-40gb", "--batch", "2,4",
                           "--context", "1024", "--prompt", "512", "--dtype", "fp16")
     assert code == 0, err
@@ -96,12 +89,12 @@ def test_serve_catalog_name_and_options():
     # tf32 is a compute precision, stored as fp32: a study's quantization does not accept it
     (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--weights", "tf32"), "--weights: unknown format 'tf32'"),
 ])
-def test_serve_command_line_mistakes(argv, fragment):
+def test_serve_command_line_mistakes(call, argv, fragment):
     code, out, err = call(*argv)
     assert code == 2 and out == "" and fragment in err and "Traceback" not in err
 
 
-def test_serve_llama_70b_on_four_h100s_with_fp8_weights_and_kv_cache():
+def test_serve_llama_70b_on_four_h100s_with_fp8_weights_and_kv_cache(call):
     """Llama-3.1-70B at tp 4 (config: 80 layers, 8 KV heads of 128; 70,553,706,496 parameters):
     one device keeps 2 KV heads, 2 x 80 x 2 x 128 x 1 B = 40,960 B of fp8 KV cache per token, and
     its share of the weights at 1 B each: per layer q and o 2 x 8192^2 / 4 = 33,554,432, k and v
@@ -124,17 +117,17 @@ def test_serve_llama_70b_on_four_h100s_with_fp8_weights_and_kv_cache():
     assert code == 0 and "on 4 × NVIDIA H100 SXM5 80GB (h100-sxm), tp 4, bf16, weights fp8" in text
 
 
-def test_serve_dtype_the_device_lacks():
+def test_serve_dtype_the_device_lacks(call):
     code, _, err = call("serve", "qwen2.5-7b", "--device", "v100-sxm2")
     assert code == 1 and "lists no tensor peak for bf16; it has: fp16" in err
 
 
-def test_version():
+def test_version(call):
     code, out, _ = call("--version")
     assert code == 0 and out.startswith("rooflinec ")
 
 
-def test_quiet_build_writes_nothing_to_stderr(tmp_path):
+def test_quiet_build_writes_nothing_to_stderr(call, tmp_path):
     code, _, err = call("-q", "build", "specs/qwen.yaml", "--out", tmp_path, "--format", "json")
     assert code == 0 and err == ""
 
@@ -146,7 +139,7 @@ def test_progress_only_after_its_delay():
     assert late.getvalue() == "specs/qwen.yaml: evaluated Serving bounds\n" and early.getvalue() == ""
 
 
-def test_build_reports_its_sections_and_charts(tmp_path, monkeypatch):
+def test_build_reports_its_sections_and_charts(call, tmp_path, monkeypatch):
     """With the delay at zero every section and every section's charts are reported."""
     from rooflinec.cli import app as cli
     monkeypatch.setattr(cli, "Progress", lambda stream: Progress(stream, after_s=0.0))
@@ -158,7 +151,7 @@ def test_build_reports_its_sections_and_charts(tmp_path, monkeypatch):
     assert any(line.startswith("specs/gpt2-medium.yaml: drew ") for line in lines[2:])
 
 
-def test_readme_config_to_answer_example_runs(tmp_path, monkeypatch):
+def test_readme_config_to_answer_example_runs(call, tmp_path, monkeypatch):
     """The README's three lines, as written, in a copy of the folder they name."""
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     block = readme.split("From a config.json to an answer", 1)[1].split("```")[1]
@@ -178,7 +171,7 @@ def test_readme_config_to_answer_example_runs(tmp_path, monkeypatch):
     assert "time to first token ≥" in outputs[2] and "(prompt 2,048, batch 1)" in outputs[2] and "decode at context 4,096" in outputs[2]
 
 
-def test_serve_says_when_the_context_is_past_the_model():
+def test_serve_says_when_the_context_is_past_the_model(call):
     code, out, _ = call("serve", "gpt2-medium", "--device", "h100-sxm", "--context", "1024")
     assert code == 0 and out.endswith("note: 2,048 tokens is past the model's max_context, 1,024\n")
     code, out, _ = call("serve", "gpt2-medium", "--device", "h100-sxm", "--context", "512",
@@ -186,7 +179,7 @@ def test_serve_says_when_the_context_is_past_the_model():
     assert code == 0 and "note:" not in out
 
 
-def test_serve_says_the_room_for_kv_tokens_counts_windowed_layers_at_the_full_context():
+def test_serve_says_the_room_for_kv_tokens_counts_windowed_layers_at_the_full_context(call):
     """gpt-oss-120b's sliding layers keep 128 tokens, so the tokens that fit beside the weights,
     counted at 73,728 B each (every layer at the full context), understate what fits: say so."""
     code, out, err = call("serve", "gpt-oss-120b", "--device", "h100-sxm", "--weights", "mxfp4")
@@ -196,7 +189,7 @@ def test_serve_says_the_room_for_kv_tokens_counts_windowed_layers_at_the_full_co
     assert code == 0 and "full context" not in out.splitlines()[1]
 
 
-def test_serve_shows_a_small_tokens_per_s_to_its_significant_figures():
+def test_serve_shows_a_small_tokens_per_s_to_its_significant_figures(call):
     """gemma-2-9b on an L4 (300 GB/s) at a context of 10^8: its 21 full layers keep
     2 x 8 KV heads x 256 x 2 B = 8,192 B a token each, 21 x 8,192 x 10^8 = 17.2 TB read a step,
     about 57.4 s with the weights: 0.0174 tokens/s, not '0.0'."""
@@ -205,7 +198,7 @@ def test_serve_shows_a_small_tokens_per_s_to_its_significant_figures():
     assert "≤ 0.0174" in out and "≤ 0.0 " not in out
 
 
-def test_serve_heading_names_the_kv_cache_as_the_reports_do():
+def test_serve_heading_names_the_kv_cache_as_the_reports_do(call):
     code, out, err = call("serve", "qwen2.5-7b", "--device", "h100-sxm", "--kv-cache", "fp8")
     assert code == 0, err
     assert out.startswith("Qwen2.5-7B-Instruct on NVIDIA H100 SXM5 80GB (h100-sxm), bf16, KV cache fp8,")

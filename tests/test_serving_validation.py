@@ -5,7 +5,6 @@ rows, with located errors for bad input."""
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
 import re
@@ -16,18 +15,12 @@ import yaml
 
 from rooflinec.serving import calibrate, measurements
 from rooflinec.serving import serving_model as sm
-from rooflinec.cli.app import run
 from rooflinec.base.errors import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "rooflinec" / "spec" / "catalog"
 SHIPPED_CSV = ROOT / "data/measured/serving-visible.csv"
 LOCATED = re.compile(r"^.+:\d+:\d+: .+: .+$")
-
-
-def call(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    return run([str(a) for a in argv], out, err), out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +61,7 @@ def test_fit_of_every_parameter_recovers_them_too(shipped):
     assert max(abs(math.log(a / b)) for a, b in zip(steps.time(got), synthetic)) < 1e-4
 
 
-def test_shipped_calibration_is_the_fit_of_the_shipped_csv(shipped, tmp_path):
+def test_shipped_calibration_is_the_fit_of_the_shipped_csv(call, shipped, tmp_path):
     code, _, err = call("calibrate", SHIPPED_CSV, "--specs", SPECS, "--out", tmp_path / "c.yaml")
     assert code == 0, err
     fresh, kept = calibrate.load(str(tmp_path / "c.yaml")), calibrate.load(
@@ -95,7 +88,7 @@ def small_csv(tmp_path) -> Path:
     return path
 
 
-def test_calibrate_then_validate_end_to_end(small_csv, tmp_path):
+def test_calibrate_then_validate_end_to_end(call, small_csv, tmp_path):
     cal = tmp_path / "cal.yaml"
     code, out, err = call("calibrate", small_csv, "--specs", SPECS, "--out", cal)
     assert code == 0, err
@@ -123,7 +116,7 @@ def test_calibrate_then_validate_end_to_end(small_csv, tmp_path):
     assert "<svg" in (tmp_path / "out/serving.html").read_text()
 
 
-def test_validate_defaults_to_the_shipped_calibration(small_csv, tmp_path):
+def test_validate_defaults_to_the_shipped_calibration(call, small_csv, tmp_path):
     code, _, err = call("validate", small_csv, "--specs", SPECS, "--out", tmp_path, "--format", "json")
     assert code == 0, err
     assert json.loads((tmp_path / "serving.json").read_text())["calibration"] == "serving-visible.yaml"
@@ -137,7 +130,7 @@ def test_validate_defaults_to_the_shipped_calibration(small_csv, tmp_path):
     ("isl", "1.5", "whole number >= 1"),
     ("row_id", "", "empty"),
 ])
-def test_a_bad_cell_is_located_and_nothing_is_written(small_csv, tmp_path, cell, value, message):
+def test_a_bad_cell_is_located_and_nothing_is_written(call, small_csv, tmp_path, cell, value, message):
     lines = small_csv.read_text().splitlines()
     header = lines[0].split(",")
     cells = lines[2].split(",")
@@ -150,7 +143,7 @@ def test_a_bad_cell_is_located_and_nothing_is_written(small_csv, tmp_path, cell,
     assert not (tmp_path / "out").exists()
 
 
-def test_a_file_with_no_predictable_row_still_reports_why(small_csv, tmp_path):
+def test_a_file_with_no_predictable_row_still_reports_why(call, small_csv, tmp_path):
     lines = small_csv.read_text().splitlines()
     small_csv.write_text("\n".join([lines[0]] + [l for l in lines if "unknown-model" in l]) + "\n")
     code, out, err = call("validate", small_csv, "--specs", SPECS, "--out", tmp_path / "out")
@@ -161,7 +154,7 @@ def test_a_file_with_no_predictable_row_still_reports_why(small_csv, tmp_path):
     assert code == 1 and "no predictable rows" in err and not (tmp_path / "c.yaml").exists()
 
 
-def test_a_missing_column_is_named(tmp_path):
+def test_a_missing_column_is_named(call, tmp_path):
     path = tmp_path / "x.csv"
     path.write_text("model,device\nm,d\n")
     code, _, err = call("validate", path, "--specs", SPECS, "--out", tmp_path / "out")
@@ -175,14 +168,14 @@ def test_repeated_row_ids_are_refused(small_csv, tmp_path):
         measurements.read(str(small_csv))
 
 
-def test_a_missing_file_or_specs_folder_is_an_error_not_a_traceback(tmp_path, small_csv):
+def test_a_missing_file_or_specs_folder_is_an_error_not_a_traceback(call, tmp_path, small_csv):
     code, _, err = call("validate", tmp_path / "none.csv", "--specs", SPECS)
     assert code == 1 and "cannot read" in err
     code, _, err = call("validate", small_csv, "--specs", tmp_path / "nowhere")
     assert code == 1 and "no such specs folder" in err
 
 
-def test_a_bad_calibration_is_located(small_csv, tmp_path):
+def test_a_bad_calibration_is_located(call, small_csv, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("default:\n  parameters:\n    bandwidth_fraction: 1.5\n    compute_fraction: 0.5\n"
                    "    per_layer_s: 0\n    per_step_s: 0\n    per_collective_s: 0\n")
@@ -190,6 +183,6 @@ def test_a_bad_calibration_is_located(small_csv, tmp_path):
     assert code == 1 and LOCATED.match(err.strip()) and "bandwidth_fraction" in err and ":3:" in err
 
 
-def test_the_command_line_lists_the_new_commands():
+def test_the_command_line_lists_the_new_commands(call):
     code, out, _ = call("--help")
     assert code == 0 and "calibrate" in out and "validate" in out
