@@ -105,6 +105,7 @@ PARTIAL = """\
     """
 
 
+@pytest.mark.slow
 def test_a_device_lacking_a_figure_is_left_out_of_that_section_only(tmp_path):
     path = _study(tmp_path, PARTIAL)
     code, _, err = _call("check", path)

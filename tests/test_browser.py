@@ -30,6 +30,8 @@ from rooflinec.cli import report
 from rooflinec.spec import load as spec
 from rooflinec.cli.app import run
 
+pytestmark = pytest.mark.slow   # builds every shipped study (or opens them in a browser)
+
 ROOT = Path(__file__).resolve().parent.parent
 STUDIES = sorted(glob.glob(str(ROOT / "specs" / "*.yaml")))
 SHOTS = os.environ.get("ROOFLINEC_SCREENSHOTS")   # a folder to keep the screenshots in, if set

@@ -18,6 +18,7 @@ def tree(tmp_path):
     return tmp_path / "specs"
 
 
+@pytest.mark.slow
 def test_build_writes_md_and_json(call, tmp_path):
     code, out, err = call("build", "specs/qwen.yaml", "--out", str(tmp_path), "--format", "md,json")
     assert code == 0, err
@@ -56,6 +57,7 @@ def test_explain_without_a_model_says_so(call):
     assert code == 1 and "explain needs a study with a model" in err
 
 
+@pytest.mark.slow
 def test_two_specs_with_one_file_name_are_refused(call, tree, tmp_path):
     other = tmp_path / "elsewhere"
     shutil.copytree(tree, other)
@@ -97,6 +99,7 @@ def test_unknown_device_lists_known_ones(call, tree):
     assert "rtx4090" in err
 
 
+@pytest.mark.slow
 def test_added_device_appears_with_no_code_change(call, tree, tmp_path):
     """The README's worked example: copy a device file, edit two numbers, list it in the study."""
     mine = (CATALOG / "hardware" / "rtx4090.yaml").read_text()
@@ -113,6 +116,7 @@ def test_added_device_appears_with_no_code_change(call, tree, tmp_path):
     assert "my-gpu (ridge 200.0)" in md             # 400e12 / 2000e9
 
 
+@pytest.mark.slow
 def test_spec_notes_appear_in_the_report(call, tree, tmp_path):
     """A file beside the study shadows the catalog's entry of the same name."""
     (tree / "hardware").mkdir()

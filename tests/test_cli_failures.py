@@ -65,6 +65,7 @@ def test_five_mistakes_five_located_messages_reports_untouched(call, tree, repor
     assert snapshot(reports) == before
 
 
+@pytest.mark.slow
 def test_second_study_failing_writes_nothing_for_the_first(call, tree, reports):
     edit(tree / "gpt2-medium.yaml", "dtype: bf16", "dtype: bf17")
     before = snapshot(reports)
@@ -74,6 +75,7 @@ def test_second_study_failing_writes_nothing_for_the_first(call, tree, reports):
     assert snapshot(reports) == before
 
 
+@pytest.mark.slow
 def test_failed_write_puts_back_what_it_renamed(call, tree, reports, monkeypatch):
     """The third rename fails: the two reports already renamed are restored, and no
     temporary file (new or set aside) is left."""
@@ -104,6 +106,7 @@ def test_failed_build_into_a_new_folder_leaves_no_folder(call, tree, tmp_path, m
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.slow
 def test_a_folder_where_a_report_goes(call, tree, reports):
     shutil.rmtree(reports / "qwen")
     (reports / "qwen.json").unlink()

@@ -112,6 +112,7 @@ def test_sweep_gives_the_extra_symbol_its_value(tree):
     assert totals["a100-40gb"].bytes[0, 0] == pytest.approx(led.bytes, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_declared_op_in_json_markdown_and_explain(call, tree, tmp_path):
     code, _, err = call("build", str(tree / "moe.yaml"), "--out", str(tmp_path), "--format", "md,json")
     assert code == 0, err

@@ -8,6 +8,7 @@ from pathlib import Path
 import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
+import pytest
 
 from rooflinec.cost import efficiency as E
 from rooflinec.model import params as P
@@ -55,6 +56,7 @@ def accounts(model):
     return E.palm_account(n), E.ledger_account(lower(model, "prefill", Conventions(logits="all")))
 
 
+@pytest.mark.slow
 @FEW
 @given(models(), runs)
 def test_mfu_never_exceeds_hfu(model, run):
@@ -66,6 +68,7 @@ def test_mfu_never_exceeds_hfu(model, run):
             assert mfu <= E.utilisation(run["tokens_per_s"], hw, run["chips"], run["peak"])
 
 
+@pytest.mark.slow
 @FEW
 @given(models(), runs)
 def test_attention_term_only_adds(model, run):
@@ -77,6 +80,7 @@ def test_attention_term_only_adds(model, run):
         E.utilisation(run["tokens_per_s"], float(without), run["chips"], run["peak"])
 
 
+@pytest.mark.slow
 @FEW
 @given(models(), st.integers(1, 8192))
 def test_recomputation_orders_none_palm_full(model, sequence):
@@ -86,6 +90,7 @@ def test_recomputation_orders_none_palm_full(model, sequence):
         assert none == value(model, acc.model, sequence)
 
 
+@pytest.mark.slow
 @FEW
 @given(models(), st.booleans())
 def test_convention_minus_ledger_is_the_sum_of_the_explained_terms(model, halving):

@@ -183,6 +183,7 @@ def _check_total(text: str) -> None:
         assert not result.has(sp.zoo, sp.nan, sp.oo)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.text(max_size=200))
 def test_arbitrary_text_is_an_expr_or_a_formula_error(text):

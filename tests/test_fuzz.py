@@ -153,6 +153,7 @@ def test_mutated_hardware_loads_or_fails_located(tree, source, data):
     _check(load_hardware, _write(tree, "hardware/fuzzed.yaml", _mutated(source, data)), Device)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not STUDIES, reason="no shipped study")
 @FUZZ
 @given(source=st.sampled_from(STUDIES or [SPECS]), data=st.data())
@@ -253,6 +254,7 @@ def _build(tree: Path, study: dict, fmt: str) -> None:
 @FUZZ_BUILD
 @given(operators=st.lists(OPERATOR, min_size=1, max_size=3), dims=DIMENSIONS,
        fmt=st.sampled_from(["json", "md,json"]))
+@pytest.mark.slow
 def test_declared_operators_build_or_fail_located(tree, operators, dims, fmt):
     model = yaml.safe_load((CATALOG / "models" / "gpt2-medium.yaml").read_text(encoding="utf-8"))
     model.update({"dimensions": dims, "operators": operators})

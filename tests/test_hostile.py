@@ -207,6 +207,7 @@ PARTS = st.sampled_from(["B", "S", "M", "ceil(B/128)", "floor(S/64)", "max(B, 8)
 PIECE = st.tuples(PARTS, PARTS, st.sampled_from(["+", "*"])).map(lambda t: f"({t[0]}{t[2]}{t[1]})")
 
 
+@pytest.mark.slow
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(flops=PIECE, nbytes=PIECE)
 def test_random_piecewise_formulas_give_sane_sections(tmp_path_factory, flops, nbytes):
@@ -332,6 +333,7 @@ def test_only_ascii_digits_are_numbers(text):
 
 # --- the mutation fuzzer -------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_mutated_shipped_specs_end_located_or_finite():
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import hostile
@@ -345,6 +347,7 @@ MEASURED_HEADER = ("model,device,engine,engine_version,weights,tp,pp,isl,osl,con
                    "ttft_ms,tpot_ms,measured,row_id\n")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
 @pytest.mark.parametrize("reader", ["measurements", "import"])
 def test_a_fifo_as_a_csv_or_config_is_refused_without_blocking(tmp_path, reader):

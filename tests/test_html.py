@@ -50,6 +50,7 @@ def hostile_study(tmp_path: Path) -> Path:
 
 # --- the render API -------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_every_format_names_its_files(files):
     assert {"qwen.md", "qwen.html", "qwen.json"} <= files.keys()
     svgs = [p for p in files if p.endswith(".svg")]
@@ -203,6 +204,7 @@ def test_charts_are_svg_with_text(qwen):
             assert "mathdefault" not in svg                          # plain tick labels
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("study", sorted(p.name for p in (ROOT / "specs").glob("*.yaml")))
 def test_chart_labels_do_not_overlap(study):
     """Point labels are placed from estimated sizes; measured by matplotlib's renderer, no

@@ -4,6 +4,7 @@ every head a cost can use: random formulas, checked against sympy itself."""
 import sympy as sp
 from hypothesis import given, settings, strategies as st
 from sympy.printing.mathml import mathml as sympy_mathml
+import pytest
 
 from rooflinec.render import mathml
 from rooflinec.model.symbols import ALPHABET
@@ -36,6 +37,7 @@ def formulas(draw, depth: int = 3):
     return draw(leaves) if expr.has(sp.zoo, sp.nan) else expr
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(formulas())
 def test_same_markup_as_sympy(expr):

@@ -223,6 +223,7 @@ def _with_window(m, window: int, pattern: tuple):
        st.sampled_from(["decode", "prefill"]), st.sampled_from(["unfused", "ideal"]),
        st.sampled_from([("sliding",), ("sliding", "full"), ("chunked", "full", "full")]),
        st.booleans())
+@pytest.mark.slow
 def test_a_sliding_window_layer_never_costs_more_than_a_full_one(window, context, batch, phase, variant,
                                                                  pattern, halving):
     # with causal halving a windowed layer's S*K - K^2/2 pairs against a full one's S^2/2:

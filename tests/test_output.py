@@ -79,6 +79,7 @@ def shell(command: str, **kwargs) -> subprocess.CompletedProcess:
                           timeout=120, **kwargs)
 
 
+@pytest.mark.slow
 def test_build_piped_into_head_prints_one_line(tmp_path):
     done = shell(f"{' '.join(ROOFLINEC)} build -q specs/qwen.yaml --out {tmp_path} --format json "
                  "| head -n 1; echo \"status ${PIPESTATUS[0]}\" >&2")
@@ -183,6 +184,7 @@ def staged_files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.rglob(".rooflinec-*"))
 
 
+@pytest.mark.slow
 def test_a_build_killed_at_every_rename_is_completed_or_undone(call, tree, tmp_path):
     """The old set is tiny.md + tiny.json + tiny/'s chart; the new set is tiny.json alone, from an edited
     spec. Killed at each rename in turn, then recovered: the folder holds one set or the

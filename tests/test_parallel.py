@@ -242,6 +242,7 @@ def test_comm_time_grows_with_payload_and_falls_with_bandwidth(kind, n, p1, p2, 
     assert t(large, faster) < t(large, link)
 
 
+@pytest.mark.slow
 def test_tp_1_gives_exactly_todays_reports(tmp_path):
     """Every shipped study with a model, given `parallel: {tp: 1}`, builds the JSON report
     it builds without it, every number and formula the same (the study file's own name and

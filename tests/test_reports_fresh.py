@@ -11,6 +11,8 @@ import pytest
 
 from rooflinec.cli.app import run
 
+pytestmark = pytest.mark.slow   # builds every shipped study (or opens them in a browser)
+
 STUDIES = sorted(glob.glob("specs/*.yaml"))
 
 

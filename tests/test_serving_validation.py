@@ -28,6 +28,7 @@ def shipped():
     return calibrate.prepare(measurements.read(str(SHIPPED_CSV)), measurements.Specs(str(SPECS)))
 
 
+@pytest.mark.slow
 def test_every_shipped_row_is_predicted(shipped):
     assert len(shipped) == 309
     assert [p.reason for p in shipped if p.costs is None] == []
@@ -61,6 +62,7 @@ def test_fit_of_every_parameter_recovers_them_too(shipped):
     assert max(abs(math.log(a / b)) for a, b in zip(steps.time(got), synthetic)) < 1e-4
 
 
+@pytest.mark.slow
 def test_shipped_calibration_is_the_fit_of_the_shipped_csv(call, shipped, tmp_path):
     code, _, err = call("calibrate", SHIPPED_CSV, "--specs", SPECS, "--out", tmp_path / "c.yaml")
     assert code == 0, err

@@ -122,6 +122,7 @@ _formulas = st.recursive(_leaves, lambda sub: st.one_of(
     st.tuples(sub, sub).map(lambda ab: sp.Min(*ab))), max_leaves=12)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(_formulas, st.integers(1, 10**6), st.integers(1, 10**6), st.integers(1, 4096))
 def test_number_equals_exact_substitution(expr, bb, ss, mm):
