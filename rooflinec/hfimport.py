@@ -347,14 +347,14 @@ def mapped(path: str, hf_id: str | None = None) -> tuple[dict, list[Problem]]:
                                      f"architecture {json.dumps(arch)} is not covered; covered: "
                                      f"{', '.join(ARCHITECTURES)}")])
     spec = ARCHITECTURES[arch](r)
-    name = _name(hf_id, r.data.get("_name_or_path"), arch)
+    name = _model_name(hf_id, r.data.get("_name_or_path"), arch)
     source = f"{hf_id or r.data.get('_name_or_path') or 'an unnamed'} config.json ({arch}), imported by rooflinec import"
     notes = sorted(r.notes + r.leftovers(arch), key=lambda p: (p.line, p.col))
     head = {"name": name, **({"hf_id": hf_id} if hf_id else {})}
     return {**head, **spec, "source": source}, notes
 
 
-def _name(hf_id, name_or_path, arch: str) -> str:
+def _model_name(hf_id, name_or_path, arch: str) -> str:
     """The last part of --hf-id, else of _name_or_path: the first that is not empty. A folder's
     name says nothing of the model (a Hugging Face snapshot's is a commit hash), so without
     either the name says it is unnamed."""
