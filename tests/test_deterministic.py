@@ -4,7 +4,7 @@ runs out at once writes the committed bytes.
 Every clock the standard library offers jumps an hour per reading, and any interval timer or
 alarm fires the moment it is set (its handler is called at once). A budget counted in seconds
 would trip on every call and fall back; budgets counted in terms, degrees and bits
-(rooflinec.cost.budget) cannot, so each report equals its committed copy.
+(rooflinec.base.budget) cannot, so each report equals its committed copy.
 """
 
 from __future__ import annotations

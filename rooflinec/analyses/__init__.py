@@ -11,7 +11,7 @@ import importlib
 import pkgutil
 
 from rooflinec.cost import chartpoints
-from rooflinec.cost.budget import Budget
+from rooflinec.base.budget import Budget
 from rooflinec.base.errors import DeviceError, SpecError, VariantLacks
 from rooflinec.cost.evaluate import Unbound
 from rooflinec.cost.finite import settle

@@ -9,7 +9,7 @@ from functools import lru_cache
 
 import sympy as sp
 
-from rooflinec.cost import budget, piecewise
+from rooflinec.base import budget, piecewise
 from rooflinec.model.ir import Op, factored, factoring, intensity
 from rooflinec.model.symbols import S
 

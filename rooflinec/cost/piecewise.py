@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import sympy as sp
 
-from rooflinec.cost import budget
+from rooflinec.base import budget
 
 SEARCH_DOUBLINGS = 40   # the search stops at 2^40: past any batch, context or token count
 
@@ -32,7 +32,7 @@ def has_piecewise(expr: sp.Expr, var: sp.Symbol) -> bool:
 
 def polynomial(expr: sp.Expr, var: sp.Symbol) -> sp.Poly | None:
     """`expr` as a polynomial in `var`, or None where it is not one (ceil, min, var**-1 ...)
-    or would multiply out past its budget (rooflinec.cost.budget.EXPAND_TERMS)."""
+    or would multiply out past its budget (rooflinec.base.budget.EXPAND_TERMS)."""
     if has_piecewise(expr, var) or not budget.may_expand(expr):
         return None   # no Poly: sympy would first multiply out every argument
     return _poly(expr, var)

@@ -7,7 +7,7 @@ from functools import lru_cache
 
 import sympy as sp
 
-from rooflinec.cost import budget
+from rooflinec.base import budget
 
 from rooflinec.model import symbols as sym
 
@@ -47,7 +47,7 @@ class Cost:
 @lru_cache(maxsize=4096)
 def factoring(expr: sp.Expr) -> tuple[sp.Expr, bool]:
     """sp.factor, once per expression (phases, variants and analyses share many costs), and
-    whether it ran: past its size budget (rooflinec.cost.budget.may_factor), the expression as
+    whether it ran: past its size budget (rooflinec.base.budget.may_factor), the expression as
     written and False."""
     if not budget.may_factor(expr):
         return expr, False
