@@ -92,7 +92,8 @@ def test_serve_of_a_moe_model_at_a_million_sequences(tree):
 def test_a_probe_past_the_exact_bits_is_evaluated_at_fixed_digits():
     """(31/32)**M at M = 2**40 would take 5·2**40 bits exactly; the comparison is the same at
     60 digits: 100·M / (1 + M - M·(31/32)**M) -> 100 from below, so >= 99 holds far out."""
-    from rooflinec.base import budget, piecewise
+    from rooflinec.base import budget
+    from rooflinec.cost import piecewise
     m = sp.Symbol("M", positive=True)
     num, den = 100 * m, 1 + m - m * sp.Rational(31, 32) ** m
     assert budget.power_bits(num / den, {m: sp.Integer(2 ** 40)}) > budget.EXACT_BITS

@@ -158,7 +158,8 @@ def test_a_factoring_past_its_size_budget_is_not_attempted(monkeypatch):
 
 
 def test_a_limit_past_its_size_budget_is_none_not_a_hang(monkeypatch):
-    from rooflinec.base import budget, derive
+    from rooflinec.base import budget
+    from rooflinec.cost import derive
     s = sp.Symbol("S", positive=True)
     long = sum(sp.ceiling(s / (i + 2)) * s ** (i % 3) for i in range(budget.LIMIT_OPS)) / sp.floor(s)
     monkeypatch.setattr(derive.sp, "limit", _refuse)
@@ -412,7 +413,8 @@ def test_serve_keeps_the_serving_analysis_budget():
 def expired_budgets(monkeypatch):
     """Every size budget is spent at once; the caches it fills are emptied before and after, so
     no other test sees a derivation left unsimplified."""
-    from rooflinec.base import budget, derive
+    from rooflinec.base import budget
+    from rooflinec.cost import derive
     from rooflinec.model import ir
     caches = (ir.factoring, ir.intensity, derive.derive, derive._crossing)
 
@@ -451,7 +453,8 @@ def test_a_spent_size_budget_is_stated_in_every_format(tree, expired_budgets):
 def test_attention_states_a_limit_and_a_crossing_past_their_size_budgets(tree, monkeypatch):
     """Limits and roots past their budgets (factoring still within, so the section runs):
     the attention section says so in JSON, md and html instead of "never"."""
-    from rooflinec.base import budget, derive
+    from rooflinec.base import budget
+    from rooflinec.cost import derive
     monkeypatch.setattr(budget, "EXPAND_TERMS", 0)
     monkeypatch.setattr(budget, "ROOT_DEGREE", 0)
     derive._crossing.cache_clear()

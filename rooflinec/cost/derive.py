@@ -9,7 +9,8 @@ from functools import lru_cache
 
 import sympy as sp
 
-from rooflinec.base import budget, piecewise
+from rooflinec.base import budget
+from rooflinec.cost import piecewise
 from rooflinec.model.ir import Op, factored, factoring, intensity
 from rooflinec.model.symbols import S
 

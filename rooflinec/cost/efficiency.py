@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from rooflinec.base import budget, piecewise
+from rooflinec.base import budget
+from rooflinec.cost import piecewise
 from rooflinec.cost.derive import exact
 from rooflinec.cost.evaluate import number
 from rooflinec.model.ir import Program
