@@ -92,7 +92,7 @@ def check_import(case, tmp: Path) -> None:
     from rooflinec.base.errors import SpecError
     folder, base, config = case
     cfg = write_json(tmp / "config.json", config)
-    start = time.perf_counter()
+    start = time.process_time()   # a hang guard in CPU seconds: a loaded machine does not trip it
     clean, _ = hfimport.mapped(str(write_json(tmp / "clean.json", base)))
     try:
         mapped, notes = hfimport.mapped(str(cfg))
@@ -104,12 +104,12 @@ def check_import(case, tmp: Path) -> None:
     assert all("\n" not in line for line in text.splitlines())
     spec.load_model(str(tmp / "imported.yaml"), text)   # a study loads it
     out, err = io.StringIO(), io.StringIO()
-    code = run(["import", str(cfg), "--out", str(tmp / "m" / "spec.yaml")], out, err)
+    code = run(["import", "-v", str(cfg), "--out", str(tmp / "m" / "spec.yaml")], out, err)   # -v: every note, located
     assert code == 0, err.getvalue()
     written = yaml.safe_load((tmp / "m" / "spec.yaml").read_text(encoding="utf-8"))
     assert _model_fields(written) == _model_fields(clean)
     assert all(LOCATED.match(line) for line in err.getvalue().splitlines()), err.getvalue()[:2000]
-    assert time.perf_counter() - start < SLOW_S
+    assert time.process_time() - start < SLOW_S
 
 
 # --- a measurements CSV for validate and calibrate -------------------------------------------
@@ -171,9 +171,9 @@ def check_csv(text: str, tmp: Path) -> None:
     for argv in (["validate", "-q", str(runs), "--out", str(tmp / "v"), "--format", "json"],
                  ["calibrate", str(runs), "--out", str(tmp / "cal.yaml")]):
         out, err = io.StringIO(), io.StringIO()
-        start = time.perf_counter()
+        start = time.process_time()   # a hang guard in CPU seconds: a loaded machine does not trip it
         code = run(argv, out, err)
-        assert time.perf_counter() - start < SLOW_S, f"{argv[0]} took over {SLOW_S} s"
+        assert time.process_time() - start < SLOW_S, f"{argv[0]} took over {SLOW_S} s"
         if code == 1:
             lines = err.getvalue().splitlines()
             assert lines and all(LOCATED.match(line) for line in lines), err.getvalue()[:2000]
