@@ -10,7 +10,7 @@ from rooflinec.cli import output
 from rooflinec.base.errors import RooflineError, UsageError
 from rooflinec.cli import quick
 from rooflinec.spec import load as spec
-from rooflinec.measure import device, model, report
+from rooflinec.measure import device, model, report, trace, trace_report
 from rooflinec.spec.load import DTYPE_BYTES
 
 EPILOG = """\
@@ -119,10 +119,6 @@ def register_trace(sub, streams, parents=()) -> None:
 
 
 def cmd_trace(args, stdout, stderr) -> int:
-    try:
-        from rooflinec.measure import trace, trace_report
-    except ImportError as exc:
-        raise RooflineError(f"rooflinec trace needs {exc.name}: pip install -e '.[trace]'") from None
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise RooflineError(f"{args.out}: a file; --out names the folder the report goes to")
     model, device, dtype, quantization = _trace_setup(args)

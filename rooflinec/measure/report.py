@@ -88,15 +88,11 @@ def build(m: Measurement) -> dict:
                                            for k, v in extra.items()}}.items(),
                       key=lambda kv: -kv[1])
     total = prof.mapped_time + prof.unmapped_time
-    tensor, vector = dev.peak("matrix", m.dtype), dev.peak("vector", m.dtype)
     return {
         "model": {"key": m.model.key, "name": m.model.name, "layers": m.model.n_layers,
                   "source": m.model.source},
-        "device": {"key": dev.key, "name": dev.name, "tensor_peak": tensor, "vector_peak": vector,
-                   "bandwidth": dev.bandwidth, "ridge_matrix": roofline.ridge(tensor, dev.bandwidth),
-                   "ridge_vector": roofline.ridge(vector, dev.bandwidth),
-                   "cache_size": dev.cache_size, "cache_bandwidth": dev.cache_bandwidth,
-                   "source": dev.source},
+        "device": {**device_entry(dev, m.dtype),
+                   "cache_size": dev.cache_size, "cache_bandwidth": dev.cache_bandwidth},
         "workload": {"phase": m.phase, "batch": m.batch, "context": m.context, "dtype": m.dtype},
         "ran_on": m.on, "tool": m.tool, "steps": prof.steps, "tolerance": TOLERANCE,
         "implementation": m.implementation, "conventions": m.conventions,
@@ -137,3 +133,12 @@ def render(report: dict, stem: str) -> dict[str, str]:
     svg = charts.draw(chart(report))
     md = environment(False, markdown=True).get_template("measure.md.j2").render(r=report, chart=f"{stem}.svg")
     return {f"{stem}.md": md, f"{stem}.json": json.dumps(report, indent=1) + "\n", f"{stem}.svg": svg}
+
+
+def device_entry(dev, dtype: str) -> dict:
+    """The device as the report and its chart read it: peaks at `dtype`, bandwidth, and the
+    ridges the roofline's owner computes."""
+    tensor, vector = dev.peak("matrix", dtype), dev.peak("vector", dtype)
+    return {"key": dev.key, "name": dev.name, "tensor_peak": tensor, "vector_peak": vector,
+            "bandwidth": dev.bandwidth, "ridge_matrix": roofline.ridge(tensor, dev.bandwidth),
+            "ridge_vector": roofline.ridge(vector, dev.bandwidth), "source": dev.source}

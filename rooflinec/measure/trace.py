@@ -26,7 +26,6 @@ import zlib
 from dataclasses import dataclass, field
 from importlib import resources
 
-import ijson
 import yaml
 
 from rooflinec.base.errors import RooflineError, UsageError
@@ -107,6 +106,16 @@ class _Counted:
         return data
 
 
+def _ijson():
+    """ijson, imported at the first read: only `rooflinec trace` needs it (the `trace` extra),
+    so the CLI loads without it and says how to install it."""
+    try:
+        import ijson
+    except ImportError:
+        raise TraceError("rooflinec trace needs ijson: pip install -e '.[trace]'") from None
+    return ijson
+
+
 def _open(path: str) -> _Counted:
     try:
         with open(path, "rb") as probe:
@@ -118,6 +127,7 @@ def _open(path: str) -> _Counted:
 
 def _events(path: str):
     """Every entry of `traceEvents`, streamed; a located error where the JSON breaks."""
+    ijson = _ijson()
     stream = _open(path)
     seen = 0
     try:
@@ -137,6 +147,7 @@ def _events(path: str):
 def _devices(path: str) -> list:
     """`deviceProperties` (Kineto writes it before or after `traceEvents`): one more pass,
     which tokenises the events in C without building them."""
+    ijson = _ijson()
     stream = _open(path)
     try:
         return [d for d in ijson.items(stream, "deviceProperties.item", use_float=True)

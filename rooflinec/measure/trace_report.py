@@ -15,6 +15,7 @@ import json
 from dataclasses import replace
 
 from rooflinec.model import passes
+from rooflinec.measure.report import device_entry
 from rooflinec.measure.trace import Trace, classify
 from rooflinec.model.symbols import B, S, b
 from rooflinec.cost.workbench import Workbench
@@ -69,9 +70,7 @@ def build(trace: Trace, model, device, dtype: str, phase: str, batch: int, conte
         "trace": {"file": trace.path, "device": trace.device, "steps": list(trace.steps),
                   "step": trace.step.number, "rule": trace.rule},
         "model": {"key": model.key, "name": model.name, "layers": model.n_layers},
-        "device": {"key": device.key, "name": device.name, "tensor_peak": device.peak("matrix", dtype),
-                   "vector_peak": device.peak("vector", dtype), "bandwidth": device.bandwidth,
-                   "source": device.source},
+        "device": device_entry(device, dtype),
         "workload": {"phase": phase, "batch": batch, "context": context, "dtype": dtype,
                      "from": workload_from},
         "conventions": dict(LEAST_WORK, attention="ideal (one kernel, compulsory traffic)"),
