@@ -19,8 +19,8 @@ import numpy as np
 
 from rooflinec.serving.lsq import jacobian
 from rooflinec.serving.serving_model import PARAMETERS, Costs, Efficiency, timed
-from rooflinec.serving import measurements
-from rooflinec.serving.serving_model import Unpredictable, costs, predict
+from rooflinec.serving import measurements, serving_model
+from rooflinec.serving.serving_model import Unpredictable, predict
 from rooflinec.base import yamlio
 from rooflinec.base.errors import SpecError
 
@@ -113,7 +113,7 @@ def _prepared(row, specs) -> Prepared:
     if isinstance(run, str):
         return Prepared(row, reason=run)
     try:
-        return Prepared(row, run, costs(run))
+        return Prepared(row, run, serving_model.costs(run))
     except Unpredictable as exc:
         return Prepared(row, run, reason=str(exc))
 

@@ -18,7 +18,7 @@ from functools import cached_property
 import numpy as np
 
 from rooflinec.serving import calibrate
-from rooflinec.serving import engines, rows, simulator, workload
+from rooflinec.serving import engines, lsq, rows, simulator, workload
 from rooflinec.serving import stepcost as sc
 from rooflinec.serving import serving_model as sm
 from rooflinec.serving.serving_model import Unpredictable
@@ -108,7 +108,7 @@ def fit(cases: list[Case], free=FITTED) -> sc.Parameters:
     x, damping = np.zeros(len(free)), 1e-3
     r = residual(x)
     for _ in range(ITERATIONS):
-        jac = calibrate._jacobian(residual, x, r)
+        jac = lsq.jacobian(residual, x, r)
         grad, hess = jac.T @ r, jac.T @ jac
         step = np.linalg.solve(hess + damping * np.diag(np.diag(hess) + 1e-12), -grad)
         trial = residual(x + step)
