@@ -22,6 +22,8 @@ from rooflinec.model import quant, window
 from rooflinec.cost import parallel as par
 from rooflinec.cost.derive import exact
 from rooflinec.cost.efficiency import step_terms
+from rooflinec.base.roofline import transfer_time
+from rooflinec.model.lower import LEAST_WORK
 from rooflinec.base.errors import DeviceError
 from rooflinec.spec.validate import schema
 from rooflinec.model.symbols import B, S
@@ -64,13 +66,28 @@ def _step(tokens: int) -> int:
 
 
 def _terms(bench, phase: str, variant: str, device, tp: int) -> dict:
-    """One step's FLOPs, bytes and roofline terms as JavaScript in B, S, b_w, b_kv, f_dq."""
-    program = quant.retype(bench.program(phase, variant, device, tp), ("weights", "kv_cache"))
+    """One step's FLOPs, bytes, roofline terms and collectives' time as JavaScript in B, S,
+    b_w, b_kv, f_dq, under the bound's conventions (lower.LEAST_WORK), as the summary's."""
+    program = quant.retype(bench.program(phase, variant, device, tp, conventions=LEAST_WORK),
+                           ("weights", "kv_cache"))
     values = {s: v for s, v in bench.values.items() if s not in FREE}
     terms = step_terms(program, values,
                        lambda op: exact(bench.peak(device, op.unit, None, f"the {phase} op '{op.name}'")),
                        device.bandwidth)
-    return {name: _js(getattr(terms, name)) for name in ("flops", "bytes", "compute", "memory")}
+    return {**{name: _js(getattr(terms, name)) for name in ("flops", "bytes", "compute", "memory")},
+            "comm": _js(_comm(bench, program, device, values))}
+
+
+def _comm(bench, program, device, values) -> sp.Expr:
+    """The ring model's time of the step's collectives (Workbench.communication), kept in the
+    workload's symbols: each launch's volume over the link, plus its steps' latency."""
+    total = sp.Integer(0)
+    for c in program.collectives:
+        link = bench.link(device, c.span, f"the {c.kind.replace('_', '-')} '{c.name}'")
+        count = sp.sympify(c.repeat).xreplace(program.bindings).xreplace(values)
+        volume = sp.sympify(c.volume).xreplace(program.bindings).xreplace(values)
+        total += count * (transfer_time(volume, sp.nsimplify(link.bandwidth)) + c.steps * sp.nsimplify(link.latency or 0))
+    return total
 
 
 def _memory(bench, tp: int) -> dict:
@@ -111,6 +128,7 @@ def calculator(bench, report: dict) -> dict | None:
     first = next(d for d in summary["devices"] if not d["lacks"])
     context, prompt = first["decode"][0]["context"], first["prefill"][0]["prompt"]
     data = {"variant": variant, "dtype": bench.dtype, "tps": degrees, "tp": bench.parallel.tp,
+            "overlap": bool(bench.parallel.overlap),
             "memory": {str(tp): _memory(bench, tp) for tp in degrees},
             "formats": [dict(f, f_dq=quant.dequant_flops(f["name"], bench.dtype)) for f in formats()],
             "weights": bench.storage("weights"), "kv_cache": bench.storage("kv_cache"),

@@ -20,7 +20,7 @@ from functools import cache
 import multiprocessing
 import queue
 
-from rooflinec.base import roofline
+from rooflinec.base.roofline import ridge as ridge_of
 from rooflinec.base.quantities import short
 
 SERIES_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
@@ -379,7 +379,7 @@ def catalog(chart: dict):
     """Every device's roof on one log-log chart: tensor roof solid with its ridge as a dot,
     vector roof dashed, one colour per device."""
     devs = chart["devices"]
-    ridges = [roofline.ridge(d["tensor_peak"], d["bandwidth"]) for d in devs]
+    ridges = [ridge_of(d["tensor_peak"], d["bandwidth"]) for d in devs]
     xmin = 10.0 ** math.floor(math.log10(min(ridges) / 100))
     xmax = 10.0 ** math.ceil(math.log10(max(ridges) * 10))
     fig, ax = _figure((SIZE[0], SIZE[1] + 0.17 * math.ceil(len(devs) / 2) + 0.3),
@@ -391,7 +391,7 @@ def catalog(chart: dict):
                 label=f"{d['key']} ({d['dtype']}), ridge {ridge:.0f}")
         ax.plot([ridge], [d["tensor_peak"]], marker="o", ms=4, color=colour, zorder=3)
         if d["vector_peak"]:
-            ax.plot([roofline.ridge(d["vector_peak"], d["bandwidth"]), xmax], [d["vector_peak"]] * 2, color=colour,
+            ax.plot([ridge_of(d["vector_peak"], d["bandwidth"]), xmax], [d["vector_peak"]] * 2, color=colour,
                     lw=0.7, ls=":")
     peaks = [d["tensor_peak"] for d in devs] + [d["vector_peak"] for d in devs if d["vector_peak"]]
     _log_axes(ax, (xmin, xmax), (xmin * min(d["bandwidth"] for d in devs), max(peaks) * 3),
