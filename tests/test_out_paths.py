@@ -37,6 +37,17 @@ def test_a_fifo_out_is_refused_before_the_config_is_read(tmp_path):
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_calibrate_through_the_simulator_refuses_a_fifo_out_too(tmp_path):
+    """`calibrate --simulate` takes the same --out check, before the CSV is read."""
+    fifo = tmp_path / "cal.yaml"
+    os.mkfifo(fifo)
+    out, err = io.StringIO(), io.StringIO()
+    assert run(["calibrate", "--simulate", str(tmp_path / "absent.csv"), "--out", str(fifo)], out, err) == 2
+    assert f"--out: {fifo} is a FIFO (named pipe)" in err.getvalue()
+    assert os.path.exists(fifo) and not os.path.isfile(fifo)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
 def test_write_file_itself_never_renames_over_a_fifo(tmp_path):
     """The last line of defence, for a path that became special after the command checked it."""
     from rooflinec.base.errors import RooflineError

@@ -309,6 +309,17 @@ def write_file(path: str, text: str) -> None:
         raise
 
 
+def write_command_file(path: str, text: str, stdout) -> int:
+    """A command's one output file (a calibration, an imported spec): written whole, a write
+    error one located line, `wrote PATH` on standard output."""
+    try:
+        write_file(path, text)
+    except OSError as exc:
+        raise RooflineError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    stdout.write(f"wrote {path}\n")
+    return 0
+
+
 # ---------------------------------------------------------------- after a crash
 
 def recover(out: str, say=None) -> None:

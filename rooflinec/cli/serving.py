@@ -84,10 +84,10 @@ def _specs_folder(path: str | None) -> str | None:
 
 
 def cmd_calibrate(args, stdout, stderr) -> int:
+    output.check_file_target(args.out)   # before any row is read, on either path
     if _simulated(args):
         return sim.cmd_calibrate(args, stdout, stderr, _specs_folder(args.specs))
 
-    output.check_file_target(args.out)
     rows = measurements.read(args.csv)
     prepared = calibrate.prepare(rows, measurements.Specs(_specs_folder(args.specs)))
     try:
@@ -95,14 +95,8 @@ def cmd_calibrate(args, stdout, stderr) -> int:
     except ValueError as exc:
         raise RooflineError(f"{args.csv}: {exc}") from None
     doc = calibrate.document(cal, prepared, os.path.basename(args.csv))
-    text = ("# rooflinec serving-model calibration, written by `rooflinec calibrate`.\n"
-            + yaml.safe_dump(doc, sort_keys=False, width=120))
-    try:
-        output.write_file(args.out, text)
-    except OSError as exc:
-        raise RooflineError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
-    stdout.write(f"wrote {args.out}\n")
-    return 0
+    return output.write_command_file(args.out, "# rooflinec serving-model calibration, written by "
+                                     "`rooflinec calibrate`.\n" + yaml.safe_dump(doc, sort_keys=False, width=120), stdout)
 
 
 def cmd_validate(args, stdout, stderr) -> int:

@@ -173,14 +173,9 @@ def cmd_calibrate(args, stdout, stderr, specs_root) -> int:
     except ValueError as exc:
         raise RooflineError(f"{args.csv}: {exc}") from None
     doc = validation.document(fits, cases, os.path.basename(args.csv))
-    text = ("# rooflinec serving-simulator calibration, written by `rooflinec calibrate --simulate`.\n"
-            + yaml.safe_dump(doc, sort_keys=False, width=120))
-    try:
-        output.write_file(args.out, text)
-    except OSError as exc:
-        raise RooflineError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
-    stdout.write(f"wrote {args.out}\n")
-    return 0
+    return output.write_command_file(args.out, "# rooflinec serving-simulator calibration, written by "
+                                     "`rooflinec calibrate --simulate`.\n" + yaml.safe_dump(doc, sort_keys=False, width=120),
+                                     stdout)
 
 
 COMMANDS = {"simulate": cmd_simulate}
