@@ -124,3 +124,26 @@ def test_shipped_simulator_calibration_is_the_fit_of_the_visible_rows(tmp_path):
     assert calibration.load(str(tmp_path / "c.yaml")) == calibration.load(calibration.shipped()), \
         "refit: rooflinec calibrate ../shared/measured/serving-v2-visible.csv --out " \
         "rooflinec/serving/calibrations/simulator-visible.yaml"
+
+
+@pytest.mark.parametrize("tpot", ["5e-324", "1e300"])
+def test_the_layout_reader_refuses_times_no_run_takes(tmp_path, tpot):
+    """As the old reader (issue 31, item 5): a time under a nanosecond or over a week is a
+    located error, never a division by ~0 or an infinity downstream."""
+    path = small_v2(tmp_path, lambda r: r["mode"] == "agg")
+    header, first, *_ = path.read_text(encoding="utf-8").splitlines()
+    cells = first.split(",")
+    cells[header.split(",").index("tpot_ms")] = tpot
+    path.write_text(header + "\n" + ",".join(cells) + "\n", encoding="utf-8")
+    with pytest.raises(measurements.SpecError) as err:
+        rows.read(str(path))
+    assert f"{path}:2:" in str(err.value) and "tpot_ms" in str(err.value) and "a week" in str(err.value)
+
+
+def test_the_layout_reader_refuses_a_column_named_twice(tmp_path):
+    path = small_v2(tmp_path, lambda r: r["mode"] == "agg")
+    header, *body = path.read_text(encoding="utf-8").splitlines()
+    path.write_text("\n".join([header + ",tpot_ms", *(line + ",1" for line in body[:2])]) + "\n", encoding="utf-8")
+    with pytest.raises(measurements.SpecError) as err:
+        rows.read(str(path))
+    assert f"{path}:1:" in str(err.value) and "repeats column" in str(err.value)

@@ -63,7 +63,7 @@ def read(file: str) -> list[Row]:
     if missing:
         raise SpecError([Problem(file, 1, 1, "(header)", f"missing column(s) {', '.join(missing)}; "
                                  f"expected: {','.join(COLUMNS)}")])
-    repeated = _repeated_columns(file, header)
+    repeated = repeated_columns(file, header)
     if repeated:
         raise SpecError(repeated)
     rows, seen = [], {}
@@ -83,11 +83,12 @@ def read(file: str) -> list[Row]:
     return rows
 
 
-def _repeated_columns(file, header) -> list[Problem]:
-    """A column named twice: which copy holds the value would be a guess, so neither is taken."""
+def repeated_columns(file, header, names=COLUMNS) -> list[Problem]:
+    """A column of `names` named twice: which copy holds the value would be a guess, so neither
+    is taken."""
     out, first = [], {}
     for i, name in enumerate(header):
-        if name in COLUMNS and name in first:
+        if name in names and name in first:
             col = 1 + sum(len(c) + 1 for c in header[:i])
             out.append(Problem(file, 1, col, name, f"column '{name}' repeats column {first[name] + 1}; "
                                                    "each column once"))

@@ -74,6 +74,9 @@ def read(file: str) -> list[Row]:
     missing = [c for c in REQUIRED if c not in header]
     if missing:
         raise SpecError([Problem(file, 1, 1, "(header)", f"missing column(s) {', '.join(missing)}")])
+    repeated = measurements.repeated_columns(file, header, set(header))
+    if repeated:
+        raise SpecError(repeated)
     for n, cells in enumerate(lines[1:], start=2):
         if not any(c.strip() for c in cells):
             continue
@@ -114,8 +117,9 @@ def _row(file, n, header, cells, problems) -> Row | None:
             x = float(value[name])
         except ValueError:
             x = math.nan
-        if not (math.isfinite(x) and x > 0):
-            at(name, f"'{value[name]}' is not a positive number of ms")
+        if not (math.isfinite(x) and measurements.MIN_MS <= x <= measurements.MAX_MS):
+            at(name, f"'{value[name]}' is not a number of ms from {measurements.MIN_MS:g} "
+                     f"(a nanosecond) to {measurements.MAX_MS:g} (a week)")
         times[name] = x / 1e3
     for name in ("model", "device", "engine", "row_id", "gemm_weights"):
         if not value[name]:
