@@ -26,6 +26,9 @@ from rooflinec import analyses
 from rooflinec.base import yamlio
 from rooflinec.cost import parallel
 from rooflinec.cli import summary as answers
+from rooflinec.cli import speculation
+from rooflinec.serving import speculative, stepcost
+from rooflinec.serving.serving_model import Unpredictable
 
 SERVE_EPILOG = """\
 MODEL is a catalog name (rooflinec models), a model spec YAML, or a Hugging Face config.json
@@ -42,6 +45,7 @@ devices step together.
 --weights and --kv-cache store those tensors in another format than --dtype (weight-only or
 KV-cache quantization; --dtype stays the compute dtype), e.g.
   rooflinec serve llama-3.1-70b --device h100-sxm --tp 4 --weights fp8 --kv-cache fp8
+""" + speculation.EPILOG + """  rooflinec serve llama-3.1-8b --device h100-sxm --draft llama-3.2-1b --draft-k 4 --acceptance 0.7
 """
 
 
@@ -79,6 +83,7 @@ def register(sub, streams, parents=()) -> None:
     s.add_argument("--tp", default=1, type=int, metavar="N",
                    help="tensor-parallel degree; figures are one of N devices' (default: 1)")
     s.add_argument("--json", action="store_true", help="the serving section as JSON")
+    speculation.add_arguments(s)
     for command in (d, m, i, s):   # a UsageError prints the command's own usage line
         command.set_defaults(parser=command)
 
@@ -253,17 +258,33 @@ def cmd_serve(args, stdout, stderr) -> int:
     if device.peak("matrix", args.dtype) is None:
         raise RooflineError(f"{args.device}: device '{device.key}' lists no tensor peak for "
                             f"{args.dtype}; it has: {', '.join(device.tensor)}")
+    draft = speculation.draft_of(args, _model)
     section = serving_section(model, device, args.dtype, batches, args.context, args.prompt,
                               args.tp, storage)
+    spec = _speculation(model, device, args, storage, draft, batches)
     if args.json:
         stdout.write(json.dumps({"model": model.name, "device": device.key, "dtype": args.dtype,
                                  "tp": args.tp, "quantization": storage,
                                  "context": args.context, "prompt": args.prompt,
                                  "summary": _plain(_answers(device, args.dtype, section)),
-                                 "serving": _plain(section)}, indent=1) + "\n")
+                                 "serving": _plain(section),
+                                 **({"speculation": _plain(spec)} if spec else {})}, indent=1) + "\n")
     else:
         stdout.write(summary(model, device, _setup(args.dtype, args.tp, storage), section, args.dtype))
+        stdout.write(speculation.text(spec) if spec else "")
     return 0
+
+
+def _speculation(model, device, args, storage: dict, draft, batches) -> dict | None:
+    """The speculation table (serving/speculative.py), on the simulator's step model."""
+    if draft is None:
+        return None
+    try:
+        target = speculative.target_model(stepcost.Deployment(model, device, args.tp, storage.get("weights", args.dtype),
+                                                    storage.get("kv_cache", args.dtype)))
+        return speculative.table(target, draft, batches, args.context)
+    except Unpredictable as exc:
+        raise RooflineError(f"{'--draft' if args.draft else '--speculate'}: cannot price speculation: {exc}") from None
 
 
 def _plain(value):

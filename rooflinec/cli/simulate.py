@@ -11,8 +11,9 @@ from rooflinec.cli import output
 from rooflinec.base.errors import RooflineError, UsageError
 from rooflinec.serving.workload import Lengths, Workload
 from rooflinec.spec.load import DTYPE_BYTES
-from rooflinec.cli import quick
+from rooflinec.cli import quick, speculation
 from rooflinec.serving import calibration, engines, fitting, metrics, rows, simulator, stepcost as sc, validation
+from rooflinec.serving import speculative
 from rooflinec.serving.serving_model import Unpredictable
 from rooflinec.serving.measurements import Specs
 from rooflinec.serving.chart import timeline
@@ -34,6 +35,9 @@ examples:
       --osl 128-512 --requests 2000 --chart timeline.svg
   rooflinec simulate llama-3.1-8b --device h100-sxm --engine vllm --concurrency 64 --isl 1024 \\
       --osl 128 --max-tokens 2048 --schedule prefill_first     # override the engine's defaults
+
+  rooflinec simulate llama-3.1-8b --device h100-sxm --engine vllm --concurrency 16 --isl 1024 \\
+      --osl 256 --speculate ngram:k=4,alpha=0.6         # every decode a verification of 5 tokens
 
 engines: catalog/engines/*.yaml (trtllm, vllm, sglang), each with its version, the source
 files of its defaults and what is assumed where no source states a default.
@@ -83,6 +87,7 @@ def register(sub, streams, parents=()) -> None:
                    help="efficiencies 1, overheads 0: a lower bound on every request's times")
     s.add_argument("--chart", metavar="FILE.svg", help="write running, waiting and tokens per step over time")
     s.add_argument("--json", action="store_true", help="one JSON document instead of a table")
+    speculation.add_arguments(s)
 
 
 def _positive(name: str, v, kind=int):
@@ -123,6 +128,7 @@ def cmd_simulate(args, stdout, stderr) -> int:
                               preemption=args.preemption, kv_cache=_formats(args.kv_cache, "--kv-cache"))
     _formats(args.weights, "--weights")
     engine_key = os.path.basename(args.engine).removesuffix(".yaml")
+    draft = speculation.draft_of(args, quick._model)
     if args.bound:
         params, where = sc.BOUND, "bound: efficiencies 1, overheads 0"
     else:
@@ -130,12 +136,15 @@ def cmd_simulate(args, stdout, stderr) -> int:
         params, where = table.of(device.key, engine_key), f"calibration for ({device.key}, {engine_key})"
     try:
         step = sc.build(sc.Deployment(model, device, args.tp, args.weights, policy.kv_dtype()))
+        step = speculative.speculative(step, draft) if draft else step
         res = simulator.simulate(step, policy, work, params)
     except Unpredictable as exc:
         raise RooflineError(f"cannot simulate: {exc}") from None
     out = {"kind": "bound" if args.bound else "prediction", "model": model.key, "device": device.key,
            "tp": args.tp, "engine": {"name": policy.name, "version": policy.version, "file": engine_key},
            "workload": work.describe(), "parameters": {"source": where, **vars(params)},
+           **({"speculation": {"draft": draft.describe(), "tokens_per_step": step.tokens_per_step,
+                               "source": speculative.SOURCE}} if draft else {}),
            **metrics.summary(res, args.tp)}
     if args.chart:
         svg = timeline(res, f"{model.key} on {args.tp} x {device.key}, {policy.name}: {work.describe()}")
@@ -150,7 +159,10 @@ def cmd_simulate(args, stdout, stderr) -> int:
 def text(out: dict) -> str:
     lines = [f"{out['model']} on {out['tp']} x {out['device']}, {out['engine']['name']} "
              f"{out['engine']['version']}: {out['workload']}",
-             f"{out['kind']} ({out['parameters']['source']})", "",
+             f"{out['kind']} ({out['parameters']['source']})",
+             *([f"speculative decoding: {out['speculation']['draft']}, {out['speculation']['tokens_per_step']:.3g} "
+                "tokens per verification step expected (a prediction at that alpha)"] if "speculation" in out else []),
+             "",
              f"{'':6}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}  (ms)"]
     for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E")):
         s = out[key]

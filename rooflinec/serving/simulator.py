@@ -76,13 +76,14 @@ class Result:
 
 def kv_capacity_tokens(model: sc.StepModel, policy: Policy) -> int:
     dev, dep = model.deployment.device, model.deployment
-    weights = sc.weight_bytes(dep)
+    weights = sc.weight_bytes(dep) + getattr(model, "weight_bytes", 0.0)   # a draft's (speculative.py)
     cache = (policy.cache_fraction * dev.capacity - weights if policy.cache_fraction_of == "total"
              else policy.cache_fraction * (dev.capacity - weights))
     if cache <= 0:
         raise Unpredictable(f"{dep.weights} weights take {weights / 1e9:.1f} GB per device; "
                             f"{policy.name} leaves no memory for the KV cache on {dev.key}")
-    blocks = int(cache // (sc.kv_bytes_per_token(dep) * policy.kv_block_tokens))
+    per_token = sc.kv_bytes_per_token(dep) + getattr(model, "kv_bytes_per_token", 0.0)
+    blocks = int(cache // (per_token * policy.kv_block_tokens))
     return blocks * policy.kv_block_tokens
 
 
@@ -101,7 +102,10 @@ class _Loop:
         self.cap_tokens = kv_capacity_tokens(model, policy)
         self.cap_blocks = self.cap_tokens // policy.kv_block_tokens
         self.prompt = self.isl.copy()
-        self.prefilled, self.kvlen, self.gen = (np.zeros(n, np.int64) for _ in range(3))
+        # tokens a decode step yields: 1, or a speculative step's expectation (speculative.py)
+        self.adv = getattr(model, "tokens_per_step", 1)
+        self.prefilled = np.zeros(n, np.int64)
+        self.kvlen, self.gen = (np.zeros(n, np.int64 if self.adv == 1 else float) for _ in range(2))
         self.arrival, self.first, self.finish, self.last = (np.full(n, np.nan) for _ in range(4))
         self.arrived_run, self.admitted_run, self.first_run, self.finish_run = (np.full(n, -1, np.int64) for _ in range(4))
         self.measured = np.arange(n) >= work.warmup
@@ -268,14 +272,14 @@ class _Loop:
 
     def _decode_steps(self, decoding) -> int:
         """Steps the decodes can run unchanged: to the next completion, within the KV cache."""
-        k = int((self.osl[decoding] - self.gen[decoding]).min())
+        k = int(np.ceil((self.osl[decoding] - self.gen[decoding]) / self.adv).min())
         if self.pol.admission_reserve_output >= 1:
             return k                      # every running request's whole output is reserved
         lens = self.kvlen[decoding]
         others = int(self._blocks(self.kvlen[self.running & ~self.decoding]).sum())
 
         def fits(j):
-            return others + int(self._blocks(lens + j).sum()) <= self.cap_blocks
+            return others + int(self._blocks(lens + j * self.adv).sum()) <= self.cap_blocks
         if fits(k):
             return k
         lo, hi = 0, k        # fits(lo) or lo = 0; not fits(hi)
@@ -309,7 +313,7 @@ class _Loop:
             dur = self.m.durations(x0[None], self.p)
         else:
             x = np.repeat(x0[None], k, axis=0)
-            x[:, sc.CONTEXT] += n_dec * np.arange(k)
+            x[:, sc.CONTEXT] += n_dec * self.adv * np.arange(k)
             dur = self.m.durations(x, self.p)
         ends = self.t + np.cumsum(dur)
         if not self.w.closed and self.next_arrival < len(self.times) and k > 1:
@@ -318,7 +322,7 @@ class _Loop:
                 k, dur, ends = cut, dur[:cut], ends[:cut]
         self.x0.append(x0)
         self.nsteps.append(k)
-        self.growth.append(n_dec)
+        self.growth.append(n_dec * self.adv)
         self.timeline.append((self.t, k, self.n_running, len(self.waiting), tokens))
         self._tokens(decoding, ids, sizes, dur, ends)
         if not self.w.closed:
@@ -335,8 +339,11 @@ class _Loop:
             if k > 1 and len(gaps):
                 self.itl.append(dur[1:])
                 self.itl_w.append(np.full(k - 1, float(len(gaps))))
-            self.gen[decoding] += k
-            self.kvlen[decoding] += k
+            if self.adv != 1 and len(gaps):   # a verification's further tokens come at once
+                self.itl.append(np.zeros(1))
+                self.itl_w.append(np.full(1, (self.adv - 1) * len(gaps) * k))
+            self.gen[decoding] += k * self.adv if self.adv != 1 else k
+            self.kvlen[decoding] += k * self.adv if self.adv != 1 else k
             self.last[decoding] = end
             finished.append(decoding[self.gen[decoding] >= self.osl[decoding]])
         if len(ids):
