@@ -140,10 +140,12 @@ def cmd_simulate(args, stdout, stderr) -> int:
         res = simulator.simulate(step, policy, work, params)
     except Unpredictable as exc:
         raise RooflineError(f"cannot simulate: {exc}") from None
-    out = {"kind": "bound" if args.bound else "prediction", "model": model.key, "device": device.key,
+    # a bound with speculation only at its best case, alpha = 1; below it, alpha is a prediction
+    bound = args.bound and (draft is None or draft.alpha == 1)
+    out = {"kind": "bound" if bound else "prediction", "model": model.key, "device": device.key,
            "tp": args.tp, "engine": {"name": policy.name, "version": policy.version, "file": engine_key},
            "workload": work.describe(), "parameters": {"source": where, **vars(params)},
-           **({"speculation": {"draft": draft.describe(), "tokens_per_step": step.tokens_per_step,
+           **({"speculation": {"draft": draft.describe(), "k": draft.k, "tokens_per_step": step.tokens_per_step,
                                "source": speculative.SOURCE}} if draft else {}),
            **metrics.summary(res, args.tp)}
     if args.chart:
@@ -161,7 +163,9 @@ def text(out: dict) -> str:
              f"{out['engine']['version']}: {out['workload']}",
              f"{out['kind']} ({out['parameters']['source']})",
              *([f"speculative decoding: {out['speculation']['draft']}, {out['speculation']['tokens_per_step']:.3g} "
-                "tokens per verification step expected (a prediction at that alpha)"] if "speculation" in out else []),
+                "tokens per verification step expected"
+                + (" (the best case)" if out["speculation"]["tokens_per_step"] == out["speculation"]["k"] + 1
+                   else " (a prediction at that alpha)")] if "speculation" in out else []),
              "",
              f"{'':6}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}  (ms)"]
     for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E")):
