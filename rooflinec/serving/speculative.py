@@ -78,7 +78,8 @@ def expected_tokens(alpha: float, k: int) -> float:
     """Tokens one verification step yields on average (Leviathan et al. 2023, eq. 1)."""
     if not 0 <= alpha <= 1 or k < 0:
         raise ValueError(f"alpha must be in [0, 1] and k >= 0, got alpha = {alpha}, k = {k}")
-    return k + 1.0 if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+    # the geometric series itself: (1 - alpha^(k+1)) / (1 - alpha) cancels near alpha = 1
+    return math.fsum(alpha ** i for i in range(k + 1))
 
 
 def parse(text: str, flag: str = "--speculate") -> Draft:
