@@ -47,7 +47,7 @@ import numpy as np
 import sympy as sp
 
 from rooflinec.base import roofline
-from rooflinec.cost import kvcache, program_costs
+from rooflinec.cost import program_costs
 from rooflinec.cost.evaluate import number
 from rooflinec.model import params
 from rooflinec.model.symbol_table import model_values
@@ -55,7 +55,6 @@ from rooflinec.serving import serving_model as sm
 from rooflinec.serving import stepcost as sc
 from rooflinec.spec.load import DTYPE_BYTES
 
-KINDS = ("mtp", "model", "ngram")
 SOURCE = "Leviathan, Kalman and Matias 2023, Fast Inference from Transformers via Speculative Decoding"
 F = len(sc.FEATURES)
 SEARCH_LIMIT = 1 << 20      # the largest batch the break-even search tries
