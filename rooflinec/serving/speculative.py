@@ -32,7 +32,7 @@ projections, computed here from `model.params`' components, since they are not i
 spec) and their KV cache (k mean layers' share), add to the target's; the MTP parameters are
 not active per token unless the heads are used.
 
-Left out, each making a figure smaller, so a bound stays one: the MTP heads prefill a prompt
+Left out, each making a figure smaller (a bound stays one; a prediction errs low): the MTP heads prefill a prompt
 once (as one layer, not k); the k drafts' slots in the KV cache; the draft's fixed overheads
 under a calibration (its layers' launches, its sampling); rejection sampling's own FLOPs.
 Re-timing a recorded schedule (`simulator.run_times`, calibration) takes plain step models only.
