@@ -10,6 +10,7 @@ import math
 import os
 
 import numpy as np
+import sympy as sp
 
 from rooflinec.base.errors import RooflineError, UsageError
 from rooflinec.base.units import QuantityError, parse_quantity
@@ -163,7 +164,7 @@ def _row(t: dict, i: int, devices: dict, prices: dict, isl: int, osl: int) -> di
     dev = devices[t["device"][i]]
     per_gpu = float(t["per_gpu"][i])
     price = prices.get(dev.key)
-    dep = {"tp": int(t["tp"][i]), "pp": int(t["pp"][i]), "ep": int(t["ep"][i])}
+    dep = {a.name: int(t[a.name][i]) for a in plan.AXES}
     return {
         "device": dev.key, "deployment": dep, "label": plan.label(dep), "gpus": int(t["gpus"][i]),
         "weights": t["weights"][i], "kv_cache": t["kv_cache"][i], "batch": int(t["batch"][i]),
@@ -191,7 +192,7 @@ def document(model, devices, work, slo, res, prices, args, calibration_source) -
         idx = np.flatnonzero(t["device"] == dev)
         seen, rows = set(), []
         for i in idx[np.lexsort((t["gpus"][idx], -t["per_user"][idx], -t["per_gpu"][idx]))]:
-            key = (t["tp"][i], t["pp"][i], t["ep"][i])     # one row per deployment, its best
+            key = tuple(t[a.name][i] for a in plan.AXES)     # one row per deployment, its best
             if key not in seen and len(rows) < args.top:
                 seen.add(key)
                 rows.append(_row(t, int(i), by_key, prices, work.isl, work.osl))
@@ -291,9 +292,14 @@ def _solve(args, model, slo, stdout) -> int:
             step = inverse.decode_step(model, device, args.tp, weights, kv, args.batch, args.context,
                                        sm.ALL_REDUCES_PER_LAYER)
             s = inverse.solve(step, args.solve, slo.tpot_s)
+            fixed, varying = s.piece.as_independent(inverse.X, as_Add=True)
+            c = sp.simplify(varying * inverse.X)
+            what = {"bandwidth": "bytes the step's memory-bound kernels move", "peak": "FLOPs of its compute-bound "
+                    "tensor kernels", "link": "bytes the all-reduces send"}[args.solve]
             out = {**head, "target_tpot_s": slo.tpot_s, "value": float(s.value) / scale, "exact": str(s.value),
-                   "derivation": f"T(x) = {s.piece} s on the piece holding the answer; T(x) = {float(s.target)} s at "
-                                 f"x = {s.value}",
+                   "derivation": f"T(x) = a + c / x on the piece holding the answer: a = {float(fixed) * 1e3:.4g} ms "
+                                 f"(terms not depending on x), c = {float(c):.6g} ({what}); "
+                                 f"x = c / (target - a) = {s.value}",
                    "shares_s": {k: float(v) for k, v in s.shares.items()}, "setter": s.setter,
                    "check": {"met_at_value": s.met_at, "missed_just_below": s.missed_below},
                    "device_has": _device_has(device, args.solve, weights) / scale}

@@ -25,9 +25,11 @@ activation transfers, pp x B sequences are in flight, and a device holds 1/pp of
 and the KV cache of its layers for all pp x B sequences (B sequences' worth of a whole
 model's layers at tp). The bound keeps the whole step (stages are sequential for a token).
 
-The deployment axes are data (`AXES`): each names its values for a GPU budget and what rules a
-degree out for a model. A new axis is one entry there and one use in `_step_model` (the
-deployment object it is passed to).
+The deployment axes are data (`AXES`): each names what rules a degree out for a model and
+whether the degree multiplies the sequences in flight; the search crosses their power-of-two
+degrees within the GPU budget, and the tables and JSON show every axis by name. A new axis
+(attention DP, a disaggregated pool's ratio) is one entry there and one use in `_step_model`,
+where the degree reaches the step's deployment object.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class Axis:
     why: str                      # what the degree splits
     applies: object               # model -> bool: whether values past 1 are searched
     check: object                 # (model, degree) -> reason it is ruled out, or ""
+    in_flight: bool = False       # the degree multiplies the sequences in flight (each its own batch)
 
 
 def _powers(limit: int) -> list[int]:
@@ -82,7 +85,7 @@ def _ep_check(model, n):
 
 AXES = (
     Axis("tp", "tensor parallel: heads, MLP width and vocabulary split", lambda m: True, _tp_check),
-    Axis("pp", "pipeline parallel: layers split into stages", lambda m: True, _pp_check),
+    Axis("pp", "pipeline parallel: layers split into stages", lambda m: True, _pp_check, in_flight=True),
     Axis("ep", "expert parallel: routed experts split", lambda m: getattr(m, "moe", None) is not None, _ep_check),
 )
 
@@ -138,7 +141,7 @@ class Result:
         return {k: np.concatenate([np.asarray(r[k]) for r in self.rows]) for k in COLUMNS}
 
 
-COLUMNS = ("device", "tp", "pp", "ep", "weights", "kv_cache", "batch", "gpus", "tpot_s", "ttft_s",
+COLUMNS = ("device", *(a.name for a in AXES), "weights", "kv_cache", "batch", "gpus", "tpot_s", "ttft_s",
            "tpot_bound_s", "per_gpu", "per_user", "per_gpu_bound", "memory_bytes")
 
 
@@ -198,7 +201,7 @@ def search(model, devices, gpus: int, work: Workload, slo: Slo, params_of, forma
     res = Result()
     batch = np.asarray(work.batches, dtype=float)
     steady_x, first_x = features(batch, work.isl, work.osl)
-    deps = deployments(model, gpus)
+    deps, steps = deployments(model, gpus), {}     # one step model per key (`_cached_step`)
     for device in devices:
         pairs = formats(device)
         for dep in deps:
@@ -209,21 +212,22 @@ def search(model, devices, gpus: int, work: Workload, slo: Slo, params_of, forma
                 res.count(reason, n)
                 continue
             for weights, kv in pairs:
-                _evaluate(res, model, device, dep, weights, kv, batch, steady_x, first_x, work, slo, params_of(device))
+                _evaluate(res, steps, model, device, dep, weights, kv, batch, steady_x, first_x, work, slo,
+                          params_of(device))
     return res
 
 
-def _evaluate(res, model, device, dep, weights, kv, batch, steady_x, first_x, work, slo, p) -> None:
+def _evaluate(res, steps, model, device, dep, weights, kv, batch, steady_x, first_x, work, slo, p) -> None:
     n = len(batch)
     if device.peak("matrix", weights) is None:
         res.count(f"device: {device.key} has no tensor peak for {weights}", n)
         return
     try:
-        step = _cached_step(model, device, dep, weights, kv)
+        step = _cached_step(steps, model, device, dep, weights, kv)
     except sm.Unpredictable as exc:
         res.count(f"unpredictable: {exc}", n)
         return
-    tp, pp, gpus = dep["tp"], dep["pp"], math.prod(dep.values())
+    pp, gpus = dep["pp"], math.prod(dep.values())
     try:
         hops = (pp - 1) * _hop_s(device, batch, model) if pp > 1 else 0.0
     except sm.Unpredictable as exc:
@@ -249,11 +253,10 @@ def _evaluate(res, model, device, dep, weights, kv, batch, steady_x, first_x, wo
     res.count("prediction: misses the SLO", (keep & ~met).sum())
     if not met.any():
         return
-    inflight = pp * batch
+    inflight = batch * math.prod(dep[a.name] for a in AXES if a.in_flight)
     m = met
     res.rows.append({
-        "device": np.full(m.sum(), device.key, dtype=object), "tp": np.full(m.sum(), tp),
-        "pp": np.full(m.sum(), pp), "ep": np.full(m.sum(), dep.get("ep", 1)),
+        "device": np.full(m.sum(), device.key, dtype=object), **{a.name: np.full(m.sum(), dep[a.name]) for a in AXES},
         "weights": np.full(m.sum(), weights, dtype=object), "kv_cache": np.full(m.sum(), kv, dtype=object),
         "batch": batch[m].astype(int), "gpus": np.full(m.sum(), gpus),
         "tpot_s": tpot[m], "ttft_s": ttft[m], "tpot_bound_s": bound[m],
@@ -261,18 +264,15 @@ def _evaluate(res, model, device, dep, weights, kv, batch, steady_x, first_x, wo
         "per_gpu_bound": (inflight / bound / gpus)[m], "memory_bytes": memory[m]})
 
 
-_STEPS: dict = {}
-
-
-def _cached_step(model, device, dep, weights, kv) -> sc.StepModel:
-    """One step model per (model, device, tp, formats): pp and batches share it."""
-    key = (id(model), device.key, device.file, dep["tp"], weights, kv)
-    if key not in _STEPS:
+def _cached_step(steps: dict, model, device, dep, weights, kv) -> sc.StepModel:
+    """One step model per (model, device, deployment but pp, formats): pp and batches share it."""
+    key = (device.key, device.file, tuple((k, v) for k, v in dep.items() if k != "pp"), weights, kv)
+    if key not in steps:
         try:
-            _STEPS[key] = _step_model(model, device, dep, weights, kv)
+            steps[key] = _step_model(model, device, dep, weights, kv)
         except sm.Unpredictable as exc:
-            _STEPS[key] = exc
-    found = _STEPS[key]
+            steps[key] = exc
+    found = steps[key]
     if isinstance(found, Exception):
         raise found
     return found
