@@ -206,3 +206,14 @@ def test_a_bad_price_file_is_located(tmp_path):
     f.write_text("prices:\n  h100-sxm: {usd_per_gpu_hour: -1, source: x}\n")
     code, _, err = _cli("plan", "llama-3.1-8b", "--slo", "tpot<=1s", "--devices", "h100-sxm", "--prices", str(f))
     assert code == 1 and f"{f}:2:" in err
+
+
+def test_the_frontier_can_be_replayed_in_the_simulator():
+    code, out, err = _cli("plan", "llama-3.1-8b", "--slo", "ttft<=2s,tpot<=30ms", "--devices", "h100-sxm",
+                          "--gpus", "2", "--concurrency", "1,16", "--simulate", "trtllm", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["calibration"]["engine"] == "trtllm"
+    sims = [r["simulated"] for r in doc["frontier"]]
+    assert all("not_simulated" in s or s["tpot_s"]["mean"] > 0 for s in sims)
+    assert any("tpot_s" in s for s in sims)

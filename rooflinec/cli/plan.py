@@ -17,7 +17,7 @@ from rooflinec.base.units import QuantityError, parse_quantity
 from rooflinec.cli import quick
 from rooflinec.cli.output import check_file_target, write_file
 from rooflinec.cost import inverse
-from rooflinec.serving import calibration, plan, plan_cost
+from rooflinec.serving import calibration, engines, plan, plan_cost
 from rooflinec.serving.plan_chart import pareto_svg
 from rooflinec.serving import serving_model as sm
 from rooflinec.spec import catalog
@@ -35,6 +35,7 @@ token is an upper bound: the board's power limit (TDP) x GPU-seconds per token.
 examples:
   rooflinec plan llama-3.1-70b --slo "ttft<=2s,tpot<=50ms" --devices h100-sxm,h200-sxm --gpus 8
   rooflinec plan llama-3.1-8b --slo "tpot<=20ms" --isl 2048 --osl 256 --price h200-sxm=3.5 --out front.svg
+  rooflinec plan llama-3.1-8b --slo "ttft<=1s,tpot<=30ms" --devices h100-sxm --gpus 4 --simulate trtllm
   rooflinec plan llama-3.1-70b --solve bandwidth --device h100-sxm --tp 8 --batch 64 --context 8192 --slo "tpot<=20ms"
 """
 
@@ -64,6 +65,9 @@ def register(sub, streams, parents=()) -> None:
     s.add_argument("--engine", default="", metavar="NAME",
                    help="the calibration's (device, engine) parameters (default: the pooled fit)")
     s.add_argument("--calibration", metavar="FILE", help="simulator calibration (default: the shipped one)")
+    s.add_argument("--simulate", metavar="ENGINE", help="replay the frontier's single-group configurations in the "
+                   "serving simulator under an engine's scheduler (trtllm, vllm, sglang or a YAML); a budget "
+                   "of simulated requests, not of time")
     s.add_argument("--price", action="append", metavar="DEVICE=USD", help="$ per GPU-hour, e.g. h100-sxm=2.0")
     s.add_argument("--prices", metavar="FILE", help="a price table YAML (the catalog's prices/default.yaml format)")
     s.add_argument("--top", type=int, default=3, metavar="N", help="configurations shown per device (default: 3)")
@@ -142,13 +146,21 @@ def cmd_plan(args, stdout, stderr) -> int:
     devices = [quick._device(r.strip()) for r in dict.fromkeys(refs)]
     weights, kv = _formats(args.weights, DEFAULT_WEIGHTS, "--weights"), _formats(args.kv_cache, DEFAULT_KV, "--kv-cache")
     table = calibration.load(args.calibration or calibration.shipped())
-    prices = plan_cost.load(default_prices := plan_cost.default_file())
+    engine = args.engine or (os.path.basename(args.simulate).removesuffix(".yaml") if args.simulate else "")
+    prices = plan_cost.load(plan_cost.default_file())
     if args.prices:
         prices.update(plan_cost.load(args.prices))
     prices.update(plan_cost.parse_flags(args.price))
-    res = plan.search(model, devices, args.gpus, work, slo, lambda d: table.of(d.key, args.engine),
+    res = plan.search(model, devices, args.gpus, work, slo, lambda d: table.of(d.key, engine),
                       lambda d: [(w, k) for w in weights for k in kv])
-    out = document(model, devices, work, slo, res, prices, args, table.source or os.path.basename(default_prices))
+    out = document(model, devices, work, slo, res, prices, args, engine, 
+                   table.source or os.path.basename(args.calibration or calibration.shipped()))
+    if args.simulate:
+        policy = engines.load(args.simulate)
+        rows = [{**r, "isl": work.isl, "osl": work.osl} for r in out["frontier"]]
+        sims = plan.simulate_points(model, {d.key: d for d in devices}, rows, policy, lambda d: table.of(d.key, engine))
+        for r, sim in zip(out["frontier"], sims):
+            r["simulated"] = sim
     if args.out:
         try:
             write_file(args.out, _chart(out))
@@ -182,7 +194,7 @@ def _row(t: dict, i: int, devices: dict, prices: dict, isl: int, osl: int) -> di
     }
 
 
-def document(model, devices, work, slo, res, prices, args, calibration_source) -> dict:
+def document(model, devices, work, slo, res, prices, args, engine, calibration_source) -> dict:
     t = res.table()
     by_key = {d.key: d for d in devices}
     n = len(t["per_gpu"])
@@ -203,7 +215,7 @@ def document(model, devices, work, slo, res, prices, args, calibration_source) -
         "slo": {"ttft_s": None if math.isinf(slo.ttft_s) else slo.ttft_s,
                 "tpot_s": None if math.isinf(slo.tpot_s) else slo.tpot_s},
         "gpus_at_most": args.gpus, "axes": [a.name for a in plan.AXES],
-        "calibration": {"source": calibration_source, "engine": args.engine or "pooled"},
+        "calibration": {"source": calibration_source, "engine": engine or "pooled"},
         "searched": res.searched, "feasible": n, "pruned": dict(sorted(res.pruned.items(), key=lambda kv: -kv[1])),
         "best_per_device": best,
         "frontier": [_row(t, int(i), by_key, prices, work.isl, work.osl) for i in front],
@@ -231,6 +243,12 @@ def _cells(r: dict) -> list:
             "-" if c is None else f"{c['usd_per_million_input_tokens']:.3f}", "-" if e is None else f"{e:.3f}"]
 
 
+def _sim_cells(sim: dict) -> list:
+    if "not_simulated" in sim or not sim:
+        return ["-", "-", "-"]
+    return [f"{sim['tpot_s']['mean'] * 1e3:.2f}", f"{sim['ttft_s']['mean'] * 1e3:.0f}", f"{sim['tokens_per_s_per_gpu']:.0f}"]
+
+
 HEAD = ["device", "deployment", "w/kv", "B", "TPOT ms", ">= bound", "TTFT ms", "tok/s/GPU", "<= bound",
         "tok/s/user", "$/M out", "$/M in", "J/tok <="]
 
@@ -254,7 +272,13 @@ def text(out: dict) -> str:
     lines += ["", "best per device (most tokens/s per GPU):"]
     lines += _table([HEAD] + [_cells(r) for rows in out["best_per_device"].values() for r in rows])
     lines += ["", "Pareto frontier (tokens/s per GPU against tokens/s per user, predictions):"]
-    lines += _table([HEAD] + [_cells(r) for r in out["frontier"]])
+    simulated = any("simulated" in r for r in out["frontier"])
+    lines += _table([HEAD + (["sim TPOT", "sim TTFT", "sim tok/s/GPU"] if simulated else [])]
+                    + [_cells(r) + (_sim_cells(r.get("simulated", {})) if simulated else []) for r in out["frontier"]])
+    if simulated:
+        why = sorted({r["simulated"]["not_simulated"] for r in out["frontier"] if "not_simulated" in r.get("simulated", {})})
+        lines += [f"sim: the serving simulator's closed loop at the same clients, {out['calibration']['engine']}'s "
+                  "scheduler (a prediction)" + (f"; - where not simulated: {'; '.join(why)}" if why else "")]
     if out["devices_without_price"]:
         lines += ["", f"no price (give --price DEVICE=USD): {', '.join(out['devices_without_price'])}"]
     if out["devices_without_power"]:

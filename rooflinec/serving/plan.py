@@ -41,8 +41,11 @@ from itertools import product
 import numpy as np
 
 from rooflinec.cost import collectives, parallel
+from rooflinec.serving import metrics, simulator
 from rooflinec.serving import serving_model as sm
 from rooflinec.serving import stepcost as sc
+from rooflinec.serving.workload import Lengths
+from rooflinec.serving.workload import Workload as Load
 from rooflinec.spec.load import DTYPE_BYTES
 
 F = sc.FEATURES
@@ -286,3 +289,32 @@ def pareto(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     order = np.lexsort((np.arange(len(x)), -x, -y))   # y desc, then x desc, then index
     best = np.maximum.accumulate(np.concatenate(([-np.inf], x[order])))[:-1]
     return order[x[order] > best]
+
+
+# --- the simulator near the frontier -----------------------------------------------------------
+
+SIMULATED_REQUESTS = 200_000    # a budget in requests over all the points simulated (not in seconds)
+
+
+def simulate_points(model, devices: dict, rows: list, policy, params_of) -> list:
+    """The frontier's configurations replayed by the serving simulator (a closed loop of as many
+    clients as sequences in flight, 4C measured after C warm-up, fixed lengths), in order until
+    the request budget is spent: per row its summary (`metrics.summary`), or why not."""
+    out, spent = [], 0
+    for r in rows:
+        clients = r["batch"] * math.prod(r["deployment"][a.name] for a in AXES if a.in_flight)
+        if any(v > 1 for k, v in r["deployment"].items() if k != "tp"):
+            out.append({"not_simulated": "the simulator runs one tensor-parallel group (no pp or ep)"})
+            continue
+        if spent + 5 * clients > SIMULATED_REQUESTS:
+            out.append({"not_simulated": f"past the budget of {SIMULATED_REQUESTS} simulated requests"})
+            continue
+        spent += 5 * clients
+        dev = devices[r["device"]]
+        try:
+            step = sc.build(sc.Deployment(model, dev, r["deployment"]["tp"], r["weights"], r["kv_cache"]))
+            load = Load(Lengths(r["isl"], r["isl"]), Lengths(r["osl"], r["osl"]), 4 * clients, clients, clients, None)
+            out.append(metrics.summary(simulator.simulate(step, policy, load, params_of(dev)), r["gpus"]))
+        except sm.Unpredictable as exc:
+            out.append({"not_simulated": str(exc)})
+    return out
