@@ -217,3 +217,15 @@ def test_the_frontier_can_be_replayed_in_the_simulator():
     sims = [r["simulated"] for r in doc["frontier"]]
     assert all("not_simulated" in s or s["tpot_s"]["mean"] > 0 for s in sims)
     assert any("tpot_s" in s for s in sims)
+
+
+def test_an_unusable_out_is_refused_before_the_search(tmp_path):
+    code, _, err = _cli("plan", "llama-3.1-8b", "--slo", "tpot<=30ms", "--devices", "h100-sxm", "--out", str(tmp_path))
+    assert code == 2 and "--out" in err and list(tmp_path.iterdir()) == []
+
+
+def test_every_step_coefficient_is_non_negative(case):
+    """The bound's argument: fewer of every feature never costs more."""
+    model, dev, _ = case
+    step = sc.build(sc.Deployment(model, dev, 2, "fp8", "fp8"))
+    assert (step.compute >= 0).all() and (step.memory >= 0).all()

@@ -13,11 +13,14 @@ context isl + osl/2 and prefills the B/osl prompts that start per step):
 - **prediction**: TPOT = that steady step under the calibration's parameters; TTFT = the front
   end's latency plus the step that prefills one whole prompt beside B - 1 decodes; tokens/s per
   user = 1 / TPOT; tokens/s per GPU = sequences in flight / TPOT / GPUs.
-- **bound**: TPOT >= the same steady step under the overlapped step rule at the datasheet peaks,
-  max(sum FLOPs / peak, sum bytes / bandwidth), no overheads, collectives hidden. Every
-  prediction is at least its bound (efficiencies <= 1, overheads >= 0, a sum of per-kernel
-  maxima >= the maximum of sums), so a configuration whose bound misses the SLO is pruned
-  before it is predicted, and is counted as such.
+- **bound**: TPOT >= the pure decode step of the B sequences, each at context isl (the least
+  any of them holds), under the overlapped step rule at the datasheet peaks,
+  max(sum FLOPs / peak, sum bytes / bandwidth), no overheads, collectives hidden: every step
+  that decodes B sequences does at least that work (each feature at most the real step's, and
+  every coefficient non-negative). Every prediction is at least its bound (the steady step has
+  more of every feature, efficiencies <= 1, overheads >= 0, a sum of per-kernel maxima >= the
+  maximum of sums), so a configuration whose bound misses the SLO is pruned before it is
+  predicted, and is counted as such.
 
 Pipeline parallelism (pp stages, balanced, pp microbatches of B in the pipe): one token of a
 sequence passes every stage in turn, so TPOT is the whole model's step at B plus pp - 1
@@ -175,6 +178,15 @@ def features(batch: np.ndarray, isl: int, osl: int) -> tuple[np.ndarray, np.ndar
     return steady, first
 
 
+def bound_features(batch: np.ndarray, isl: int) -> np.ndarray:
+    """Step features [n, F] of the least decode step of `batch` sequences: context isl each, no prefill."""
+    b = batch.astype(float)
+    x = np.zeros((len(b), len(F)))
+    x[:, sc.ONE], x[:, sc.DECODES], x[:, sc.TOKENS], x[:, sc.LOGITS] = 1, b, b, b
+    x[:, sc.CONTEXT] = b * isl
+    return x
+
+
 def overlapped(step: sc.StepModel, x: np.ndarray) -> np.ndarray:
     """The step bound, overlapped: max(sum of compute, sum of memory) at the peaks."""
     return np.maximum((x @ step.compute.T).sum(axis=1), (x @ step.memory.T).sum(axis=1))
@@ -204,6 +216,7 @@ def search(model, devices, gpus: int, work: Workload, slo: Slo, params_of, forma
     res = Result()
     batch = np.asarray(work.batches, dtype=float)
     steady_x, first_x = features(batch, work.isl, work.osl)
+    least_x = bound_features(batch, work.isl)
     deps, steps = deployments(model, gpus), {}     # one step model per key (`_cached_step`)
     for device in devices:
         pairs = formats(device)
@@ -215,13 +228,13 @@ def search(model, devices, gpus: int, work: Workload, slo: Slo, params_of, forma
                 res.count(reason, n)
                 continue
             for weights, kv in pairs:
-                _evaluate(res, steps, model, device, dep, weights, kv, batch, steady_x, first_x, work, slo,
+                _evaluate(res, steps, model, device, dep, weights, kv, batch, (steady_x, first_x, least_x), work, slo,
                           params_of(device))
     return res
 
 
-def _evaluate(res, steps, model, device, dep, weights, kv, batch, steady_x, first_x, work, slo, p) -> None:
-    n = len(batch)
+def _evaluate(res, steps, model, device, dep, weights, kv, batch, xs, work, slo, p) -> None:
+    n, (steady_x, first_x, least_x) = len(batch), xs
     if device.peak("matrix", weights) is None:
         res.count(f"device: {device.key} has no tensor peak for {weights}", n)
         return
@@ -244,7 +257,7 @@ def _evaluate(res, steps, model, device, dep, weights, kv, batch, steady_x, firs
     memory = weight_b + batch * kv_seq      # pp x B sequences, 1/pp of the layers each
     fits = memory <= device.capacity
     res.count("memory: the KV cache of the batch does not fit beside the weights", (~fits).sum())
-    bound = overlapped(step, steady_x)
+    bound = overlapped(step, least_x)
     early = fits & (bound > slo.tpot_s)
     res.count("bound: the TPOT bound misses the SLO", early.sum())
     keep = fits & ~early
