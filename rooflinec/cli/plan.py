@@ -143,7 +143,10 @@ def cmd_plan(args, stdout, stderr) -> int:
         raise UsageError("--gpus: at most 4096")
     work = plan.Workload(args.isl, args.osl, _batches(args.concurrency))
     refs = args.devices.split(",") if args.devices else catalog.names("hardware")
-    devices = [quick._device(r.strip()) for r in dict.fromkeys(refs)]
+    try:
+        devices = [quick._device(r.strip()) for r in dict.fromkeys(refs)]
+    except UsageError as exc:
+        raise UsageError(str(exc).replace("--device:", "--devices:", 1)) from None
     weights, kv = _formats(args.weights, DEFAULT_WEIGHTS, "--weights"), _formats(args.kv_cache, DEFAULT_KV, "--kv-cache")
     table = calibration.load(args.calibration or calibration.shipped())
     engine = args.engine or (os.path.basename(args.simulate).removesuffix(".yaml") if args.simulate else "")
