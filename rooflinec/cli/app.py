@@ -13,6 +13,7 @@ from rooflinec.cli.progress import Progress, drawn
 from rooflinec.render.formats import parse as parse_formats
 from rooflinec.cli import measure as measure_cli   # no torch: it loads when a measure runs
 from rooflinec.cli import simulate as simulate_cli
+from rooflinec.cli import plan as plan_cli
 from rooflinec.render import chartdata
 from rooflinec.cli import report
 from rooflinec.spec import load as spec
@@ -31,6 +32,7 @@ examples:
   rooflinec import config.json --hf-id meta-llama/Llama-3.1-8B --out models/llama-3.1-8b.yaml
   rooflinec serve llama-3.1-8b.yaml --device h100-sxm --batch 1,8,64 --context 4096
   rooflinec simulate llama-3.1-8b --device h100-sxm --engine trtllm --concurrency 64 --isl 1024 --osl 128
+  rooflinec plan llama-3.1-70b --slo "ttft<=2s,tpot<=50ms" --devices h100-sxm,h200-sxm --gpus 8
   rooflinec validate data/measured/serving-visible.csv   # serving model against measured runs
   rooflinec calibrate data/measured/serving-visible.csv --out my-calibration.yaml
   rooflinec validate-ops vidur/compute/a100/*/*/mlp.csv --out ops   # kernels against the roofline
@@ -99,6 +101,7 @@ def _parser(stdout, stderr) -> _Parser:
     quick.register(sub, streams, parents=[quiet])
     serving_cli.register(sub, streams, parents=[quiet])
     simulate_cli.register(sub, streams, parents=[quiet])
+    plan_cli.register(sub, streams, parents=[quiet])
     measure_cli.register(sub, streams, parents=[quiet])
     measure_cli.register_trace(sub, streams, parents=[quiet])
     return p
@@ -210,7 +213,8 @@ def cmd_explain(args, stdout, stderr) -> int:
 
 
 COMMANDS = {"build": cmd_build, "check": cmd_check, "explain": cmd_explain, **quick.COMMANDS,
-            **serving_cli.COMMANDS, **simulate_cli.COMMANDS, **measure_cli.COMMANDS}
+            **serving_cli.COMMANDS, **simulate_cli.COMMANDS, **plan_cli.COMMANDS,
+            **measure_cli.COMMANDS}
 
 
 def run(argv: list[str], stdout=None, stderr=None) -> int:

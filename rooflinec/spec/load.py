@@ -40,6 +40,8 @@ class Device:
     network_latency: float | None = None     # s per message or collective step
     cache_size: int | None = None          # B, last-level cache (measured specs)
     cache_bandwidth: float | None = None   # B/s, a stream that fits in that cache
+    board_power: float | None = None       # W, the board's power limit (TDP)
+    board_power_source: str = ""           # the datasheet that states it
     file: str = field(default="", compare=False)   # the hardware spec it was read from
     warnings: tuple = field(default=(), compare=False)   # located: figures far outside any accelerator
 
@@ -196,6 +198,7 @@ def load_hardware(file: str) -> Device:
         **_interconnect(d.get("scale_out"), "network"),
         cache_size=parse_quantity(cache["size"], "bytes") if cache else None,
         cache_bandwidth=parse_quantity(cache["bandwidth"], "bandwidth") if cache else None,
+        board_power=(d.get("power") or {}).get("board_w"), board_power_source=(d.get("power") or {}).get("source", ""),
         file=file)
     return replace(device, warnings=device_warnings(doc, device))
 

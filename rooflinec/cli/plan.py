@@ -1,0 +1,358 @@
+"""`rooflinec plan`: the best deployment per device under a latency target, the Pareto frontier
+of tokens/s per GPU against tokens/s per user, cost and energy per token; or, with --solve,
+the smallest bandwidth, peak, link or memory that meets a target (cost/inverse.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+
+import numpy as np
+import sympy as sp
+
+from rooflinec.base.errors import RooflineError, UsageError
+from rooflinec.base.units import QuantityError, parse_quantity
+from rooflinec.cli import quick
+from rooflinec.cli.output import check_file_target, write_file
+from rooflinec.cost import inverse
+from rooflinec.serving import calibration, engines, plan, plan_cost
+from rooflinec.serving.plan_chart import pareto_svg
+from rooflinec.serving import serving_model as sm
+from rooflinec.spec import catalog
+from rooflinec.spec.load import DTYPE_BYTES
+
+EPILOG = """\
+Every configuration is (device, deployment, weights' and KV cache's formats, batch): B
+sequences in flight per pipeline stage at isl prompt and osl output tokens, in steady state.
+TPOT and TTFT are predictions (the calibrated step model of `simulate`, at the steady mix);
+the TPOT bound (overlapped step rule at the datasheet peaks) prunes first: a configuration
+whose bound misses the SLO cannot meet it. Costs need a price ($/GPU-hour): the catalog's
+table states only prices a public source gives; --price adds or replaces one. Energy per
+token is an upper bound: the board's power limit (TDP) x GPU-seconds per token.
+
+examples:
+  rooflinec plan llama-3.1-70b --slo "ttft<=2s,tpot<=50ms" --devices h100-sxm,h200-sxm --gpus 8
+  rooflinec plan llama-3.1-8b --slo "tpot<=20ms" --isl 2048 --osl 256 --price h200-sxm=3.5 --out front.svg
+  rooflinec plan llama-3.1-8b --slo "ttft<=1s,tpot<=30ms" --devices h100-sxm --gpus 4 --simulate trtllm
+  rooflinec plan llama-3.1-70b --solve bandwidth --device h100-sxm --tp 8 --batch 64 --context 8192 --slo "tpot<=20ms"
+"""
+
+DEFAULT_WEIGHTS = ("bf16", "fp8", "nvfp4")
+DEFAULT_KV = ("bf16", "fp8")
+
+
+def register(sub, streams, parents=()) -> None:
+    s = sub.add_parser("plan", help="search deployments under a latency target: the best per device, "
+                       "the Pareto frontier, cost and energy; --solve for the hardware that meets it",
+                       streams=streams, parents=parents, epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.set_defaults(parser=s)
+    s.add_argument("model", metavar="MODEL", help="a catalog model, a model spec YAML or a config.json")
+    s.add_argument("--slo", required=True, metavar="TARGETS",
+                   help="comma-separated targets, e.g. 'ttft<=2s,tpot<=50ms' (ttft, tpot)")
+    s.add_argument("--devices", metavar="A,B", help="catalog devices or hardware YAMLs (default: the whole catalog)")
+    s.add_argument("--gpus", type=int, default=8, metavar="N", help="most GPUs one deployment uses (default: 8)")
+    s.add_argument("--isl", type=int, default=1024, metavar="N", help="prompt tokens per request (default: 1024)")
+    s.add_argument("--osl", type=int, default=256, metavar="N", help="output tokens per request (default: 256)")
+    s.add_argument("--concurrency", metavar="LIST|LO-HI",
+                   help="sequences in flight per stage to search: '1,8,64' or '1-1024' (default: 1 to 1024, "
+                        "four per doubling)")
+    s.add_argument("--weights", metavar="LIST", help=f"weight formats to try (default: {','.join(DEFAULT_WEIGHTS)}; "
+                   "those a device has no tensor peak for are pruned)")
+    s.add_argument("--kv-cache", metavar="LIST", help=f"KV-cache formats to try (default: {','.join(DEFAULT_KV)})")
+    s.add_argument("--engine", default="", metavar="NAME",
+                   help="the calibration's (device, engine) parameters (default: the pooled fit)")
+    s.add_argument("--calibration", metavar="FILE", help="simulator calibration (default: the shipped one)")
+    s.add_argument("--simulate", metavar="ENGINE", help="replay the frontier's single-group configurations in the "
+                   "serving simulator under an engine's scheduler (trtllm, vllm, sglang or a YAML); a budget "
+                   "of simulated requests, not of time")
+    s.add_argument("--price", action="append", metavar="DEVICE=USD", help="$ per GPU-hour, e.g. h100-sxm=2.0")
+    s.add_argument("--prices", metavar="FILE", help="a price table YAML (the catalog's prices/default.yaml format)")
+    s.add_argument("--top", type=int, default=3, metavar="N", help="configurations shown per device (default: 3)")
+    s.add_argument("--out", metavar="FILE.svg", help="write the Pareto chart")
+    s.add_argument("--json", action="store_true", help="one JSON document instead of tables")
+    inv = s.add_argument_group("inverse design (--solve)")
+    inv.add_argument("--solve", choices=inverse.KNOBS, help="the smallest value meeting --slo's tpot "
+                     "(memory: the smallest capacity holding the batch)")
+    inv.add_argument("--device", metavar="NAME", help="the device whose other figures stay")
+    inv.add_argument("--tp", type=int, default=1, metavar="N")
+    inv.add_argument("--batch", type=int, metavar="B", help="sequences decoded per step")
+    inv.add_argument("--context", type=int, metavar="S", help="tokens in each sequence's context")
+
+
+def parse_slo(text: str) -> plan.Slo:
+    found = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("<=")
+        name = name.strip().lower()
+        if not sep or name not in ("ttft", "tpot") or name in found:
+            raise UsageError(f"--slo: '{part}': expected ttft<=TIME or tpot<=TIME, each once, e.g. 'ttft<=2s,tpot<=50ms'")
+        try:
+            found[name] = float(parse_quantity(value.strip(), "time"))
+        except QuantityError as exc:
+            raise UsageError(f"--slo: '{part}': {exc}") from None
+        if not found[name] > 0:
+            raise UsageError(f"--slo: '{part}': the target must be positive")
+    if not found:
+        raise UsageError("--slo: no target; e.g. 'ttft<=2s,tpot<=50ms'")
+    return plan.Slo(found.get("ttft", math.inf), found.get("tpot", math.inf))
+
+
+def _batches(text: str | None) -> tuple:
+    if text is None:
+        return tuple(sorted({round(2 ** (i / 4)) for i in range(41)}))
+    try:
+        if "-" in text:
+            lo, hi = (int(v) for v in text.split("-"))
+            values = sorted({round(lo * (hi / lo) ** (i / 40)) for i in range(41)} | {lo, hi})
+        else:
+            values = sorted({int(v) for v in text.split(",")})
+    except (ValueError, ZeroDivisionError):
+        values = []
+    if not values or values[0] < 1 or values[-1] > 10 ** 6:
+        raise UsageError(f"--concurrency: '{text}': expected a list (1,8,64) or a range (1-1024) of counts from 1 to 10^6")
+    return tuple(values)
+
+
+def _formats(text: str | None, default: tuple, flag: str) -> tuple:
+    names = tuple(dict.fromkeys(v.strip() for v in text.split(","))) if text else default
+    for n in names:
+        if n not in DTYPE_BYTES:
+            raise UsageError(f"{flag}: unknown format '{n}'; known: {', '.join(DTYPE_BYTES)}")
+    return names
+
+
+def _positive(name, v):
+    if v is None or v < 1:
+        raise UsageError(f"--{name}: expected a count of at least 1")
+    return v
+
+
+def cmd_plan(args, stdout, stderr) -> int:
+    slo = parse_slo(args.slo)
+    if args.out:
+        check_file_target(args.out)
+    model = quick._model(args.model)
+    if args.solve:
+        return _solve(args, model, slo, stdout)
+    for name in ("gpus", "isl", "osl", "top"):
+        _positive(name, getattr(args, name))
+    if args.gpus > 4096:
+        raise UsageError("--gpus: at most 4096")
+    work = plan.Workload(args.isl, args.osl, _batches(args.concurrency))
+    refs = args.devices.split(",") if args.devices else catalog.names("hardware")
+    try:
+        devices = [quick._device(r.strip()) for r in dict.fromkeys(refs)]
+    except UsageError as exc:
+        raise UsageError(str(exc).replace("--device:", "--devices:", 1)) from None
+    weights, kv = _formats(args.weights, DEFAULT_WEIGHTS, "--weights"), _formats(args.kv_cache, DEFAULT_KV, "--kv-cache")
+    table = calibration.load(args.calibration or calibration.shipped())
+    engine = args.engine or (os.path.basename(args.simulate).removesuffix(".yaml") if args.simulate else "")
+    prices = plan_cost.load(plan_cost.default_file())
+    if args.prices:
+        prices.update(plan_cost.load(args.prices))
+    prices.update(plan_cost.parse_flags(args.price))
+    res = plan.search(model, devices, args.gpus, work, slo, lambda d: table.of(d.key, engine),
+                      lambda d: [(w, k) for w in weights for k in kv])
+    out = document(model, devices, work, slo, res, prices, args, engine, 
+                   table.source or os.path.basename(args.calibration or calibration.shipped()))
+    if args.simulate:
+        policy = engines.load(args.simulate)
+        rows = [{**r, "isl": work.isl, "osl": work.osl} for r in out["frontier"]]
+        sims = plan.simulate_points(model, {d.key: d for d in devices}, rows, policy, lambda d: table.of(d.key, engine))
+        for r, sim in zip(out["frontier"], sims):
+            r["simulated"] = sim
+    if args.out:
+        try:
+            write_file(args.out, _chart(out))
+        except OSError as exc:
+            raise RooflineError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
+    out.pop("_front")
+    out.pop("_table")
+    stdout.write(json.dumps(out, indent=1) + "\n" if args.json else text(out))
+    return 0
+
+
+def _row(t: dict, i: int, devices: dict, prices: dict, isl: int, osl: int) -> dict:
+    dev = devices[t["device"][i]]
+    per_gpu = float(t["per_gpu"][i])
+    price = prices.get(dev.key)
+    dep = {a.name: int(t[a.name][i]) for a in plan.AXES}
+    return {
+        "device": dev.key, "deployment": dep, "label": plan.label(dep), "gpus": int(t["gpus"][i]),
+        "weights": t["weights"][i], "kv_cache": t["kv_cache"][i], "batch": int(t["batch"][i]),
+        "prediction": {"tpot_s": float(t["tpot_s"][i]), "ttft_s": float(t["ttft_s"][i]),
+                       "tokens_per_s_per_gpu": per_gpu, "tokens_per_s_per_user": float(t["per_user"][i])},
+        "bound": {"tpot_s_at_least": float(t["tpot_bound_s"][i]),
+                  "tokens_per_s_per_gpu_at_most": float(t["per_gpu_bound"][i])},
+        "memory_per_gpu_bytes": float(t["memory_bytes"][i]),
+        "cost": None if price is None else {
+            "usd_per_gpu_hour": price.usd_per_gpu_hour, "price_source": price.source, "price_date": price.date,
+            "usd_per_million_output_tokens": plan_cost.per_million(price.usd_per_gpu_hour, per_gpu),
+            "usd_per_million_input_tokens": plan_cost.per_million(price.usd_per_gpu_hour, per_gpu * isl / osl)},
+        "energy_per_output_token_j_at_most": None if dev.board_power is None else
+            plan_cost.energy_per_token_j(dev.board_power, per_gpu),
+    }
+
+
+def document(model, devices, work, slo, res, prices, args, engine, calibration_source) -> dict:
+    t = res.table()
+    by_key = {d.key: d for d in devices}
+    n = len(t["per_gpu"])
+    front = plan.pareto(t["per_gpu"], t["per_user"]) if n else np.array([], dtype=int)
+    best = {}
+    for dev in dict.fromkeys(t["device"]):
+        idx = np.flatnonzero(t["device"] == dev)
+        seen, rows = set(), []
+        for i in idx[np.lexsort((t["gpus"][idx], -t["per_user"][idx], -t["per_gpu"][idx]))]:
+            key = tuple(t[a.name][i] for a in plan.AXES)     # one row per deployment, its best
+            if key not in seen and len(rows) < args.top:
+                seen.add(key)
+                rows.append(_row(t, int(i), by_key, prices, work.isl, work.osl))
+        best[dev] = rows
+    return {
+        "kind": "plan", "model": model.key, "workload": {"isl": work.isl, "osl": work.osl,
+                                                          "batches": list(work.batches)},
+        "slo": {"ttft_s": None if math.isinf(slo.ttft_s) else slo.ttft_s,
+                "tpot_s": None if math.isinf(slo.tpot_s) else slo.tpot_s},
+        "gpus_at_most": args.gpus, "axes": [a.name for a in plan.AXES],
+        "calibration": {"source": calibration_source, "engine": engine or "pooled"},
+        "searched": res.searched, "feasible": n, "pruned": dict(sorted(res.pruned.items(), key=lambda kv: -kv[1])),
+        "best_per_device": best,
+        "frontier": [_row(t, int(i), by_key, prices, work.isl, work.osl) for i in front],
+        "devices_without_price": sorted(d.key for d in devices if d.key not in prices),
+        "devices_without_power": sorted(d.key for d in devices if d.board_power is None),
+        "_front": [int(i) for i in front], "_table": t,
+    }
+
+
+def _chart(out: dict) -> str:
+    front = np.array(out["_front"], dtype=int)
+    labels = [f"{r['device']} {r['label']} {r['weights']} B{r['batch']}" for r in out["frontier"]]
+    return pareto_svg(out["_table"], front, labels, f"{out['model']}: isl {out['workload']['isl']}, "
+                      f"osl {out['workload']['osl']}, under the SLO")
+
+
+def _cells(r: dict) -> list:
+    p, c = r["prediction"], r["cost"]
+    e = r["energy_per_output_token_j_at_most"]
+    return [r["device"], r["label"], f"{r['weights']}/{r['kv_cache']}", str(r["batch"]),
+            f"{p['tpot_s'] * 1e3:.2f}", f"{r['bound']['tpot_s_at_least'] * 1e3:.2f}", f"{p['ttft_s'] * 1e3:.0f}",
+            f"{p['tokens_per_s_per_gpu']:.0f}", f"{r['bound']['tokens_per_s_per_gpu_at_most']:.0f}",
+            f"{p['tokens_per_s_per_user']:.1f}",
+            "-" if c is None else f"{c['usd_per_million_output_tokens']:.3f}",
+            "-" if c is None else f"{c['usd_per_million_input_tokens']:.3f}", "-" if e is None else f"{e:.3f}"]
+
+
+def _sim_cells(sim: dict) -> list:
+    if "not_simulated" in sim or not sim:
+        return ["-", "-", "-"]
+    return [f"{sim['tpot_s']['mean'] * 1e3:.2f}", f"{sim['ttft_s']['mean'] * 1e3:.0f}", f"{sim['tokens_per_s_per_gpu']:.0f}"]
+
+
+HEAD = ["device", "deployment", "w/kv", "B", "TPOT ms", ">= bound", "TTFT ms", "tok/s/GPU", "<= bound",
+        "tok/s/user", "$/M out", "$/M in", "J/tok <="]
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.rjust(w) if i > 2 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+
+
+def text(out: dict) -> str:
+    slo = ", ".join(f"{k[:-2].upper()} <= {v * 1e3:g} ms" for k, v in out["slo"].items() if v is not None)
+    lines = [f"{out['model']}: isl {out['workload']['isl']}, osl {out['workload']['osl']}; {slo}; "
+             f"at most {out['gpus_at_most']} GPUs over {', '.join(out['axes'])}",
+             f"TPOT, TTFT and tokens/s are predictions (calibration: {out['calibration']['source']}, "
+             f"{out['calibration']['engine']}); '>= bound' and '<= bound' are bounds (datasheet peaks, no overheads);",
+             "J/tok <= is an upper bound (board power x time); $ from the price table (none: no public price)", "",
+             f"searched {out['searched']} configurations: {out['feasible']} meet the SLO; pruned:"]
+    lines += [f"  {n:>8}  {why}" for why, n in out["pruned"].items()]
+    if not out["feasible"]:
+        return "\n".join(lines + ["", "no configuration meets the SLO"]) + "\n"
+    lines += ["", "best per device (most tokens/s per GPU):"]
+    lines += _table([HEAD] + [_cells(r) for rows in out["best_per_device"].values() for r in rows])
+    lines += ["", "Pareto frontier (tokens/s per GPU against tokens/s per user, predictions):"]
+    simulated = any("simulated" in r for r in out["frontier"])
+    lines += _table([HEAD + (["sim TPOT", "sim TTFT", "sim tok/s/GPU"] if simulated else [])]
+                    + [_cells(r) + (_sim_cells(r.get("simulated", {})) if simulated else []) for r in out["frontier"]])
+    if simulated:
+        why = sorted({r["simulated"]["not_simulated"] for r in out["frontier"] if "not_simulated" in r.get("simulated", {})})
+        lines += [f"sim: the serving simulator's closed loop at the same clients, {out['calibration']['engine']}'s "
+                  "scheduler (a prediction)" + (f"; - where not simulated: {'; '.join(why)}" if why else "")]
+    if out["devices_without_price"]:
+        lines += ["", f"no price (give --price DEVICE=USD): {', '.join(out['devices_without_price'])}"]
+    if out["devices_without_power"]:
+        lines += [f"no board power in the hardware spec: {', '.join(out['devices_without_power'])}"]
+    return "\n".join(lines) + "\n"
+
+
+# --- inverse design ----------------------------------------------------------------------
+
+UNITS = {"bandwidth": ("GB/s", 1e9), "peak": ("TFLOP/s", 1e12), "link": ("GB/s", 1e9), "memory": ("GB", 1e9)}
+
+
+def _solve(args, model, slo, stdout) -> int:
+    if not args.device:
+        raise UsageError("--device: --solve needs the device whose other figures stay")
+    for name in ("tp", "batch", "context"):
+        _positive(name, getattr(args, name))
+    device = quick._device(args.device)
+    weights = _formats(args.weights, ("bf16",), "--weights")[0]
+    kv = _formats(args.kv_cache, (weights,), "--kv-cache")[0]
+    unit, scale = UNITS[args.solve]
+    head = {"kind": "inverse", "model": model.key, "device": device.key, "tp": args.tp, "batch": args.batch,
+            "context": args.context, "weights": weights, "kv_cache": kv, "knob": args.solve, "unit": unit}
+    try:
+        if args.solve == "memory":
+            need = inverse.memory_needed(model, args.tp, weights, kv, args.batch, args.context)
+            out = {**head, "value": float(need["total"]) / scale, "exact_bytes": str(need["total"]),
+                   "derivation": f"capacity >= weights {float(need['weights']) / 1e9:.3f} GB + {args.batch} x KV cache "
+                                 f"per sequence at S = {args.context} ({float(need['kv_cache']) / 1e9:.3f} GB)",
+                   "setter": max(("weights", "kv_cache"), key=lambda k: need[k]),
+                   "device_has": device.capacity / scale}
+        else:
+            if math.isinf(slo.tpot_s):
+                raise UsageError("--slo: --solve needs a tpot target, e.g. 'tpot<=20ms'")
+            step = inverse.decode_step(model, device, args.tp, weights, kv, args.batch, args.context,
+                                       sm.ALL_REDUCES_PER_LAYER)
+            s = inverse.solve(step, args.solve, slo.tpot_s)
+            fixed, varying = s.piece.as_independent(inverse.X, as_Add=True)
+            c = sp.simplify(varying * inverse.X)
+            what = {"bandwidth": "bytes the step's memory-bound kernels move", "peak": "FLOPs of its compute-bound "
+                    "tensor kernels", "link": "bytes the all-reduces send"}[args.solve]
+            out = {**head, "target_tpot_s": slo.tpot_s, "value": float(s.value) / scale, "exact": str(s.value),
+                   "derivation": f"T(x) = a + c / x on the piece holding the answer: a = {float(fixed) * 1e3:.4g} ms "
+                                 f"(terms not depending on x), c = {float(c):.6g} ({what}); "
+                                 f"x = c / (target - a) = {s.value}",
+                   "shares_s": {k: float(v) for k, v in s.shares.items()}, "setter": s.setter,
+                   "check": {"met_at_value": s.met_at, "missed_just_below": s.missed_below},
+                   "device_has": _device_has(device, args.solve, weights) / scale}
+    except (inverse.Unreachable, sm.Unpredictable, ValueError) as exc:
+        raise RooflineError(f"cannot solve: {exc}") from None
+    stdout.write(json.dumps(out, indent=1) + "\n" if args.json else _solve_text(out))
+    return 0
+
+
+def _device_has(device, knob, weights):
+    return {"bandwidth": device.bandwidth, "peak": device.peak("matrix", weights) or 0,
+            "link": device.link_bandwidth or 0}[knob]
+
+
+def _solve_text(o: dict) -> str:
+    lines = [f"{o['model']} on {o['tp']} x {o['device']} ({o['weights']} weights, {o['kv_cache']} KV), "
+             f"B = {o['batch']}, S = {o['context']}: the smallest {o['knob']} per GPU"
+             + (f" for TPOT <= {o['target_tpot_s'] * 1e3:g} ms (the roofline decode step at the datasheet's "
+                "other figures, no calibration)" if "target_tpot_s" in o else " holding the batch"),
+             f"  {o['value']:.4g} {o['unit']}  ({o['device']} has {o['device_has']:.4g} {o['unit']})",
+             f"  {o['derivation']}", f"  set by: {o['setter']}"]
+    if "shares_s" in o:
+        lines += [f"    {k:>16}: {v * 1e3:.3f} ms" for k, v in sorted(o["shares_s"].items(), key=lambda kv: -kv[1])]
+        c = o["check"]
+        lines += [f"  check by substitution: met at the value: {c['met_at_value']}; missed just below: {c['missed_just_below']}"]
+    return "\n".join(lines) + "\n"
+
+
+COMMANDS = {"plan": cmd_plan}

@@ -1,0 +1,333 @@
+"""Plan a deployment: search devices x deployments x storage formats x batch under a latency
+target, and keep the Pareto frontier of tokens/s per GPU against tokens/s per user.
+
+Why this shape: a step's cost is affine in a handful of step features for a fixed
+(device, tp, formats) (`stepcost.StepModel`), so one step model prices every batch of that
+triple in a single NumPy product. The search builds each step model once and evaluates all
+batches, all pipeline depths and both figures (a bound and a prediction) as arrays.
+
+Per configuration (batch B sequences in flight per pipeline stage, isl prompt and osl output
+tokens, steady state as in `serving_model`: every step decodes the B sequences at mean
+context isl + osl/2 and prefills the B/osl prompts that start per step):
+
+- **prediction**: TPOT = that steady step under the calibration's parameters; TTFT = the front
+  end's latency plus the step that prefills one whole prompt beside B - 1 decodes; tokens/s per
+  user = 1 / TPOT; tokens/s per GPU = sequences in flight / TPOT / GPUs.
+- **bound**: TPOT >= the pure decode step of the B sequences, each at context isl (the least
+  any of them holds), under the overlapped step rule at the datasheet peaks,
+  max(sum FLOPs / peak, sum bytes / bandwidth), no overheads, collectives hidden: every step
+  that decodes B sequences does at least that work (each feature at most the real step's, and
+  every coefficient non-negative). Every prediction is at least its bound (the steady step has
+  more of every feature, efficiencies <= 1, overheads >= 0, a sum of per-kernel maxima >= the
+  maximum of sums), so a configuration whose bound misses the SLO is pruned before it is
+  predicted, and is counted as such.
+
+Pipeline parallelism (pp stages, balanced, pp microbatches of B in the pipe): one token of a
+sequence passes every stage in turn, so TPOT is the whole model's step at B plus pp - 1
+activation transfers, pp x B sequences are in flight, and a device holds 1/pp of the weights
+and the KV cache of its layers for all pp x B sequences (B sequences' worth of a whole
+model's layers at tp). The bound keeps the whole step (stages are sequential for a token).
+
+The deployment axes are data (`AXES`): each names what rules a degree out for a model and
+whether the degree multiplies the sequences in flight; the search crosses their power-of-two
+degrees within the GPU budget, and the tables and JSON show every axis by name. A new axis
+(attention DP, a disaggregated pool's ratio) is one entry there and one use in `_step_model`,
+where the degree reaches the step's deployment object.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from itertools import product
+
+import numpy as np
+
+from rooflinec.cost import collectives, parallel
+from rooflinec.serving import metrics, simulator
+from rooflinec.serving import serving_model as sm
+from rooflinec.serving import stepcost as sc
+from rooflinec.serving.workload import Lengths
+from rooflinec.serving.workload import Workload as Load
+from rooflinec.spec.load import DTYPE_BYTES
+
+F = sc.FEATURES
+
+
+# --- the deployment axes, as data -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Axis:
+    name: str
+    why: str                      # what the degree splits
+    applies: object               # model -> bool: whether values past 1 are searched
+    check: object                 # (model, degree) -> reason it is ruled out, or ""
+    in_flight: bool = False       # the degree multiplies the sequences in flight (each its own batch)
+
+
+def _powers(limit: int) -> list[int]:
+    return [2 ** i for i in range(int(math.log2(max(1, limit))) + 1)]
+
+
+def _tp_check(model, n):
+    try:
+        parallel.check(model, n)
+    except parallel.Unshardable as exc:
+        return f"divisibility: tp {n}: {exc}"
+    return ""
+
+
+def _pp_check(model, n):
+    return "" if model.n_layers % n == 0 else f"divisibility: pp {n} does not divide the {model.n_layers} layers"
+
+
+def _ep_check(model, n):
+    try:
+        parallel.check_ep(model, n)
+    except parallel.Unshardable as exc:
+        return f"divisibility: ep {n}: {exc}"
+    return "" if n == 1 else "unsupported: the serving step model has no expert parallelism yet"
+
+
+AXES = (
+    Axis("tp", "tensor parallel: heads, MLP width and vocabulary split", lambda m: True, _tp_check),
+    Axis("pp", "pipeline parallel: layers split into stages", lambda m: True, _pp_check, in_flight=True),
+    Axis("ep", "expert parallel: routed experts split", lambda m: getattr(m, "moe", None) is not None, _ep_check),
+)
+
+
+def deployments(model, gpus: int) -> list[dict]:
+    """Every combination of the axes' power-of-two degrees whose GPUs fit the budget."""
+    values = [_powers(gpus) if axis.applies(model) else [1] for axis in AXES]
+    return [dict(zip((a.name for a in AXES), combo)) for combo in product(*values)
+            if math.prod(combo) <= gpus]
+
+
+def label(dep: dict) -> str:
+    return " ".join(f"{k}{v}" for k, v in dep.items() if v > 1) or "1 GPU"
+
+
+# --- the target ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Slo:
+    ttft_s: float = math.inf
+    tpot_s: float = math.inf
+
+    def tighter(self, factor: float) -> Slo:
+        return Slo(self.ttft_s * factor, self.tpot_s * factor)
+
+
+@dataclass(frozen=True)
+class Workload:
+    isl: int
+    osl: int
+    batches: tuple                # sequences in flight per stage, searched
+
+
+# --- the search ----------------------------------------------------------------------------
+
+@dataclass
+class Result:
+    """Arrays over the configurations that were predicted and met the SLO; the counts of
+    every configuration left out, by reason."""
+
+    rows: list = field(default_factory=list)          # per step model: dict of arrays
+    pruned: dict = field(default_factory=dict)        # reason -> configurations
+    searched: int = 0
+
+    def count(self, reason: str, n: int) -> None:
+        if n:
+            self.pruned[reason] = self.pruned.get(reason, 0) + int(n)
+
+    def table(self) -> dict:
+        """The feasible configurations as one dict of equal-length arrays."""
+        if not self.rows:
+            return {k: np.array([]) for k in COLUMNS}
+        return {k: np.concatenate([np.asarray(r[k]) for r in self.rows]) for k in COLUMNS}
+
+
+COLUMNS = ("device", *(a.name for a in AXES), "weights", "kv_cache", "batch", "gpus", "tpot_s", "ttft_s",
+           "tpot_bound_s", "per_gpu", "per_user", "per_gpu_bound", "memory_bytes")
+
+
+def features(batch: np.ndarray, isl: int, osl: int) -> tuple[np.ndarray, np.ndarray]:
+    """Step features [n, F] of the steady step and of the step that prefills a new prompt."""
+    b = batch.astype(float)
+    starts = b / osl
+    steady = np.zeros((len(b), len(F)))
+    steady[:, sc.ONE] = 1
+    steady[:, sc.DECODES] = b
+    steady[:, sc.CONTEXT] = b * (isl + osl / 2)
+    steady[:, sc.TOKENS] = b + starts * isl
+    steady[:, sc.LOGITS] = b + starts
+    steady[:, sc.CHUNK_SQUARE] = starts * isl ** 2
+    steady[:, sc.CHUNK_TOKENS] = starts * isl
+    steady[:, sc.CHUNK_KEYS] = starts * isl
+    steady[:, sc.CHUNKS] = starts
+    first = np.zeros_like(steady)
+    first[:, sc.ONE] = 1
+    first[:, sc.DECODES] = b - 1
+    first[:, sc.CONTEXT] = (b - 1) * (isl + osl / 2)
+    first[:, sc.TOKENS] = b - 1 + isl
+    first[:, sc.LOGITS] = b
+    first[:, sc.CHUNK_SQUARE] = isl ** 2
+    first[:, sc.CHUNK_TOKENS] = isl
+    first[:, sc.CHUNK_KEYS] = isl
+    first[:, sc.CHUNKS] = 1
+    return steady, first
+
+
+def bound_features(batch: np.ndarray, isl: int) -> np.ndarray:
+    """Step features [n, F] of the least decode step of `batch` sequences: context isl each, no prefill."""
+    b = batch.astype(float)
+    x = np.zeros((len(b), len(F)))
+    x[:, sc.ONE], x[:, sc.DECODES], x[:, sc.TOKENS], x[:, sc.LOGITS] = 1, b, b, b
+    x[:, sc.CONTEXT] = b * isl
+    return x
+
+
+def overlapped(step: sc.StepModel, x: np.ndarray) -> np.ndarray:
+    """The step bound, overlapped: max(sum of compute, sum of memory) at the peaks."""
+    return np.maximum((x @ step.compute.T).sum(axis=1), (x @ step.memory.T).sum(axis=1))
+
+
+def _step_model(model, device, dep: dict, weights: str, kv: str) -> sc.StepModel:
+    """The step model of one deployment; pp and ep enter below it (see the module)."""
+    try:
+        return sc.build(sc.Deployment(model, device, dep["tp"], weights, kv))
+    except sm.Unpredictable:
+        raise
+    except Exception as exc:   # sympy cannot read the step as affine (a MoE's distinct experts)
+        raise sm.Unpredictable(f"the step model is not affine for this model ({type(exc).__name__})") from None
+
+
+def _hop_s(device, batch: np.ndarray, model) -> np.ndarray:
+    """One pipeline hop: the activations of `batch` tokens over the scale-up link."""
+    if device.link_bandwidth is None:
+        raise sm.Unpredictable(f"{device.key} declares no interconnect for pipeline stages")
+    link = collectives.Link(device.link, device.link_bandwidth, device.link_latency)
+    return collectives.time(batch * model.d_model * DTYPE_BYTES[sm.ACTIVATION_DTYPE], 1, link)
+
+
+def search(model, devices, gpus: int, work: Workload, slo: Slo, params_of, formats) -> Result:
+    """Every (device, deployment, formats, batch); `params_of(device)` the calibration's
+    `stepcost.Parameters`; `formats(device)` the (weights, kv_cache) pairs to try."""
+    res = Result()
+    batch = np.asarray(work.batches, dtype=float)
+    steady_x, first_x = features(batch, work.isl, work.osl)
+    least_x = bound_features(batch, work.isl)
+    deps, steps = deployments(model, gpus), {}     # one step model per key (`_cached_step`)
+    for device in devices:
+        pairs = formats(device)
+        for dep in deps:
+            n = len(batch) * len(pairs)
+            res.searched += n
+            reason = next((r for a in AXES if (r := a.check(model, dep[a.name]))), "")
+            if reason:
+                res.count(reason, n)
+                continue
+            for weights, kv in pairs:
+                _evaluate(res, steps, model, device, dep, weights, kv, batch, (steady_x, first_x, least_x), work, slo,
+                          params_of(device))
+    return res
+
+
+def _evaluate(res, steps, model, device, dep, weights, kv, batch, xs, work, slo, p) -> None:
+    n, (steady_x, first_x, least_x) = len(batch), xs
+    if device.peak("matrix", weights) is None:
+        res.count(f"device: {device.key} has no tensor peak for {weights}", n)
+        return
+    try:
+        step = _cached_step(steps, model, device, dep, weights, kv)
+    except sm.Unpredictable as exc:
+        res.count(f"unpredictable: {exc}", n)
+        return
+    pp, gpus = dep["pp"], math.prod(dep.values())
+    try:
+        hops = (pp - 1) * _hop_s(device, batch, model) if pp > 1 else 0.0
+    except sm.Unpredictable as exc:
+        res.count(f"device: {exc}", n)
+        return
+    weight_b = sc.weight_bytes(step.deployment) / pp
+    if weight_b >= device.capacity:
+        res.count("memory: the weights alone exceed the device", n)
+        return
+    kv_seq = sc.kv_bytes_per_token(step.deployment) * (work.isl + work.osl / 2)
+    memory = weight_b + batch * kv_seq      # pp x B sequences, 1/pp of the layers each
+    fits = memory <= device.capacity
+    res.count("memory: the KV cache of the batch does not fit beside the weights", (~fits).sum())
+    bound = overlapped(step, least_x)
+    early = fits & (bound > slo.tpot_s)
+    res.count("bound: the TPOT bound misses the SLO", early.sum())
+    keep = fits & ~early
+    if not keep.any():
+        return
+    tpot = step.durations(steady_x, p) + hops
+    ttft = step.durations(first_x, p) + hops + p.request_latency_s
+    met = keep & (tpot <= slo.tpot_s) & (ttft <= slo.ttft_s)
+    res.count("prediction: misses the SLO", (keep & ~met).sum())
+    if not met.any():
+        return
+    inflight = batch * math.prod(dep[a.name] for a in AXES if a.in_flight)
+    m = met
+    res.rows.append({
+        "device": np.full(m.sum(), device.key, dtype=object), **{a.name: np.full(m.sum(), dep[a.name]) for a in AXES},
+        "weights": np.full(m.sum(), weights, dtype=object), "kv_cache": np.full(m.sum(), kv, dtype=object),
+        "batch": batch[m].astype(int), "gpus": np.full(m.sum(), gpus),
+        "tpot_s": tpot[m], "ttft_s": ttft[m], "tpot_bound_s": bound[m],
+        "per_gpu": (inflight / tpot / gpus)[m], "per_user": (1 / tpot)[m],
+        "per_gpu_bound": (inflight / bound / gpus)[m], "memory_bytes": memory[m]})
+
+
+def _cached_step(steps: dict, model, device, dep, weights, kv) -> sc.StepModel:
+    """One step model per (model, device, deployment but pp, formats): pp and batches share it."""
+    key = (device.key, device.file, tuple((k, v) for k, v in dep.items() if k != "pp"), weights, kv)
+    if key not in steps:
+        try:
+            steps[key] = _step_model(model, device, dep, weights, kv)
+        except sm.Unpredictable as exc:
+            steps[key] = exc
+    found = steps[key]
+    if isinstance(found, Exception):
+        raise found
+    return found
+
+
+# --- the frontier ----------------------------------------------------------------------------
+
+def pareto(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Indices of the points no other point dominates (>= in both, > in one), both maximised;
+    of equal points the first. Sorted by y descending."""
+    order = np.lexsort((np.arange(len(x)), -x, -y))   # y desc, then x desc, then index
+    best = np.maximum.accumulate(np.concatenate(([-np.inf], x[order])))[:-1]
+    return order[x[order] > best]
+
+
+# --- the simulator near the frontier -----------------------------------------------------------
+
+SIMULATED_REQUESTS = 200_000    # a budget in requests over all the points simulated (not in seconds)
+
+
+def simulate_points(model, devices: dict, rows: list, policy, params_of) -> list:
+    """The frontier's configurations replayed by the serving simulator (a closed loop of as many
+    clients as sequences in flight, 4C measured after C warm-up, fixed lengths), in order until
+    the request budget is spent: per row its summary (`metrics.summary`), or why not."""
+    out, spent = [], 0
+    for r in rows:
+        clients = r["batch"] * math.prod(r["deployment"][a.name] for a in AXES if a.in_flight)
+        if any(v > 1 for k, v in r["deployment"].items() if k != "tp"):
+            out.append({"not_simulated": "the simulator runs one tensor-parallel group (no pp or ep)"})
+            continue
+        if spent + 5 * clients > SIMULATED_REQUESTS:
+            out.append({"not_simulated": f"past the budget of {SIMULATED_REQUESTS} simulated requests"})
+            continue
+        spent += 5 * clients
+        dev = devices[r["device"]]
+        try:
+            step = sc.build(sc.Deployment(model, dev, r["deployment"]["tp"], r["weights"], r["kv_cache"]))
+            load = Load(Lengths(r["isl"], r["isl"]), Lengths(r["osl"], r["osl"]), 4 * clients, clients, clients, None)
+            out.append(metrics.summary(simulator.simulate(step, policy, load, params_of(dev)), r["gpus"]))
+        except sm.Unpredictable as exc:
+            out.append({"not_simulated": str(exc)})
+    return out

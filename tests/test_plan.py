@@ -1,0 +1,231 @@
+"""`rooflinec plan` (issue 29): the search's frontier against brute force, its properties, the
+cost and energy arithmetic, and the inverse solve checked by substitution."""
+
+from __future__ import annotations
+
+import io
+import json
+from itertools import product
+
+import numpy as np
+import pytest
+import sympy as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rooflinec.cli import quick
+from rooflinec.cli.app import run
+from rooflinec.cost import inverse
+from rooflinec.serving import calibration, plan, plan_cost
+from rooflinec.serving import serving_model as sm
+from rooflinec.serving import stepcost as sc
+
+FORMATS = [("bf16", "bf16"), ("fp8", "fp8")]
+WORK = plan.Workload(1024, 256, (1, 4, 16, 64, 256))
+
+
+@pytest.fixture(scope="module")
+def case():
+    model, dev = quick._model("llama-3.1-8b"), quick._device("h100-sxm")
+    params = calibration.load(calibration.shipped()).of(dev.key, "")
+    return model, dev, params
+
+
+def _search(case, slo, gpus=2, work=WORK):
+    model, dev, params = case
+    return plan.search(model, [dev], gpus, work, slo, lambda d: params, lambda d: FORMATS)
+
+
+def _keys(table, rows=None):
+    rows = range(len(table["batch"])) if rows is None else rows
+    return {(int(table["tp"][i]), int(table["pp"][i]), table["weights"][i], table["kv_cache"][i],
+             int(table["batch"][i])) for i in rows}
+
+
+def test_the_frontier_equals_brute_force_on_a_small_case(case):
+    """Every configuration priced on its own (one feature row, one StepModel call), feasibility
+    checked by hand, dominance by all pairs: the same frontier as the vectorised search."""
+    model, dev, params = case
+    slo = plan.Slo(ttft_s=2.0, tpot_s=0.03)
+    points = []
+    for tp, pp, (w, kv), b in product((1, 2), (1, 2), FORMATS, WORK.batches):
+        if tp * pp > 2:
+            continue
+        step = sc.build(sc.Deployment(model, dev, tp, w, kv))
+        steady, first = (x[0:1] for x in plan.features(np.array([b]), WORK.isl, WORK.osl))
+        memory = sc.weight_bytes(step.deployment) / pp + b * sc.kv_bytes_per_token(step.deployment) * (1024 + 128)
+        hop = (pp - 1) * plan._hop_s(dev, np.array([b]), model)[0] if pp > 1 else 0.0
+        tpot = float(step.durations(steady, params)[0]) + hop
+        ttft = float(step.durations(first, params)[0]) + hop + params.request_latency_s
+        if memory <= dev.capacity and tpot <= slo.tpot_s and ttft <= slo.ttft_s:
+            points.append(((tp, pp, w, kv, b), pp * b / tpot / (tp * pp), 1 / tpot))
+    front = {k for k, x, y in points
+             if not any(x2 >= x and y2 >= y and (x2 > x or y2 > y) for _, x2, y2 in points)}
+    t = _search(case, slo).table()
+    assert _keys(t) == {k for k, _, _ in points}
+    assert _keys(t, plan.pareto(t["per_gpu"], t["per_user"])) == front
+    assert len(front) >= 3
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 20), st.integers(1, 20)), min_size=1, max_size=40))
+def test_no_frontier_point_is_dominated_and_every_other_point_is(pts):
+    x, y = (np.array(v, dtype=float) for v in zip(*pts))
+    front = set(plan.pareto(x, y).tolist())
+    for i in range(len(x)):
+        dominated = any(x[j] >= x[i] and y[j] >= y[i] and (x[j] > x[i] or y[j] > y[i]) for j in range(len(x)))
+        if i in front:
+            assert not dominated
+        else:   # dominated, or equal to a point kept
+            assert dominated or any(x[j] == x[i] and y[j] == y[i] for j in front)
+
+
+@pytest.mark.parametrize("factor", [0.8, 0.5, 0.25])
+def test_tightening_the_slo_never_enlarges_the_feasible_set(case, factor):
+    loose = plan.Slo(ttft_s=1.0, tpot_s=0.02)
+    wide, narrow = (_keys(_search(case, s).table()) for s in (loose, loose.tighter(factor)))
+    assert narrow <= wide
+    assert wide, "the loose target must admit something for the check to mean anything"
+
+
+def test_pruned_and_feasible_account_for_every_configuration(case):
+    res = _search(case, plan.Slo(ttft_s=2.0, tpot_s=0.004), work=plan.Workload(1024, 256, (1, 64, 4096)))
+    assert res.searched == len(res.table()["batch"]) + sum(res.pruned.values())
+    assert any(r.startswith("memory:") for r in res.pruned) and any(r.startswith("bound:") for r in res.pruned)
+
+
+def test_a_prediction_is_never_below_its_bound(case):
+    t = _search(case, plan.Slo()).table()
+    assert np.all(t["tpot_s"] >= t["tpot_bound_s"]) and np.all(t["per_gpu"] <= t["per_gpu_bound"])
+
+
+def test_divisibility_is_a_counted_reason():
+    model = quick._model("llama-3.1-70b")   # 80 layers, 64 heads, 8 KV heads
+    assert plan._pp_check(model, 3).startswith("divisibility")
+    assert plan._pp_check(model, 4) == ""
+    assert plan._ep_check(model, 2).startswith("divisibility")   # no experts
+
+
+def test_lmsys_cost_check():
+    """LMSYS Org blog, 'Deploying DeepSeek with PD Disaggregation and Large-scale Expert
+    Parallelism on 96 H100 GPUs' (2025): at $2 per H100-hour and 2,788 output tokens/s per
+    H100, about $0.20 per million output tokens.
+    2 $/h / (2788 tok/s x 3600 s/h) = 2 / 10,036,800 $/tok = 1.9927e-7 $/tok = $0.199 per 10^6."""
+    assert plan_cost.per_million(2.0, 2788) == pytest.approx(2 / (2788 * 3600) * 1e6)
+    assert round(plan_cost.per_million(2.0, 2788), 2) == 0.20
+
+
+def test_the_catalog_price_cites_its_source():
+    prices = plan_cost.load(plan_cost.default_file())
+    assert prices["h100-sxm"].usd_per_gpu_hour == 2.0 and "LMSYS" in prices["h100-sxm"].source
+    assert "h200-sxm" not in prices   # no public figure cited: left unset
+
+
+def test_energy_per_token_is_board_power_times_time():
+    dev = quick._device("h100-sxm")
+    assert dev.board_power == 700 and "datasheet" in dev.board_power_source
+    # 700 W at 1,000 tokens/s per GPU: at most 0.7 J per token
+    assert plan_cost.energy_per_token_j(dev.board_power, 1000.0) == pytest.approx(0.7)
+
+
+@pytest.fixture(scope="module")
+def llama70b_step():
+    """Llama-3.1-70B at tp 8 on H100 SXM, B = 64, S = 8192 (the issue's example)."""
+    model, dev = quick._model("llama-3.1-70b"), quick._device("h100-sxm")
+    return model, inverse.decode_step(model, dev, 8, "bf16", "bf16", 64, 8192, sm.ALL_REDUCES_PER_LAYER)
+
+
+def test_the_bandwidth_solve_meets_the_target_at_its_value_and_misses_below(llama70b_step):
+    model, step = llama70b_step
+    s = inverse.solve(step, "bandwidth", sp.Rational(20, 1000))
+    t = inverse.time_of(step, "bandwidth")
+    assert t.subs(inverse.X, s.value) <= sp.Rational(20, 1000)
+    assert t.subs(inverse.X, s.value * sp.Rational(999999, 1000000)) > sp.Rational(20, 1000)
+    assert s.met_at and s.missed_below
+    # necessary on its own: the weights and KV cache a device holds read once in 20 ms;
+    # 17.64 GB of bf16 weights (70.6e9 params x 2 B / 8) + 64 x 8192 tokens x 80 layers x
+    # 2 (K, V) x 1 KV head x 128 x 2 B = 21.47 GB, over 0.02 s = 1955 GB/s
+    need = inverse.memory_needed(model, 8, "bf16", "bf16", 64, 8192)["total"]
+    assert s.value >= need / sp.Rational(20, 1000)
+    assert s.setter in ("kv_cache", "weights")
+
+
+def test_the_peak_and_link_solves_check_by_substitution(llama70b_step):
+    _, step = llama70b_step
+    for knob in ("peak", "link"):
+        s = inverse.solve(step, knob, sp.Rational(20, 1000))
+        assert s.met_at and s.missed_below, knob
+
+
+def test_an_unreachable_target_names_its_floor(llama70b_step):
+    _, step = llama70b_step
+    with pytest.raises(inverse.Unreachable, match="do not depend"):
+        inverse.solve(step, "link", sp.Rational(1, 1000))   # the weights alone take longer
+
+
+def _cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    return run(list(argv), out, err), out.getvalue(), err.getvalue()
+
+
+def test_plan_prints_labelled_tables_and_json(tmp_path):
+    chart = tmp_path / "front.svg"
+    code, out, err = _cli("plan", "llama-3.1-8b", "--slo", "ttft<=2s,tpot<=30ms", "--devices", "h100-sxm",
+                          "--gpus", "2", "--concurrency", "1,16,64", "--out", str(chart))
+    assert code == 0, err
+    assert "predictions" in out and "bounds" in out and "Pareto frontier" in out
+    assert chart.read_text().startswith("<?xml")
+    code, out, _ = _cli("plan", "llama-3.1-8b", "--slo", "tpot<=30ms", "--devices", "h100-sxm", "--gpus", "1",
+                        "--concurrency", "1,16", "--json")
+    doc = json.loads(out)
+    row = doc["frontier"][0]
+    assert set(row["prediction"]) == {"tpot_s", "ttft_s", "tokens_per_s_per_gpu", "tokens_per_s_per_user"}
+    assert row["cost"]["usd_per_million_output_tokens"] == pytest.approx(
+        2.0 / (row["prediction"]["tokens_per_s_per_gpu"] * 3600) * 1e6)
+
+
+def test_plan_solve_prints_the_derivation():
+    code, out, err = _cli("plan", "llama-3.1-70b", "--solve", "bandwidth", "--device", "h100-sxm", "--tp", "8",
+                          "--batch", "64", "--context", "8192", "--slo", "tpot<=20ms")
+    assert code == 0, err
+    assert "GB/s" in out and "set by" in out and "met at the value: True; missed just below: True" in out
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--slo", "tpot<50ms"], "--slo"), (["--slo", "tpot<=fast"], "--slo"),
+    (["--slo", "tpot<=1s", "--concurrency", "0-8"], "--concurrency"),
+    (["--slo", "tpot<=1s", "--price", "h100-sxm=free"], "--price"),
+    (["--slo", "tpot<=1s", "--weights", "fp7"], "--weights")])
+def test_bad_flags_are_usage_errors_named_by_flag(argv, flag):
+    code, _, err = _cli("plan", "llama-3.1-8b", "--devices", "h100-sxm", *argv)
+    assert code == 2 and flag in err and "Traceback" not in err
+
+
+def test_a_bad_price_file_is_located(tmp_path):
+    f = tmp_path / "prices.yaml"
+    f.write_text("prices:\n  h100-sxm: {usd_per_gpu_hour: -1, source: x}\n")
+    code, _, err = _cli("plan", "llama-3.1-8b", "--slo", "tpot<=1s", "--devices", "h100-sxm", "--prices", str(f))
+    assert code == 1 and f"{f}:2:" in err
+
+
+def test_the_frontier_can_be_replayed_in_the_simulator():
+    code, out, err = _cli("plan", "llama-3.1-8b", "--slo", "ttft<=2s,tpot<=30ms", "--devices", "h100-sxm",
+                          "--gpus", "2", "--concurrency", "1,16", "--simulate", "trtllm", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["calibration"]["engine"] == "trtllm"
+    sims = [r["simulated"] for r in doc["frontier"]]
+    assert all("not_simulated" in s or s["tpot_s"]["mean"] > 0 for s in sims)
+    assert any("tpot_s" in s for s in sims)
+
+
+def test_an_unusable_out_is_refused_before_the_search(tmp_path):
+    code, _, err = _cli("plan", "llama-3.1-8b", "--slo", "tpot<=30ms", "--devices", "h100-sxm", "--out", str(tmp_path))
+    assert code == 2 and "--out" in err and list(tmp_path.iterdir()) == []
+
+
+def test_every_step_coefficient_is_non_negative(case):
+    """The bound's argument: fewer of every feature never costs more."""
+    model, dev, _ = case
+    step = sc.build(sc.Deployment(model, dev, 2, "fp8", "fp8"))
+    assert (step.compute >= 0).all() and (step.memory >= 0).all()
