@@ -17,7 +17,7 @@ from rooflinec.model import kinds, lower_custom
 from rooflinec.model.build import linear as _linear, norm as _norm, op as _op
 from rooflinec.model.ir import Op, Program, verify
 from rooflinec.model.kinds.dense import GATED  # noqa: F401 - serving/oplowering reads it here
-from rooflinec.model.symbols import B, M, S, V, b, d_model
+from rooflinec.model.symbols import B, L, M, S, V, b, d_model
 
 PHASES = ("decode", "prefill")
 
@@ -75,9 +75,21 @@ def _output(model, slot: str) -> str:
     return base.output(next((p for k, _, p in members if k is base), ""))
 
 
-def _residual(name, into, operands=2) -> Op:
-    return _op(name, "add", "elementwise", M * d_model, b, operands=operands, into=into,
+def _residual(name, into, operands=2, repeat=L) -> Op:
+    return _op(name, "add", "elementwise", M * d_model, b, operands=operands, into=into, repeat=repeat,
                shape="X[M,d_model] + " + " + ".join(["Y[M,d_model]"] * (operands - 1)))
+
+
+def _mixer_residuals(model) -> list[Op]:
+    """The attention sublayer's residual add, folded into its output projection: one per
+    family of mixer kinds (a hybrid's linear layers fold into their own output), each repeated
+    over that family's layers."""
+    families = kinds.families(model, "mixer")
+    if len(families) == 1:
+        return [_residual("attn_residual", _output(model, "mixer"))]
+    return [_residual(("" if i == 0 else base.name + "_") + "attn_residual",
+                      base.output(next((p for k, _, p in members if k is base), "")), repeat=repeat)
+            for i, (base, repeat, members) in enumerate(families)]
 
 
 def _layer(model, phase: str, conv: Conventions) -> list[Op]:
@@ -87,7 +99,7 @@ def _layer(model, phase: str, conv: Conventions) -> list[Op]:
     # Gemma 2 also normalises each sublayer's output before its residual add
     post = getattr(model, "post_norms", False)
     return [_norm(model, "attn_norm"), *attn, *([_norm(model, "attn_post_norm")] if post else []),
-            _residual("attn_residual", _output(model, "mixer")), _norm(model, "mlp_norm"), *ffn,
+            *_mixer_residuals(model), _norm(model, "mlp_norm"), *ffn,
             *([_norm(model, "mlp_post_norm")] if post else []),
             _residual("mlp_residual", _output(model, "ffn"))]
 
