@@ -135,3 +135,11 @@ def test_only_the_full_layers_read_more_as_the_context_grows(tmp_path):
     # 1,024 more cached tokens for 8 sequences: the 12 full layers read 8 x 1,024 x 24,576 B more
     # (K and V at bf16); the 36 linear layers' state reads stay what they were
     assert at(2048) - at(1024) == 8 * 1024 * 24_576
+
+
+def test_a_pipeline_stage_keeps_its_own_layers(tmp_path):
+    model = _model(tmp_path)
+    # pp = 4: 12 consecutive layers a stage, 3 full and 9 linear in each (the pattern's period
+    # divides 12): 3 x 2,048 = 6,144 B per token and 9 x 1,097,728 = 9,879,552 B of state
+    assert kvcache.per_token(model, 2, pp=4) == 6144
+    assert kvcache.per_sequence(model, 2, 1000, pp=4) == 6144 * 1000 + 9_879_552

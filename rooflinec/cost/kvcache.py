@@ -60,8 +60,19 @@ def _value(expr: sp.Expr, model, b_kv, tp: int, pp: int, ep: int = 1):
 
 def per_token(model, b_kv, tp: int = 1, pp: int = 1, ep: int = 1):
     """Bytes one token keeps on one device at b_kv bytes per element, every layer at the full
-    context (an upper bound where layers are windowed); `ep` only says which widths tp splits."""
-    return _value(formula(model), model, b_kv, tp, pp, ep)
+    context (an upper bound where layers are windowed); `ep` only says which widths tp splits.
+    Where some layers keep no tokens (recurrent ones), the stage keeping the most per token."""
+    if pp == 1 or _every(model):
+        return _value(formula(model), model, b_kv, tp, pp, ep)
+    declared = _value(cache_per_token(model), model, b_kv, tp, pp, ep)
+    return declared + max(_value(sp.Add(*(n * per for per, members in kinds.cache_groups(model, first, stop)
+                                          for _, n in members)), model, b_kv, tp, 1, ep)
+                          for first, stop in _stages(model, pp))
+
+
+def _every(model) -> bool:
+    """Whether every layer keeps tokens (no recurrent-only layers)."""
+    return sum(n for _, members in kinds.cache_groups(model) for _, n in members) == model.n_layers
 
 
 def _stages(model, pp: int) -> list[tuple[int, int]]:
@@ -92,8 +103,7 @@ def _windowed_on_device(model, pp: int) -> int:
     layers one stage holds, which bounds every stage at every context (all the windowed layers
     when pp = 1); 0 unless every layer keeps tokens (a recurrent layer's state is apart)."""
     kind = _windowed(model)
-    every = sum(n for _, members in kinds.cache_groups(model) for _, n in members) == model.n_layers
-    if kind is None or not every:
+    if kind is None or not _every(model):
         return 0
     uncapped = max(sum(n for k, n in kinds.counts(model, "mixer", first, stop) if k.cache_cap(model) is None)
                    for first, stop in _stages(model, pp))
@@ -108,10 +118,9 @@ def per_sequence(model, b_kv, context, tp: int = 1, pp: int = 1, ep: int = 1):
     if local:
         per_layer = _value(_per_layer(model), model, b_kv, tp, 1, ep)
         whole = whole - local * per_layer * np.maximum(context - _windowed(model).cache_cap(model), 0)
-    state = kinds.cache_state(model)
-    if state != 0:
-        worst = max(kinds.cache_state(model, first, stop) for first, stop in _stages(model, pp))
-        whole = whole + _value(sp.sympify(worst), model, b_kv, tp, 1, ep)
+    if kinds.cache_state(model) != 0:   # the stage whose recurrent layers keep the most
+        whole = whole + max(_value(kinds.cache_state(model, first, stop), model, b_kv, tp, 1, ep)
+                            for first, stop in _stages(model, pp))
     if isinstance(whole, np.ndarray):
         return np.ceil(whole).astype(np.int64)
     return math.ceil(whole)
