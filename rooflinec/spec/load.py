@@ -232,12 +232,12 @@ def _model_problems(doc: yamlio.Located) -> list[Problem]:
             and "window" not in att:
         problems.append(doc.problem(("attention", "pattern"), "sliding or chunked layers need "
                                     "attention.window (their window in tokens)"))
-    for name in dict.fromkeys(pattern if isinstance(pattern, list) else ()):
+    for name in dict.fromkeys(k for k in (pattern if isinstance(pattern, list) else ()) if isinstance(k, str)):
         kind = kinds.registry().get(name) if isinstance(name, str) else None
         if kind is not None and kind.key and kind.key not in d:
             problems.append(doc.problem(("attention", "pattern"), f"'{name}' layers need the model's "
                                         f"`{kind.key}` section (their configuration)"))
-    others = [k for k in pattern if k not in ("full", "sliding", "chunked")] if isinstance(pattern, list) else []
+    others = [k for k in pattern if isinstance(k, str) and k not in ("full", "sliding", "chunked")] if isinstance(pattern, list) else []
     if d.get("mla") and others:
         problems.append(doc.problem(("attention", "pattern"), f"latent attention (mla) is every layer's "
                                     f"attention; a pattern with {others[0]} layers is not modelled with it"))
