@@ -13,14 +13,13 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from rooflinec.model import lower_custom, mla, moe, window
+from rooflinec.model import kinds, lower_custom
+from rooflinec.model.build import linear as _linear, norm as _norm, op as _op
 from rooflinec.model.ir import Op, Program, verify
-from rooflinec.model.ops import FORMULAS, UNITS
-from rooflinec.model.symbols import B, L, M, S, V, b, d_ff, d_head, d_model, n_kv, n_q
-from rooflinec.model.mla import attention_ops, d_v
+from rooflinec.model.kinds.dense import GATED  # noqa: F401 - serving/oplowering reads it here
+from rooflinec.model.symbols import B, L, M, S, V, b, d_model
 
 PHASES = ("decode", "prefill")
-GATED = {"swiglu": "silu", "geglu": "gelu"}   # gated MLP kind -> the gate's activation
 
 
 @dataclass(frozen=True)
@@ -63,131 +62,46 @@ class Conventions:
 LEAST_WORK = Conventions(causal_halving=True, logits="last", qkv="fused", bias="in_gemm", mla="absorbed")
 
 
-def _op(name, formula, category, *args, repeat=L, shape="", crossing=None, into="", **kw) -> Op:
-    """An op from a registered formula; an op with `into` also carries its epilogue cost."""
-    fn = FORMULAS[formula]
-    epilogue = fn(*args, **kw, epilogue=True) if into else None
-    return Op(name, formula, category, UNITS[formula], fn(*args, **kw), sp.sympify(repeat), shape, crossing,
-              into=into, epilogue=epilogue)
+def _sublayer(model, slot: str, phase: str, conv: Conventions) -> list[Op]:
+    """The ops of one slot (mixer or feed-forward) of a layer: each family of the model's kinds
+    for that slot (rooflinec.model.kinds), repeated over its layers."""
+    return [o for base, repeat, members in kinds.families(model, slot)
+            for o in base.ops(model, phase, conv, repeat, members)]
 
 
-def _linear(name, tokens, k, n, shape, bias: bool, conv: Conventions, repeat=L) -> list[Op]:
-    gemm = _op(name, "gemm", "linear", tokens, k, n, b, repeat=repeat, shape=shape,
-               crossing=tokens)
-    if not bias:
-        return [gemm]
-    add = _op(name.replace("_proj", "") + "_bias", "bias_add", "elementwise", tokens, n, b,
-              repeat=repeat, shape=f"Y[{tokens},{n}] + bias[{n}]", into=name)
-    if conv.bias == "in_gemm":
-        return [gemm.with_cost(gemm.cost + add.epilogue, formula="gemm+bias_add",
-                               absorbed=(add.name,))]
-    return [gemm, add]
+def _output(model, slot: str) -> str:
+    """The op of `slot` a residual add folds into: the last family's output."""
+    base, _, members = kinds.families(model, slot)[-1]
+    return base.output(next((p for k, _, p in members if k is base), ""))
 
 
-def _norm(model, name, repeat=L) -> Op:
-    shape = f"norm(X[M,d_model]) * gain[d_model]{' + shift' if model.norm_bias else ''}"
-    if model.norm_kind == "layernorm":
-        return _op(name, "layernorm", "norm", M, d_model, b, repeat=repeat, shape=shape,
-                   shift=model.norm_bias)
-    return _op(name, "rmsnorm", "norm", M, d_model, b, repeat=repeat, shape=shape)
-
-
-def _projections(model, conv: Conventions) -> list[Op]:
-    if conv.qkv == "fused":
-        return _linear("qkv_proj", M, d_model, (n_q + 2 * n_kv) * d_head,
-                       "X[M,d_model] @ W[d_model,(n_q+2*n_kv)*d_head]", model.qkv_bias, conv)
-    return [*_linear("q_proj", M, d_model, n_q * d_head, "X[M,d_model] @ W[d_model,n_q*d_head]",
-                     model.qkv_bias, conv),
-            *_linear("k_proj", M, d_model, n_kv * d_head, "X[M,d_model] @ W[d_model,n_kv*d_head]",
-                     model.qkv_bias, conv),
-            *_linear("v_proj", M, d_model, n_kv * d_head, "X[M,d_model] @ W[d_model,n_kv*d_head]",
-                     model.qkv_bias, conv)]
-
-
-def _positions(model) -> list[Op]:
-    """Per-head q/k norms (Qwen3), then rotary positions on q and k, before the scores."""
-    ops = []
-    if getattr(model, "qk_norm", False):
-        ops += [_op("q_norm", "rmsnorm", "norm", M * n_q, d_head, b, shape="rmsnorm(Q[M*n_q,d_head])"),
-                _op("k_norm", "rmsnorm", "norm", M * n_kv, d_head, b, shape="rmsnorm(K[M*n_kv,d_head])")]
-    if model.positions == "rope":
-        ops.append(_op("rope", "rope", "elementwise", M, n_q, n_kv, d_head, b,
-                       shape="rope(Q[M,n_q*d_head]), rope(K[M,n_kv*d_head]) with cos, sin[M,d_head]"))
-    return ops
-
-
-def _attention(phase: str, conv: Conventions, prefix: str = "", keys=S, repeat=L) -> list[Op]:
-    """QK^T, scale, mask, softmax, P.V: the score matrix [B, n_q, queries, keys] lives in HBM;
-    windowed layers (rooflinec.model.window) attend to keys = min(S, W) under their own names."""
-    queries = 1 if phase == "decode" else S
-    half = window.causal_share(conv.causal_fraction(phase), keys)
-    knob = S if phase == "prefill" else None
-    read = S if phase == "prefill" else keys   # a prefill's queries read all S keys between them
-    k = str(keys).replace("Min", "min")
-    scores = f"[B,n_q,{queries},{k}]"
-    n = prefix
-    return [
-        _op(n + "qk_matmul", "qk_matmul", "attention_matmul", B, n_q, n_kv, queries, keys, d_head, b,
-            causal_fraction=half, read_keys=read, shape=f"Q[B,n_q,{queries},d_head] @ K^T[B,n_kv,d_head,{k}]",
-            crossing=knob, repeat=repeat),
-        _op(n + "scale", "scale", "elementwise", B * n_q * queries * keys, b, shape=f"S{scores} / sqrt(d_head)",
-            repeat=repeat),
-        _op(n + "causal_mask", "causal_mask", "elementwise", B * n_q * queries * keys, b,
-            shape=f"where(future, -inf, S{scores})", repeat=repeat),
-        _op(n + "softmax", "softmax", "softmax", B * n_q * queries, keys, b, shape=f"softmax(S{scores})",
-            repeat=repeat),
-        _op(n + "pv_matmul", "pv_matmul", "attention_matmul", B, n_q, n_kv, queries, keys, d_head, b,
-            causal_fraction=half, read_keys=read, shape=f"P{scores} @ V[B,n_kv,{k},d_head]", crossing=knob,
-            repeat=repeat),
-    ]
-
-
-def _mlp(model, conv: Conventions) -> list[Op]:
-    bias = model.mlp_bias
-    up = _linear("up_proj", M, d_model, d_ff, "X[M,d_model] @ W[d_model,d_ff]", bias, conv)
-    if model.mlp_kind in GATED:   # swiglu: SiLU gate; geglu (Gemma): tanh-GELU gate
-        fn = GATED[model.mlp_kind]
-        gate = _linear("gate_proj", M, d_model, d_ff, "X[M,d_model] @ W[d_model,d_ff]", bias, conv)
-        act = [*gate, _op(fn, fn, "elementwise", M * d_ff, b, into="gate_proj",
-                          shape=f"{fn}(G[M,d_ff])"),
-               *up, _op("gate_mul", "gate_mul", "elementwise", M * d_ff, b, into="up_proj",
-                        shape=f"{fn}(G[M,d_ff]) * U[M,d_ff]")]
-    else:
-        act = [*up, _op("gelu", "gelu", "elementwise", M * d_ff, b, into="up_proj",
-                        shape="gelu(U[M,d_ff])")]
-    down = _linear("down_proj", M, d_ff, d_model, "X[M,d_ff] @ W[d_ff,d_model]", bias, conv)
-    return [*act, *down]
-
-
-def _residual(name, into, operands=2) -> Op:
-    return _op(name, "add", "elementwise", M * d_model, b, operands=operands, into=into,
+def _residual(name, into, operands=2, repeat=L) -> Op:
+    return _op(name, "add", "elementwise", M * d_model, b, operands=operands, into=into, repeat=repeat,
                shape="X[M,d_model] + " + " + ".join(["Y[M,d_model]"] * (operands - 1)))
 
 
-def _self_attention(model, phase: str, conv: Conventions) -> list[Op]:
-    if model.mla is not None:
-        linear = lambda name, tokens, k, n, shape: _linear(name, tokens, k, n, shape, False, conv)  # noqa: E731
-        return [*attention_ops(model, phase, conv, _op, linear),
-                *_linear("o_proj", M, n_q * d_v, d_model, "X[M,n_q*d_v] @ W[n_q*d_v,d_model]", False, conv)]
-    attend = [op for prefix, keys, layers in window.groups(model)
-              for op in _attention(phase, conv, prefix, keys, layers)]
-    return [*_projections(model, conv), *_positions(model), *attend,
-            *_linear("o_proj", M, n_q * d_head, d_model, "X[M,n_q*d_head] @ W[n_q*d_head,d_model]",
-                     model.out_bias, conv)]
+def _mixer_residuals(model) -> list[Op]:
+    """The attention sublayer's residual add, folded into its output projection: one per
+    family of mixer kinds (a hybrid's linear layers fold into their own output), each repeated
+    over that family's layers."""
+    families = kinds.families(model, "mixer")
+    if len(families) == 1:
+        return [_residual("attn_residual", _output(model, "mixer"))]
+    return [_residual(("" if i == 0 else base.name + "_") + "attn_residual",
+                      base.output(next((p for k, _, p in members if k is base), "")), repeat=repeat)
+            for i, (base, repeat, members) in enumerate(families)]
 
 
 def _layer(model, phase: str, conv: Conventions) -> list[Op]:
-    attn = _self_attention(model, phase, conv)
+    attn, ffn = _sublayer(model, "mixer", phase, conv), _sublayer(model, "ffn", phase, conv)
     if model.block == "parallel":   # PaLM: y = x + attn(norm(x)) + mlp(norm(x))
-        return [_norm(model, "norm"), *attn, *_mlp(model, conv),
-                _residual("residual", "down_proj", operands=3)]
+        return [_norm(model, "norm"), *attn, *ffn, _residual("residual", _output(model, "ffn"), operands=3)]
     # Gemma 2 also normalises each sublayer's output before its residual add
     post = getattr(model, "post_norms", False)
-    ffn = moe.ffn(model, lambda: _mlp(model, conv), _op) if model.moe else _mlp(model, conv)
     return [_norm(model, "attn_norm"), *attn, *([_norm(model, "attn_post_norm")] if post else []),
-            _residual("attn_residual", "o_proj"), _norm(model, "mlp_norm"), *ffn,
+            *_mixer_residuals(model), _norm(model, "mlp_norm"), *ffn,
             *([_norm(model, "mlp_post_norm")] if post else []),
-            _residual("mlp_residual", ffn[-1].name if model.moe else "down_proj")]
+            _residual("mlp_residual", _output(model, "ffn"))]
 
 
 def _embedding(model) -> list[Op]:
@@ -212,8 +126,7 @@ def lower(model, phase: str, conv: Conventions = Conventions()) -> Program:
                     False, conv, repeat=1)]
     ops = lower_custom.place(ops, getattr(model, "operators", ()), phase)   # user-declared ops
     bindings = {M: B} if phase == "decode" else {M: B * S}
-    stated = conv.stated(phase) + ((("latent attention", mla.FORMS["naive" if phase == "prefill" else conv.mla]),)
-                                   if model.mla else ()) + window.stated(model)
+    stated = conv.stated(phase) + tuple(s for kind in kinds.kinds_of(model)
+                                        for s in kind.stated(model, phase, conv))
     return verify(Program(model.name, phase, "unfused", tuple(ops), bindings, stated,
-                          lower_custom.symbols(model) + moe.symbols(model) + mla.symbols(model)
-                          + window.symbols(model)))
+                          lower_custom.symbols(model) + tuple(kinds.values(model))))

@@ -9,14 +9,16 @@ ops repeat once per dense layer and the MoE ops L - (dense layers) times.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import sympy as sp
 
 from rooflinec.model import symbols as sym
 from rooflinec.model.ops.vector import SOFTMAX_FLOPS
-from rooflinec.model.symbols import L, M, b, d_ff, d_model
+from rooflinec.model.symbols import L, M, b, d_model
 from rooflinec.model.ops.moe import distinct_experts
+from rooflinec.model.build import op as make_op
+from rooflinec.model.kinds.dense import renamed
 
 E = sym.dimension("E")        # routed experts
 k = sym.dimension("k")        # experts each token is routed to (top-k)
@@ -90,33 +92,16 @@ def repeats(model) -> tuple[sp.Expr, int]:
     return L - dense, dense
 
 
-def _renamed(ops, prefix: str, repeat, width=None):
-    """Dense-MLP ops as another block's: names (and the `into` links) prefixed, repeated
-    `repeat` times, the width d_ff replaced by `width`."""
-    out = []
-    for op in ops:
-        cost = op.cost if width is None else type(op.cost)(
-            op.cost.flops.xreplace({d_ff: width}), tuple((c, e.xreplace({d_ff: width})) for c, e in op.cost.traffic))
-        epi = op.epilogue
-        if epi is not None and width is not None:
-            epi = type(epi)(epi.flops.xreplace({d_ff: width}), tuple((c, e.xreplace({d_ff: width})) for c, e in epi.traffic))
-        shape = op.shape.replace("d_ff", str(width)) if width is not None else op.shape
-        out.append(replace(op, name=prefix + op.name, into=(prefix + op.into) if op.into else "",
-                           cost=cost, epilogue=epi, repeat=sp.sympify(repeat), shape=shape))
-    return out
-
-
-def ffn(model, dense_mlp, make_op) -> list:
-    """The feed-forward ops of a MoE model's layers: `dense_mlp()` builds the dense MLP's ops,
-    `make_op` builds one op from a registered formula (lowering's `_op`)."""
-    moe_repeat, dense = repeats(model)
-    ops = _renamed(dense_mlp(), "dense_", dense) if dense else []
-    ops += [make_op("router", "gemm", "linear", M, d_model, E, b, repeat=moe_repeat,
+def ffn(model, dense_mlp, moe_repeat) -> list:
+    """The ops of a MoE layer, repeated `moe_repeat`: `dense_mlp()` builds the dense MLP's ops
+    (the shared experts' shape); the dense layers' own MLP is the dense kind's
+    (rooflinec.model.kinds.dense)."""
+    ops = [make_op("router", "gemm", "linear", M, d_model, E, b, repeat=moe_repeat,
                     shape="X[M,d_model] @ W_router[d_model,E]", crossing=M),
             make_op("router_topk", "elementwise", "softmax", M * E, SOFTMAX_FLOPS, 1, 1, b,
                     repeat=moe_repeat, shape="top-k of softmax(scores[M,E]) -> k gates per token")]
     if model.moe.shared_experts:
-        ops += _renamed(dense_mlp(), "shared_", moe_repeat, d_s)
+        ops += renamed(dense_mlp(), "shared_", moe_repeat, d_s)
     rows, gated = "X[M*k routed rows,d_model]", model.mlp_kind in ("swiglu", "geglu")
     act = {"swiglu": "silu", "geglu": "gelu", "gelu": "gelu"}[model.mlp_kind]
 

@@ -1,13 +1,13 @@
 """The symbol table of a model: the value a model spec gives each symbol its formulas carry,
 and what each symbol means, gathered from the alphabet (symbols) and from each block that
-adds symbols of its own (experts, latent attention, windows, storage formats). Apart from
+adds symbols of its own (the layer kinds of rooflinec.model.kinds, storage formats). Apart from
 symbols so the blocks can import the alphabet without a cycle."""
 
 from __future__ import annotations
 
 import sympy as sp
 
-from rooflinec.model import mla, moe, quant, window
+from rooflinec.model import kinds, quant
 from rooflinec.model import symbols as sym
 
 
@@ -24,10 +24,9 @@ def descriptions() -> dict[sp.Symbol, str]:
     """What every symbol a formula may carry means: the alphabet, the model blocks' (experts,
     latent attention, windows) and the storage formats' (b_w, b_kv, f_dq). A model's declared
     dimensions are described by its spec."""
-    return {**sym.DESCRIPTIONS, **moe.DESCRIPTIONS, **mla.DESCRIPTIONS, **window.DESCRIPTIONS,
-            **quant.DESCRIPTIONS}
+    return {**sym.DESCRIPTIONS, **kinds.descriptions(), **quant.DESCRIPTIONS}
 
 
 def _block_values(model) -> dict:
-    """The symbols of a model's optional blocks (mixture of experts, latent attention)."""
-    return {**moe.values(model), **mla.values(model), **window.values(model)}
+    """The symbols of the model's layer kinds (experts, latent attention, windows)."""
+    return kinds.values(model)

@@ -40,7 +40,8 @@ def _from(n: int, r: int, period: int) -> int:
 
 def local_layers(model) -> int:
     """Layers whose pattern entry is sliding or chunked."""
-    return model.n_layers - full_layers(model, 0, model.n_layers)
+    pattern = getattr(model, "pattern", ()) or ()
+    return sum(_from(model.n_layers, r, len(pattern)) for r, kind in enumerate(pattern) if kind in LOCAL)
 
 
 def values(model) -> dict:

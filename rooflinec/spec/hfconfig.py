@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from rooflinec.base import yamlio
 from rooflinec.base.errors import Problem, SpecError
+from rooflinec.model import kinds
 
 
 # Fields that change no FLOP or byte count, and why; read for every architecture.
@@ -112,6 +113,23 @@ class Reader:
 def _optional(r: Reader, key: str, default: int) -> int:
     """A count the config may leave out or set to null, meaning `default`."""
     return r.need(key) if r.data.get(key) is not None else r.used.add(key) or default
+
+
+def count(r: Reader, key: str) -> int:
+    """A count that may be 0 (absent or null: 0)."""
+    value = r.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise SpecError([r.problem(key, f"expected a whole number >= 0, got {json.dumps(value)}")])
+
+
+def kind_section(r: Reader, name: str) -> dict:
+    """A layer kind's spec section read by its own map (rooflinec.model.kinds: `Kind.hf`, spec
+    field -> config key, or (config key, 0) for a count the config may leave out or null)."""
+    return {field: count(r, key[0]) if isinstance(key, tuple) else r.need(key)
+            for field, key in kinds.registry()[name].hf.items()}
 
 
 def _window(r: Reader, spec: dict, alternating: bool = False) -> None:

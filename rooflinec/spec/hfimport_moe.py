@@ -4,10 +4,7 @@ then its experts (and DeepSeek's MLA); every other field is mapped, costs nothin
 
 from __future__ import annotations
 
-import json
-
-from rooflinec.base.errors import SpecError
-from rooflinec.spec.hfconfig import Reader, _decoder, _layer_types, _window
+from rooflinec.spec.hfconfig import Reader, _decoder, _layer_types, _window, count, kind_section
 
 # routing and training switches that change no FLOP or byte count of inference
 ROUTING_FREE = ("router_aux_loss_coef", "output_router_logits", "norm_topk_prob", "aux_loss_alpha",
@@ -17,16 +14,6 @@ ROUTING_FREE = ("router_aux_loss_coef", "output_router_logits", "norm_topk_prob"
 
 def _free(r: Reader) -> None:
     r.used.update(k for k in ROUTING_FREE if k in r.data)
-
-
-def _count(r: Reader, key: str) -> int:
-    """A count that may be 0 (absent or null: 0)."""
-    value = r.get(key)
-    if value is None:
-        return 0
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    raise SpecError([r.problem(key, f"expected a whole number >= 0, got {json.dumps(value)}")])
 
 
 def _quantized(r: Reader) -> None:
@@ -63,13 +50,11 @@ def _qwen3_moe(r: Reader) -> dict:
 def _deepseek_v3(r: Reader) -> dict:
     spec = _decoder(r)
     spec["attention"]["head_dim"] = r.need("qk_nope_head_dim") + r.need("qk_rope_head_dim")
-    spec["mla"] = {"q_lora_rank": _count(r, "q_lora_rank"), "kv_lora_rank": r.need("kv_lora_rank"),
-                   "qk_nope_head_dim": r.need("qk_nope_head_dim"),
-                   "qk_rope_head_dim": r.need("qk_rope_head_dim"), "v_head_dim": r.need("v_head_dim")}
+    spec["mla"] = kind_section(r, "mla")
     spec["moe"] = {"experts": r.need("n_routed_experts"), "top_k": r.need("num_experts_per_tok"),
                    "d_expert": r.need("moe_intermediate_size"),
-                   "shared_experts": _count(r, "n_shared_experts"),
-                   "first_dense": _count(r, "first_k_dense_replace"), "every": r.need("moe_layer_freq")}
+                   "shared_experts": count(r, "n_shared_experts"),
+                   "first_dense": count(r, "first_k_dense_replace"), "every": r.need("moe_layer_freq")}
     r.note("num_nextn_predict_layers", "the multi-token-prediction module (speculative decoding)")
     _quantized(r)
     _free(r)

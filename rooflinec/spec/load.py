@@ -7,7 +7,7 @@ from fractions import Fraction
 from dataclasses import dataclass, field, replace
 
 from rooflinec.spec import catalog, validate
-from rooflinec.model import custom, mla, moe, quant
+from rooflinec.model import custom, kinds, quant
 from rooflinec.base import yamlio
 from rooflinec.base import roofline
 from rooflinec.base.errors import Problem, SpecError
@@ -89,6 +89,7 @@ class Model:
     pattern: tuple = ()       # layer kinds (full, sliding, chunked), repeated (rooflinec.model.window)
     sinks: bool = False       # one learned attention-sink logit per head (gpt-oss)
     operators: tuple = ()     # custom.Declared ops, placed by lowering
+    blocks: tuple = ()        # (key, configuration) of other layer kinds' sections (rooflinec.model.kinds)
     file: str = field(default="", compare=False)   # the model spec it was read from
 
 
@@ -234,6 +235,15 @@ def _model_problems(doc: yamlio.Located) -> list[Problem]:
             and "window" not in att:
         problems.append(doc.problem(("attention", "pattern"), "sliding or chunked layers need "
                                     "attention.window (their window in tokens)"))
+    for name in dict.fromkeys(k for k in (pattern if isinstance(pattern, list) else ()) if isinstance(k, str)):
+        kind = kinds.registry().get(name) if isinstance(name, str) else None
+        if kind is not None and kind.key and kind.key not in d:
+            problems.append(doc.problem(("attention", "pattern"), f"'{name}' layers need the model's "
+                                        f"`{kind.key}` section (their configuration)"))
+    others = [k for k in pattern if isinstance(k, str) and k not in ("full", "sliding", "chunked")] if isinstance(pattern, list) else []
+    if d.get("mla") and others:
+        problems.append(doc.problem(("attention", "pattern"), f"latent attention (mla) is every layer's "
+                                    f"attention; a pattern with {others[0]} layers is not modelled with it"))
     if d.get("mla") and isinstance(pattern, list) and any(k in ("sliding", "chunked") for k in pattern):
         # latent attention's decode reads every cached latent; a window would shrink the cache
         # to min(S, W) while the step still reads all S: refused rather than costed two ways
@@ -260,6 +270,13 @@ def _model_problems(doc: yamlio.Located) -> list[Problem]:
     return problems + custom.declare(doc)[2]
 
 
+def _kind_sections(d: dict) -> dict:
+    """Each layer kind's section, configured by its kind: MoE and MLA as the Model's `moe` and
+    `mla` fields (cost/ and serving/ read them), any other kind's under `blocks`."""
+    sections = {k.key: k.from_spec(d[k.key]) for k in kinds.registry().values() if k.key and d.get(k.key)}
+    return {"moe": sections.pop("moe", None), "mla": sections.pop("mla", None), "blocks": tuple(sections.items())}
+
+
 def load_model(file: str, text: str | None = None) -> Model:
     """A model spec from `file`, or from `text` (an imported config) reported as `file`."""
     doc = _checked(file, "model", _model_problems, text)
@@ -275,9 +292,8 @@ def load_model(file: str, text: str | None = None) -> Model:
         positions=d.get("positions", "rope"), block=d.get("block", "sequential"),
         tied_embeddings=d.get("tied_embeddings", False), qk_norm=att.get("qk_norm", False),
         post_norms=norm.get("post", False), notes=d.get("notes", ""),
-        hf_id=d.get("hf_id", ""), moe=moe.from_spec(d.get("moe")), mla=mla.from_spec(d.get("mla")),
-        window=att.get("window"), pattern=tuple(att.get("pattern", ())), sinks=att.get("sinks", False),
-        file=file)
+        hf_id=d.get("hf_id", ""), window=att.get("window"), pattern=tuple(att.get("pattern", ())),
+        sinks=att.get("sinks", False), file=file, **_kind_sections(d))
     dims, ops, _ = custom.declare(doc)
     return replace(model, dimensions=dims, operators=ops) if (dims or ops) else model
 

@@ -11,6 +11,7 @@ from importlib import resources
 from jsonschema import Draft202012Validator, ValidationError, validators
 
 from rooflinec.base.errors import Problem
+from rooflinec.model import kinds
 from rooflinec.base.units import QuantityError, parse_quantity
 from rooflinec.base.yamlio import Located
 
@@ -30,14 +31,40 @@ _TYPES = Draft202012Validator.TYPE_CHECKER.redefine(
 _Validator = validators.extend(Draft202012Validator, {"x-quantity": _quantity}, type_checker=_TYPES)
 
 
-@cache
 def schema(name: str) -> dict:
-    text = resources.files("rooflinec.spec.schemas").joinpath(f"{name}.schema.json").read_text("utf-8")
-    return json.loads(text)
+    """The named schema; the model's with the registered layer kinds' sections."""
+    return _schema(name, tuple(kinds.registry()) if name == "model" else ())
 
 
 @cache
+def _schema(name: str, registered: tuple) -> dict:
+    text = resources.files("rooflinec.spec.schemas").joinpath(f"{name}.schema.json").read_text("utf-8")
+    loaded = json.loads(text)
+    return _with_kinds(loaded) if name == "model" else loaded
+
+
+def _with_kinds(root: dict) -> dict:
+    """The model schema with each layer kind's own section (rooflinec.model.kinds: its `key`
+    and `schema`) placed before `dimensions`, feed-forward kinds first, and every kind a
+    pattern may name in `attention.pattern`'s enum."""
+    kinds_ = [k for k in kinds.registry().values() if k.slot == "ffn"] + kinds.of_slot("mixer")
+    sections = {k.key: k.schema for k in kinds_ if k.key and k.schema}
+    props = {}
+    for key, value in root["properties"].items():
+        if key == "dimensions":
+            props.update(sections)
+        props[key] = value
+    items = root["properties"]["attention"]["properties"]["pattern"]["items"]
+    items["enum"] = list(dict.fromkeys([*items["enum"], *kinds.pattern_names()]))
+    return {**root, "properties": props}
+
+
 def _validator(name: str):
+    return _compiled(name, tuple(kinds.registry()) if name == "model" else ())
+
+
+@cache
+def _compiled(name: str, registered: tuple):
     return _Validator(schema(name))
 
 
