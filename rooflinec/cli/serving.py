@@ -13,7 +13,7 @@ from rooflinec.serving import calibrate, calibration, measurements, rows, valida
 from rooflinec.base.errors import UsageError
 from rooflinec.cli import simulate as sim
 
-SHIPPED = "serving-visible.yaml"   # fitted on the measurements the repository keeps
+SHIPPED = "serving-visible.yaml"   # the project's fit of ../shared/measured/serving-visible.csv (docs/measurements.md)
 SIMULATE_HELP = ("replay each row's benchmark in the serving simulator (rooflinec simulate) instead of "
                  "the steady-state model; the default for a CSV with layout columns (mode, tp, ...)")
 
