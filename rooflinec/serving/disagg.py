@@ -18,7 +18,8 @@ The C clients of the closed loop split between the pools as the time a request s
 prefill worker sees ceil(C f / P) clients and each decode worker ceil(C (1 - f) / D); f is
 solved by bisection (a fixed number of halvings, so the answer does not depend on a clock). A
 prediction: TTFT = queueing + prefill + transfer + the decode worker's wait for a slot (no
-layer-by-layer overlap of the transfer with the prefill); TPOT from the decode workers.
+layer-by-layer overlap of the transfer with the prefill) + the calibration's front-end latency;
+TPOT from the decode workers.
 
 Rate matching: each pool's capacity in requests/s (P prefill workers with a saturating queue;
 D decode workers holding all C clients between them); the smaller limits the throughput, and
@@ -132,7 +133,7 @@ def simulate(pools: Pools, policy: engines.Policy, clients: int, isl: int, osl: 
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if at(mid)[0] > 0 else (lo, mid)
     _, (c_p, c_d, queued, wait, tpot) = at((lo + hi) / 2)
-    ttft = queued + xfer + wait
+    ttft = queued + xfer + wait + params.request_latency_s    # and the front end's, once
     cycle = ttft + (osl - 1) * tpot
     match = rate_matching(pre, dec, pools, clients, isl, osl)
     # the loop's rate (Little's law), at most either pool's capacity (whole clients per worker,
