@@ -21,9 +21,12 @@ from rooflinec.serving import validate_runs  # noqa: E402
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--csv", default=str(ROOT / "data/measured/serving-visible.csv"))
+    ap.add_argument("--csv", default=str(ROOT.parent / "shared" / "measured" / "serving-visible.csv"))
     ap.add_argument("--calibration", default=serving_cli.shipped_calibration())
     args = ap.parse_args()
+    if not Path(args.csv).is_file():
+        print(f"{args.csv}: absent; the measured rows are read in place from ../shared/measured/ (or give --csv)")
+        return 2
     rep = validate_runs.report(args.csv, None, args.calibration)
     missed = 0
 

@@ -97,7 +97,7 @@ def test_serve_prints_the_summary_the_report_holds():
 PARTIAL = """\
     title: partial
     model: qwen2.5-7b
-    devices: [rtx4090, tpu-v4, b200]
+    devices: [rtx4090, tpu-v4, b300]
     analyses:
       attention_intensity: {contexts: [512]}
       serving: {batch: [1], contexts: [1024], prompts: [512]}
@@ -116,19 +116,19 @@ def test_a_device_lacking_a_figure_is_left_out_of_that_section_only(tmp_path):
     data = json.loads((tmp_path / "out" / "study.json").read_text())
     serving = next(s for s in data["sections"] if s["kind"] == "serving")
     assert [row["device"] for row in serving["lacking"]] == ["tpu-v4"]
-    assert [m["device"] for m in serving["memory"]] == ["rtx4090", "b200"]
+    assert [m["device"] for m in serving["memory"]] == ["rtx4090", "b300"]
     ledger = next(s for s in data["sections"] if s["kind"] == "ledger")
-    assert {row["device"] for row in ledger["lacking"]} == {"tpu-v4", "b200"}   # no vector peak; no SRAM
+    assert {row["device"] for row in ledger["lacking"]} == {"tpu-v4", "b300"}   # no vector peak; no SRAM
     md = (tmp_path / "out" / "study.md").read_text()
     assert "Not evaluated on `tpu-v4`: device 'tpu-v4' lists no vector peak" in md
-    assert "Not evaluated on `b200`: device 'b200' lists no on_chip.sram_per_sm" in md
+    assert "Not evaluated on `b300`: device 'b300' lists no on_chip.sram_per_sm" in md
     tpu = next(d for d in data["summary"]["devices"] if d["device"] == "tpu-v4")
     assert "lists no vector peak" in tpu["lacks"]
     assert _call("explain", path, "attention")[0] == 0
 
 
 def test_a_section_whose_only_device_lacks_a_figure_is_an_error(tmp_path):
-    path = _study(tmp_path, PARTIAL.replace("[rtx4090, tpu-v4, b200]", "[tpu-v4]"))
+    path = _study(tmp_path, PARTIAL.replace("[rtx4090, tpu-v4, b300]", "[tpu-v4]"))
     code, _, err = _call("check", path)
     assert code == 1 and "devices[0]: device 'tpu-v4' lists no vector peak" in err
 
@@ -382,11 +382,11 @@ def test_explain_shows_every_device_tiles_crossings_and_decimal_limits(tmp_path)
     assert code == 0, err
     assert "tpu-v4     not derived: device 'tpu-v4' lists no on_chip.sram_per_sm" in out
     # ideal prefill attention: 2·S·n_q/(b·(n_kv + n_q)) = 0.875·S; ridge / 0.875 rounded up:
-    # 163.9 -> 188, 229.2 -> 262, 281.25 -> 322
+    # 163.9 -> 188, 229.2 -> 262, 281.25 -> 322 (b300: 2250e12 / 8000e9)
     code, out, err = _call("explain", path, "attention")
     for line in ("rtx4090    ridge 163.9: compute-bound from S = 188",
                  "tpu-v4     ridge 229.2: compute-bound from S = 262",
-                 "b200       ridge 281.2: compute-bound from S = 322"):
+                 "b300       ridge 281.2: compute-bound from S = 322"):
         assert line in out
 
 

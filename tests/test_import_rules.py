@@ -179,3 +179,31 @@ def test_gpt2_head_dimension_must_divide(tmp_path):
     line = next(i for i, t in enumerate(cfg.read_text().splitlines(), 1) if '"n_head"' in t)
     assert err.getvalue().startswith(f"{cfg}:{line}:")
     assert "n_embd 1000 is not divisible by n_head 3" in err.getvalue()
+
+
+@pytest.mark.parametrize(("step", "mlp_only", "sparse"), [
+    # step 5 on 48 layers: (i + 1) % 5 == 0 for i = 4, 9, ..., 44: 9 sparse layers (issue 27: an
+    # off-by-one once counted 10, i % 5 == 0 for i = 0, 5, ..., 45)
+    (5, [], 9),
+    # a leading run of dense layers: mlp_only_layers [0, 1, 2] at step 1 leaves 45 sparse (first_dense 3)
+    (1, [0, 1, 2], 45),
+    # at step 2 layers 1, 3, ..., 47 are sparse (24); [0, 1, 2, 3] removes 1 and 3: 22 left
+    (2, [0, 1, 2, 3], 22),
+    (1, list(range(48)), 0),   # every layer dense
+])
+def test_qwen3_moe_mlp_only_layers_follow_transformers(tmp_path, step, mlp_only, sparse):
+    """Qwen3MoeDecoderLayer (modeling_qwen3_moe.py, module docstring): sparse when layer_idx not in
+    mlp_only_layers and (layer_idx + 1) % decoder_sparse_step == 0; on Qwen3-30B-A3B's 48 layers."""
+    config = _config("qwen3-30b-a3b")
+    config.update(decoder_sparse_step=step, mlp_only_layers=mlp_only)
+    model, _, _ = _import(tmp_path, config)
+    got = [model.moe.moe_layers(i, i + 1) == 1 for i in range(48)]
+    assert got == _sparse_by_transformers(48, step, mlp_only) and got.count(True) == sparse
+
+
+def test_qwen3_moe_mlp_only_layers_the_rule_cannot_hold_are_noted(tmp_path):
+    config = _config("qwen3-30b-a3b")
+    config.update(mlp_only_layers=[10])   # a dense layer in the middle: no first_dense/every/offset says it
+    model, text, _ = _import(tmp_path, config)
+    assert model.moe.dense_layers(48) == 0   # costed as the step rule says, and the spec says so
+    assert any("mlp_only_layers" in line and "not modelled" in line for line in text.splitlines())

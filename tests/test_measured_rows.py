@@ -18,7 +18,9 @@ from rooflinec.cli.app import run
 from rooflinec.base.errors import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
-MEASURED = ROOT / "data" / "measured" / "serving-visible.csv"
+MEASURED = ROOT.parent / "shared" / "measured" / "serving-visible.csv"   # read in place, never copied
+pytestmark = pytest.mark.skipif(not MEASURED.is_file(), reason="../shared/measured/serving-visible.csv absent: "
+                                "the measured rows (NVIDIA AIConfigurator) are read in place")
 LOCATED = re.compile(r"^.+:\d+:\d+: .+: .+$")
 
 

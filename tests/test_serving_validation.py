@@ -19,13 +19,20 @@ from rooflinec.base.errors import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "rooflinec" / "spec" / "catalog"
-SHIPPED_CSV = ROOT / "data/measured/serving-visible.csv"
+SHIPPED_CSV = ROOT.parent / "shared" / "measured" / "serving-visible.csv"   # read in place, never copied
+
+
+def shipped_csv() -> Path:
+    if not SHIPPED_CSV.is_file():
+        pytest.skip("../shared/measured/serving-visible.csv absent: the measured rows (NVIDIA AIConfigurator) "
+                    "are read in place, and the shipped calibration's refit needs them")
+    return SHIPPED_CSV
 LOCATED = re.compile(r"^.+:\d+:\d+: .+: .+$")
 
 
 @pytest.fixture(scope="module")
 def shipped():
-    return calibrate.prepare(measurements.read(str(SHIPPED_CSV)), measurements.Specs(str(SPECS)))
+    return calibrate.prepare(measurements.read(str(shipped_csv())), measurements.Specs(str(SPECS)))
 
 
 @pytest.mark.slow
@@ -64,11 +71,11 @@ def test_fit_of_every_parameter_recovers_them_too(shipped):
 
 @pytest.mark.slow
 def test_shipped_calibration_is_the_fit_of_the_shipped_csv(call, shipped, tmp_path):
-    code, _, err = call("calibrate", SHIPPED_CSV, "--specs", SPECS, "--out", tmp_path / "c.yaml")
+    code, _, err = call("calibrate", shipped_csv(), "--specs", SPECS, "--out", tmp_path / "c.yaml")
     assert code == 0, err
     fresh, kept = calibrate.load(str(tmp_path / "c.yaml")), calibrate.load(
         str(ROOT / "rooflinec/serving/calibrations/serving-visible.yaml"))
-    assert fresh == kept, "refit: rooflinec calibrate data/measured/serving-visible.csv --out " \
+    assert fresh == kept, "refit: rooflinec calibrate ../shared/measured/serving-visible.csv --out " \
                           "rooflinec/serving/calibrations/serving-visible.yaml"
 
 
@@ -77,7 +84,7 @@ HANDFUL = (1, 50, 100, 190, 200, 260, 300)   # tp 1, 2, 4 of the 8B, the 70B on 
 
 @pytest.fixture
 def small_csv(tmp_path) -> Path:
-    with open(SHIPPED_CSV, encoding="utf-8") as fh:
+    with open(shipped_csv(), encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     keep = [rows[i] for i in HANDFUL]
     keep.append(dict(rows[0], model="example/unknown-model", row_id="unknown-model"))

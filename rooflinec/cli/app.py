@@ -33,8 +33,8 @@ examples:
   rooflinec serve llama-3.1-8b.yaml --device h100-sxm --batch 1,8,64 --context 4096
   rooflinec simulate llama-3.1-8b --device h100-sxm --engine trtllm --concurrency 64 --isl 1024 --osl 128
   rooflinec plan llama-3.1-70b --slo "ttft<=2s,tpot<=50ms" --devices h100-sxm,h200-sxm --gpus 8
-  rooflinec validate data/measured/serving-visible.csv   # serving model against measured runs
-  rooflinec calibrate data/measured/serving-visible.csv --out my-calibration.yaml
+  rooflinec validate ../shared/measured/serving-visible.csv   # serving model against measured runs
+  rooflinec calibrate ../shared/measured/serving-visible.csv --out my-calibration.yaml
   rooflinec validate-ops vidur/compute/a100/*/*/mlp.csv --out ops   # kernels against the roofline
   rooflinec measure device --quick                 # time this machine (needs the [measure] extra)
 

@@ -13,7 +13,7 @@ from rooflinec.serving import calibrate, calibration, measurements, rows, valida
 from rooflinec.base.errors import UsageError
 from rooflinec.cli import simulate as sim
 
-SHIPPED = "serving-visible.yaml"   # fitted on the measurements the repository keeps
+SHIPPED = "serving-visible.yaml"   # the project's fit of ../shared/measured/serving-visible.csv (docs/measurements.md)
 SIMULATE_HELP = ("replay each row's benchmark in the serving simulator (rooflinec simulate) instead of "
                  "the steady-state model; the default for a CSV with layout columns (mode, tp, ...)")
 
@@ -113,6 +113,10 @@ def cmd_validate(args, stdout, stderr) -> int:
     stdout.write(f"{t['rows']} of {rep['rows_total']} rows predicted: median abs error TPOT "
                  f"{100 * t['median_abs']:.1f}%, TTFT {100 * f['median_abs']:.1f}%; "
                  f"{len(rep['violations'])} bound violations\n" if t["rows"] else "no row predicted\n")
+    if rep.get("disaggregated"):   # serving/disagg.py's rows
+        d = rep["disaggregated_errors"]
+        stdout.write(f"{len(rep['disaggregated'])} disaggregated rows predicted: median abs error TTFT "
+                     f"{100 * d['ttft']['median_abs']:.1f}%, TPOT {100 * d['tpot']['median_abs']:.1f}%\n")
     return 0
 
 

@@ -12,7 +12,7 @@ from rooflinec.base.errors import RooflineError, UsageError
 from rooflinec.serving.workload import Lengths, Workload
 from rooflinec.spec.load import DTYPE_BYTES
 from rooflinec.cli import quick, speculation
-from rooflinec.serving import calibration, engines, fitting, metrics, rows, simulator, stepcost as sc, validation
+from rooflinec.serving import calibration, disagg, engines, fitting, metrics, rows, simulator, stepcost as sc, validation
 from rooflinec.serving import speculative
 from rooflinec.serving.serving_model import Unpredictable
 from rooflinec.serving.measurements import Specs
@@ -81,6 +81,11 @@ def register(sub, streams, parents=()) -> None:
                      help="mixed: decodes beside prompt chunks; prefill_first: prefill steps pause decodes")
     eng.add_argument("--cache-fraction", type=float, metavar="F", help="memory fraction for the KV cache")
     eng.add_argument("--preemption", choices=("recompute", "none"), help="what happens when blocks run out")
+    dis = s.add_argument_group("disaggregated prefill and decode (serving/disagg.py; a closed loop, fixed lengths)")
+    for pool in ("prefill", "decode"):
+        dis.add_argument(f"--{pool}-workers", type=int, metavar="N", help=f"{pool} workers (with it: two pools)")
+        dis.add_argument(f"--{pool}-tp", type=int, metavar="N", help=f"tensor parallelism of one {pool} worker (default: --tp)")
+    dis.add_argument("--prefill-batch", type=int, metavar="N", help="requests a prefill worker runs at once")
     s.add_argument("--calibration", metavar="FILE",
                    help="parameters per (device, engine) (default: the shipped simulator calibration)")
     s.add_argument("--bound", action="store_true",
@@ -134,6 +139,8 @@ def cmd_simulate(args, stdout, stderr) -> int:
     else:
         table = calibration.load(args.calibration or calibration.shipped())
         params, where = table.of(device.key, engine_key), f"calibration for ({device.key}, {engine_key})"
+    if args.prefill_workers is not None or args.decode_workers is not None:
+        return _disaggregated(args, work, model, device, policy, params, where, stdout)
     try:
         step = sc.build(sc.Deployment(model, device, args.tp, args.weights, policy.kv_dtype()))
         step = speculative.speculative(step, draft) if draft else step
@@ -155,6 +162,28 @@ def cmd_simulate(args, stdout, stderr) -> int:
         except OSError as exc:
             raise RooflineError(f"{args.chart}: cannot write: {exc.strerror or exc}") from None
     stdout.write(json.dumps(out, indent=2) + "\n" if args.json else text(out))
+    return 0
+
+
+def _disaggregated(args, work, model, device, policy, params, where, stdout) -> int:
+    if not work.closed or work.isl.low != work.isl.high or work.osl.low != work.osl.high:
+        raise UsageError("--prefill-workers: two pools are simulated for a closed loop (--concurrency) of fixed --isl and --osl")
+    names = ("prefill_workers", "decode_workers", "prefill_tp", "decode_tp", "prefill_batch")
+    n = {k: _positive(k.replace("_", "-"), getattr(args, k)) for k in names}
+    deps = [sc.Deployment(model, device, n[f"{pool}_tp"] or args.tp, args.weights, policy.kv_dtype())
+            for pool in ("prefill", "decode")]
+    pools = disagg.Pools(*deps, n["prefill_workers"] or 1, n["decode_workers"] or 1, n["prefill_batch"])
+    try:
+        out = (disagg.bound(pools, policy, work.isl.low, work.osl.low) if args.bound else
+               disagg.simulate(pools, policy, work.concurrency, work.isl.low, work.osl.low, params))
+    except Unpredictable as exc:
+        raise RooflineError(f"cannot simulate: {exc}") from None
+    out = {"kind": "bound" if args.bound else "prediction", "model": model.key, "device": device.key,
+           "pools": {"prefill": [pools.prefill_workers, deps[0].tp], "decode": [pools.decode_workers, deps[1].tp]},
+           "engine": policy.name, "workload": f"closed loop of {work.concurrency} clients; ISL {work.isl}, OSL {work.osl}; "
+                                               "each worker replays the benchmark (20 requests a client after 2)",
+           "parameters": where, **out}
+    stdout.write(json.dumps(out, indent=2) + "\n" if args.json else disagg.text(out))
     return 0
 
 

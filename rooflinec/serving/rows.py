@@ -3,9 +3,12 @@ storage-format columns) and the old one (`measurements.read`), as one kind of ro
 resolved to a deployment, engine and benchmark, or the reason it is not predicted.
 
 Predicted: aggregated rows on one tensor-parallel group (attention_dp 1; moe_ep 1 for MoE
-models). Not predicted, with the reason: disaggregated rows and attention-DP / expert-parallel
-layouts (the next issue's), pipeline parallelism, rows spread over replicas, models or
-devices without a spec, formats without a tensor peak. `fp8-block` (one scale per 128 x 128
+models). Disaggregated rows (their `prefill_*` and `decode_*` columns: one worker's layout, its
+batch, how many workers) are resolved by `resolve_disagg` for `serving/disagg.py`, when both
+pools are tensor-parallel groups; their model may be a quantized checkpoint of a catalog model
+(`CHECKPOINTS`; the row's format columns give its formats). Not predicted, with the reason:
+attention-DP / expert-parallel layouts (the next issue's), pipeline parallelism, rows spread
+over replicas, models or devices without a spec, formats without a tensor peak. `fp8-block` (one scale per 128 x 128
 block) is read as fp8: its scales add 4 bytes per 16,384 weights (0.02%), left out.
 """
 
@@ -26,6 +29,23 @@ REQUIRED = ("model", "device", "engine", "isl", "osl", "concurrency", "ttft_ms",
 AGG_INTEGERS = ("tp", "pp", "attention_dp", "moe_tp", "moe_ep", "replicas")
 FORMAT_ALIASES = {"fp8-block": "fp8"}
 NOT_YET = "(the deployments-at-scale issue)"
+POOL = ("workers", "tp", "pp", "attention_dp", "moe_tp", "moe_ep", "batch")   # prefill_* and decode_* columns
+# quantized checkpoints measured in disaggregated rows -> the catalog model they quantize (the
+# model cards: NVIDIA's ModelOpt NVFP4 export of Qwen3-32B; Qwen's block-fp8 Qwen3-235B-A22B)
+CHECKPOINTS = {"nvidia/Qwen3-32B-NVFP4": "Qwen/Qwen3-32B", "Qwen/Qwen3-235B-A22B-FP8": "Qwen/Qwen3-235B-A22B"}
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One kind of disaggregated worker: its layout, requests per rank, how many."""
+
+    workers: int
+    tp: int
+    pp: int
+    attention_dp: int
+    moe_tp: int
+    moe_ep: int
+    batch: int
 
 
 @dataclass(frozen=True)
@@ -48,6 +68,7 @@ class Row:
     concurrency: int
     ttft_s: float
     tpot_s: float
+    pools: tuple = ()         # disaggregated rows: (prefill Pool, decode Pool) where the columns are given
 
 
 def has_layout(file: str) -> bool:
@@ -124,11 +145,29 @@ def _row(file, n, header, cells, problems) -> Row | None:
     for name in ("model", "device", "engine", "row_id", "gemm_weights"):
         if not value[name]:
             at(name, "empty; every row needs it")
+    pools = () if agg else _pools(value, at)
     if len(problems) > before:
         return None
     return Row(value["row_id"], value["model"], value["device"], value["engine"], value["mode"],
                value["gemm_weights"], value["moe_weights"], *(ints.get(k, 0) for k in AGG_INTEGERS),
-               ints["isl"], ints["osl"], ints.get("concurrency", 0), times["ttft_ms"], times["tpot_ms"])
+               ints["isl"], ints["osl"], ints.get("concurrency", 0), times["ttft_ms"], times["tpot_ms"], pools)
+
+
+def _pools(value: dict, at) -> tuple:
+    """A disaggregated row's (prefill, decode) Pools; () where its file has no such columns."""
+    names = [f"{kind}_{k}" for kind in ("prefill", "decode") for k in POOL]
+    if not all(n in value for n in names):
+        return ()
+    got = {}
+    for n in names:
+        text = value[n]
+        if not (text.isascii() and text.isdigit()) or len(text) > 15 or int(text) < 1:
+            at(n, f"'{text}' is not a whole number >= 1 of at most 15 digits")
+        else:
+            got[n] = int(text)
+    if len(got) < len(names):
+        return ()
+    return tuple(Pool(*(got[f"{kind}_{k}"] for k in POOL)) for kind in ("prefill", "decode"))
 
 
 def _from_old(r) -> Row:
@@ -146,7 +185,8 @@ class Resolved:
 def resolve(row: Row, specs: measurements.Specs) -> Resolved | str:
     """The row's model, device and weight format, or why it is not predicted."""
     if row.mode == "disagg":
-        return f"disaggregated prefill and decode workers: not predicted yet {NOT_YET}"
+        return ("disaggregated prefill and decode workers: predicted by serving/disagg.py "
+                "(validate's disaggregated rows), not by one engine's replay")
     model = specs.models().get(row.model)
     is_moe = getattr(model, "moe", None) is not None or bool(row.moe_weights)
     if row.attention_dp > 1 or (is_moe and row.moe_ep > 1):
@@ -156,6 +196,29 @@ def resolve(row: Row, specs: measurements.Specs) -> Resolved | str:
         return f"pipeline parallelism (pp {row.pp}) is not modelled"
     if row.replicas != 1:
         return f"load spread over {row.replicas} replicas is not modelled"
+    return _formats(row, model, specs, is_moe)
+
+
+def resolve_disagg(row: Row, specs: measurements.Specs) -> Resolved | str:
+    """A disaggregated row's model, device and weight format (its pools are `row.pools`), or
+    why `serving/disagg.py` cannot predict it."""
+    if not row.pools:
+        return "disaggregated row without prefill_* and decode_* columns: its pools are unknown"
+    model = specs.models().get(CHECKPOINTS.get(row.model, row.model))
+    is_moe = getattr(model, "moe", None) is not None or bool(row.moe_weights)
+    for kind, pool in zip(("prefill", "decode"), row.pools):
+        if pool.attention_dp > 1 or (is_moe and pool.moe_ep > 1):
+            return (f"disaggregated, {kind} workers with attention data parallelism {pool.attention_dp} x "
+                    f"expert parallelism {pool.moe_ep}: not predicted yet {NOT_YET}")
+        if pool.pp != 1:
+            return f"disaggregated, {kind} workers with pipeline parallelism (pp {pool.pp}): not modelled"
+    if not row.concurrency:
+        return ("disaggregated row with no concurrency: the benchmark's clients, which its closed loop "
+                "needs, are not stated (decode_batch is a worker's setting, not the load)")
+    return _formats(row, model, specs, is_moe)
+
+
+def _formats(row: Row, model, specs: measurements.Specs, is_moe: bool) -> Resolved | str:
     if model is None:
         return f"no model spec with hf_id '{row.model}'"
     device = specs.device(row.device)

@@ -87,16 +87,21 @@ def kv_capacity_tokens(model: sc.StepModel, policy: Policy) -> int:
     return blocks * policy.kv_block_tokens
 
 
-def simulate(model: sc.StepModel, policy: Policy, work: Workload, params: sc.Parameters) -> Result:
-    return _Loop(model, policy, work, params).run()
+def simulate(model: sc.StepModel, policy: Policy, work: Workload, params: sc.Parameters,
+             prefilled: bool = False) -> Result:
+    """`prefilled`: each request arrives with its prompt's KV cache and first token (a
+    disaggregated decode worker's, `serving/disagg.py`): admitted straight into decoding, its
+    "first token" at admission (so its TTFT is the wait for a slot)."""
+    return _Loop(model, policy, work, params, prefilled).run()
 
 
 class _Loop:
     """The loop's state is arrays over all requests (NumPy, so each event's work is a few
     vector operations), plus the admission order (for preemption) and the prompts in progress."""
 
-    def __init__(self, model, policy, work, params):
+    def __init__(self, model, policy, work, params, prefilled=False):
         self.m, self.pol, self.w, self.p = model, policy, work, params
+        self.arrive_prefilled = prefilled
         self.isl, self.osl = work.lengths()
         n = work.total
         self.cap_tokens = kv_capacity_tokens(model, policy)
@@ -174,6 +179,8 @@ class _Loop:
         """(decoding request ids, chunks) for the next step; chunks are arrays (request,
         prefix, tokens)."""
         pol = self.pol
+        if self.arrive_prefilled:
+            self._admit_prefilled()
         decoding = np.flatnonzero(self.decoding)
         if pol.schedule == "prefill_first":
             chunks = self._chunks(min(pol.chunk_tokens, pol.max_tokens))
@@ -225,6 +232,24 @@ class _Loop:
         self.partial.extend(got.tolist())
         self.n_running += n
         return got, sizes[:n]
+
+    def _admit_prefilled(self):
+        """FCFS, as many as the batch and the KV blocks take: prompt and first token in the cache."""
+        m = min(self.pol.max_batch - self.n_running, len(self.waiting))
+        if m <= 0:
+            return
+        cand = np.fromiter(islice(self.waiting, m), np.int64, m)
+        held = int(self._reserved(np.flatnonzero(self.running), self._share()).sum())
+        ok = held + np.cumsum(self._reserved(cand, self._share())) <= self.cap_blocks
+        got = cand[:int(np.argmin(ok)) if not ok.all() else m]
+        for _ in range(len(got)):
+            self.waiting.popleft()
+        self.running[got] = self.decoding[got] = True
+        self.admitted_run[got] = self.first_run[got] = self.runs
+        self.prefilled[got] = self.kvlen[got] = self.prompt[got]
+        self.gen[got], self.first[got], self.last[got] = 1, self.t, self.t   # TTFT here: the wait for a slot
+        self.order.update(dict.fromkeys(got.tolist()))
+        self.n_running += len(got)
 
     def _chunk(self, left, limit) -> int:
         if self.pol.chunked_prefill:

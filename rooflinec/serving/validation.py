@@ -12,8 +12,9 @@ import os
 import numpy as np
 
 from rooflinec.serving import measurements, validate_runs
-from rooflinec.serving import calibration, fitting, rows
+from rooflinec.serving import calibration, disagg, engines, fitting, rows
 from rooflinec.serving import stepcost as sc
+from rooflinec.serving.serving_model import Unpredictable
 
 HOLDOUTS = ("model", "tp", "engine")
 WEAKEST = 8
@@ -39,8 +40,8 @@ ASSUMPTIONS = (
     "bound: the replay's synchronised waves queue prompts behind each other more than the measured "
     "runs do (the report counts the rows where it exceeds the measurement).",
     "The KV cache is stored in the row's weight format (the rows do not state it).",
-    "Not predicted: disaggregated rows and attention-DP / expert-parallel layouts (the next issue), "
-    "models without a spec (Qwen3-235B-A22B), pipeline parallelism.",
+    "Not predicted: attention-DP / expert-parallel layouts (the next issue), pipeline parallelism. "
+    "Disaggregated rows are predicted apart (their own section, serving/disagg.py).",
 )
 
 
@@ -111,7 +112,8 @@ def holdouts(cases, free) -> list[dict]:
 
 
 def report(csv_file: str, specs_root: str | None, calibration_file: str | None, with_holdouts=True) -> dict:
-    cases = fitting.prepare(rows.read(csv_file), measurements.Specs(specs_root))
+    specs = measurements.Specs(specs_root)
+    cases = fitting.prepare(rows.read(csv_file), specs)
     if calibration_file:
         table = calibration.load(calibration_file)
         of, fitted = (lambda c: table.of(*c.group)), table.fitted       # noqa: E731
@@ -121,12 +123,14 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
         of, fitted = (lambda c: fits.of(c.group)), fitting.FITTED       # noqa: E731
         params = ({"default": fits.default, "groups": fits.groups, "engines": fits.engines} if fits
                   else {"default": sc.BOUND, "groups": {}, "engines": {}})
-    records = [record(c, of(c)) for c in cases]
+    split = [_disaggregated(c, specs, of(c)) for c in cases if c.row.mode == "disagg"]   # serving/disagg.py
+    records = [record(c, of(c)) for c in cases if c.row.mode != "disagg"] + [r for r in split if not r["predicted"]]
     done = [r for r in records if r["predicted"]]
     ho = holdouts(cases, fitted) if with_holdouts else []
-    violations = [{k: r[k] for k in validate_runs.RUN_KEYS}
+    violations = [{k: r.get(k) for k in validate_runs.RUN_KEYS}
                   | {"what": w, "bound_s": r[f"{w}_bound_s"], "measured_s": r[f"measured_{w}_s"]}
-                  for r in done for w in ("tpot", "ttft") if r[f"{w}_bound_s"] > r[f"measured_{w}_s"]]
+                  for r in done + [s for s in split if s["predicted"]] for w in ("tpot", "ttft")
+                  if r[f"{w}_bound_s"] > r[f"measured_{w}_s"]]
     groups = sorted({(r["model"], r["device"], r["engine"]) for r in done})
     median = lambda xs: float(np.median(xs)) if xs else None   # noqa: E731
     return {
@@ -139,8 +143,10 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
                                   for d, e in sorted(params["groups"])]
                        + [{"device": "(other devices)", "engine": e, **vars(params["engines"][e])}
                           for e in sorted(params["engines"])]},
-        "assumptions": list(ASSUMPTIONS),
-        "rows_total": len(records), "rows_predicted": len(done),
+        "assumptions": list(ASSUMPTIONS) + list(disagg.ROW_ASSUMPTIONS),
+        "rows_total": len(cases), "rows_predicted": len(done) + sum(r["predicted"] for r in split),
+        "disaggregated": [r for r in split if r["predicted"]],
+        "disaggregated_errors": _summaries([r for r in split if r["predicted"]]),
         **_summaries(done),
         "tpot_over_bound": median([r["measured_tpot_s"] / r["tpot_bound_s"] for r in done]),
         "tpot_over_decode_bound": median([r["measured_tpot_s"] / r["decode_bound_s"] for r in done]),
@@ -160,6 +166,20 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
                            "reason": r["reason"]} for r in records if not r["predicted"]],
         "rows": records,
     }
+
+
+def _disaggregated(case, specs, params) -> dict:
+    """A disaggregated row through `serving/disagg.py`, or why not (kept apart from the fit)."""
+    r = case.row
+    got = rows.resolve_disagg(r, specs)
+    if isinstance(got, str) or r.engine not in engines.names():
+        reason = got if isinstance(got, str) else f"no engine policy '{r.engine}'"
+        return {"row_id": r.row_id, "model": r.model, "device": r.device, "predicted": False, "reason": reason}
+    try:
+        return disagg.row_record(r, got, engines.load(r.engine), params)
+    except Unpredictable as exc:
+        return {"row_id": r.row_id, "model": r.model, "device": r.device, "predicted": False,
+                "reason": f"disaggregated: {exc}"}
 
 
 def weakest(done) -> list[dict]:

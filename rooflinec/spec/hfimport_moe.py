@@ -36,15 +36,33 @@ def _qwen3_moe(r: Reader) -> dict:
     spec = _decoder(r)
     spec["attention"]["qk_norm"] = True
     # transformers' Qwen3MoeDecoderLayer: layer i is sparse when (i + 1) % decoder_sparse_step == 0
+    # (and layer_idx not in mlp_only_layers)
     step = r.need("decoder_sparse_step")
     spec["moe"] = {"experts": r.need("num_experts"), "top_k": r.need("num_experts_per_tok"),
                    "d_expert": r.need("moe_intermediate_size"), "every": step,
                    **({"offset": step - 1} if step > 1 else {})}
-    if r.get("mlp_only_layers"):
-        r.note("mlp_only_layers", "that the listed layers are dense; every layer is costed as MoE")
+    first = _mlp_only(r.get("mlp_only_layers") or [], step, spec["n_layers"])
+    if first is None:
+        r.note("mlp_only_layers", "that the listed layers are dense (they are not the leading layers "
+                                  "of the step rule); every layer the step makes sparse is costed as MoE")
+    elif first:
+        spec["moe"]["first_dense"] = first
     _free(r)
     _window(r, spec)
     return spec
+
+
+def _mlp_only(dense, step: int, n_layers: int) -> int | None:
+    """mlp_only_layers as `first_dense`: the first sparse layer, where the sparse layers left are
+    exactly the step rule's from there on (a leading run of dense layers); else None."""
+    if not (isinstance(dense, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in dense)):
+        return None
+    rule = [i for i in range(n_layers) if (i + 1) % step == 0]
+    sparse = [i for i in rule if i not in dense]
+    if sparse == rule:
+        return 0
+    first = sparse[0] if sparse else n_layers
+    return first if sparse == [i for i in rule if i >= first] else None
 
 
 def _deepseek_v3(r: Reader) -> dict:
