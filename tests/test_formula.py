@@ -248,6 +248,7 @@ def _extend(children):
 EXPRESSIONS = st.recursive(_LEAVES, _extend, max_leaves=10)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(EXPRESSIONS)
 def test_generated_expressions_round_trip(item):

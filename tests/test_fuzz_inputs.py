@@ -17,6 +17,7 @@ EXAMPLES = int(os.environ.get("ROOFLINEC_FUZZ_EXAMPLES", "8"))
 SEED = int(os.environ.get("ROOFLINEC_FUZZ_SEED", "31"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", sorted(fuzz_inputs.CHECKS))
 def test_fuzzed_inputs_end_located_or_sane(what):
     fuzz_inputs.run_fuzz(what, EXAMPLES, SEED)

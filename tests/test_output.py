@@ -32,10 +32,9 @@ analyses:
 
 
 @pytest.fixture
-def tree(tmp_path) -> Path:
-    shutil.copytree(ROOT / "specs", tmp_path / "specs")
-    (tmp_path / "specs" / "tiny.yaml").write_text(TINY)
-    return tmp_path / "specs"
+def tree(specs_copy) -> Path:
+    (specs_copy / "tiny.yaml").write_text(TINY)
+    return specs_copy
 
 
 # --- standard streams ------------------------------------------------------------------
