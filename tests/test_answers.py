@@ -175,6 +175,7 @@ TRAINING = """\
     """
 
 
+@pytest.mark.slow
 def test_mfu_above_the_peak_is_an_error_at_the_throughput(call, tmp_path):
     # PaLM 540B: 238.3k tokens/s on 6144 TPU v4 is 46.2% MFU (PaLM, Table 3); a thousandfold
     # slip gives 46,200%
@@ -246,6 +247,7 @@ ROUTER = """\
 """
 
 
+@pytest.mark.slow
 def test_declared_weights_and_cache_count_in_params_and_memory_fit(call, tmp_path):
     path = _declaring(tmp_path, ROUTER)
     code, _, err = call("build", path, "--out", tmp_path / "out", "--format", "json")
@@ -359,6 +361,7 @@ def test_training_step_ledger_per_op(tmp_path):
         "device 'tpu-v4' lists no vector peak")
 
 
+@pytest.mark.slow
 def test_training_text_follows_the_study_conventions(tmp_path):
     s = _training(tmp_path, "", conventions="conventions: {qkv: fused}\n")
     stated = dict(s["program_conventions"])

@@ -151,6 +151,7 @@ def test_a_billion_layers_cost_as_few_reads_as_two():
 kinds = st.lists(st.sampled_from(["full", "sliding", "chunked"]), max_size=5)
 
 
+@pytest.mark.slow
 @given(kinds, st.integers(0, 200), st.integers(0, 200))
 def test_full_layers_in_closed_form_count_what_the_loop_counts(pattern, first, length):
     stop = first + length

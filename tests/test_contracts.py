@@ -70,6 +70,7 @@ def hostile_tree(tree: Path) -> Path:
     return spec
 
 
+@pytest.mark.slow
 def test_names_from_a_spec_are_text_in_markdown(tree):
     from rooflinec.render import pages as render
     from rooflinec.cli import report

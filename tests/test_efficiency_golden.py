@@ -72,6 +72,7 @@ def test_palm_780b_token_timeline(palm):
     assert round(t["ratio"], 3) == 1.505
 
 
+@pytest.mark.slow
 def test_published_table_recomputes_its_rows():
     rows = {r["name"]: r for r in sections("specs/published.yaml")["published_efficiency"]["rows"]}
     # PaLM table 3: 46.2%, recomputed from rooflinec/spec/catalog/models/palm-540b.yaml

@@ -53,6 +53,7 @@ def test_training_names_a_device_outside_the_study(tree):
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_training_throughput_in_the_wrong_unit(tree):
     code, err = build(tree, TRAINING.format(device="tpu-v4", rate="238.3 GB/s"))
     assert code == 1
@@ -83,6 +84,7 @@ PUBLISHED = """\
 """
 
 
+@pytest.mark.slow
 def test_published_rows_report_every_problem_located(tree):
     code, err = build(tree, PUBLISHED.format(model="llama-65"))
     assert code == 1
@@ -147,6 +149,7 @@ def test_a_vector_op_with_flops_needs_a_vector_peak():
     assert terms.compute == sp.Rational(5, 10**12) * B
 
 
+@pytest.mark.slow
 def test_measured_step_gives_mbu_and_mfu(tree):
     from rooflinec.cli import report
     from rooflinec.spec import load as spec

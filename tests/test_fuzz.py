@@ -163,6 +163,7 @@ def test_mutated_studies_load_or_fail_located(tree, source, data):
     _check(load_study, _write(tree, "study.yaml", _mutated(source, data)), Study)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(source=st.sampled_from(MODELS + HARDWARE), at=st.floats(0, 1),
        junk=st.one_of(st.text(max_size=12), st.binary(max_size=12),

@@ -169,6 +169,7 @@ def test_html_kv_cache_per_token_uses_binary_units_as_serve_does():
 
 # --- item 12: a variant a device cannot run does not stop the build ----------------------
 
+@pytest.mark.slow
 def test_flash_on_the_only_device_without_sram_is_a_note_not_a_failure(call, tmp_path):
     h100 = (CATALOG / "hardware" / "h100-sxm.yaml").read_text(encoding="utf-8")
     (tmp_path / "hardware").mkdir()

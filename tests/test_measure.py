@@ -241,6 +241,7 @@ def test_the_prefill_scores_are_the_ops_above_the_cache(tree):
     assert row["bytes_per_launch"] == 2 * 4 * S * S * 4 > rep["device"]["cache_size"]
 
 
+@pytest.mark.slow
 def test_the_profiler_prints_nothing_of_its_own(capfd):
     from rooflinec.measure import profile
     here = torch.device("cpu")
@@ -356,6 +357,7 @@ def test_gpu_calibration_and_model(tmp_path):
     assert checked and rep["broken"] == [], [(r["op"], r["best_s"], r["predicted_s"]) for r in checked]
 
 
+@pytest.mark.slow
 def test_without_torch_measure_says_how_to_install_it():
     code = ("import sys\nsys.modules['torch'] = None   # import torch fails as if not installed\n"
             "from rooflinec.cli.app import run\n"

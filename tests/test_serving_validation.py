@@ -34,6 +34,7 @@ def test_every_shipped_row_is_predicted(shipped):
     assert [p.reason for p in shipped if p.costs is None] == []
 
 
+@pytest.mark.slow
 def test_uncalibrated_bound_holds_on_every_shipped_row(shipped):
     """A bound above a measurement is a bug in the model, not noise."""
     over = [(p.row.row_id, what) for p in shipped for what, lo, m in
@@ -90,6 +91,7 @@ def small_csv(tmp_path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_calibrate_then_validate_end_to_end(call, small_csv, tmp_path):
     cal = tmp_path / "cal.yaml"
     code, out, err = call("calibrate", small_csv, "--specs", SPECS, "--out", cal)
@@ -118,6 +120,7 @@ def test_calibrate_then_validate_end_to_end(call, small_csv, tmp_path):
     assert "<svg" in (tmp_path / "out/serving.html").read_text()
 
 
+@pytest.mark.slow
 def test_validate_defaults_to_the_shipped_calibration(call, small_csv, tmp_path):
     code, _, err = call("validate", small_csv, "--specs", SPECS, "--out", tmp_path, "--format", "json")
     assert code == 0, err
@@ -145,6 +148,7 @@ def test_a_bad_cell_is_located_and_nothing_is_written(call, small_csv, tmp_path,
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_file_with_no_predictable_row_still_reports_why(call, small_csv, tmp_path):
     lines = small_csv.read_text().splitlines()
     small_csv.write_text("\n".join([lines[0]] + [l for l in lines if "unknown-model" in l]) + "\n")
@@ -187,6 +191,7 @@ def test_a_missing_file_or_specs_folder_is_an_error_not_a_traceback(call, tmp_pa
     assert code == 1 and "no such specs folder" in err
 
 
+@pytest.mark.slow
 def test_a_bad_calibration_is_located(call, small_csv, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("default:\n  parameters:\n    bandwidth_fraction: 1.5\n    compute_fraction: 0.5\n"

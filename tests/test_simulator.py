@@ -104,6 +104,7 @@ def test_every_request_finishes_with_its_output(engine):
     assert int(res.timeline[:, 1].sum()) >= res.osl.max()
 
 
+@pytest.mark.slow
 @given(c=st.integers(1, 96), isl=st.integers(1, 6000), osl=st.integers(1, 600),
        engine=st.sampled_from(["trtllm", "vllm", "sglang"]))
 @settings(max_examples=25, deadline=None)
@@ -122,6 +123,7 @@ def test_retiming_a_closed_loop_schedule_equals_simulating_it(c, isl, osl, engin
     assert np.all(bound.first_s - bound.arrival_s <= res.first_s - res.arrival_s + 1e-12)
 
 
+@pytest.mark.slow
 def test_open_loop_is_seeded_and_poisson():
     work = workload.Workload(workload.Lengths(512, 2048), workload.Lengths(64, 256), 3000, 0, None, 50.0, seed=7)
     a, b = (simulator.simulate(STEP8, engines.load("sglang"), work, CAL) for _ in range(2))
@@ -165,6 +167,7 @@ def test_an_override_names_its_flag():
 
 # --- the command ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_simulate_json_has_the_four_latencies(call, tmp_path):
     chart = tmp_path / "t.svg"
     code, out, err = call("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "trtllm",

@@ -54,6 +54,7 @@ def test_both_csv_formats_read_as_one_kind_of_row():
     assert all(by_id[r.row_id].tpot_s == r.tpot_s and by_id[r.row_id].tp == r.tp for r in old)
 
 
+@pytest.mark.slow
 def test_rows_not_predicted_say_why(tmp_path):
     cases = fitting.prepare(rows.read(str(small_v2(tmp_path, few))), measurements.Specs())
     reasons = [c.reason for c in cases if not c.predicted]
@@ -62,6 +63,7 @@ def test_rows_not_predicted_say_why(tmp_path):
     assert sum(c.predicted for c in cases) >= 8
 
 
+@pytest.mark.slow
 def test_the_fit_recovers_parameters_that_made_the_data(tmp_path):
     """Measurements synthesised by the simulator from known parameters give them back."""
     cases = [c for c in fitting.prepare(rows.read(str(small_v2(tmp_path, few))), measurements.Specs())
@@ -78,6 +80,7 @@ def test_the_fit_recovers_parameters_that_made_the_data(tmp_path):
     assert (got.bandwidth_fraction, got.per_layer_s, got.per_collective_s) == (1, 0, 0)   # not fitted
 
 
+@pytest.mark.slow
 def test_calibrate_then_validate_through_the_simulator(call, tmp_path):
     csv_file, cal = small_v2(tmp_path, few), tmp_path / "cal.yaml"
     code, out, err = call("calibrate", csv_file, "--out", cal)

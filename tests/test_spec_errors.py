@@ -507,6 +507,7 @@ def test_tagged_key_refused(tmp_path):
     located(only(load_model, f), f, 12, 1, "(top level)", "tag '!!python/name:os.system' on a key")
 
 
+@pytest.mark.slow
 def test_billion_laughs_refused(tmp_path):
     # 10 levels of 10 aliases each would expand to 10**10 strings; the walk stops at 100000 nodes
     lines = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
@@ -528,6 +529,7 @@ def test_deep_nesting_refused(tmp_path):
     assert "nested more than 64 levels" in only(load_model, f).message
 
 
+@pytest.mark.slow
 def test_very_deep_nesting_refused(tmp_path):
     # deeper than Python's recursion limit in PyYAML's composer
     f = write(tmp_path, "m.yaml", "a: " + "[" * 1000 + "]" * 1000 + "\n")

@@ -41,6 +41,7 @@ def qwen():
                                     "bf16", "prefill", *read.shapes, trace.load_rules())
 
 
+@pytest.mark.slow
 def test_the_qwen_step_is_the_gpu_side_profiler_step(qwen):
     read, _ = qwen
     # ../shared/traces/README.md: 1,029 kernel events (31,760 µs) lie inside the GPU-side
@@ -76,6 +77,7 @@ def test_the_qwen_gemm_group_counts_every_projection(qwen):
     assert gemm["calls"] == 169
 
 
+@pytest.mark.slow
 def test_the_report_draws_both_point_sets(call, tmp_path):
     code, out, err = call("trace", shared(QWEN), "--model", "qwen1.5-0.5b", "--device", "h100-sxm",
                           "--out", tmp_path)
@@ -88,6 +90,7 @@ def test_the_report_draws_both_point_sets(call, tmp_path):
     assert data["model_step_s"] > 0 and data["kernel_s"] > data["model_step_s"]
 
 
+@pytest.mark.slow
 def test_a_study_names_model_device_and_dtype(call, tmp_path):
     study = tmp_path / "qwen-h100.yaml"
     study.write_text("model: qwen1.5-0.5b\ndevices: [a100-80gb, h100-sxm]\ndtype: bf16\n"
@@ -110,6 +113,7 @@ def test_cpu_side_steps_take_the_kernels_their_launches_started():
     assert sum(sum(k.calls.values()) for k in steps) <= 2700
 
 
+@pytest.mark.slow
 def test_a_trace_without_steps_says_how_to_read_it_all():
     with pytest.raises(trace.TraceError, match="--step all"):
         trace.read(shared(B200))
@@ -182,6 +186,7 @@ def test_a_huge_trace_is_refused_by_size(tmp_path, monkeypatch):
         trace.read(str(big), "all")
 
 
+@pytest.mark.slow
 def test_step_and_source_mistakes_are_usage_errors(call, tmp_path):
     assert call("trace", shared(QWEN), "--device", "h100-sxm")[0] == 2
     code, _, err = call("trace", shared(QWEN), "--model", "qwen1.5-0.5b", "--device", "h100-sxm",
@@ -192,6 +197,7 @@ def test_step_and_source_mistakes_are_usage_errors(call, tmp_path):
     assert code == 2 and "--context" in err
 
 
+@pytest.mark.slow
 def test_user_rules_come_first_and_bad_ones_are_located(call, tmp_path):
     mine = tmp_path / "rules.yaml"
     mine.write_text("rules:\n  - {group: elementwise, match: 'reduce_kernel', categories: [elementwise]}\n")
@@ -247,6 +253,7 @@ def test_a_cpu_trace_recorded_here_with_torch_profiler(call, tmp_path):
     assert rep["coverage"] >= 0.90, rep["unmapped"]
 
 
+@pytest.mark.slow
 def test_without_ijson_trace_says_how_to_install_it():
     import subprocess
     import sys
