@@ -51,10 +51,18 @@ def catalog_tree(tmp_path) -> Path:
 
 
 @pytest.fixture
-def specs_tree(tmp_path) -> Path:
+def specs_copy(tmp_path) -> Path:
+    """A private copy of specs/ alone, the studies a test may edit: their names resolve in the
+    installed catalog, and a device or model a test writes beside them wins."""
+    shutil.copytree(ROOT / "specs", tmp_path / "specs")
+    return tmp_path / "specs"
+
+
+@pytest.fixture
+def specs_tree(specs_copy) -> Path:
     """A private copy of specs/ with the catalog's models/ and hardware/ beside the studies
     (files beside a study win), so a test may edit a study, a device or a model."""
-    shutil.copytree(ROOT / "specs", tmp_path / "specs")
+    tmp_path = specs_copy.parent
     for folder in ("models", "hardware"):
         shutil.copytree(CATALOG / folder, tmp_path / "specs" / folder, dirs_exist_ok=True)
     return tmp_path / "specs"

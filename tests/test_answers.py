@@ -3,13 +3,12 @@ with `rooflinec serve`; and devices that lack a figure a section needs."""
 
 from __future__ import annotations
 
-import io
 import json
 import textwrap
 
 import pytest
 
-from rooflinec.cli import app as cli, quick, report, summary
+from rooflinec.cli import quick, report, summary
 from rooflinec.spec import load as spec
 from rooflinec.model.passes import VARIANTS
 from rooflinec.cost.workbench import Workbench
@@ -29,15 +28,10 @@ def _study(tmp_path, text: str):
     return path
 
 
-def _call(*argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = cli.run([str(a) for a in argv], out, err)
-    return code, out.getvalue(), err.getvalue()
-
-
-def test_report_opens_with_the_answers_per_device(tmp_path):
+@pytest.mark.slow
+def test_report_opens_with_the_answers_per_device(call, tmp_path):
     path = _study(tmp_path, STUDY)
-    code, _, err = _call("build", path, "--out", tmp_path / "out", "--format", "md,html,json")
+    code, _, err = call("build", path, "--out", tmp_path / "out", "--format", "md,html,json")
     assert code == 0, err
     md = (tmp_path / "out" / "study.md").read_text()
     assert md.index("## Summary") < md.index("## Devices") < md.index("## Parameter")
@@ -53,6 +47,7 @@ def test_report_opens_with_the_answers_per_device(tmp_path):
     assert [d["device"] for d in data["summary"]["devices"]] == ["rtx4090", "a100-40gb"]
 
 
+@pytest.mark.slow
 def test_summary_bounds_hold_under_every_variant():
     """The summary's TTFT ≥ and tokens/s ≤ are the ideal kernel's overlapped step bound under
     the least-work conventions (lower.LEAST_WORK): no variant (flash, fused, unfused) under the
@@ -79,16 +74,16 @@ def test_summary_bounds_hold_under_every_variant():
             assert not bench.fits(dev, c["max_batch"] + 1, c["context"])
 
 
-def test_serve_prints_the_summary_the_report_holds():
+def test_serve_prints_the_summary_the_report_holds(call):
     """One owner: `serve`'s opening lines are `summary.text` of the same answers."""
-    code, out, err = _call("serve", "qwen2.5-7b", "--device", "rtx4090", "--batch", "1")
+    code, out, err = call("serve", "qwen2.5-7b", "--device", "rtx4090", "--batch", "1")
     assert code == 0, err
     model = spec.load_model("rooflinec/spec/catalog/models/qwen2.5-7b.yaml")
     device = spec.load_hardware("rooflinec/spec/catalog/hardware/rtx4090.yaml")
     section = quick.serving_section(model, device, "bf16", [1], summary.CONTEXT, summary.PROMPT)
     dev = report._device(device, "bf16")
     assert out.startswith(summary.text(model.name, "bf16", summary.answers(section, [dev])))
-    code, out, _ = _call("serve", "qwen2.5-7b", "--device", "rtx4090", "--batch", "1", "--json")
+    code, out, _ = call("serve", "qwen2.5-7b", "--device", "rtx4090", "--batch", "1", "--json")
     answers = json.loads(out)["summary"]["devices"][0]
     assert answers["decode"][0]["batch_1"]["tokens_per_s"] == pytest.approx(
         section["crossovers"][0]["devices"][0]["at_one"]["tokens_per_s"])
@@ -106,12 +101,12 @@ PARTIAL = """\
 
 
 @pytest.mark.slow
-def test_a_device_lacking_a_figure_is_left_out_of_that_section_only(tmp_path):
+def test_a_device_lacking_a_figure_is_left_out_of_that_section_only(call, tmp_path):
     path = _study(tmp_path, PARTIAL)
-    code, _, err = _call("check", path)
+    code, _, err = call("check", path)
     assert code == 0
     assert "Serving bounds: not evaluated on tpu-v4: device 'tpu-v4' lists no vector peak" in err
-    code, _, err = _call("build", path, "--out", tmp_path / "out", "--format", "md,html,json")
+    code, _, err = call("build", path, "--out", tmp_path / "out", "--format", "md,html,json")
     assert code == 0, err
     data = json.loads((tmp_path / "out" / "study.json").read_text())
     serving = next(s for s in data["sections"] if s["kind"] == "serving")
@@ -124,12 +119,12 @@ def test_a_device_lacking_a_figure_is_left_out_of_that_section_only(tmp_path):
     assert "Not evaluated on `b300`: device 'b300' lists no on_chip.sram_per_sm" in md
     tpu = next(d for d in data["summary"]["devices"] if d["device"] == "tpu-v4")
     assert "lists no vector peak" in tpu["lacks"]
-    assert _call("explain", path, "attention")[0] == 0
+    assert call("explain", path, "attention")[0] == 0
 
 
-def test_a_section_whose_only_device_lacks_a_figure_is_an_error(tmp_path):
+def test_a_section_whose_only_device_lacks_a_figure_is_an_error(call, tmp_path):
     path = _study(tmp_path, PARTIAL.replace("[rtx4090, tpu-v4, b300]", "[tpu-v4]"))
-    code, _, err = _call("check", path)
+    code, _, err = call("check", path)
     assert code == 1 and "devices[0]: device 'tpu-v4' lists no vector peak" in err
 
 
@@ -154,9 +149,10 @@ def _tables(md: str) -> list[list[list[str]]]:
     return tables
 
 
-def test_markdown_tables_stay_narrow_and_bytes_follow_one_policy(tmp_path):
+@pytest.mark.slow
+def test_markdown_tables_stay_narrow_and_bytes_follow_one_policy(call, tmp_path):
     path = _study(tmp_path, WIDE)
-    code, _, err = _call("build", path, "--out", tmp_path / "out", "--format", "md")
+    code, _, err = call("build", path, "--out", tmp_path / "out", "--format", "md")
     assert code == 0, err
     md = (tmp_path / "out" / "study.md").read_text()
     assert "1 GB = 10⁹ B" in md and "1 GiB = 2³⁰ B" in md
@@ -179,19 +175,21 @@ TRAINING = """\
     """
 
 
-def test_mfu_above_the_peak_is_an_error_at_the_throughput(tmp_path):
+@pytest.mark.slow
+def test_mfu_above_the_peak_is_an_error_at_the_throughput(call, tmp_path):
     # PaLM 540B: 238.3k tokens/s on 6144 TPU v4 is 46.2% MFU (PaLM, Table 3); a thousandfold
     # slip gives 46,200%
     path = _study(tmp_path, TRAINING.format(rate="238.3M tokens/s"))
-    code, _, err = _call("check", path)
+    code, _, err = call("check", path)
     assert code == 1 and "Traceback" not in err
     assert "study.yaml:4:57: analyses.training.tokens_per_s: 238.3M tokens/s on 6144 × tpu-v4 gives MFU" in err
     assert "above the chips' peak" in err
     path = _study(tmp_path, TRAINING.format(rate="238.3k tokens/s"))
-    assert _call("check", path)[0] == 0
+    assert call("check", path)[0] == 0
 
 
-def test_a_bandwidth_unit_slip_is_warned_about_where_it_is_written(tmp_path):
+@pytest.mark.slow
+def test_a_bandwidth_unit_slip_is_warned_about_where_it_is_written(call, tmp_path):
     """An H20 has 4.0 TB/s of HBM3 (NVIDIA H20 datasheet); written as 4.0 GB/s its ridge is
     148e12 / 4e9 = 37,000 FLOP/B, beyond any accelerator."""
     (tmp_path / "hardware").mkdir()
@@ -204,16 +202,16 @@ def test_a_bandwidth_unit_slip_is_warned_about_where_it_is_written(tmp_path):
         """))
     path = _study(tmp_path, STUDY.replace("[rtx4090, a100-40gb]", "[h20]"))
     for command in (["check", path], ["build", path, "--out", tmp_path / "out", "--format", "md"]):
-        code, _, err = _call(*command)
+        code, _, err = call(*command)
         assert code == 0, err
         assert "warning: " in err and "h20.yaml:3:18: compute.tensor.bf16: the bf16 ridge, peak / " \
                "bandwidth = 37,000.0 FLOP/B, is far outside any accelerator" in err, err
     hw = tmp_path / "hardware" / "h20.yaml"
     # past what any device could have (below 1 GB/s) the slip is an error, not a warning
     hw.write_text(hw.read_text().replace("4.0 GB/s", "4.0 MB/s").replace("148 TFLOP/s", "148 GFLOP/s"))
-    code, _, err = _call("check", path)
+    code, _, err = call("check", path)
     assert code == 1 and "h20.yaml:4:21: memory.bandwidth: " in err and "1 GB/s" in err, err
-    assert "warning" not in _call("check", _study(tmp_path, STUDY))[2]
+    assert "warning" not in call("check", _study(tmp_path, STUDY))[2]
 
 
 def test_no_shipped_device_is_implausible():
@@ -249,9 +247,10 @@ ROUTER = """\
 """
 
 
-def test_declared_weights_and_cache_count_in_params_and_memory_fit(tmp_path):
+@pytest.mark.slow
+def test_declared_weights_and_cache_count_in_params_and_memory_fit(call, tmp_path):
     path = _declaring(tmp_path, ROUTER)
-    code, _, err = _call("build", path, "--out", tmp_path / "out", "--format", "json")
+    code, _, err = call("build", path, "--out", tmp_path / "out", "--format", "json")
     assert code == 0, err
     data = json.loads((tmp_path / "out" / "study.json").read_text())
     serving = next(s for s in data["sections"] if s["kind"] == "serving")
@@ -266,16 +265,16 @@ def test_declared_weights_and_cache_count_in_params_and_memory_fit(tmp_path):
     assert answers["decode"][0]["batch_1"]["fits"] is False and answers["prefill"][0]["fits"] is False
 
 
-def test_declared_params_may_not_depend_on_the_workload(tmp_path):
+def test_declared_params_may_not_depend_on_the_workload(call, tmp_path):
     path = _declaring(tmp_path, ROUTER.replace("params: 1000*d_model*n_experts", "params: M*d_model"))
-    code, _, err = _call("check", path)
+    code, _, err = call("check", path)
     assert code == 1
     assert "operators[0].params: 'M*d_model' depends on M; what an operator holds is fixed by the model" in err
 
 
-def test_a_comma_cut_by_a_flow_mapping_says_to_quote(tmp_path):
+def test_a_comma_cut_by_a_flow_mapping_says_to_quote(call, tmp_path):
     path = _declaring(tmp_path, "  - {name: r, flops: 2*M*max(d_model, 4), bytes: M*b}\n")
-    code, _, err = _call("check", path)
+    code, _, err = call("check", path)
     assert code == 1 and "Traceback" not in err
     assert "a comma ends the value, so a formula with commas (min, max) must be quoted" in err
 
@@ -286,6 +285,7 @@ PIECEWISE = """\
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("analysis", [
     "serving: {batch: [1, 64], contexts: [1024]}",
     "decode_view: {batch: [1, 64], contexts: [1024]}",
@@ -296,10 +296,10 @@ PIECEWISE = """\
     "gemm_intensity: {tokens: [1, 256]}",
     "params: {}",
 ])
-def test_min_max_ceil_of_a_workload_symbol_work_in_every_analysis(tmp_path, analysis):
+def test_min_max_ceil_of_a_workload_symbol_work_in_every_analysis(call, tmp_path, analysis):
     _declaring(tmp_path, PIECEWISE)
     path = _study(tmp_path, f"model: q\ndevices: [rtx4090]\nanalyses:\n  {analysis}\n")
-    code, _, err = _call("build", path, "--out", tmp_path / "out", "--format", "md,json")
+    code, _, err = call("build", path, "--out", tmp_path / "out", "--format", "md,json")
     assert code == 0 and "Traceback" not in err, err
     data = json.loads((tmp_path / "out" / "study.json").read_text())
     assert data["summary"]["devices"][0]["decode"][0]["batch_1"]["tokens_per_s"] > 0
@@ -330,6 +330,7 @@ def sp_symbol(name):
     return sp.Symbol(name, positive=True)
 
 
+@pytest.mark.slow
 def test_n_convention_is_selectable(tmp_path):
     every = _training(tmp_path, "")
     non_embedding = _training(tmp_path, ", parameters: non_embedding")
@@ -343,6 +344,7 @@ def test_n_convention_is_selectable(tmp_path):
     assert delta == pytest.approx(6 * 256_000 * 18_432)
 
 
+@pytest.mark.slow
 def test_training_step_ledger_per_op(tmp_path):
     s = _training(tmp_path, ", recompute: selective")
     step = s["step"]
@@ -359,14 +361,16 @@ def test_training_step_ledger_per_op(tmp_path):
         "device 'tpu-v4' lists no vector peak")
 
 
+@pytest.mark.slow
 def test_training_text_follows_the_study_conventions(tmp_path):
     s = _training(tmp_path, "", conventions="conventions: {qkv: fused}\n")
     stated = dict(s["program_conventions"])
     assert "fused" in stated["qkv"] or "one" in stated["qkv"], stated
 
 
-def test_explain_shows_every_device_tiles_crossings_and_decimal_limits(tmp_path):
-    code, out, err = _call("explain", "specs/qwen.yaml", "attention", "--variant", "flash")
+@pytest.mark.slow
+def test_explain_shows_every_device_tiles_crossings_and_decimal_limits(call, tmp_path):
+    code, out, err = call("explain", "specs/qwen.yaml", "attention", "--variant", "flash")
     assert code == 0, err
     # Algorithm 1's tiles from each device's SRAM: Bc = 128 keys on the RTX 4090, 192 on the A100;
     # the limit 128·(4·d_head + 5)/(b·(3·d_head + 4)) at d_head = 128, b = 2 is 66176/776 = 85.28
@@ -375,28 +379,29 @@ def test_explain_shows_every_device_tiles_crossings_and_decimal_limits(tmp_path)
     assert "as S -> ∞ 128·(4·d_head + 5)/(b·(3·d_head + 4)) = 85.28" in out
     assert "rtx4090    ridge 163.9: never compute-bound (its intensity stays below the limit, 85.28)" in out
     assert "a100-40gb  ridge 200.6: never compute-bound (its intensity stays below the limit, 127.9)" in out
-    code, out, _ = _call("explain", "specs/qwen.yaml", "attention")
+    code, out, _ = call("explain", "specs/qwen.yaml", "attention")
     assert "as S -> ∞ 2·n_q/(b·n_kv) = 7.000" in out     # 2 · 28 / (2 · 4)
     path = _study(tmp_path, PARTIAL)
-    code, out, err = _call("explain", path, "attention", "--variant", "flash")
+    code, out, err = call("explain", path, "attention", "--variant", "flash")
     assert code == 0, err
     assert "tpu-v4     not derived: device 'tpu-v4' lists no on_chip.sram_per_sm" in out
     # ideal prefill attention: 2·S·n_q/(b·(n_kv + n_q)) = 0.875·S; ridge / 0.875 rounded up:
     # 163.9 -> 188, 229.2 -> 262, 281.25 -> 322 (b300: 2250e12 / 8000e9)
-    code, out, err = _call("explain", path, "attention")
+    code, out, err = call("explain", path, "attention")
     for line in ("rtx4090    ridge 163.9: compute-bound from S = 188",
                  "tpu-v4     ridge 229.2: compute-bound from S = 262",
                  "b300       ridge 281.2: compute-bound from S = 322"):
         assert line in out
 
 
-def test_a_section_naming_a_device_it_leaves_out_goes_on(tmp_path):
+@pytest.mark.slow
+def test_a_section_naming_a_device_it_leaves_out_goes_on(call, tmp_path):
     path = _study(tmp_path, """\
         model: qwen2.5-7b
         devices: [rtx4090, tpu-v4]
         analyses:
           sweep: {phase: decode, batch: [1, 8], context: [1024], devices: [rtx4090, tpu-v4]}
         """)
-    code, _, err = _call("build", path, "--out", tmp_path / "out", "--format", "md")
+    code, _, err = call("build", path, "--out", tmp_path / "out", "--format", "md")
     assert code == 0, err
     assert "Not evaluated on `tpu-v4`: device 'tpu-v4' lists no vector peak" in (tmp_path / "out" / "study.md").read_text()

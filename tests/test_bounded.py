@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,15 +20,12 @@ from hypothesis import strategies as st
 from rooflinec.model import moe, window
 
 ROOT = Path(__file__).resolve().parents[1]
-CATALOG = ROOT / "rooflinec" / "spec" / "catalog"
 HANG = 60   # seconds: far past the few each case takes, short of a hang
 
 
 @pytest.fixture
-def tree(tmp_path) -> Path:
-    shutil.copytree(CATALOG / "models", tmp_path / "models")
-    shutil.copytree(CATALOG / "hardware", tmp_path / "hardware")
-    return tmp_path
+def tree(catalog_tree) -> Path:
+    return catalog_tree
 
 
 def _rooflinec(tree: Path, *argv) -> subprocess.CompletedProcess:
@@ -83,6 +79,7 @@ def test_moe_extremes_build(tree, moe_change):
     assert _crossings(report)
 
 
+@pytest.mark.slow
 def test_serve_of_a_moe_model_at_a_million_sequences(tree):
     done = _rooflinec(tree, "serve", "mixtral-8x7b", "--device", "h100-sxm", "--batch", "1000000", "--json")
     assert done.returncode == 0, done.stderr
@@ -154,6 +151,7 @@ def test_a_billion_layers_cost_as_few_reads_as_two():
 kinds = st.lists(st.sampled_from(["full", "sliding", "chunked"]), max_size=5)
 
 
+@pytest.mark.slow
 @given(kinds, st.integers(0, 200), st.integers(0, 200))
 def test_full_layers_in_closed_form_count_what_the_loop_counts(pattern, first, length):
     stop = first + length
@@ -167,6 +165,7 @@ def test_dense_layers_in_closed_form_count_what_the_loop_counts(n_layers, first_
     assert moe.MoE(8, 2, 64, first_dense=first_dense, every=every).dense_layers(n_layers) == loop
 
 
+@pytest.mark.slow
 def test_a_windowed_model_of_a_billion_layers_builds(tree):
     name = _model(tree, "gemma-2-9b", "deep", n_layers=999_999_999)
     report = _build(tree, {"model": name, "devices": ["h100-sxm"], "analyses": {
@@ -176,6 +175,7 @@ def test_a_windowed_model_of_a_billion_layers_builds(tree):
 
 # --- declared operators ------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_dimension_given_true_is_a_located_error(tree):
     (tree / "study.yaml").write_text(yaml.safe_dump({"devices": ["h100-sxm"], "analyses": {"operators": {
         "ops": [{"label": "g", "formula": "gemm", "args": {"m": True, "k": 4096, "n": 4096}}]}}}),
@@ -185,6 +185,7 @@ def test_a_dimension_given_true_is_a_located_error(tree):
     assert "study.yaml:" in done.stderr and "args.m" in done.stderr and "is a dimension" in done.stderr
 
 
+@pytest.mark.slow
 def test_an_option_given_a_number_is_a_located_error(tree):
     (tree / "study.yaml").write_text(yaml.safe_dump({"devices": ["h100-sxm"], "analyses": {"operators": {
         "ops": [{"label": "n", "formula": "layernorm", "args": {"rows": 4, "width": 8, "shift": 3}}]}}}),
@@ -206,6 +207,7 @@ def test_a_degree_16_operator_builds_every_analysis(tree):
     assert any(c["at"] for c in _crossings(report))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", ["gemma-2-9b-it", "deepseek-v3"])
 def test_importing_a_config_of_a_billion_layers_ends(tree, config):
     """Gemma 2's sliding/full pattern and DeepSeek-V3's dense-first layers were counted layer

@@ -142,6 +142,7 @@ def test_serving_bound_on_a_mixture_of_experts_is_not_taken_at_the_mean_mix():
     assert sm.request_bound(run, c) <= prefill + 99 * decode
 
 
+@pytest.mark.slow
 def test_serving_bounds_hold_on_every_measured_deployment():
     """Acceptance (ii): every row of ../shared/measured/serving-v2-visible.csv, read in place;
     rows the model cannot predict are listed with why, none dropped."""

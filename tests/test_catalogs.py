@@ -4,7 +4,6 @@ model."""
 
 from __future__ import annotations
 
-import io
 import shutil
 
 import pytest
@@ -12,7 +11,7 @@ import sympy as sp
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rooflinec.cli import app as cli, report
+from rooflinec.cli import report
 from rooflinec.spec import load as spec
 from rooflinec.model.ir import intensity
 from rooflinec.model.ops import FORMULAS
@@ -127,33 +126,28 @@ def _tree(tmp_path, study: str) -> str:
     return str(tmp_path / "study.yaml")
 
 
-def _run(*argv) -> tuple[int, str]:
-    out, err = io.StringIO(), io.StringIO()
-    return cli.run(list(argv), out, err), err.getvalue()
-
-
-def test_an_analysis_that_needs_a_model_says_so_where_it_is_asked_for(tmp_path):
+def test_an_analysis_that_needs_a_model_says_so_where_it_is_asked_for(call, tmp_path):
     path = _tree(tmp_path, "devices: [a100-40gb]\nanalyses:\n  ledger:\n    workloads: [{batch: 1, context: 8}]\n")
-    code, err = _run("check", path)
+    code, _, err = call("check", path)
     assert code == 1
     assert f"{path}:3:3: analyses.ledger: analysis 'ledger' needs a model" in err
 
 
-def test_an_operator_with_a_wrong_argument_is_located(tmp_path):
+def test_an_operator_with_a_wrong_argument_is_located(call, tmp_path):
     path = _tree(tmp_path, "devices: [a100-40gb]\nanalyses:\n  operators:\n    ops:\n"
                            "      - {label: x, formula: gemm, args: {m: 1, k: 2, q: 3}}\n")
-    code, err = _run("check", path)
+    code, _, err = call("check", path)
     assert code == 1
     assert "analyses.operators.ops[0].args.q: formula 'gemm' takes no argument 'q'" in err
     assert "analyses.operators.ops[0].args: formula 'gemm' needs argument 'n'" in err
 
 
-def test_a_vector_op_on_a_device_without_a_vector_peak_is_located(tmp_path):
+def test_a_vector_op_on_a_device_without_a_vector_peak_is_located(call, tmp_path):
     path = _tree(tmp_path, "devices: [a100-40gb]\nanalyses:\n  operators:\n    ops:\n"
                            "      - {label: x, formula: softmax, args: {rows: 8, cols: 8}}\n")
     hw = tmp_path / "hardware" / "a100-40gb.yaml"
     hw.write_text("\n".join(line for line in hw.read_text().splitlines() if "vector" not in line) + "\n")
-    code, err = _run("check", path)
+    code, _, err = call("check", path)
     assert code == 1 and "Traceback" not in err
     assert "lists no vector peak" in err and "softmax" in err
 

@@ -12,10 +12,8 @@ CATALOG = Path(catalog.ROOT)
 
 
 @pytest.fixture
-def tree(tmp_path):
-    """A private copy of specs/ that a test may edit."""
-    shutil.copytree("specs", tmp_path / "specs")
-    return tmp_path / "specs"
+def tree(specs_copy):
+    return specs_copy
 
 
 @pytest.mark.slow
@@ -27,6 +25,7 @@ def test_build_writes_md_and_json(call, tmp_path):
     assert f"wrote {tmp_path / 'qwen.md'}" in out
 
 
+@pytest.mark.slow
 def test_check_reports_ok(call):
     assert call("check", "specs/qwen.yaml") == (0, "specs/qwen.yaml: ok\n", "")
 

@@ -42,6 +42,7 @@ def edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
+@pytest.mark.slow
 def test_five_mistakes_five_located_messages_reports_untouched(call, tree, reports):
     edit(tree / "qwen.yaml", "dtype: bf16", "dtype: bf17")                                 # 1
     edit(tree / "qwen.yaml", "title:", "titel:")                                           # 2
@@ -122,6 +123,7 @@ BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
     for p, c in zip("abcdefgh", "bcdefghi"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where, text, fragment", [
     ("qwen.yaml", BILLION_LAUGHS, "expands to more than 100000 nodes"),
     ("hardware/rtx4090.yaml", "name: !!python/object/apply:os.system [echo pwned]\n",

@@ -70,6 +70,7 @@ def hostile_tree(tree: Path) -> Path:
     return spec
 
 
+@pytest.mark.slow
 def test_names_from_a_spec_are_text_in_markdown(tree):
     from rooflinec.render import pages as render
     from rooflinec.cli import report
@@ -126,6 +127,7 @@ def test_serve_mistakes_exit_2_with_serves_usage_line(call):
     assert err.startswith("usage: rooflinec serve ") and "--device: no device 'no-such-device'" in err
 
 
+@pytest.mark.slow
 def test_catalog_inputs_are_named_inside_the_package():
     """A report names a catalog file as the package does, never where it is installed."""
     from rooflinec.cli import report

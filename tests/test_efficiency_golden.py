@@ -72,6 +72,7 @@ def test_palm_780b_token_timeline(palm):
     assert round(t["ratio"], 3) == 1.505
 
 
+@pytest.mark.slow
 def test_published_table_recomputes_its_rows():
     rows = {r["name"]: r for r in sections("specs/published.yaml")["published_efficiency"]["rows"]}
     # PaLM table 3: 46.2%, recomputed from rooflinec/spec/catalog/models/palm-540b.yaml
@@ -84,6 +85,7 @@ def test_published_table_recomputes_its_rows():
     assert rows["GPT-3 175B"]["kind"] == "quoted" and rows["GPT-3 175B"]["value"] is None
 
 
+@pytest.mark.slow
 def test_qwen_kv_cache_is_57_344_bytes_per_token(qwen):
     # 2 (K and V) * 28 layers * 4 KV heads * 128 head dim * 2 bytes = 57,344
     assert qwen["serving"]["kv_per_token"] == 57_344
@@ -104,6 +106,7 @@ def test_qwen_decode_at_batch_1_is_bound_by_reading_the_weights(qwen):
     assert 7_070_285_824 * 2 / 1555e9 < a100["time_s"] < 1.01 * 7_070_285_824 * 2 / 1555e9
 
 
+@pytest.mark.slow
 def test_palm_report_shows_the_reproduced_figures(tmp_path):
     out = io.StringIO()
     assert cli.run(["build", str(ROOT / "specs/palm.yaml"), "--out", str(tmp_path), "--format", "md"], out,

@@ -107,6 +107,7 @@ def terms_for(model, device):
                         device["bandwidth"])
 
 
+@pytest.mark.slow
 @FEW
 @given(models(), devices, st.integers(1, 512), st.integers(1, 65536), st.integers(1, 64),
        st.integers(1, 4096))
@@ -117,6 +118,7 @@ def test_decode_bound_grows_with_context_and_batch(model, device, batch, context
     assert t.roof(batch, context + ds).time >= base
 
 
+@pytest.mark.slow
 @FEW
 @given(models(), devices, st.integers(1, 65536))
 def test_compute_bound_batch_is_where_the_terms_meet(model, device, context):
@@ -149,6 +151,7 @@ def test_memory_fit_is_monotone(capacity, weights, kv_token, context, more_conte
         assert weights + (fit + 1) * context * kv_token > capacity
 
 
+@pytest.mark.slow
 @FEW
 @given(models(), devices, st.integers(1, 64), st.integers(1, 32768))
 def test_a_step_at_its_memory_bound_has_full_bandwidth_utilisation(model, device, batch, context):

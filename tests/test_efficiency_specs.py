@@ -53,6 +53,7 @@ def test_training_names_a_device_outside_the_study(tree):
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_training_throughput_in_the_wrong_unit(tree):
     code, err = build(tree, TRAINING.format(device="tpu-v4", rate="238.3 GB/s"))
     assert code == 1
@@ -60,6 +61,7 @@ def test_training_throughput_in_the_wrong_unit(tree):
            "expected a token rate" in err
 
 
+@pytest.mark.slow
 def test_training_with_two_devices_must_say_which(tree):
     code, err = build(tree, TRAINING.format(device="tpu-v4", rate="1k tokens/s")
                       .replace("        device: tpu-v4\n", ""))
@@ -82,6 +84,7 @@ PUBLISHED = """\
 """
 
 
+@pytest.mark.slow
 def test_published_rows_report_every_problem_located(tree):
     code, err = build(tree, PUBLISHED.format(model="llama-65"))
     assert code == 1
@@ -94,6 +97,7 @@ def test_published_rows_report_every_problem_located(tree):
            "tokens_per_s, not both" in lines[3]
 
 
+@pytest.mark.slow
 def test_published_quoted_range_must_be_a_pair_of_fractions(tree):
     code, err = build(tree, """\
         model: palm-540b
@@ -107,6 +111,7 @@ def test_published_quoted_range_must_be_a_pair_of_fractions(tree):
     assert "analyses.published_efficiency.rows[0].quoted[1]: must be <= 1, got integer 43" in err
 
 
+@pytest.mark.slow
 def test_training_runs_on_a_device_without_a_vector_peak(tree):
     code, err = build(tree, """\
         model: qwen2.5-7b
@@ -144,6 +149,7 @@ def test_a_vector_op_with_flops_needs_a_vector_peak():
     assert terms.compute == sp.Rational(5, 10**12) * B
 
 
+@pytest.mark.slow
 def test_measured_step_gives_mbu_and_mfu(tree):
     from rooflinec.cli import report
     from rooflinec.spec import load as spec

@@ -190,6 +190,7 @@ def test_arbitrary_text_is_an_expr_or_a_formula_error(text):
     _check_total(text)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.lists(FORMULA_CHARS, max_size=60).map("".join))
 def test_formula_like_text_is_an_expr_or_a_formula_error(text):
@@ -248,6 +249,7 @@ def _extend(children):
 EXPRESSIONS = st.recursive(_LEAVES, _extend, max_leaves=10)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(EXPRESSIONS)
 def test_generated_expressions_round_trip(item):

@@ -1,5 +1,6 @@
 """Hypothesis property tests of the core formulas: each test asserts one law."""
 
+import pytest
 import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -46,6 +47,7 @@ def test_decode_attention_intensity_same_for_every_context(s1, s2, kv, group, d,
     assert at(s1) == at(s2) == sp.Rational(2 * kv * group, nbytes * kv)
 
 
+@pytest.mark.slow
 @given(dims, dims, st.floats(min_value=1, max_value=2000), elem_bytes)
 @settings(max_examples=60, deadline=None)
 def test_ridge_crossing_is_the_first_compute_bound_m(k, n, ridge, nbytes):
@@ -75,6 +77,7 @@ def test_flash_attention_reads_kv_heads_not_query_heads():
     assert gqa.bytes_of("activations") == mha.bytes_of("activations") and gqa.flops == mha.flops
 
 
+@pytest.mark.slow
 def test_squeezed_limit_of_flash_attention_matches_sympy():
     """FlashAttention's intensity has ceiling(S/Bc) passes in its bytes; the squeeze in
     derive.limit_at_infinity must give sympy's own limit."""
@@ -85,6 +88,7 @@ def test_squeezed_limit_of_flash_attention_matches_sympy():
             assert sp.cancel(limit_at_infinity(f, S) - sp.limit(f, S, sp.oo)) == 0
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from([1024, 4096, 8192]), st.sampled_from([64, 128, 256]), st.integers(20, 400))
 def test_crossing_through_a_ceiling_is_the_first_compute_bound_value(d, tile, ridge):

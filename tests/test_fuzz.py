@@ -141,12 +141,14 @@ def _write(tree: Path, name: str, text: str | bytes) -> str:
 # --- properties -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @FUZZ
 @given(source=st.sampled_from(MODELS), data=st.data())
 def test_mutated_models_load_or_fail_located(tree, source, data):
     _check(load_model, _write(tree, "models/fuzzed.yaml", _mutated(source, data)), Model)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(source=st.sampled_from(HARDWARE), data=st.data())
 def test_mutated_hardware_loads_or_fails_located(tree, source, data):
@@ -161,6 +163,7 @@ def test_mutated_studies_load_or_fail_located(tree, source, data):
     _check(load_study, _write(tree, "study.yaml", _mutated(source, data)), Study)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(source=st.sampled_from(MODELS + HARDWARE), at=st.floats(0, 1),
        junk=st.one_of(st.text(max_size=12), st.binary(max_size=12),
@@ -262,6 +265,7 @@ def test_declared_operators_build_or_fail_located(tree, operators, dims, fmt):
     _build(tree, SMALL_STUDY, fmt)
 
 
+@pytest.mark.slow
 @FUZZ_BUILD
 @given(data=st.data())
 def test_mutated_small_study_builds_or_fails_located(tree, data):

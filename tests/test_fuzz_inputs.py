@@ -22,6 +22,7 @@ def _need_rows(what: str) -> None:
         pytest.skip("../shared/measured/serving-visible.csv absent: the csv fuzzer mutates real rows, read in place")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", sorted(fuzz_inputs.CHECKS))
 def test_fuzzed_inputs_end_located_or_sane(what):
     _need_rows(what)

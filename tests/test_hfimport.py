@@ -240,6 +240,7 @@ VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 10**6), st.floats(a
                    st.text(max_size=8), st.lists(st.integers(), max_size=2))
 
 
+@pytest.mark.slow
 @settings(max_examples=60)
 @given(folder=st.sampled_from(sorted(p.name for p in CONFIGS.iterdir() if p.is_dir())),
        data=st.data())

@@ -61,6 +61,7 @@ def test_every_format_names_its_files(files):
     assert "qwen/gemm-intensity-sweep.svg" in svgs
 
 
+@pytest.mark.slow
 def test_markdown_links_every_chart_file(files):
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", files["qwen.md"])
     assert sorted(links) == sorted(p for p in files if p.endswith(".svg"))
@@ -70,6 +71,7 @@ def test_json_alone_draws_no_chart(qwen):
     assert list(render_many(qwen, ["json"])) == ["qwen.json"]
 
 
+@pytest.mark.slow
 def test_same_spec_same_bytes(qwen, files):
     again = render_many(report.build(spec.load_study(str(QWEN))), ["md", "html", "json"])
     assert again == files
@@ -96,6 +98,7 @@ def test_inline_svg_ids_are_unique(files):
         assert ref in ids
 
 
+@pytest.mark.slow
 def test_hostile_model_name_is_escaped(tmp_path):
     study = hostile_study(tmp_path)
     assert run(["build", str(study), "--out", str(tmp_path / "out")], io.StringIO(), io.StringIO()) == 0
@@ -194,6 +197,7 @@ def test_gemm_sweep_crosses_the_ridge_where_the_table_says(qwen):
             assert c["intensity"] >= dev["tensor_peak"] / dev["bandwidth"]
 
 
+@pytest.mark.slow
 def test_charts_are_svg_with_text(qwen):
     from rooflinec.render.charts import draw
     for section in chart_slots(qwen):

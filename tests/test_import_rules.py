@@ -88,6 +88,7 @@ def _sparse_by_transformers(n_layers: int, step: int, mlp_only=()) -> list[bool]
     return [i not in mlp_only and (i + 1) % step == 0 for i in range(n_layers)]
 
 
+@pytest.mark.slow
 @settings(max_examples=25)
 @given(step=st.integers(1, 6), n_layers=st.integers(1, 40))
 def test_qwen3_moe_sparse_layers_follow_transformers(tmp_path_factory, step, n_layers):
@@ -140,6 +141,7 @@ def test_moe_layers_closed_form_counts_the_rule(first, every, offset, a, span):
 KINDS = {"sliding_attention": "sliding", "full_attention": "full"}
 
 
+@pytest.mark.slow
 @settings(max_examples=25)
 @given(kinds=st.lists(st.sampled_from(sorted(KINDS)), min_size=1, max_size=40))
 def test_gpt_oss_layer_types_are_the_pattern(tmp_path_factory, kinds):

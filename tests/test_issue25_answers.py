@@ -4,7 +4,6 @@ texts; golden values with their arithmetic, each failing on the code before the 
 from __future__ import annotations
 
 import importlib.util
-import io
 import json
 import textwrap
 from pathlib import Path
@@ -14,7 +13,6 @@ import pytest
 from rooflinec.model import params
 from rooflinec.spec import load as spec, validate
 from rooflinec.cost import efficiency as E
-from rooflinec.cli.app import run
 from rooflinec.cost.evaluate import number
 from rooflinec.model.symbols import S
 from rooflinec.model.symbol_table import model_values
@@ -25,11 +23,6 @@ CATALOG = ROOT / "rooflinec" / "spec" / "catalog"
 
 def model(name):
     return spec.load_model(str(CATALOG / "models" / f"{name}.yaml"))
-
-
-def call(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    return run([str(a) for a in argv], out, err), out.getvalue(), err.getvalue()
 
 
 # --- item 7: throughput names ------------------------------------------------------------
@@ -47,7 +40,7 @@ def test_tokens_per_gpu_divide_the_group_by_tp_times_ep():
                 assert row["tokens_per_s_per_device"] == pytest.approx(row["tokens_per_s_group"] / row["gpus"])
 
 
-def test_prefill_rate_is_prompt_tokens_per_second():
+def test_prefill_rate_is_prompt_tokens_per_second(call):
     # Issue 25 item 7: a 2048-token prompt's TTFT bound of 30.06 ms on an H100 is 68,133 prompt
     # tokens/s (2048 / 0.03006), not 1 / TTFT = 33.3 under the decode rows' name "tokens/s".
     code, out, _ = call("serve", "llama-3.1-8b", "--device", "h100-sxm", "--json")
@@ -91,7 +84,7 @@ def test_nanogpt_n_keeps_the_tied_token_table():
     assert "Kaplan" in schema["parameters"]["description"] and "nanoGPT" in schema["parameters"]["description"]
 
 
-def test_full_recomputation_at_scale_leaves_out_the_lm_head(tmp_path):
+def test_full_recomputation_at_scale_leaves_out_the_lm_head(call, tmp_path):
     # Issue 25 item 10: Megatron-LM's full recomputation reruns each layer's forward, not the
     # embedding or the LM head. Llama-3.1-8B, batch 8 x 4096 tokens: the recomputed forward is
     # 2 x (8,030,261,248 - 2 x 128256 x 4096 - 4096 = 6,979,584,000) + 4 x 32 x 32 x 128 x 4096
@@ -137,18 +130,18 @@ def test_moe_active_count_says_it_includes_the_input_table(tmp_path):
 
 # --- item 11: small texts and formats ----------------------------------------------------
 
-def test_serve_json_writes_size_at_max_as_a_list():
+def test_serve_json_writes_size_at_max_as_a_list(call):
     code, out, _ = call("serve", "llama-3.1-8b", "--device", "h100-sxm", "--json")
     size = json.loads(out)["serving"]["crossovers"][0]["devices"][0]["size_at_max"]
     assert isinstance(size, list) and len(size) == 2 and all(isinstance(x, float) for x in size)
 
 
-def test_explain_prints_infinity_not_sympys_oo():
+def test_explain_prints_infinity_not_sympys_oo(call):
     code, out, _ = call("explain", ROOT / "specs" / "qwen.yaml", "attention")
     assert code == 0 and "S -> ∞" in out and "oo" not in out.replace("too", "")
 
 
-def test_import_without_hf_id_does_not_name_the_model_after_its_folder(tmp_path):
+def test_import_without_hf_id_does_not_name_the_model_after_its_folder(call, tmp_path):
     folder = tmp_path / "snapshots" / "0123abcd"
     folder.mkdir(parents=True)
     (folder / "config.json").write_text((ROOT / "tests/hf_configs/llama-3.1-8b/config.json").read_text())
@@ -176,7 +169,8 @@ def test_html_kv_cache_per_token_uses_binary_units_as_serve_does():
 
 # --- item 12: a variant a device cannot run does not stop the build ----------------------
 
-def test_flash_on_the_only_device_without_sram_is_a_note_not_a_failure(tmp_path):
+@pytest.mark.slow
+def test_flash_on_the_only_device_without_sram_is_a_note_not_a_failure(call, tmp_path):
     h100 = (CATALOG / "hardware" / "h100-sxm.yaml").read_text(encoding="utf-8")
     (tmp_path / "hardware").mkdir()
     (tmp_path / "hardware" / "nosram.yaml").write_text(
@@ -224,7 +218,7 @@ def test_bench_compile_step_runs():
 
 # --- items 6 and 8: one answer per question ------------------------------------------------
 
-def test_serve_at_tp_answers_for_the_group_with_its_collectives():
+def test_serve_at_tp_answers_for_the_group_with_its_collectives(call):
     # Issue 25 item 6: `serve llama-3.1-70b --tp 4 --dtype fp8` said 190.8 tokens/s (no
     # all-reduces), reports/llama70b-tp-fp8.md's tensor-parallel view 175.4 (with them). Both
     # now count the step's all-reduces after its kernels: one answer, 175.4.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -68,6 +69,7 @@ def test_a_sequence_keeps_at_most_a_token_per_layer_and_more_as_it_grows(m, cont
         assert kept == whole
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(st.sampled_from([GPT_OSS, GEMMA, LLAMA]), st.integers(1, 1 << 18), st.integers(1, 64))
 def test_the_memory_a_sequence_holds_is_what_its_decode_step_reads(m, context, batch):
@@ -108,6 +110,7 @@ def test_windowed_prefill_counts_each_querys_keys_under_the_causal_convention():
     assert number(_local_qk_flops(GEMMA, True), short) == number(full, short) == 2 * 16 * 256 * 2048**2 / 2
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 1 << 17), st.integers(1, 1 << 17))
 def test_windowed_prefill_pairs_match_the_exact_count_to_the_diagonal(context, w):
@@ -145,6 +148,7 @@ def test_a_pipeline_stage_of_alternating_layers_keeps_its_own_full_layers():
     assert kvcache.per_sequence(GEMMA, 2, 131_072, pp=3) == 8_192 * 7 * (131_072 + 4_096)
 
 
+@pytest.mark.slow
 def test_attention_intensity_shows_windowed_layers_beside_full_ones(tmp_path):
     from rooflinec import analyses
     study = tmp_path / "s.yaml"

@@ -26,12 +26,14 @@ def _lint(cwd: Path) -> subprocess.CompletedProcess:
                           env={"PYTHONPATH": str(cwd), "PATH": ""}, timeout=300)
 
 
+@pytest.mark.slow
 def test_the_layer_contract_is_kept():
     done = _lint(ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 kept, 0 broken" in done.stdout
 
 
+@pytest.mark.slow
 def test_the_contract_check_fails_on_an_upward_import(tmp_path):
     """The same command on a two-layer toy package whose lower layer imports the higher."""
     pkg = tmp_path / "toy"
@@ -126,6 +128,7 @@ def _function_imports(path: Path, root: Path = ROOT) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_imports_sit_at_the_top_of_modules():
     inside = [line for path in sorted(PACKAGE.rglob("*.py")) for line in _function_imports(path)]
     assert inside == [], "move these imports to the module's top (or say why they are lazy)"

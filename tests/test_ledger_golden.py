@@ -57,6 +57,7 @@ def _speedup(rep: dict, variant: str = "flash") -> float:
 
 # --- GPT-2 medium layer: B = 8, N = 1024, d = 1024, 16 heads of 64 ------------------------
 
+@pytest.mark.slow
 def test_gpt2_linear_is_85_percent_of_flops_and_29_percent_of_time(gpt2):
     # QKV 2*8192*1024*3072 + out 2*8192*1024^2 + MLP 2 * 2*8192*1024*4096 = 206.2 GFLOP
     # (plus 9*8192*1024 bias FLOPs) of 242.0 GFLOP: 85.24%; 661 us of 2.279 ms: 29.0%
@@ -103,6 +104,7 @@ def test_gpt2_flash_attention_intensity_is_about_171(gpt2):
 
 # --- GPT-3 175B layer: B = 1, N = 2048, d = 12288, 96 heads of 128 -------------------------
 
+@pytest.mark.slow
 def test_gpt3_linear_is_97_percent_of_flops_and_83_percent_of_time(gpt3):
     led = _ledger(gpt3, "unfused")
     assert round(100 * _share(led, "linear", "flops_share")) == 97

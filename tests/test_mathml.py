@@ -44,6 +44,7 @@ def test_same_markup_as_sympy(expr):
     assert mathml._print(expr) == sympy_mathml(expr, printer="presentation")
 
 
+@pytest.mark.slow
 @given(formulas(), formulas())
 @settings(max_examples=100, deadline=None)
 def test_raw_fraction_same_markup_as_sympy(flops, nbytes):
@@ -79,6 +80,7 @@ def _elements(markup: str) -> list:
     return [root] if root.find("math") is None and root.tag == "math" else list(root.iter("math"))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(formulas())
 def test_a_wrapped_formula_is_well_formed_math_pieces_or_the_same(expr):

@@ -43,6 +43,7 @@ def _set(header, row, **cells) -> list[str]:
     return row
 
 
+@pytest.mark.slow
 def test_a_row_whose_tp_does_not_divide_the_heads_is_not_predicted(tmp_path):
     """Llama-3.1-8B has 32 query heads: tp 3 cannot split them. That row is reported with
     the reason; the two good rows are still predicted (the whole run used to end)."""

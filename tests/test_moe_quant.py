@@ -101,6 +101,7 @@ def test_block_scaled_formats_count_their_scales():
     assert quant.BYTES["fp8"] == 1 and quant.BYTES["bf16"] == 2
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 512), st.data(), st.integers(1, 4096))
 def test_distinct_experts_lie_between_k_and_min_e_mk_and_rise_with_m(experts, data, tokens):
@@ -296,6 +297,7 @@ def test_mla_decode_attention_limits_as_s_grows():
     assert S in decompress.cost.flops.free_symbols
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.integers(2, 256), st.data(), st.integers(1, 4096))
 def test_imbalanced_routing_reads_no_more_experts_than_uniform(experts, data, tokens):
@@ -341,6 +343,7 @@ def test_moe_decode_turns_compute_bound_where_the_overlapped_terms_cross(key, de
     assert all(at(n) >= 0 for n in (2 * c.first, 16 * c.first))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["deepseek-v3", "gemma-2-9b", "gpt-oss-120b"])
 def test_every_analysis_builds_for_moe_mla_and_windowed_models(tmp_path, key):
     import io
@@ -422,6 +425,7 @@ def test_gemm_intensity_tabulates_the_expert_gemms_and_where_they_turn_compute_b
     assert row["crossing"]["h100-sxm"] == 1303
 
 
+@pytest.mark.slow
 def test_a_searched_decode_crossing_of_a_mixture_of_experts_is_shown_not_called_never(tmp_path):
     """A MoE step's memory term is concave in B, so its crossing is searched (no meeting point
     `at`); the report shows the batch found and does not call the terms linear."""

@@ -14,6 +14,7 @@ positive = st.floats(1e3, 1e15, allow_nan=False)
 fraction = st.floats(0.01, 1.0)
 
 
+@pytest.mark.slow
 @given(positive, positive, fraction, fraction, st.floats(1.0, 64.0), st.floats(0, 1e-3))
 def test_every_curve_is_at_least_the_roofline_bound(flops, nbytes, eta, beta, p, t0):
     # each term is at least its own bound (eta, beta <= 1) and a p-norm at least the max
@@ -22,6 +23,7 @@ def test_every_curve_is_at_least_the_roofline_bound(flops, nbytes, eta, beta, p,
     assert t >= bound * (1 - 1e-12)
 
 
+@pytest.mark.slow
 @given(positive, positive, st.floats(1.0, 64.0))
 def test_the_p_norm_lies_between_the_max_and_two_to_the_one_over_p_times_it(a, c, p):
     s = opfit.smooth(np.array(a), np.array(c), p)
@@ -74,6 +76,7 @@ def test_too_few_residuals_are_refused():
         intervals.quantiles(np.zeros(8), 0.8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("kind", ["normal", "laplace", "skewed"])
 def test_coverage_on_exchangeable_synthetic_residuals_is_the_level(seed, kind):

@@ -111,6 +111,7 @@ def _profile(tmp_path) -> str:
     return simple(tmp_path, "".join(lines))
 
 
+@pytest.mark.slow
 def test_validate_ops_writes_the_report_and_finds_the_curve(call, tmp_path):
     code, out, err = call("validate-ops", _profile(tmp_path), "--out", str(tmp_path / "v"))
     assert code == 0, err
@@ -132,6 +133,7 @@ def test_validate_ops_usage_and_input_errors(call, tmp_path):
     assert not (tmp_path / "w").exists()
 
 
+@pytest.mark.slow
 def test_curves_from_another_device_keep_p_and_t0_and_refit_eta_and_beta(call, tmp_path):
     # fitted on a100-80gb kernels made by (0.7, 0.8, 2, 4 us); then kernels on h100-sxm made by
     # (0.6, 0.9, 2, 4 us): with --curves only eta and beta move, and they land on 0.6 and 0.9

@@ -32,10 +32,9 @@ analyses:
 
 
 @pytest.fixture
-def tree(tmp_path) -> Path:
-    shutil.copytree(ROOT / "specs", tmp_path / "specs")
-    (tmp_path / "specs" / "tiny.yaml").write_text(TINY)
-    return tmp_path / "specs"
+def tree(specs_copy) -> Path:
+    (specs_copy / "tiny.yaml").write_text(TINY)
+    return specs_copy
 
 
 # --- standard streams ------------------------------------------------------------------
@@ -87,6 +86,7 @@ def test_build_piped_into_head_prints_one_line(tmp_path):
     assert "Traceback" not in done.stderr and done.stderr.startswith("status ")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("redirect, status, message", [
     (">/dev/full", 1, "rooflinec: cannot write to standard output: No space left on device\n"),
     (">&-", streams.SIGPIPE_STATUS, ""),
@@ -96,6 +96,7 @@ def test_check_into_a_full_or_closed_standard_output(redirect, status, message):
     assert (done.returncode, done.stderr) == (status, message)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["--help"], ["build", "-q", "{tree}/tiny.yaml", "--out", "{tmp}/o", "--format", "json"]],
                          ids=["help", "build"])
 def test_into_a_pipe_nobody_reads(command, tree, tmp_path):
@@ -218,6 +219,7 @@ def test_a_build_killed_at_every_rename_is_completed_or_undone(call, tree, tmp_p
     assert len(outcomes) == 7 and outcomes[0] == "old" and outcomes[-1] == "new", outcomes
 
 
+@pytest.mark.slow
 def test_the_next_build_completes_an_interrupted_one_and_says_so(call, tree, tmp_path):
     spec, out = tree / "tiny.yaml", tmp_path / "out"
     assert call("build", spec, "--out", out, "--format", "md,json")[0] == 0
@@ -301,6 +303,7 @@ analyses:
 """
 
 
+@pytest.mark.slow
 def test_a_rebuild_removes_what_it_no_longer_writes(call, tree, tmp_path):
     spec, out = tree / "g.yaml", tmp_path / "out"
     spec.write_text(QWEN_GEMM)

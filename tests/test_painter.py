@@ -25,6 +25,7 @@ def plan():
     return charts_
 
 
+@pytest.mark.slow
 def test_painter_draws_the_same_bytes(plan):
     painter = charts.Painter()
     try:
@@ -37,6 +38,7 @@ def test_painter_draws_the_same_bytes(plan):
         painter.close()
 
 
+@pytest.mark.slow
 def test_a_dead_painter_leaves_the_drawing_to_the_caller(plan):
     painter = charts.Painter()
     painter._proc.kill()
@@ -47,6 +49,7 @@ def test_a_dead_painter_leaves_the_drawing_to_the_caller(plan):
         painter.close()
 
 
+@pytest.mark.slow
 def test_build_with_and_without_a_painter_is_the_same(tmp_path, monkeypatch):
     with_painter, without = tmp_path / "with", tmp_path / "without"
     assert run(["build", "specs/gpt3.yaml", "--out", str(with_painter)], io.StringIO(), io.StringIO()) == 0

@@ -210,6 +210,7 @@ MIXTRAL = spec.load_model(str(ROOT / "rooflinec/spec/catalog/models/mixtral-8x7b
 SPLITS = [(LLAMA_70B, 2), (LLAMA_70B, 4), (LLAMA_70B, 8), (QWEN, 2), (QWEN, 4), (MIXTRAL, 2), (MIXTRAL, 8)]
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None)
 @given(st.sampled_from(["decode", "prefill"]), st.sampled_from(["unfused", "fused", "ideal"]),
        st.sampled_from(SPLITS), st.integers(1, 64), st.integers(1, 8192),
@@ -232,6 +233,7 @@ def test_per_device_flops_times_tp_is_the_whole_plus_duplicated_work(phase, vari
     assert flops(part) * tp == pytest.approx(flops(whole) + (tp - 1) * dup, rel=1e-12)
 
 
+@pytest.mark.slow
 @given(st.sampled_from(C.KINDS), st.integers(2, 512), st.floats(1, 1e12), st.floats(1, 1e12),
        st.floats(1e9, 1e13), st.floats(0, 1e-4))
 def test_comm_time_grows_with_payload_and_falls_with_bandwidth(kind, n, p1, p2, bw, latency):
@@ -321,6 +323,7 @@ def test_parallel_view_smallest_tp_and_latency_bound_decode(tmp_path):
     assert 0 < decode["rows"][1]["duplicated_flops"] < decode["rows"][-1]["duplicated_flops"]
 
 
+@pytest.mark.slow
 def test_the_summary_names_the_smallest_tp_where_one_device_does_not_fit(tmp_path):
     from rooflinec.cli import report
     (tmp_path / "s.yaml").write_text("model: llama-3.1-70b\ndevices: [h100-sxm]\nanalyses:\n"
@@ -419,6 +422,7 @@ def test_ep_that_does_not_divide_the_experts_is_a_located_error(tmp_path):
     assert "s.yaml:4:" in msg and "parallel.ep" in msg and "does not divide the 8 routed experts" in msg
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 @given(st.sampled_from([2, 4, 8]), st.sampled_from(["decode", "prefill"]),
        st.integers(1, 4096), st.integers(1, 8192))
@@ -498,6 +502,7 @@ def test_ep_1_gives_exactly_todays_program():
     assert one.weight_bytes() == whole.weight_bytes()
 
 
+@pytest.mark.slow
 def test_the_summary_names_the_degrees_tried_where_none_fits(tmp_path):
     """Where no tp of the view fits, the summary says which were tried (they were)."""
     from rooflinec.render import pages as render
@@ -522,6 +527,7 @@ def test_tp_with_ep_need_not_divide_the_routed_experts_width_for_the_kv_cache():
     assert bench.kv_per_sequence(1024) == 16_777_216
 
 
+@pytest.mark.slow
 def test_the_tp_view_names_the_formats_its_memory_counts(tmp_path):
     """Weights stored in fp8 under bf16 compute: the view's memory is at fp8 weights and a bf16
     KV cache, and its prose says so (it said 'at bf16')."""
@@ -536,6 +542,7 @@ def test_the_tp_view_names_the_formats_its_memory_counts(tmp_path):
     assert "Memory counts weights at fp8 and KV cache at bf16" in render.markdown(built)
 
 
+@pytest.mark.slow
 def test_a_layer_ledger_of_deepseek_v3_says_which_layer_and_lists_its_reduces(tmp_path):
     # DeepSeek-V3: 3 dense layers, then 58 MoE layers; the layer scope shows a MoE layer (its
     # ops repeat L - 3) and, at tp 8, the all-reduces of that layer: o_proj's and the combine's

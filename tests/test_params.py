@@ -92,6 +92,7 @@ def count(m, attr="total") -> int:
     return int(number(getattr(P.count(m), attr), symbol_table.model_values(m)))
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(models())
 def test_total_is_the_sum_of_components(m):
@@ -100,6 +101,7 @@ def test_total_is_the_sum_of_components(m):
     assert count(m) == sum(number(c.count, values) for c in counted.components)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(models())
 def test_untying_adds_one_vocab_by_width_matrix(m):
@@ -110,6 +112,7 @@ def test_untying_adds_one_vocab_by_width_matrix(m):
     assert count(untied, "non_embedding") - count(tied, "non_embedding") == m.vocab * m.d_model
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(models())
 def test_swiglu_adds_a_gate_matrix(m):
@@ -118,6 +121,7 @@ def test_swiglu_adds_a_gate_matrix(m):
     assert count(swiglu) - count(gelu) == m.n_layers * gate
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(models())
 def test_parallel_block_shares_one_norm(m):
@@ -125,6 +129,7 @@ def test_parallel_block_shares_one_norm(m):
     assert count(seq) - count(par) == m.n_layers * m.d_model * (2 if m.norm_bias else 1)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(models(), st.integers(1, 8))
 def test_each_kv_head_adds_its_k_and_v(m, extra):
@@ -135,6 +140,7 @@ def test_each_kv_head_adds_its_k_and_v(m, extra):
     assert count(more) - count(base) == m.n_layers * extra * per_head
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(models())
 def test_non_embedding_and_matmul_counts_leave_out_what_they_say(m):

@@ -57,6 +57,7 @@ def _ledger(case, w):
                                            {B: w["B"], S: w["S"]}, scope)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(cases, workloads)
 def test_shares_sum_to_one_and_totals_are_row_sums(case, w):
@@ -108,6 +109,7 @@ def test_flash_keeps_every_flop_outside_attention_and_every_contraction(key, pha
         assert number(contractions, at) <= number(kernel, at) <= number(everything, at)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(cases, workloads)
 def test_ideal_attention_is_a_lower_bound_of_every_variant(case, w):
@@ -121,6 +123,7 @@ def test_ideal_attention_is_a_lower_bound_of_every_variant(case, w):
         assert ideal.time <= other.time * (1 + 1e-12)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(cases, workloads)
 def test_fusion_never_adds_bytes(case, w):
@@ -148,6 +151,7 @@ def test_flash_traffic_is_below_the_unfused_attention_for_gpt2_and_gpt3_shapes(k
     assert number(kernel, at) < number(unfused, at)
 
 
+@pytest.mark.slow
 def test_a_large_head_on_a_small_sram_loses_and_the_report_says_so(tmp_path):
     # PaLM's d_head = 256 on the A100: Bc = ceil(98304 / 1024) = 96, Tc = ceil(2048 / 96) = 22;
     # per head 3*2048*256 + 2*2048 + 22*(3*2048*256 + 4*2048) = 36,360,192 elements, against

@@ -58,6 +58,7 @@ def test_a_pp_with_empty_stages_is_refused_located(tmp_path):
         parallel.stages(61, 62)
 
 
+@pytest.mark.slow
 @settings(max_examples=40)
 @given(key=st.sampled_from(MODELS), pp=st.integers(1, 130), first=st.integers(0, 5),
        every=st.integers(1, 4), offset=st.integers(0, 3), ep=st.sampled_from([1, 2]))

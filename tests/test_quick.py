@@ -94,6 +94,7 @@ def test_serve_command_line_mistakes(call, argv, fragment):
     assert code == 2 and out == "" and fragment in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_serve_llama_70b_on_four_h100s_with_fp8_weights_and_kv_cache(call):
     """Llama-3.1-70B at tp 4 (config: 80 layers, 8 KV heads of 128; 70,553,706,496 parameters):
     one device keeps 2 KV heads, 2 x 80 x 2 x 128 x 1 B = 40,960 B of fp8 KV cache per token, and
@@ -127,6 +128,7 @@ def test_version(call):
     assert code == 0 and out.startswith("rooflinec ")
 
 
+@pytest.mark.slow
 def test_quiet_build_writes_nothing_to_stderr(call, tmp_path):
     code, _, err = call("-q", "build", "specs/qwen.yaml", "--out", tmp_path, "--format", "json")
     assert code == 0 and err == ""
@@ -139,6 +141,7 @@ def test_progress_only_after_its_delay():
     assert late.getvalue() == "specs/qwen.yaml: evaluated Serving bounds\n" and early.getvalue() == ""
 
 
+@pytest.mark.slow
 def test_build_reports_its_sections_and_charts(call, tmp_path, monkeypatch):
     """With the delay at zero every section and every section's charts are reported."""
     from rooflinec.cli import app as cli
@@ -151,6 +154,7 @@ def test_build_reports_its_sections_and_charts(call, tmp_path, monkeypatch):
     assert any(line.startswith("specs/gpt2-medium.yaml: drew ") for line in lines[2:])
 
 
+@pytest.mark.slow
 def test_readme_config_to_answer_example_runs(call, tmp_path, monkeypatch):
     """The README's three lines, as written, in a copy of the folder they name."""
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
@@ -179,6 +183,7 @@ def test_serve_says_when_the_context_is_past_the_model(call):
     assert code == 0 and "note:" not in out
 
 
+@pytest.mark.slow
 def test_serve_says_the_room_for_kv_tokens_counts_windowed_layers_at_the_full_context(call):
     """gpt-oss-120b's sliding layers keep 128 tokens, so the tokens that fit beside the weights,
     counted at 73,728 B each (every layer at the full context), understate what fits: say so."""

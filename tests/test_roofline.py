@@ -8,6 +8,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+import pytest
 import sympy as sp
 from hypothesis import given
 from hypothesis import strategies as st
@@ -48,6 +49,7 @@ def _divisions_by_bandwidth(path: Path) -> list[int]:
     return sorted(found)
 
 
+@pytest.mark.slow
 def test_only_the_roofline_module_divides_by_a_bandwidth():
     offenders = {str(p.relative_to(PACKAGE)): lines for p in sorted(PACKAGE.rglob("*.py"))
                  if p != OWNER and (lines := _divisions_by_bandwidth(p))}
@@ -66,6 +68,7 @@ def test_the_check_sees_the_forms_a_division_takes(tmp_path):
 positive = st.floats(1e-3, 1e18, allow_nan=False, allow_infinity=False)
 
 
+@pytest.mark.slow
 @given(positive, positive, positive, positive)
 def test_time_is_the_larger_term_and_bounds_both(flops, nbytes, peak, bandwidth):
     roof = R.roofline(flops, nbytes, peak, bandwidth)

@@ -66,6 +66,7 @@ def test_ring_all_reduce_golden():
     assert C.fraction("all_reduce", 1) == 0
 
 
+@pytest.mark.slow
 @given(st.floats(1, 1e12), st.integers(1, 1024))
 def test_ring_all_reduce_grows_with_devices_and_stays_below_twice_the_payload(payload, n):
     sent = float(C.fraction("all_reduce", n)) * payload
@@ -140,11 +141,13 @@ efficiencies = st.builds(sm.Efficiency, st.floats(0.05, 1), st.floats(0.05, 1), 
 STEP = sm.step_cost(sm.Run(LLAMA_8B, H100, "bf16", 2, 2048, 256, 32), 32, 2176, 0.25)
 
 
+@pytest.mark.slow
 @given(efficiencies)
 def test_the_bound_is_below_every_calibrated_step(eff):
     assert STEP.time(sm.BOUND) <= STEP.time(eff)
 
 
+@pytest.mark.slow
 @given(efficiencies, st.floats(1.01, 4))
 def test_step_time_falls_as_efficiency_rises(eff, k):
     better = replace(eff, bandwidth_fraction=min(1, eff.bandwidth_fraction * k),

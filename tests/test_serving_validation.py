@@ -41,6 +41,7 @@ def test_every_shipped_row_is_predicted(shipped):
     assert [p.reason for p in shipped if p.costs is None] == []
 
 
+@pytest.mark.slow
 def test_uncalibrated_bound_holds_on_every_shipped_row(shipped):
     """A bound above a measurement is a bug in the model, not noise."""
     over = [(p.row.row_id, what) for p in shipped for what, lo, m in
@@ -97,6 +98,7 @@ def small_csv(tmp_path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_calibrate_then_validate_end_to_end(call, small_csv, tmp_path):
     cal = tmp_path / "cal.yaml"
     code, out, err = call("calibrate", small_csv, "--specs", SPECS, "--out", cal)
@@ -125,6 +127,7 @@ def test_calibrate_then_validate_end_to_end(call, small_csv, tmp_path):
     assert "<svg" in (tmp_path / "out/serving.html").read_text()
 
 
+@pytest.mark.slow
 def test_validate_defaults_to_the_shipped_calibration(call, small_csv, tmp_path):
     code, _, err = call("validate", small_csv, "--specs", SPECS, "--out", tmp_path, "--format", "json")
     assert code == 0, err
@@ -152,6 +155,7 @@ def test_a_bad_cell_is_located_and_nothing_is_written(call, small_csv, tmp_path,
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_file_with_no_predictable_row_still_reports_why(call, small_csv, tmp_path):
     lines = small_csv.read_text().splitlines()
     small_csv.write_text("\n".join([lines[0]] + [l for l in lines if "unknown-model" in l]) + "\n")
@@ -161,6 +165,16 @@ def test_a_file_with_no_predictable_row_still_reports_why(call, small_csv, tmp_p
     assert "unknown-model" in (tmp_path / "out/serving.md").read_text()
     code, _, err = call("calibrate", small_csv, "--specs", SPECS, "--out", tmp_path / "c.yaml")
     assert code == 1 and "no predictable rows" in err and not (tmp_path / "c.yaml").exists()
+
+
+def test_calibrate_with_no_predictable_row_says_it_located(call, small_csv, tmp_path):
+    # found by `tests/fuzz_inputs.py --what csv --seed 1`: one row of an unknown model made
+    # calibrate's refusal the one unlocated error line (file: message, no line or column)
+    lines = small_csv.read_text().splitlines()
+    small_csv.write_text("\n".join([lines[0]] + [l for l in lines if "unknown-model" in l]) + "\n")
+    code, _, err = call("calibrate", small_csv, "--specs", SPECS, "--out", tmp_path / "c.yaml")
+    assert code == 1 and err.splitlines() == [f"{small_csv}:1:1: (rows): no predictable rows to fit; "
+                                              "`rooflinec validate` says why each row is not predicted"]
 
 
 def test_a_missing_column_is_named(call, tmp_path):
@@ -184,6 +198,7 @@ def test_a_missing_file_or_specs_folder_is_an_error_not_a_traceback(call, tmp_pa
     assert code == 1 and "no such specs folder" in err
 
 
+@pytest.mark.slow
 def test_a_bad_calibration_is_located(call, small_csv, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("default:\n  parameters:\n    bandwidth_fraction: 1.5\n    compute_fraction: 0.5\n"

@@ -3,7 +3,6 @@ re-timing a closed-loop schedule, bounds per request, engine files and the `simu
 
 from __future__ import annotations
 
-import io
 import json
 import re
 
@@ -14,7 +13,6 @@ from hypothesis import strategies as st
 
 from rooflinec.spec import catalog, load as spec
 from rooflinec.serving import serving_model as sm
-from rooflinec.cli.app import run
 from rooflinec.base.errors import SpecError, UsageError
 from rooflinec.serving import engines, metrics, simulator, workload
 from rooflinec.serving import stepcost as sc
@@ -40,11 +38,6 @@ def features(decodes=0, context=0, chunks=(), logits=None):
     x[sc.TOKENS] = decodes + x[sc.CHUNK_TOKENS]
     x[sc.LOGITS] = decodes + len(chunks) if logits is None else logits
     return x
-
-
-def call(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    return run([str(a) for a in argv], out, err), out.getvalue(), err.getvalue()
 
 
 # --- step costs ------------------------------------------------------------------------
@@ -111,6 +104,7 @@ def test_every_request_finishes_with_its_output(engine):
     assert int(res.timeline[:, 1].sum()) >= res.osl.max()
 
 
+@pytest.mark.slow
 @given(c=st.integers(1, 96), isl=st.integers(1, 6000), osl=st.integers(1, 600),
        engine=st.sampled_from(["trtllm", "vllm", "sglang"]))
 @settings(max_examples=25, deadline=None)
@@ -129,6 +123,7 @@ def test_retiming_a_closed_loop_schedule_equals_simulating_it(c, isl, osl, engin
     assert np.all(bound.first_s - bound.arrival_s <= res.first_s - res.arrival_s + 1e-12)
 
 
+@pytest.mark.slow
 def test_open_loop_is_seeded_and_poisson():
     work = workload.Workload(workload.Lengths(512, 2048), workload.Lengths(64, 256), 3000, 0, None, 50.0, seed=7)
     a, b = (simulator.simulate(STEP8, engines.load("sglang"), work, CAL) for _ in range(2))
@@ -172,7 +167,8 @@ def test_an_override_names_its_flag():
 
 # --- the command ----------------------------------------------------------------------------
 
-def test_simulate_json_has_the_four_latencies(tmp_path):
+@pytest.mark.slow
+def test_simulate_json_has_the_four_latencies(call, tmp_path):
     chart = tmp_path / "t.svg"
     code, out, err = call("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "trtllm",
                           "--concurrency", 16, "--isl", 1024, "--osl", 64, "--json", "--chart", chart)
@@ -193,13 +189,13 @@ def test_simulate_json_has_the_four_latencies(tmp_path):
     (("--rate", "-1"), "--rate"), (("--concurrency", 4, "--isl", "9-2"), "--isl"),
     (("--concurrency", 4, "--engine", "tgi"), "--engine"),
 ])
-def test_usage_errors_name_their_flag(extra, flag):
+def test_usage_errors_name_their_flag(call, extra, flag):
     argv = ["simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "vllm", "--isl", 128, "--osl", 8, *extra]
     code, out, err = call(*argv)
     assert code == 2 and flag in err and "Traceback" not in err
 
 
-def test_a_prompt_no_step_can_hold_is_an_error_not_a_hang():
+def test_a_prompt_no_step_can_hold_is_an_error_not_a_hang(call):
     code, _, err = call("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "trtllm",
                         "--concurrency", 2, "--isl", 9000, "--osl", 8)
     assert code == 1 and "without chunked prefill" in err

@@ -5,14 +5,12 @@ said why not, the per-request bounds hold on every one, the fit recovers known p
 from __future__ import annotations
 
 import csv
-import io
 import json
 from pathlib import Path
 
 import pytest
 
 from rooflinec.serving import measurements
-from rooflinec.cli.app import run
 from rooflinec.serving import calibration, fitting, rows, validation
 from rooflinec.serving import stepcost as sc
 
@@ -26,11 +24,6 @@ def need(path: Path) -> Path:
     if not path.is_file():
         pytest.skip(f"../shared/measured/{path.name} absent: the measured rows are read in place")
     return path
-
-
-def call(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    return run([str(a) for a in argv], out, err), out.getvalue(), err.getvalue()
 
 
 def small_v2(tmp_path, keep) -> Path:
@@ -61,6 +54,7 @@ def test_both_csv_formats_read_as_one_kind_of_row():
     assert all(by_id[r.row_id].tpot_s == r.tpot_s and by_id[r.row_id].tp == r.tp for r in old)
 
 
+@pytest.mark.slow
 def test_rows_not_predicted_say_why(tmp_path):
     cases = fitting.prepare(rows.read(str(small_v2(tmp_path, few))), measurements.Specs())
     reasons = [c.reason for c in cases if not c.predicted]
@@ -69,6 +63,7 @@ def test_rows_not_predicted_say_why(tmp_path):
     assert sum(c.predicted for c in cases) >= 8
 
 
+@pytest.mark.slow
 def test_the_fit_recovers_parameters_that_made_the_data(tmp_path):
     """Measurements synthesised by the simulator from known parameters give them back."""
     cases = [c for c in fitting.prepare(rows.read(str(small_v2(tmp_path, few))), measurements.Specs())
@@ -85,7 +80,8 @@ def test_the_fit_recovers_parameters_that_made_the_data(tmp_path):
     assert (got.bandwidth_fraction, got.per_layer_s, got.per_collective_s) == (1, 0, 0)   # not fitted
 
 
-def test_calibrate_then_validate_through_the_simulator(tmp_path):
+@pytest.mark.slow
+def test_calibrate_then_validate_through_the_simulator(call, tmp_path):
     csv_file, cal = small_v2(tmp_path, few), tmp_path / "cal.yaml"
     code, out, err = call("calibrate", csv_file, "--out", cal)
     assert code == 0, err
@@ -118,7 +114,7 @@ def test_per_request_bounds_hold_on_every_visible_aggregated_row():
 
 
 @pytest.mark.slow
-def test_shipped_simulator_calibration_is_the_fit_of_the_visible_rows(tmp_path):
+def test_shipped_simulator_calibration_is_the_fit_of_the_visible_rows(call, tmp_path):
     code, _, err = call("calibrate", need(V2), "--out", tmp_path / "c.yaml")
     assert code == 0, err
     assert calibration.load(str(tmp_path / "c.yaml")) == calibration.load(calibration.shipped()), \

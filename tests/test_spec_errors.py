@@ -8,7 +8,6 @@ exception fails the test: nothing but SpecError may escape a loader.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,6 @@ from rooflinec.base import yamlio
 from rooflinec.base.errors import SpecError
 from rooflinec.spec.load import load_hardware, load_model, load_study
 
-SPECS = Path(__file__).resolve().parent.parent / "rooflinec" / "spec" / "catalog"
 
 # The Qwen2.5-7B spec (rooflinec/spec/catalog/models/qwen2.5-7b.yaml) without comments; tests edit one line
 # of it, so every line and column below is counted in this text.
@@ -92,12 +90,10 @@ def located(problem, file: str, line: int, col: int, path: str, fragment: str) -
 
 
 @pytest.fixture
-def tree(tmp_path: Path) -> Path:
+def tree(catalog_tree: Path) -> Path:
     """A spec tree in tmp_path: the shipped models and hardware, and a study beside them."""
-    shutil.copytree(SPECS / "models", tmp_path / "models")
-    shutil.copytree(SPECS / "hardware", tmp_path / "hardware")
-    write(tmp_path, "study.yaml", STUDY)
-    return tmp_path
+    write(catalog_tree, "study.yaml", STUDY)
+    return catalog_tree
 
 
 # --- the bases load ------------------------------------------------------------------
@@ -511,6 +507,7 @@ def test_tagged_key_refused(tmp_path):
     located(only(load_model, f), f, 12, 1, "(top level)", "tag '!!python/name:os.system' on a key")
 
 
+@pytest.mark.slow
 def test_billion_laughs_refused(tmp_path):
     # 10 levels of 10 aliases each would expand to 10**10 strings; the walk stops at 100000 nodes
     lines = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
@@ -532,6 +529,7 @@ def test_deep_nesting_refused(tmp_path):
     assert "nested more than 64 levels" in only(load_model, f).message
 
 
+@pytest.mark.slow
 def test_very_deep_nesting_refused(tmp_path):
     # deeper than Python's recursion limit in PyYAML's composer
     f = write(tmp_path, "m.yaml", "a: " + "[" * 1000 + "]" * 1000 + "\n")

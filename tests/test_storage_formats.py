@@ -65,6 +65,7 @@ def _bench(fmt: str) -> Workbench:
     return _BENCHES[fmt]
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.sampled_from(sorted(quant.FORMATS)), min_size=2, max_size=2, unique=True),
        st.integers(1, 256), st.integers(1, 32768), st.sampled_from(["decode", "prefill"]))
@@ -101,6 +102,7 @@ def test_fp8_compute_with_bf16_activations_runs_on_the_fp8_peak_at_two_bytes(tmp
     assert {r.op.name: r for r in ledger.rows}["q_proj"].unit_peak == fp8_peak
 
 
+@pytest.mark.slow
 def test_the_report_header_states_the_activations_format(tmp_path):
     rep = report.build(spec.load_study(_study(tmp_path, "fp8", "{activations: bf16}")))
     assert (rep["dtype"], rep["activations"], rep["bytes_per_element"]) == ("fp8", "bf16", 2)
@@ -135,6 +137,7 @@ def test_a_moe_prefill_counts_the_dequantisation_of_every_distinct_expert_it_rea
     assert gate.traffic["weights"] == pytest.approx(1_061_683_200 * 0.5625, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_gemm_intensity_counts_weight_elements_whatever_their_format(tmp_path):
     # Llama-3.1-8B's W_q: hidden_size 4096 x 32 heads of 128 = 16,777,216 elements, whether its
     # weights are bf16 and activations fp8 (b_w = 2, b = 1) or weights NVFP4 (b_w = 0.5625)

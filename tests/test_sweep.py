@@ -33,6 +33,7 @@ REL = 1e-12
 points = st.lists(st.tuples(st.integers(1, 4096), st.integers(1, 1 << 17)), min_size=1, max_size=6)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(points, st.sampled_from(sorted(KERNELS)))
 def test_sweep_equals_scalar_ledger(pts, key):
@@ -53,6 +54,7 @@ def test_sweep_equals_scalar_ledger(pts, key):
                 assert math.isclose(tot.compute_time[i, j], compute, rel_tol=REL, abs_tol=0)
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None)
 @given(st.integers(1, 10**5), st.integers(1, 10**6), st.sampled_from(sorted(KERNELS)))
 def test_sweep_equals_sympy_subs(bb, ss, key):
@@ -173,6 +175,7 @@ def _build(path, tmp_path):
     return code, err.getvalue()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("analyses, expected", [
     # schema errors: located at the offending key
     ("  sweep:\n    batch: {from: 0, to: 4, step: 1}\n",
@@ -210,6 +213,7 @@ def test_sweep_spec_errors_are_located(tmp_path, analyses, expected):
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_ranges_work_in_every_analysis(tmp_path):
     """A range is accepted wherever a list of counts is, and means the same list."""
     listed = _study(tmp_path / "a", "  decode_view:\n    batch: [1, 2, 4]\n    contexts: [1024]\n")
@@ -221,6 +225,7 @@ def test_ranges_work_in_every_analysis(tmp_path):
     assert dict(a, inputs=None) == dict(b, inputs=None)            # ... one report
 
 
+@pytest.mark.slow
 def test_section_shape_is_chart_ready():
     """One series per fixed combination: arrays over x of equal length; tables pick rows."""
     from rooflinec.cli import report

@@ -100,6 +100,7 @@ def _study(tmp_path, model: str, quantization: str = "") -> dict:
     return report.build(spec.load_study(str(tmp_path / "s.yaml")))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model, expected, quantization", [
     # DeepSeek-V3's config.json: kv_lora_rank 512, qk_rope_head_dim 64, 256 routed experts of 2048
     ("deepseek-v3", {"r_kv": 512, "d_rope": 64, "E": 256, "k": 8, "d_e": 2048}, ""),

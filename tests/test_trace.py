@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
-import io
 import json
 from pathlib import Path
 
 import pytest
 
 from rooflinec.cli import quick
-from rooflinec.cli.app import run
 from rooflinec.measure import trace, trace_report
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
@@ -35,12 +33,6 @@ def shared(name: str) -> str:
     return str(path)
 
 
-def call(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    code = run([str(a) for a in argv], out, err)
-    return code, out.getvalue(), err.getvalue()
-
-
 @pytest.fixture(scope="module")
 def qwen():
     """The H100 Qwen1.5-0.5B trace against the h100-sxm catalog spec, at the trace's shape."""
@@ -49,6 +41,7 @@ def qwen():
                                     "bf16", "prefill", *read.shapes, trace.load_rules())
 
 
+@pytest.mark.slow
 def test_the_qwen_step_is_the_gpu_side_profiler_step(qwen):
     read, _ = qwen
     # ../shared/traces/README.md: 1,029 kernel events (31,760 µs) lie inside the GPU-side
@@ -84,7 +77,8 @@ def test_the_qwen_gemm_group_counts_every_projection(qwen):
     assert gemm["calls"] == 169
 
 
-def test_the_report_draws_both_point_sets(tmp_path):
+@pytest.mark.slow
+def test_the_report_draws_both_point_sets(call, tmp_path):
     code, out, err = call("trace", shared(QWEN), "--model", "qwen1.5-0.5b", "--device", "h100-sxm",
                           "--out", tmp_path)
     assert code == 0, err
@@ -96,7 +90,8 @@ def test_the_report_draws_both_point_sets(tmp_path):
     assert data["model_step_s"] > 0 and data["kernel_s"] > data["model_step_s"]
 
 
-def test_a_study_names_model_device_and_dtype(tmp_path):
+@pytest.mark.slow
+def test_a_study_names_model_device_and_dtype(call, tmp_path):
     study = tmp_path / "qwen-h100.yaml"
     study.write_text("model: qwen1.5-0.5b\ndevices: [a100-80gb, h100-sxm]\ndtype: bf16\n"
                      "analyses: {params: {}}\n")
@@ -118,6 +113,7 @@ def test_cpu_side_steps_take_the_kernels_their_launches_started():
     assert sum(sum(k.calls.values()) for k in steps) <= 2700
 
 
+@pytest.mark.slow
 def test_a_trace_without_steps_says_how_to_read_it_all():
     with pytest.raises(trace.TraceError, match="--step all"):
         trace.read(shared(B200))
@@ -162,7 +158,7 @@ KERNEL = {"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm", "ts": 10.0, "dur
      "nothing ran under the profiler"),
     (_kineto([KERNEL]), "no ProfilerStep#N annotation"),
 ])
-def test_a_bad_trace_is_a_located_error(tmp_path, text, message):
+def test_a_bad_trace_is_a_located_error(call, tmp_path, text, message):
     bad = tmp_path / "bad.json"
     bad.write_text(text)
     code, out, err = call("trace", bad, "--model", "qwen1.5-0.5b", "--device", "h100-sxm",
@@ -171,7 +167,7 @@ def test_a_bad_trace_is_a_located_error(tmp_path, text, message):
     assert "Traceback" not in err and not (tmp_path / "out").exists()
 
 
-def test_a_truncated_gzip_says_where_it_breaks(tmp_path):
+def test_a_truncated_gzip_says_where_it_breaks(call, tmp_path):
     whole = Path(shared(BERT)).read_bytes()
     cut = tmp_path / "cut.json.gz"
     cut.write_bytes(whole[: len(whole) // 2])
@@ -190,7 +186,8 @@ def test_a_huge_trace_is_refused_by_size(tmp_path, monkeypatch):
         trace.read(str(big), "all")
 
 
-def test_step_and_source_mistakes_are_usage_errors(tmp_path):
+@pytest.mark.slow
+def test_step_and_source_mistakes_are_usage_errors(call, tmp_path):
     assert call("trace", shared(QWEN), "--device", "h100-sxm")[0] == 2
     code, _, err = call("trace", shared(QWEN), "--model", "qwen1.5-0.5b", "--device", "h100-sxm",
                         "--step", "3")
@@ -200,7 +197,8 @@ def test_step_and_source_mistakes_are_usage_errors(tmp_path):
     assert code == 2 and "--context" in err
 
 
-def test_user_rules_come_first_and_bad_ones_are_located(tmp_path):
+@pytest.mark.slow
+def test_user_rules_come_first_and_bad_ones_are_located(call, tmp_path):
     mine = tmp_path / "rules.yaml"
     mine.write_text("rules:\n  - {group: elementwise, match: 'reduce_kernel', categories: [elementwise]}\n")
     read = trace.read(shared(QWEN))
@@ -222,7 +220,7 @@ def test_user_rules_come_first_and_bad_ones_are_located(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                     reason="the [measure] extra (PyTorch) is not installed")
-def test_a_cpu_trace_recorded_here_with_torch_profiler(tmp_path):
+def test_a_cpu_trace_recorded_here_with_torch_profiler(call, tmp_path):
     import torch
 
     from rooflinec.spec import load as spec
@@ -255,6 +253,7 @@ def test_a_cpu_trace_recorded_here_with_torch_profiler(tmp_path):
     assert rep["coverage"] >= 0.90, rep["unmapped"]
 
 
+@pytest.mark.slow
 def test_without_ijson_trace_says_how_to_install_it():
     import subprocess
     import sys

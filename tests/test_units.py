@@ -287,6 +287,7 @@ _BYTE_PREFIXES = [("", 1), ("k", 10**3), ("K", 10**3), ("M", 10**6), ("G", 10**9
                   ("Gi", 2**30), ("Ti", 2**40), ("Pi", 2**50)]
 
 
+@pytest.mark.slow
 @given(n=st.integers(min_value=1, max_value=10**12), prefix=st.sampled_from(_BYTE_PREFIXES),
        space=st.sampled_from(["", " ", "  "]))
 def test_prefix_scales_exactly(n, prefix, space):
@@ -301,6 +302,7 @@ def test_fractional_bytes_are_refused(text):
         parse_quantity(text, "bytes")
 
 
+@pytest.mark.slow
 @given(n=st.integers(min_value=1, max_value=10**9))
 def test_gib_over_gb_is_the_fixed_ratio(n):
     ratio = Fraction(parse_quantity(f"{n} GiB", "bytes"), parse_quantity(f"{n} GB", "bytes"))
@@ -322,6 +324,7 @@ def test_decimal_mantissa_is_exact(mantissa, prefix):
 
 
 # up to 1e17: specs spell sizes up to peta (PB, PFLOP/s), the formatter goes to exa
+@pytest.mark.slow
 @given(value=st.floats(min_value=1e-3, max_value=1e17, allow_nan=False, allow_infinity=False),
        kind=st.sampled_from(["bandwidth", "bytes", "flops_rate", "time"]))
 def test_format_round_trips_to_four_significant_digits(value, kind):

@@ -38,6 +38,7 @@ def rep(device):
                                measurements.Specs())
 
 
+@pytest.mark.slow
 def test_the_files_the_readme_lists_are_all_read(table):
     # README: 5 files of 1,044 rows, 2 Llama-3 files of 1,824, phi-2 261 rows; 10 ops each
     # (phi-2 9: no post_attention_layernorm): 10 * (5 * 1044 + 2 * 1824) + 9 * 261 = 91,029

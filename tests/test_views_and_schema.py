@@ -21,6 +21,7 @@ def _section(rep, kind):
     return next(s for s in rep["sections"] if s["kind"] == kind)
 
 
+@pytest.mark.slow
 def test_decode_attention_is_one_kernel_whose_intensity_loses_S(qwen):
     derivations = _section(qwen, "derivations")
     assert derivations["variant"] == "ideal"   # the default: lower bounds

@@ -7,7 +7,7 @@ from importlib import resources
 import yaml
 
 from rooflinec.cli import output
-from rooflinec.base.errors import RooflineError
+from rooflinec.base.errors import Problem, RooflineError, SpecError
 from rooflinec.render.formats import parse as parse_formats
 from rooflinec.serving import calibrate, calibration, measurements, rows, validate_ops, validate_runs, validation
 from rooflinec.base.errors import UsageError
@@ -92,8 +92,9 @@ def cmd_calibrate(args, stdout, stderr) -> int:
     prepared = calibrate.prepare(rows, measurements.Specs(_specs_folder(args.specs)))
     try:
         cal = calibrate.fit_all(prepared)
-    except ValueError as exc:
-        raise RooflineError(f"{args.csv}: {exc}") from None
+    except ValueError as exc:   # located at the header: no row of the file could be costed
+        raise SpecError([Problem(args.csv, 1, 1, "(rows)", f"{exc}; `rooflinec validate` "
+                                 "says why each row is not predicted")]) from None
     doc = calibrate.document(cal, prepared, os.path.basename(args.csv))
     return output.write_command_file(args.out, "# rooflinec serving-model calibration, written by "
                                      "`rooflinec calibrate`.\n" + yaml.safe_dump(doc, sort_keys=False, width=120), stdout)
