@@ -9,6 +9,7 @@ import io
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rooflinec.serving import measurements
@@ -101,6 +102,23 @@ def test_calibrate_then_validate_through_the_simulator(tmp_path):
     assert any("disaggregated" in u["reason"] for u in rep["unpredictable"])
     md = (tmp_path / "out/serving.md").read_text()
     assert "weakest scheduling assumption" in md and "## Leave one group out" in md
+    assert rep["coverage"]["all"]["rows"] == sum(h["tpot"]["rows"] for h in rep["holdouts"] if len({g["held_out"] for g in rep["holdouts"] if g["by"] == h["by"]}) > 1)
+
+
+def test_intervals_come_from_left_out_residuals_and_cover_left_out_rows():
+    """Split conformal: the 80% band's quantiles are order statistics of the pooled left-out
+    residuals; coverage checks each held-out group against the other groups' residuals."""
+    rng = np.random.default_rng(0)
+    ho = [{"by": by, "held_out": str(v), "residuals": rng.normal(0, 0.2, size=(30, 2))}
+          for by in validation.HOLDOUTS for v in range(3)]
+    band = validation.band_of(ho)
+    pooled = np.sort(np.concatenate([h["residuals"][:, 1] for h in ho]))   # 270 rows
+    # (270 + 1) x 0.1 = 27.1 -> the 27th smallest; (271) x 0.9 = 243.9 -> the 244th
+    assert band["ttft"] == [pooled[26], pooled[243]]
+    cover = validation.coverage(ho)
+    assert cover["all"]["rows"] == 270 and 0.7 <= cover["all"]["ttft"] <= 0.9   # exchangeable rows: about 80%
+    shifted = [dict(h, residuals=h["residuals"] + (1.0 if h["held_out"] == "0" else 0.0)) for h in ho]
+    assert validation.coverage(shifted)["all"]["ttft"] < 0.6   # a group unlike the others falls outside
 
 
 @pytest.mark.slow
