@@ -9,7 +9,8 @@ Speed: 10,000 requests of Llama-3.1-8B on one H100 under TensorRT-LLM's policy, 
 of 64 clients, ISL 1024 and OSL 128; CPU time of the process (time.process_time), so a busy
 machine's other work is not counted. Validation: `rooflinec validate` through the simulator
 with the shipped simulator calibration, then the same with the calibration refitted on the
-rows (what the leave-one-group-out figures do for each held-out group).
+rows (what the leave-one-group-out figures do for each held-out group), and the share of
+left-out rows inside their 80% prediction interval (cross-conformal, `validation.coverage`).
 A benchmark, not a test: the figures are what the simulator achieves, not facts a test pins.
 """
 
@@ -81,12 +82,21 @@ def main() -> int:
         line(f"  {g['model'].split('/')[-1]} {g['device']} {g['engine']}: TPOT", g["tpot"]["median_abs"])
         line(f"  {g['model'].split('/')[-1]} {g['device']} {g['engine']}: TTFT", g["ttft"]["median_abs"])
     fitted = validation.report(args.csv, None, None)
+    line("TPOT median abs error, refitted on these rows", fitted["tpot"]["median_abs"], 0.08)
+    line("TTFT median abs error, refitted on these rows", fitted["ttft"]["median_abs"], 0.25)
     for by in validation.HOLDOUTS:
         for h in (h for h in fitted["holdouts"] if h["by"] == by):
             print(f"  leave out {by} = {h['held_out'].split('/')[-1]:<30} TPOT {h['tpot']['median_abs']:7.1%}"
                   f"  TTFT {h['ttft']['median_abs']:7.1%}  ({h['tpot']['rows']} rows)")
         line(f"TPOT leave-one-{by}-out, worst median abs", fitted["holdout_worst"][by], 0.15)
         line(f"TTFT leave-one-{by}-out, worst median abs", fitted["holdout_worst_ttft"][by], 0.35)
+    cover = fitted["coverage"]
+    for by in (*validation.HOLDOUTS, "all"):
+        for w in validation.WHATS:
+            c = cover[by][w]
+            ok = c is not None and 0.75 <= c <= 0.85
+            print(f"{f'{w.upper()} left-out rows inside their 80% interval, by {by}':<52} "
+                  f"{'n/a' if c is None else f'{c:.1%}':>8}  target 75-85%  {verdict(ok)}  ({cover[by]['rows']} rows)")
     v = len(rep["violations"])
     print(f"{'bound violations (bound > measured)':<52} {v:>8}  target 0  {verdict(v == 0)}")
     print(f"{'rows not predicted':<52} {len(rep['unpredictable']):>8}")

@@ -3,6 +3,7 @@ re-timing a closed-loop schedule, bounds per request, engine files and the `simu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from rooflinec.spec import catalog, load as spec
 from rooflinec.serving import serving_model as sm
 from rooflinec.base.errors import SpecError, UsageError
-from rooflinec.serving import engines, metrics, simulator, workload
+from rooflinec.serving import calibration, engines, metrics, simulator, workload
 from rooflinec.serving import stepcost as sc
 
 LLAMA8 = spec.load_model(catalog.path("models", "llama-3.1-8b"))
@@ -197,5 +198,59 @@ def test_usage_errors_name_their_flag(call, extra, flag):
 
 def test_a_prompt_no_step_can_hold_is_an_error_not_a_hang(call):
     code, _, err = call("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "trtllm",
-                        "--concurrency", 2, "--isl", 9000, "--osl", 8)
+                        "--no-chunked-prefill", "--concurrency", 2, "--isl", 9000, "--osl", 8)
     assert code == 1 and "without chunked prefill" in err
+
+
+@pytest.mark.parametrize("engine", ["trtllm", "vllm", "sglang"])
+def test_an_untimed_schedule_is_the_timed_one(engine):
+    """The closed loop's schedule alone (no step timed) records the same runs as a timed
+    simulation, and re-timing it gives the simulation's means."""
+    pol, work = engines.load(engine), workload.benchmark(16, 700, 40)
+    timed, bare = simulator.simulate(STEP8, pol, work, CAL), simulator.schedule(STEP8, pol, work)
+    for f in ("x0", "steps", "arrived", "first", "finished"):
+        assert np.array_equal(getattr(timed.schedule, f), getattr(bare.schedule, f))
+    m = timed.measured
+    got = simulator.retimed_means(STEP8, bare.schedule, m, bare.osl, CAL)
+    assert got[0] == pytest.approx(float(np.mean(timed.first_s[m] - timed.arrival_s[m])), rel=1e-9)
+    assert bare.peak_blocks > 0 and not bare.capacity_bound
+
+
+def test_a_schedule_the_kv_capacity_never_bound_holds_at_any_capacity_above_its_peak():
+    """Peak blocks and the capacity flag say when a schedule carries over to another
+    deployment: above the peak the same runs; a capacity under it binds (or preempts)."""
+    pol, work = engines.load("vllm"), workload.benchmark(64, 2000, 200)
+    free = simulator.schedule(STEP8, pol, work)
+    assert not free.capacity_bound
+    tight = dataclasses.replace(pol, cache_fraction=pol.cache_fraction * 0.3)   # 8B on H100: 80 GB x 0.27 - 16 GB
+    small = simulator.schedule(STEP8, tight, work)
+    assert simulator.kv_capacity_tokens(STEP8, tight) // pol.kv_block_tokens < free.peak_blocks
+    assert small.capacity_bound and len(small.schedule.steps) != len(free.schedule.steps)
+
+
+def test_a_calibration_with_intervals_prints_them(tmp_path):
+    """`simulate` under a calibration carrying intervals prints the interval of each mean:
+    [mean e^-hi, mean e^-lo] of the file's log(predicted / measured) quantiles."""
+    cal = tmp_path / "cal.yaml"
+    cal.write_text("kind: simulator\ndefault:\n  parameters: {compute_fraction: 0.6}\n"
+                   "intervals: {level: 0.8, tpot: [-0.1, 0.2], ttft: [-0.5, 0.3]}\n")
+    code, out, err = call("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "vllm", "--concurrency", 4,
+                          "--isl", 256, "--osl", 16, "--calibration", cal, "--json")
+    assert code == 0, err
+    got = json.loads(out)
+    mean = got["ttft_s"]["mean"]
+    assert got["interval"]["ttft_mean_s"] == pytest.approx([mean * np.exp(-0.3), mean * np.exp(0.5)])
+    code, text, err = call("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "vllm", "--concurrency", 4,
+                           "--isl", 256, "--osl", 16, "--calibration", cal)
+    assert "80% interval of the mean" in text
+
+
+@pytest.mark.parametrize("block, where", [("{level: 1.5, tpot: [0, 1], ttft: [0, 1]}", "level"),
+                                          ("{level: 0.8, tpot: [1, 0], ttft: [0, 1]}", "tpot"),
+                                          ("[1, 2]", "intervals")])
+def test_a_bad_interval_block_is_located(tmp_path, block, where):
+    cal = tmp_path / "cal.yaml"
+    cal.write_text(f"kind: simulator\ndefault:\n  parameters: {{}}\nintervals: {block}\n")
+    with pytest.raises(SpecError) as exc:
+        calibration.load(str(cal))
+    assert "cal.yaml:4" in str(exc.value) and where in str(exc.value)

@@ -8,6 +8,7 @@ import csv
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rooflinec.serving import measurements
@@ -65,8 +66,12 @@ def test_rows_not_predicted_say_why(tmp_path):
 
 @pytest.mark.slow
 def test_the_fit_recovers_parameters_that_made_the_data(tmp_path):
-    """Measurements synthesised by the simulator from known parameters give them back."""
-    cases = [c for c in fitting.prepare(rows.read(str(small_v2(tmp_path, few))), measurements.Specs())
+    """Measurements synthesised by the simulator from known parameters give them back. Rows at
+    C 32 beside C 2 and 4: at C 2 and 4 alone every step holds about as many requests, so the
+    time per step and the time per request trade off against each other."""
+    def spread(r):
+        return few(r) or (r["concurrency"] == "32" and r["model"].startswith("meta"))
+    cases = [c for c in fitting.prepare(rows.read(str(small_v2(tmp_path, spread))), measurements.Specs())
              if c.predicted]
     truth = sc.Parameters(compute_fraction=0.55, per_step_s=2e-3, per_request_s=30e-6)
     synthetic = [rows.Row(**{**vars(c.row), "ttft_s": c.means(truth)[0], "tpot_s": c.means(truth)[1]})
@@ -97,6 +102,23 @@ def test_calibrate_then_validate_through_the_simulator(call, tmp_path):
     assert any("disaggregated" in u["reason"] for u in rep["unpredictable"])
     md = (tmp_path / "out/serving.md").read_text()
     assert "weakest scheduling assumption" in md and "## Leave one group out" in md
+    assert rep["coverage"]["all"]["rows"] == sum(h["tpot"]["rows"] for h in rep["holdouts"] if len({g["held_out"] for g in rep["holdouts"] if g["by"] == h["by"]}) > 1)
+
+
+def test_intervals_come_from_left_out_residuals_and_cover_left_out_rows():
+    """Split conformal: the 80% band's quantiles are order statistics of the pooled left-out
+    residuals; coverage checks each held-out group against the other groups' residuals."""
+    rng = np.random.default_rng(0)
+    ho = [{"by": by, "held_out": str(v), "residuals": rng.normal(0, 0.2, size=(30, 2))}
+          for by in validation.HOLDOUTS for v in range(3)]
+    band = validation.band_of(ho)
+    pooled = np.sort(np.concatenate([h["residuals"][:, 1] for h in ho]))   # 270 rows
+    # (270 + 1) x 0.1 = 27.1 -> the 27th smallest; (271) x 0.9 = 243.9 -> the 244th
+    assert band["ttft"] == [pooled[26], pooled[243]]
+    cover = validation.coverage(ho)
+    assert cover["all"]["rows"] == 270 and 0.7 <= cover["all"]["ttft"] <= 0.9   # exchangeable rows: about 80%
+    shifted = [dict(h, residuals=h["residuals"] + (1.0 if h["held_out"] == "0" else 0.0)) for h in ho]
+    assert validation.coverage(shifted)["all"]["ttft"] < 0.6   # a group unlike the others falls outside
 
 
 @pytest.mark.slow

@@ -12,8 +12,8 @@ from rooflinec.base.errors import RooflineError, UsageError
 from rooflinec.serving.workload import Lengths, Workload
 from rooflinec.spec.load import DTYPE_BYTES
 from rooflinec.cli import quick, speculation
-from rooflinec.serving import calibration, disagg, engines, fitting, metrics, rows, simulator, stepcost as sc, validation
-from rooflinec.serving import speculative
+from rooflinec.serving import calibration, disagg, engines, fitting, intervals, metrics, rows, simulator, stepcost as sc
+from rooflinec.serving import speculative, validation
 from rooflinec.serving.serving_model import Unpredictable
 from rooflinec.serving.measurements import Specs
 from rooflinec.serving.chart import timeline
@@ -134,11 +134,13 @@ def cmd_simulate(args, stdout, stderr) -> int:
     _formats(args.weights, "--weights")
     engine_key = os.path.basename(args.engine).removesuffix(".yaml")
     draft = speculation.draft_of(args, quick._model)
+    band = None
     if args.bound:
         params, where = sc.BOUND, "bound: efficiencies 1, overheads 0"
     else:
         table = calibration.load(args.calibration or calibration.shipped())
         params, where = table.of(device.key, engine_key), f"calibration for ({device.key}, {engine_key})"
+        band = table.intervals
     if args.prefill_workers is not None or args.decode_workers is not None:
         return _disaggregated(args, work, model, device, policy, params, where, stdout)
     try:
@@ -155,6 +157,9 @@ def cmd_simulate(args, stdout, stderr) -> int:
            **({"speculation": {"draft": draft.describe(), "k": draft.k, "tokens_per_step": step.tokens_per_step,
                                "source": speculative.SOURCE}} if draft else {}),
            **metrics.summary(res, args.tp)}
+    if band:
+        out["interval"] = {"level": band["level"], **{f"{w}_mean_s": [float(v) for v in intervals.interval(
+            out[f"{w}_s"]["mean"], *band[w])] for w in ("ttft", "tpot") if out[f"{w}_s"]["mean"] is not None}}
     if args.chart:
         svg = timeline(res, f"{model.key} on {args.tp} x {device.key}, {policy.name}: {work.describe()}")
         try:
@@ -201,6 +206,11 @@ def text(out: dict) -> str:
         s = out[key]
         lines.append(f"{label:6}" + "".join(f"{'-' if s[q] is None else f'{1e3 * s[q]:.2f}':>10}"
                                             for q in ("mean", "p50", "p90", "p99")))
+    if "interval" in out:
+        iv = out["interval"]
+        lines.append(f"{iv['level']:.0%} interval of the mean (from the calibration's left-out residuals): "
+                     + ", ".join(f"{w.upper()} {1e3 * iv[f'{w}_mean_s'][0]:.2f}-{1e3 * iv[f'{w}_mean_s'][1]:.2f} ms"
+                                 for w in ("ttft", "tpot") if f"{w}_mean_s" in iv))
     per_user = out["tokens_per_s_per_user"]
     lines += ["", f"output tokens/s per GPU {out['tokens_per_s_per_gpu']:.1f}, per user "
               f"{'-' if per_user is None else f'{per_user:.1f}'}; {out['requests_per_s']:.2f} requests/s",
@@ -217,7 +227,7 @@ def cmd_calibrate(args, stdout, stderr, specs_root) -> int:
         fits = fitting.fit_all(cases)
     except ValueError as exc:
         raise RooflineError(f"{args.csv}: {exc}") from None
-    doc = validation.document(fits, cases, os.path.basename(args.csv))
+    doc = validation.document(fits, cases, os.path.basename(args.csv), validation.holdouts(cases, fits.fitted))
     return output.write_command_file(args.out, "# rooflinec serving-simulator calibration, written by "
                                      "`rooflinec calibrate --simulate`.\n" + yaml.safe_dump(doc, sort_keys=False, width=120),
                                      stdout)

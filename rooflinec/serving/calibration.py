@@ -28,6 +28,7 @@ class Table:
     engines: dict              # engine -> Parameters
     fitted: tuple
     source: str = ""
+    intervals: dict | None = None   # {level, tpot: [lo, hi], ttft: [lo, hi]}: log(predicted / measured) quantiles
 
     def of(self, device: str, engine: str) -> Parameters:
         return self.groups.get((device, engine)) or self.engines.get(engine) or self.default
@@ -82,7 +83,32 @@ def load(file: str) -> Table:
     fitted = d.get("fitted", [])
     if not (isinstance(fitted, list) and all(f in NAMES for f in fitted)):
         problems.append(doc.problem(("fitted",), f"expected a list of parameter names among {', '.join(NAMES)}"))
+    band = _intervals(doc, d.get("intervals"), problems)
     if problems:
         raise SpecError(problems)
     return Table(Parameters(**default), {k: Parameters(**v) for k, v in groups.items()},
-                 {k[0]: Parameters(**v) for k, v in engines.items()}, tuple(fitted), str(d.get("fitted_on", "")))
+                 {k[0]: Parameters(**v) for k, v in engines.items()}, tuple(fitted), str(d.get("fitted_on", "")),
+                 band)
+
+
+def _intervals(doc, block, problems) -> dict | None:
+    """The optional `intervals` block: a level in (0, 1) and [lo, hi] per TPOT and TTFT."""
+    if block is None:
+        return None
+    if not isinstance(block, dict):
+        problems.append(doc.problem(("intervals",), "expected a mapping with level, tpot and ttft"))
+        return None
+    level = block.get("level")
+    if not (_number(level) and 0 < level < 1):
+        problems.append(doc.problem(("intervals", "level"), "level: expected a fraction in (0, 1)"))
+    out = {"level": level}
+    for what in ("tpot", "ttft"):
+        v = block.get(what)
+        if not (isinstance(v, list) and len(v) == 2 and all(_number(x) for x in v) and v[0] <= v[1]):
+            problems.append(doc.problem(("intervals", what), f"{what}: expected [lo, hi], lo <= hi"))
+        out[what] = v
+    return out
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

@@ -12,7 +12,7 @@ keep their bound values.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -57,8 +57,11 @@ class Case:
 
 
 def prepare(measured: list[rows.Row], specs) -> list[Case]:
-    """Every row simulated once (its schedule), or the reason it is not predicted."""
-    steps, out = {}, []
+    """Every row's schedule, or the reason it is not predicted. A schedule depends on the
+    engine, the workload and the KV capacity only (the step features count tokens, not
+    seconds), so rows that differ in model, device or tp share one simulation wherever the
+    capacity never bound it and each row's capacity holds its peak (`simulator.Result`)."""
+    steps, policies, schedules, out = {}, {}, {}, []
     for row in measured:
         got = rows.resolve(row, specs)
         if isinstance(got, str):
@@ -67,7 +70,9 @@ def prepare(measured: list[rows.Row], specs) -> list[Case]:
         if row.engine not in engines.names():
             out.append(Case(row, f"no engine policy '{row.engine}'; known: {', '.join(engines.names())}"))
             continue
-        policy = engines.load(row.engine)
+        if row.engine not in policies:
+            policies[row.engine] = engines.load(row.engine)
+        policy = policies[row.engine]
         # the rows do not state the KV-cache format: assumed stored like the weights (as the
         # steady-state model assumes), not in the engine's default
         dep = sc.Deployment(got.model, got.device, row.tp, got.weights, got.weights)
@@ -75,13 +80,26 @@ def prepare(measured: list[rows.Row], specs) -> list[Case]:
         try:
             if key not in steps:
                 steps[key] = sc.build(dep)
-            work = workload.benchmark(row.concurrency, row.isl, row.osl)
-            res = simulator.simulate(steps[key], policy, work, sc.BOUND)
+            res = _schedule(schedules, steps[key], policy, row)
         except Unpredictable as exc:
             out.append(Case(row, str(exc)))
             continue
         out.append(Case(row, "", steps[key], policy, res))
     return out
+
+
+def _schedule(cache: dict, step: sc.StepModel, policy: engines.Policy, row: rows.Row) -> simulator.Result:
+    """The row's benchmark scheduled, or a cached schedule that its KV capacity reproduces."""
+    tokens = simulator.kv_capacity_tokens(step, policy)
+    blocks = tokens // policy.kv_block_tokens
+    shared = cache.setdefault((row.engine, row.concurrency, row.isl, row.osl), [])
+    for res in shared:
+        same = res.capacity_tokens == tokens
+        if same or (not res.capacity_bound and blocks >= res.peak_blocks):
+            return res if same else replace(res, capacity_tokens=tokens)
+    res = simulator.schedule(step, policy, workload.benchmark(row.concurrency, row.isl, row.osl))
+    shared.append(res)
+    return res
 
 
 def parameters(x: np.ndarray, free) -> sc.Parameters:

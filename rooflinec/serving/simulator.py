@@ -72,6 +72,8 @@ class Result:
     schedule: Schedule
     preemptions: int
     latency_s: float = 0.0    # the front end's, added to TTFT and E2E (the schedule is unaffected)
+    peak_blocks: int = 0      # the most KV blocks any admission or decode run needed
+    capacity_bound: bool = False   # the KV capacity refused something (else any capacity >= peak_blocks gives this schedule)
 
 
 def kv_capacity_tokens(model: sc.StepModel, policy: Policy) -> int:
@@ -95,13 +97,22 @@ def simulate(model: sc.StepModel, policy: Policy, work: Workload, params: sc.Par
     return _Loop(model, policy, work, params, prefilled).run()
 
 
+def schedule(model: sc.StepModel, policy: Policy, work: Workload) -> Result:
+    """A closed loop's schedule alone: the steps are not timed (every time in the Result is
+    0), since in a closed loop the schedule does not depend on them; `Retimer` prices it."""
+    if not work.closed:
+        raise ValueError("an open loop's schedule depends on the step times: simulate it")
+    return _Loop(model, policy, work, sc.BOUND, timed=False).run()
+
+
 class _Loop:
     """The loop's state is arrays over all requests (NumPy, so each event's work is a few
     vector operations), plus the admission order (for preemption) and the prompts in progress."""
 
-    def __init__(self, model, policy, work, params, prefilled=False):
-        self.m, self.pol, self.w, self.p = model, policy, work, params
+    def __init__(self, model, policy, work, params, prefilled=False, timed=True):
+        self.m, self.pol, self.w, self.p, self.timed = model, policy, work, params, timed
         self.arrive_prefilled = prefilled
+        self.peak, self.bound = 0, False
         self.isl, self.osl = work.lengths()
         n = work.total
         self.cap_tokens = kv_capacity_tokens(model, policy)
@@ -219,10 +230,13 @@ class _Loop:
             sizes, ok = left, before + left <= limit
         share = self._share()
         held = int(self._reserved(np.flatnonzero(self.running), share).sum())
-        ok &= held + np.cumsum(self._reserved(cand, share)) <= self.cap_blocks
-        n = int(np.argmin(ok)) if not ok.all() else m
+        need = held + np.cumsum(self._reserved(cand, share))
+        fits = need <= self.cap_blocks
+        n = int(np.argmin(ok & fits)) if not (ok & fits).all() else m
+        self.bound |= n < m and bool(ok[n]) and not fits[n]
         if n == 0:
             return None
+        self.peak = max(self.peak, int(need[n - 1]))
         got = cand[:n]
         for _ in range(n):
             self.waiting.popleft()
@@ -306,7 +320,9 @@ class _Loop:
         def fits(j):
             return others + int(self._blocks(lens + j * self.adv).sum()) <= self.cap_blocks
         if fits(k):
+            self.peak = max(self.peak, others + int(self._blocks(lens + k).sum()))
             return k
+        self.bound = True
         lo, hi = 0, k        # fits(lo) or lo = 0; not fits(hi)
         while hi - lo > 1:
             mid = (lo + hi) // 2
@@ -334,7 +350,9 @@ class _Loop:
             tokens += int(sizes.sum())
             logits += int((keys == self.prompt[ids]).sum())
         x0[sc.TOKENS], x0[sc.LOGITS] = tokens, logits
-        if k == 1:
+        if not self.timed:
+            dur = np.zeros(k)
+        elif k == 1:
             dur = self.m.durations(x0[None], self.p)
         else:
             x = np.repeat(x0[None], k, axis=0)
@@ -357,16 +375,8 @@ class _Loop:
         k, end, run = len(dur), float(ends[-1]), self.runs
         finished = []
         if len(decoding):
-            meas = self.measured[decoding]
-            gaps = ends[0] - self.last[decoding[meas]]
-            self.itl.append(gaps)
-            self.itl_w.append(np.ones(len(gaps)))
-            if k > 1 and len(gaps):
-                self.itl.append(dur[1:])
-                self.itl_w.append(np.full(k - 1, float(len(gaps))))
-            if self.adv != 1 and len(gaps):   # a verification's further tokens come at once
-                self.itl.append(np.zeros(1))
-                self.itl_w.append(np.full(1, (self.adv - 1) * len(gaps) * k))
+            if self.timed:
+                self._gaps(decoding, dur, ends)
             self.gen[decoding] += k * self.adv if self.adv != 1 else k
             self.kvlen[decoding] += k * self.adv if self.adv != 1 else k
             self.last[decoding] = end
@@ -381,9 +391,10 @@ class _Loop:
                 self.decoding[done] = True
                 fresh = self.gen[done] == 0
                 self.first[done[fresh]], self.first_run[done[fresh]] = end, run
-                again = done[~fresh & self.measured[done]]      # recomputed after a preemption
-                self.itl.append(end - self.last[again])
-                self.itl_w.append(np.ones(len(again)))
+                if self.timed:
+                    again = done[~fresh & self.measured[done]]      # recomputed after a preemption
+                    self.itl.append(end - self.last[again])
+                    self.itl_w.append(np.ones(len(again)))
                 self.gen[done] += 1
                 self.last[done] = end
                 finished.append(done[self.gen[done] >= self.osl[done]])
@@ -397,6 +408,19 @@ class _Loop:
                 del self.order[r]
             self._completed(len(ids))
 
+    def _gaps(self, decoding, dur, ends):
+        """The measured decodes' inter-token gaps in a run: its first step's since their last
+        token, then its steps' own times."""
+        gaps = ends[0] - self.last[decoding[self.measured[decoding]]]
+        self.itl.append(gaps)
+        self.itl_w.append(np.ones(len(gaps)))
+        if len(dur) > 1 and len(gaps):
+            self.itl.append(dur[1:])
+            self.itl_w.append(np.full(len(dur) - 1, float(len(gaps))))
+        if self.adv != 1 and len(gaps):   # a verification's further tokens come at once
+            self.itl.append(np.zeros(1))
+            self.itl_w.append(np.full(1, (self.adv - 1) * len(gaps) * len(dur)))
+
     def _result(self) -> Result:
         sched = Schedule(np.array(self.x0), np.array(self.nsteps), np.array(self.growth, float),
                          self.arrived_run, self.admitted_run, self.first_run, self.finish_run)
@@ -404,7 +428,7 @@ class _Loop:
         w = np.concatenate(self.itl_w) if self.itl_w else np.zeros(0)
         return Result(self.w, self.pol, self.cap_tokens, self.isl, self.osl, self.arrival, self.first,
                       self.finish, self.measured, itl, w, np.array(self.timeline), sched, self.preemptions,
-                      self.p.request_latency_s)
+                      self.p.request_latency_s, self.peak, self.bound or self.preemptions > 0)
 
 
 # --- re-timing a recorded schedule (closed loop) ---------------------------------------------

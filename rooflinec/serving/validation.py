@@ -12,12 +12,14 @@ import os
 import numpy as np
 
 from rooflinec.serving import measurements, validate_runs
-from rooflinec.serving import calibration, disagg, engines, fitting, rows
+from rooflinec.serving import calibration, disagg, engines, fitting, intervals, rows
 from rooflinec.serving import stepcost as sc
 from rooflinec.serving.serving_model import Unpredictable
 
 HOLDOUTS = ("model", "tp", "engine")
 WEAKEST = 8
+LEVEL = 0.8          # the prediction intervals' level
+WHATS = ("tpot", "ttft")
 
 ASSUMPTIONS = (
     "Each row's benchmark is replayed step by step: a closed loop of C clients, 2C warm-up requests "
@@ -45,7 +47,7 @@ ASSUMPTIONS = (
 )
 
 
-def record(case: fitting.Case, p: sc.Parameters) -> dict:
+def record(case: fitting.Case, p: sc.Parameters, band: dict | None = None) -> dict:
     r = case.row
     rec = {"row_id": r.row_id, "model": r.model, "device": r.device, "engine": r.engine,
            "weights": r.weights, "tp": r.tp, "isl": r.isl, "osl": r.osl, "concurrency": r.concurrency,
@@ -61,7 +63,17 @@ def record(case: fitting.Case, p: sc.Parameters) -> dict:
             "tpot_error": tpot / r.tpot_s - 1, "ttft_error": ttft / r.ttft_s - 1,
             "queue_share": case.retimer.queue_share(p), "preemptions": res.preemptions,
             "mean_batch": float((res.timeline[:, 1] * res.timeline[:, 2]).sum() / res.timeline[:, 1].sum()),
-            "kv_cache_tokens": res.capacity_tokens}
+            "kv_cache_tokens": res.capacity_tokens, **(_intervals(band, tpot, ttft) if band else {})}
+
+
+def _intervals(band: dict, tpot: float, ttft: float) -> dict:
+    """The measured means the interval allows around the predicted ones (`band`: the log
+    residual quantiles, as `band_of` gives them)."""
+    out = {}
+    for what, y in (("tpot", tpot), ("ttft", ttft)):
+        lo, hi = intervals.interval(y, *band[what])
+        out[f"{what}_interval_s"] = [float(lo), float(hi)]
+    return out
 
 
 def prompt_alone(case) -> float:
@@ -107,26 +119,81 @@ def holdouts(cases, free) -> list[dict]:
                         borrowed.add(f"{g[0]}/{g[1]}")
                     fits[g] = fitting.fit(same, free)
             recs = [record(c, fits[c.group]) for c in test]
-            out.append({"by": by, "held_out": str(value), "fallback": sorted(borrowed), **_summaries(recs)})
+            out.append({"by": by, "held_out": str(value), "fallback": sorted(borrowed), **_summaries(recs),
+                        "residuals": np.log1p([[r[f"{w}_error"] for w in WHATS] for r in recs])})
     return out
+
+
+def band_of(ho: list[dict], level: float = LEVEL) -> dict | None:
+    """The interval's log-residual quantiles (log predicted / measured) for TPOT and TTFT: split
+    conformal on every left-out row's residual (each row predicted by a fit that never saw its
+    model, its tp or its engine, so the residuals are those of a new deployment), pooled over
+    groups. None where too few rows."""
+    if not ho:
+        return None
+    res = np.concatenate([h["residuals"] for h in ho])
+    try:
+        return {"level": level, **{w: list(intervals.quantiles(_finite(res[:, i]), level)) for i, w in enumerate(WHATS)}}
+    except intervals.TooFewRows:
+        return None
+
+
+def coverage(ho: list[dict], level: float = LEVEL) -> dict:
+    """The share of left-out rows inside their interval, cross-conformal: a held-out group's rows
+    against the interval from the left-out residuals of the other groups of the same kind (the
+    same model, tp or engine never on both sides), per kind and over all."""
+    out, every = {}, {w: [] for w in WHATS}
+    for by in HOLDOUTS:
+        hs = [h for h in ho if h["by"] == by]
+        hits = {w: [] for w in WHATS}
+        for h in hs:
+            others = [o["residuals"] for o in hs if o is not h]
+            if not others:
+                continue
+            rest = np.concatenate(others)
+            for i, w in enumerate(WHATS):
+                try:
+                    lo, hi = intervals.quantiles(_finite(rest[:, i]), level)
+                except intervals.TooFewRows:
+                    continue
+                mine = _finite(h["residuals"][:, i])
+                hits[w].extend(((mine >= lo) & (mine <= hi)).tolist())
+        out[by] = {w: _share(hits[w]) for w in WHATS} | {"rows": len(hits["tpot"])}
+        for w in WHATS:
+            every[w].extend(hits[w])
+    out["all"] = {w: _share(every[w]) for w in WHATS} | {"rows": len(every["tpot"])}
+    return {"level": level, **out}
+
+
+def _finite(x):
+    x = np.asarray(x, float)
+    return x[np.isfinite(x)]
+
+
+def _share(hits) -> float | None:
+    return float(np.mean(hits)) if hits else None
 
 
 def report(csv_file: str, specs_root: str | None, calibration_file: str | None, with_holdouts=True) -> dict:
     specs = measurements.Specs(specs_root)
     cases = fitting.prepare(rows.read(csv_file), specs)
+    band = None
     if calibration_file:
         table = calibration.load(calibration_file)
-        of, fitted = (lambda c: table.of(*c.group)), table.fitted       # noqa: E731
+        of, fitted, band = (lambda c: table.of(*c.group)), table.fitted, table.intervals       # noqa: E731
         params = {"default": table.default, "groups": table.groups, "engines": table.engines}
     else:
         fits = fitting.fit_all(cases) if any(c.predicted for c in cases) else None
         of, fitted = (lambda c: fits.of(c.group)), fitting.FITTED       # noqa: E731
         params = ({"default": fits.default, "groups": fits.groups, "engines": fits.engines} if fits
                   else {"default": sc.BOUND, "groups": {}, "engines": {}})
-    split = [_disaggregated(c, specs, of(c)) for c in cases if c.row.mode == "disagg"]   # serving/disagg.py
-    records = [record(c, of(c)) for c in cases if c.row.mode != "disagg"] + [r for r in split if not r["predicted"]]
-    done = [r for r in records if r["predicted"]]
     ho = holdouts(cases, fitted) if with_holdouts else []
+    band = band or band_of(ho)
+    split = [_disaggregated(c, specs, of(c)) for c in cases if c.row.mode == "disagg"]   # serving/disagg.py
+    records = [record(c, of(c), band) for c in cases if c.row.mode != "disagg"] + [r for r in split if not r["predicted"]]
+    done = [r for r in records if r["predicted"]]
+    cover = coverage(ho) if ho else None
+    ho = [{k: v for k, v in h.items() if k != "residuals"} for h in ho]
     violations = [{k: r.get(k) for k in validate_runs.RUN_KEYS}
                   | {"what": w, "bound_s": r[f"{w}_bound_s"], "measured_s": r[f"measured_{w}_s"]}
                   for r in done + [s for s in split if s["predicted"]] for w in ("tpot", "ttft")
@@ -159,6 +226,7 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
         "holdout_worst_ttft": {by: max((h["ttft"]["median_abs"] for h in ho if h["by"] == by), default=None)
                                for by in HOLDOUTS},
         "violations": violations,
+        "intervals": band, "coverage": cover,
         "schedule_ttft_over_measured": sum(r["ttft_schedule_bound_s"] > r["measured_ttft_s"] for r in done),
         "weakest": weakest(done),
         "simulator": True,
@@ -192,7 +260,7 @@ def weakest(done) -> list[dict]:
                "ttft_error": r["ttft_error"], "tpot_error": r["tpot_error"]} for r in ranked[:WEAKEST]]
 
 
-def document(fits: fitting.Fits, cases, source: str) -> dict:
+def document(fits: fitting.Fits, cases, source: str, ho: list[dict] | None = None) -> dict:
     """The calibration YAML's content (`calibration.load` reads it back)."""
     usable = [c for c in cases if c.predicted]
 
@@ -219,7 +287,22 @@ def document(fits: fitting.Fits, cases, source: str) -> dict:
         "groups": [{"device": d, "engine": e, "parameters": params(fits.groups[(d, e)]),
                     "residuals": residuals([c for c in usable if c.group == (d, e)], own)}
                    for d, e in sorted(fits.groups)],
+        **_interval_block(ho),
     }
+
+
+def _interval_block(ho) -> dict:
+    band = band_of(ho) if ho else None
+    if band is None:
+        return {}
+    cover = coverage(ho)
+    return {"intervals": {
+        "level": band["level"],
+        "method": "split conformal on log(predicted / measured) of every row predicted with its model, "
+                  "its tp or its engine left out of the fit, pooled; a prediction y allows measured "
+                  "values in [y e^-hi, y e^-lo]",
+        **{w: [_r(v) for v in band[w]] for w in WHATS},
+        "left_out_coverage": {w: _r(cover["all"][w]) for w in WHATS}}}
 
 
 def _r(x: float) -> float:
