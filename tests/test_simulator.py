@@ -228,7 +228,7 @@ def test_a_schedule_the_kv_capacity_never_bound_holds_at_any_capacity_above_its_
     assert small.capacity_bound and len(small.schedule.steps) != len(free.schedule.steps)
 
 
-def test_a_calibration_with_intervals_prints_them(tmp_path):
+def test_a_calibration_with_intervals_prints_them(call, tmp_path):
     """`simulate` under a calibration carrying intervals prints the interval of each mean:
     [mean e^-hi, mean e^-lo] of the file's log(predicted / measured) quantiles."""
     cal = tmp_path / "cal.yaml"
