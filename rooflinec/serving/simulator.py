@@ -76,13 +76,13 @@ class Result:
 
 def kv_capacity_tokens(model: sc.StepModel, policy: Policy) -> int:
     dev, dep = model.deployment.device, model.deployment
-    weights = sc.weight_bytes(dep)
+    weights = dep.weight_bytes()
     cache = (policy.cache_fraction * dev.capacity - weights if policy.cache_fraction_of == "total"
              else policy.cache_fraction * (dev.capacity - weights))
     if cache <= 0:
         raise Unpredictable(f"{dep.weights} weights take {weights / 1e9:.1f} GB per device; "
                             f"{policy.name} leaves no memory for the KV cache on {dev.key}")
-    blocks = int(cache // (sc.kv_bytes_per_token(dep) * policy.kv_block_tokens))
+    blocks = int(cache // (float(dep.kv_per_token()) * policy.kv_block_tokens))
     return blocks * policy.kv_block_tokens
 
 
