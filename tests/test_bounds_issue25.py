@@ -78,8 +78,9 @@ def test_expert_parallel_bound_is_the_busiest_device():
     #   KV cache 32 layers x 2 x 8 heads x 128 x 2 B x 4096 = 0.537 GB
     #   one expert per layer 32 x 3 x 4096 x 14336 x 2 B = 11.27 GB
     # = 14.75 GB per step -> 3.35 TB/s / 14.75 GB = 227 tokens/s (it printed 530.8 from the
-    # mean device's 6.311 GB).
-    bench = Workbench(_study("mixtral-8x7b", [H100], {"ep": 8}))
+    # mean device's 6.311 GB). As attention DP 8 x ep 8, one token per rank: the 8 ranks' 16
+    # routings touch D = 8 (1 - (3/4)^8) = 7.2 distinct experts, ceil(7.2 / 8) = 1 on the busiest.
+    bench = Workbench(_study("mixtral-8x7b", [H100], {"attention_dp": 8, "ep": 8}))
     terms = bench.step_terms("decode", "ideal", H100)
     _, memory = terms.at(1, 4096)
     kv = 32 * 2 * 8 * 128 * 2 * 4096
@@ -93,8 +94,9 @@ def test_expert_parallel_bound_is_the_busiest_device():
 def test_expert_parallel_bound_counts_whole_routings_on_the_busiest_device():
     # B = 3 tokens x k = 2 routings over ep = 8 devices: ceil(6/8) = 1 routed row on the busiest
     # device, FLOPs of one row, not 6/8 of a row: 2 x 4096 x 14336 for the up projection and
-    # 14336 for the gate multiply the ideal variant fuses into its epilogue.
-    bench = Workbench(_study("mixtral-8x7b", [H100], {"ep": 8}))
+    # 14336 for the gate multiply the ideal variant fuses into its epilogue. (Attention at tp 8
+    # so that every device sees the same 3 tokens: tp 8 x attention DP 1 = moe_tp 1 x ep 8.)
+    bench = Workbench(_study("mixtral-8x7b", [H100], {"tp": 8, "ep": 8}))
     prog = bench.program("decode", "ideal", H100)
     up = prog.op("expert_up_proj")
     flops = number(up.cost.flops, bench.at({B: 3, S: 4096}, prog.bindings))

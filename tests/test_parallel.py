@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rooflinec.cost import collectives as C
+from rooflinec.cost import deployment
 from rooflinec.cost import parallel as par
 from rooflinec.cost import kvcache
 from rooflinec.spec import load as spec
@@ -46,7 +47,7 @@ def test_two_all_reduces_of_m_by_d_model_per_layer_forward_four_with_backward(ph
     assert [c.kind for c in layer] == ["all_reduce", "all_reduce"]
     assert all(c.payload == M * d_model * b for c in layer)
     assert program.bindings[M] == (B if phase == "decode" else B * S)
-    both = layer + [c for c in par.backward_collectives(program.collectives)]
+    both = layer + [c for c in deployment.backward_collectives(program.collectives)]
     assert len(both) == 4 and all(c.payload == M * d_model * b and c.repeat == L for c in both)
     # prefill B = 1, S = 4096, Llama-3.1-70B (d_model 8192), bf16: 4 x 4096 x 8192 x 2 B
     # = 268,435,456 B per layer, each all-reduce sending 2(8-1)/8 = 7/4 of its payload
@@ -120,11 +121,11 @@ def test_llama_70b_weights_per_device_at_tp8():
       norms 2 x 8192           =     16,384     layer total            = 106,971,136
     x 80 = 8,557,690,880; embedding and LM head 2 x 16,032 x 8192 = 262,668,288; final norm
     8192: 8,820,367,360 parameters, 17,640,734,720 B at bf16 (16.43 GiB) per device."""
-    assert par.params_per_device(LLAMA_70B, 8) == 8_820_367_360
+    assert deployment.params_per_device(LLAMA_70B, 8) == 8_820_367_360
     # KV cache per token per device: 2 x 80 layers x 1 head x 128 x 2 B = 40,960 B
     assert kvcache.per_token(LLAMA_70B, 2, tp=8) == 40_960
     # one device alone holds all 70,553,706,496 parameters: 141.1 GB, more than an H100's 80 GiB
-    assert par.params_per_device(LLAMA_70B, 1) == 70_553_706_496
+    assert deployment.params_per_device(LLAMA_70B, 1) == 70_553_706_496
 
 
 def test_training_memory_zero_stages():
@@ -392,7 +393,9 @@ def test_a_mixture_of_experts_run_counts_the_parameters_a_token_uses(tmp_path):
 
 
 def ep_bench(ep: int) -> Workbench:
-    return Workbench(spec.Study("", "", "", MIXTRAL, (H100,), "bf16", {}, parallel={"ep": ep}))
+    """Attention data parallelism ep with expert parallelism ep at tp 1 (moe_tp 1): each rank
+    its own batch, one ep-th of the experts."""
+    return Workbench(spec.Study("", "", "", MIXTRAL, (H100,), "bf16", {}, parallel={"attention_dp": ep, "ep": ep}))
 
 
 def test_mixtral_at_ep_8_golden():
@@ -402,7 +405,7 @@ def test_mixtral_at_ep_8_golden():
     7 x 5,637,144,576 = 39,460,012,032 parameters fewer than the whole model. Each MoE layer
     dispatches and combines M x k x d_model = M x 2 x 4096 elements = 16,384 M bytes at bf16,
     7/8 of it leaving the device: 14,336 M bytes each way per layer."""
-    whole, split = par.params_per_device(MIXTRAL, 1), par.params_per_device(MIXTRAL, 1, ep=8)
+    whole, split = deployment.params_per_device(MIXTRAL, 1), deployment.params_per_device(MIXTRAL, 1, ep=8)
     assert whole - split == 7 * 3 * 4096 * 14336 * 32 == 39_460_012_032
     bench = ep_bench(8)
     assert bench.weight_bytes() == split * 2
@@ -427,27 +430,27 @@ def test_ep_that_does_not_divide_the_experts_is_a_located_error(tmp_path):
 @given(st.sampled_from([2, 4, 8]), st.sampled_from(["decode", "prefill"]),
        st.integers(1, 4096), st.integers(1, 8192))
 def test_per_device_expert_flops_times_ep_is_the_whole(ep, phase, batch, context):
-    """The step waits for the busiest device (pigeonhole): its routed-expert FLOPs and
-    activations are ceil(M*k/ep) of the M*k routings, its expert weights ceil(D/ep) of the D
-    distinct experts; so ep times its share is at least the whole, and every other op is
-    unchanged."""
+    """The step waits for the busiest device (pigeonhole): of the ep ranks' ep*M*k routings it
+    serves at least ceil(ep*M*k/ep), its expert weights ceil(D(ep*M)/ep) of the D distinct
+    experts the ep ranks' tokens touch; every other op is the rank's own (unchanged)."""
     import math
     w = {B: batch, S: context}
     one = ep_bench(1).ledger(ep_bench(1).program(phase, "unfused", H100), H100, w)
     split = ep_bench(ep).ledger(ep_bench(ep).program(phase, "unfused", H100), H100, w)
     rows = 2 * (batch if phase == "decode" else batch * context)          # M*k, Mixtral's k = 2
     distinct = 8 * (1 - (1 - 2 / 8) ** (rows // 2))
+    spread = 8 * (1 - (1 - 2 / 8) ** (ep * rows // 2))     # the distinct experts of ep ranks' tokens
     for a, s in zip(one.rows, split.rows):
         assert a.op.name == s.op.name
-        if not par.routed(a.op):
+        if not deployment.routed(a.op):
             assert (s.flops, s.bytes) == pytest.approx((a.flops, a.bytes), rel=1e-12)
             continue
-        share = math.ceil(rows / ep) / rows
+        share = math.ceil(ep * rows / ep) / rows
         assert s.flops == pytest.approx(a.flops * share, rel=1e-9)
         assert s.traffic.get("weights", 0) == pytest.approx(
-            a.traffic.get("weights", 0) * math.ceil(distinct / ep - 1e-9) / distinct, rel=1e-9)
+            a.traffic.get("weights", 0) * math.ceil(spread / ep - 1e-9) / distinct, rel=1e-9)
         assert s.flops * ep >= a.flops * (1 - 1e-12) and s.bytes * ep >= a.bytes * (1 - 1e-12)
-    assert any(par.routed(r.op) for r in one.rows)
+    assert any(deployment.routed(r.op) for r in one.rows)
 
 
 def test_mixtral_at_tp_8_splits_every_expert_golden():
@@ -457,7 +460,7 @@ def test_mixtral_at_tp_8_splits_every_expert_golden():
     experts 8 x 3 x 4096 x 1792 = 176,160,768; norms 2 x 4096 = 8,192: 181,444,608 x 32 layers =
     5,806,227,456; embedding and LM head 2 x 32000 x 4096 / 8 = 32,768,000; final norm 4096:
     5,838,999,552 parameters, an eighth of 46,702,792,704 plus the replicated router and norms."""
-    assert par.params_per_device(MIXTRAL, 8) == 5_838_999_552
+    assert deployment.params_per_device(MIXTRAL, 8) == 5_838_999_552
     program = bench(MIXTRAL).program("decode", "unfused", H100, tp=8)
     reduces = {c.name: c.repeat for c in program.collectives if c.kind == "all_reduce"}
     # each MoE layer's combined output is a partial sum over the 8 devices, as down_proj's is
@@ -478,12 +481,13 @@ def test_deepseek_v3s_dense_and_moe_layers_each_reduce_their_output():
 
 
 def test_under_ep_routed_experts_stay_whole_and_need_no_reduce():
-    w = Workbench(spec.Study("", "", "", MIXTRAL, (H100,), "bf16", {}, parallel={"tp": 2, "ep": 8}))
+    w = Workbench(spec.Study("", "", "", MIXTRAL, (H100,), "bf16", {}, parallel={"tp": 2, "attention_dp": 8, "ep": 8}))
     program = w.program("decode", "unfused", H100, tp=2)
     assert "moe_combine_all_reduce" not in {c.name for c in program.collectives}
-    # tp 2 x ep 8: 1 whole expert per layer on each device (3 x 4096 x 14336 x 32 parameters)
-    assert par.params_per_device(MIXTRAL, 2, ep=8) - par.params_per_device(MIXTRAL, 2, ep=1) == \
-        3 * 4096 * 14336 * 32 - 8 * 3 * 4096 * 7168 * 32
+    # tp 2 x attention DP 8 = moe_tp 2 x ep 8: 1 expert per layer on each device, half its
+    # width (3 x 4096 x 7168 x 32 parameters), against all 8 at half width under tp 2 alone
+    assert deployment.params_per_device(MIXTRAL, 2, ep=8, moe_tp=2) - deployment.params_per_device(MIXTRAL, 2, ep=1) == \
+        3 * 4096 * 7168 * 32 - 8 * 3 * 4096 * 7168 * 32
 
 
 def test_a_tp_that_does_not_divide_an_experts_width_is_refused():
@@ -517,9 +521,9 @@ def test_the_summary_names_the_degrees_tried_where_none_fits(tmp_path):
 
 
 def test_tp_with_ep_need_not_divide_the_routed_experts_width_for_the_kv_cache():
-    """Under ep the routed experts stay whole, so tp need not divide d_e: the KV cache's share
-    is asked with the study's ep too. Mixtral-8x7B with d_e = 14,344 (not a multiple of 16) at
-    tp 16, ep 2: 8 KV heads over 16 devices, one each (replicated), so 32 layers x 2 x 128 x 2 B
+    """Under ep the routed experts split over moe_tp = tp / ep, so tp need not divide d_e: the
+    KV cache's share is asked with the study's ep too. Mixtral-8x7B with d_e = 14,344 (not a
+    multiple of 16, a multiple of 8) at tp 16, ep 2 (moe_tp 8): 8 KV heads over 16 devices, one each (replicated), so 32 layers x 2 x 128 x 2 B
     = 16,384 B per token; a sequence of 1,024 tokens holds 16,777,216 B."""
     odd = replace(MIXTRAL, moe=replace(MIXTRAL.moe, d_expert=14_344))
     bench = Workbench(spec.Study("", "", "", odd, (H100,), "bf16", {}, parallel={"tp": 16, "ep": 2}))

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinec.cost import kvcache, parallel
+from rooflinec.cost import deployment, kvcache, parallel
 from rooflinec.model import params
 from rooflinec.spec import load as spec
 from rooflinec.cli.app import run
@@ -38,10 +38,10 @@ def test_deepseek_v3_at_pp_31_holds_positive_weights():
     """61 layers over 31 stages: 2 layers a stage, the last 1. The first stage holds the 2 of
     the 3 dense-first layers; it used to count 2 - 3 = -1 MoE layers and -15,806,941,184 B."""
     m = _model("deepseek-v3")
-    layered, once = parallel.stage_params(m, 1, 31)
+    layered, once = deployment.stage_params(m, 1, 31)
     assert len(layered) == 31 and min(layered) > 0
     assert sum(layered) + once == _total(m)
-    assert parallel.params_per_device(m, 1, 31) == int(max(layered) + once) > 0
+    assert deployment.params_per_device(m, 1, 31) == int(max(layered) + once) > 0
     # stage 3 (layers 6, 7) holds two MoE layers, the heaviest: stage 0 (layers 0, 1) two dense
     assert max(layered) == layered[3] > layered[0]
 
@@ -76,11 +76,11 @@ def test_stages_are_non_negative_and_sum_to_the_whole(key, pp, first, every, off
     ranges = parallel.stages(m.n_layers, pp)
     assert [a for a, _ in ranges] == [b for _, b in [(0, 0), *ranges[:-1]]] and ranges[-1][1] == m.n_layers
     assert all(stop > first for first, stop in ranges)
-    layered, once = parallel.stage_params(m, 1, pp, ep)
+    layered, once = deployment.stage_params(m, 1, pp, ep)
     assert all(x >= 0 for x in layered) and once >= 0
     if ep == 1:
         assert sum(layered) + once == _total(m)
-    assert parallel.params_per_device(m, 1, pp, ep) >= max(layered)
+    assert deployment.params_per_device(m, 1, pp, ep) >= max(layered)
     for context in (1, 4096, 10 ** 6):
         assert kvcache.per_sequence(m, 2, context, 1, pp, 1) >= 0
     assert kvcache.per_token(m, 2, 1, pp) >= 0

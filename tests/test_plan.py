@@ -53,7 +53,7 @@ def test_the_frontier_equals_brute_force_on_a_small_case(case):
             continue
         step = sc.build(sc.Deployment(model, dev, tp, w, kv))
         steady, first = (x[0:1] for x in plan.features(np.array([b]), WORK.isl, WORK.osl))
-        memory = sc.weight_bytes(step.deployment) / pp + b * sc.kv_bytes_per_token(step.deployment) * (1024 + 128)
+        memory = step.deployment.weight_bytes() / pp + b * float(step.deployment.kv_per_token()) * (1024 + 128)
         hop = (pp - 1) * plan._hop_s(dev, np.array([b]), model)[0] if pp > 1 else 0.0
         tpot = float(step.durations(steady, params)[0]) + hop
         ttft = float(step.durations(first, params)[0]) + hop + params.request_latency_s

@@ -11,11 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rooflinec.cost import collectives as C
-from rooflinec.cost import kvcache, program_costs
+from rooflinec.cost import kvcache, parallel, program_costs
+from rooflinec.cost.deployment import Deployment
 from rooflinec.model import params
 from rooflinec.spec import load as spec
 from rooflinec.serving import serving_model as sm
-from rooflinec.model.symbols import B, S
+from rooflinec.model.symbols import B, S, V, d_ff, n_kv, n_q
 from rooflinec.model.symbol_table import model_values
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,20 +77,21 @@ def test_ring_all_reduce_grows_with_devices_and_stays_below_twice_the_payload(pa
 
 def test_shard_70b_at_tp8():
     # 64 query heads / 8 = 8; 8 KV heads / 8 = 1; 28672 / 8 = 3584; 128256 / 8 = 16032
-    m = sm.shard(LLAMA_70B, 8)
-    assert (m.n_heads, m.n_kv_heads, m.d_ff, m.vocab, m.d_model) == (8, 1, 3584, 16032, 8192)
+    shares, values = parallel.per_device(LLAMA_70B, 8), model_values(LLAMA_70B)
+    assert [int(shares[s].subs(values)) for s in (n_q, n_kv, d_ff, V)] == [8, 1, 3584, 16032]
 
 
 def test_kv_heads_replicate_beyond_their_count():
     # 8 KV heads over tp 16: each device still holds one (a replica), never zero
     m = replace(LLAMA_8B, n_heads=32)
-    assert sm.shard(m, 16).n_kv_heads == 1
+    assert parallel.per_device(m, 16)[n_kv] == 1
     assert kvcache.per_token(m, 2, tp=16) == 2 * 32 * 1 * 128 * 2
+    assert Deployment(m, tp=16).kv_per_token() == 2 * 32 * 1 * 128 * 2
 
 
 def test_shard_refuses_a_degree_that_splits_a_head():
     with pytest.raises(sm.Unpredictable, match="does not divide"):
-        sm.shard(LLAMA_8B, 3)
+        sm.checked(Deployment(LLAMA_8B, tp=3))
 
 
 def test_kv_and_weight_bytes_golden():
@@ -97,8 +99,25 @@ def test_kv_and_weight_bytes_golden():
     assert kvcache.per_token(LLAMA_8B, 2) == 131_072
     # 70B at fp8 over 4 devices: 80 layers x 2 x (8/4) x 128 x 1 B = 40,960 B per token per device
     assert kvcache.per_token(LLAMA_70B, 1, tp=4) == 40_960
-    assert sm.weight_bytes(LLAMA_70B, "fp8", 1) == 70_553_706_496
-    assert sm.weight_bytes(LLAMA_8B, "bf16", 2) == 8_030_261_248
+    assert Deployment(LLAMA_70B, weights="fp8").weight_bytes() == 70_553_706_496
+    # 8B at tp 2: the 65 RMSNorms (2 per layer + the final one) x 4096 = 266,240 weights stay
+    # whole on each device, the rest halves: ((8,030,261,248 - 266,240) / 2 + 266,240) x 2 B
+    assert Deployment(LLAMA_8B, tp=2).weight_bytes() == ((8_030_261_248 - 266_240) // 2 + 266_240) * 2
+
+
+def test_llama_70b_weights_at_tp16_replicate_kv_heads():
+    """The one weight-bytes figure (the deployment's), at a tp past the 8 KV heads, from
+    meta-llama/Llama-3.1-70B's config.json (d_model 8192, 64 heads of 128, 8 KV heads, d_ff
+    28672, 80 layers, vocabulary 128256, untied embeddings). Per layer per device: q and o
+    8192 x 512 each (4 of the 64 heads), k and v one replicated KV head each, 2 x 8192 x 128,
+    gate, up and down 3 x 8192 x 1792, two norms of 8192: 54,542,336; x 80 = 4,363,386,880;
+    embedding and LM head 2 x 8016 x 8192 = 131,334,144; the final norm 8192: 4,494,729,216
+    parameters, 1.9% above 70,553,706,496 / 16 (the even split an earlier owner printed)."""
+    dep = Deployment(LLAMA_70B, tp=16)
+    per_layer = 2 * 8192 * 512 + 2 * 8192 * 128 + 3 * 8192 * 1792 + 2 * 8192
+    assert dep.params_per_device() == 80 * per_layer + 2 * 8016 * 8192 + 8192 == 4_494_729_216
+    assert dep.weight_bytes() == 2 * 4_494_729_216
+    assert dep.params_per_device() / (70_553_706_496 / 16) == pytest.approx(1.0193, abs=1e-4)
 
 
 def test_sequences_that_fit_golden():

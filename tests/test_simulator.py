@@ -50,7 +50,7 @@ def test_decode_step_at_batch_one_is_the_weights_over_the_bandwidth():
     3.35 TB/s (datasheet) that is 15.01e9 / 3.35e12 = 4.48 ms; the activations and one short
     sequence's KV cache add well under 1%."""
     t = STEP8.durations(features(decodes=1, context=1)[None], sc.BOUND)[0]
-    weights = sm.weight_bytes(LLAMA8, "bf16", 1)
+    weights = STEP8.deployment.weight_bytes()
     assert weights == pytest.approx(16.06e9, rel=2e-3)
     read = weights - 128256 * 4096 * 2
     assert read / H100.bandwidth == pytest.approx(4.48e-3, rel=2e-3)
@@ -135,13 +135,13 @@ def test_open_loop_is_seeded_and_poisson():
 
 
 def test_kv_capacity_follows_the_engines_memory_rule():
-    """Llama-3.1-70B fp8 at tp 4 on H200 (141 GB): weights 70.55e9 x 1 B / 4 = 17.64 GB; TRT-LLM
+    """Llama-3.1-70B fp8 at tp 4 on H200 (141 GB): weights 70.55e9 x 1 B / 4 = 17.64 GB (the norms whole on each device); TRT-LLM
     keeps 0.9 x (141 - 17.64) = 111.0 GB; a token's KV is 80 layers x 2 x 2 KV heads x 128 x 1 B
     = 40,960 B per device: 2.71 M tokens, in blocks of 32."""
     pol = engines.load("trtllm")
     tokens = simulator.kv_capacity_tokens(STEP70, pol)
     assert tokens % 32 == 0
-    assert tokens == pytest.approx(0.9 * (141e9 - sm.weight_bytes(LLAMA70, "fp8", 4)) / 40960, abs=32)
+    assert tokens == pytest.approx(0.9 * (141e9 - STEP70.deployment.weight_bytes()) / 40960, abs=32)
 
 
 # --- engines -------------------------------------------------------------------------------

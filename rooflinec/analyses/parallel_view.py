@@ -31,8 +31,10 @@ def _step(ctx, device, phase: str, variant: str, tp: int, workload: dict, overla
     memory = led.time - compute
     comm_s = sum(c.time for c in comm)
     step = max(led.time, comm_s) if overlap else led.time + comm_s
-    tokens = workload["batch"] * (1 if phase == "decode" else workload["context"])
-    gpus = tp * ctx.parallel.ep      # the group that steps together: tp x ep devices
+    dep = ctx.deployment(tp)
+    # the group that steps together, tp x attention_dp devices; each attention-DP rank its own batch
+    gpus = dep.group
+    tokens = workload["batch"] * (1 if phase == "decode" else workload["context"]) * dep.attention_dp
     return {"tp": tp, "flops": led.flops, "duplicated_flops": led.flops * tp - whole,
             "duplicated_share": (led.flops * tp - whole) / whole, "compute_s": compute, "memory_s": memory, "comm_s": comm_s, "step_s": step,
             "gpus": gpus, "tokens_per_s_group": tokens / step,
@@ -66,4 +68,5 @@ def parallel_view(ctx, params) -> dict:
             "weights_format": ctx.storage("weights"), "kv_format": ctx.storage("kv_cache"),
             "workloads": params.workloads, "overlap": OVERLAP[overlap], "devices": devices,
             "kv_heads": ctx.model.n_kv_heads, "pp": ctx.parallel.pp, "ep": ctx.parallel.ep,
+            **({"attention_dp": ctx.parallel.attention_dp} if ctx.parallel.attention_dp > 1 else {}),
             "experts": ctx.model.moe.experts if getattr(ctx.model, "moe", None) else None}

@@ -49,7 +49,7 @@ def _bound(step: _Step, batch, context) -> dict:
     roof, comm = step.terms.roof(batch, context), step.comm(batch, context)
     time = max(roof.time, comm) if step.ctx.parallel.overlap else roof.time + comm
     return {"compute_s": roof.t_compute, "memory_s": roof.t_memory, "comm_s": comm, "time_s": time,
-            "bound": roof.bound, "tokens_per_s": batch / time}
+            "bound": roof.bound, "tokens_per_s": batch * step.ctx.parallel.attention_dp / time}
 
 
 def _size(step: _Step, batch, context) -> tuple[float, float]:
@@ -135,10 +135,12 @@ def _measured(ctx, terms, entries) -> list[dict]:
 def _deployment(ctx) -> dict | None:
     """The group the study's `parallel` block describes, whose step every figure here is
     (tokens/s are the group's: its devices step together); None on one device."""
-    p = ctx.parallel
-    if p.tp * p.ep == 1:
+    p, dep = ctx.parallel, ctx.deployment()
+    if dep.group == 1:
         return None
-    return {"gpus": p.tp * p.ep, "tp": p.tp, "ep": p.ep,
+    # tokens/s are the group's: each of the attention_dp ranks steps its own batch
+    return {"gpus": dep.group, "tp": p.tp, "ep": p.ep, "attention_dp": p.attention_dp,
+            "moe_tp": dep.expert_tp if p.ep > 1 or p.attention_dp > 1 else 1,
             "collectives": "beside the kernels (communication overlaps compute)" if p.overlap
             else "after the kernels (communication does not overlap compute)"}
 

@@ -25,6 +25,7 @@ from rooflinec.spec.validate import closest, schema
 from rooflinec import analyses
 from rooflinec.base import yamlio
 from rooflinec.cost import parallel
+from rooflinec.cost.deployment import Deployment
 from rooflinec.cli import summary as answers
 from rooflinec.cli import speculation
 from rooflinec.serving import speculative, stepcost
@@ -82,6 +83,12 @@ def register(sub, streams, parents=()) -> None:
                    "(default: --dtype)")
     s.add_argument("--tp", default=1, type=int, metavar="N",
                    help="tensor-parallel degree; figures are one of N devices' (default: 1)")
+    s.add_argument("--attention-dp", default=1, type=int, metavar="N", help="attention data-parallel "
+                   "ranks, each with its own batch and KV cache; batch and memory are one rank's (default: 1)")
+    s.add_argument("--ep", default=1, type=int, metavar="N", help="expert-parallel degree: the routed "
+                   "experts over N ranks; tp x attention-dp = moe-tp x ep (default: 1)")
+    s.add_argument("--moe-tp", default=None, type=int, metavar="N", help="each routed expert's width "
+                   "over N devices (default: tp x attention-dp / ep)")
     s.add_argument("--json", action="store_true", help="the serving section as JSON")
     speculation.add_arguments(s)
     for command in (d, m, i, s):   # a UsageError prints the command's own usage line
@@ -206,14 +213,14 @@ def _counts(text: str, flag: str) -> list[int]:
 
 
 def serving_section(model, device, dtype: str, batches, context: int, prompt: int,
-                    tp: int = 1, quantization: dict | None = None) -> dict:
+                    tp: int = 1, quantization: dict | None = None, parallel: dict | None = None) -> dict:
     """The adapter: the study's serving analysis, run on one model and one device (through
     analyses.run, so the study's budgets (points and expression sizes) and finite numbers hold here too)."""
     where = yamlio.Located("<command line>", {}, {}, {})
     options = {"batch": batches, "contexts": [context], "prompts": [prompt]}
     study = Study(file="<command line>", stem="serve", title="serve", model=model, devices=(device,),
                   dtype=dtype, conventions={}, doc=where, analyses={"serving": options},
-                  parallel={"tp": tp}, quantization=dict(quantization or {}))
+                  parallel={"tp": tp, **(parallel or {})}, quantization=dict(quantization or {}))
     return analyses.run(study)[0]
 
 
@@ -230,11 +237,26 @@ def _storage(args) -> dict:
     return out
 
 
-def _check_tp(model, tp: int) -> None:
+def _layout(args) -> dict:
+    """--attention-dp, --ep and --moe-tp as the study's `parallel` keys (those past 1)."""
+    given = {"attention_dp": args.attention_dp, "ep": args.ep, "moe_tp": args.moe_tp}
+    for key, value in given.items():
+        if value is not None and value < 1:
+            raise UsageError(f"--{key.replace('_', '-')}: expected a whole number >= 1, got {value}")
+    return {key: value for key, value in given.items() if value is not None and (value > 1 or key == "moe_tp")}
+
+
+def _check_tp(model, tp: int, layout: dict) -> None:
+    dep = Deployment(model, tp=tp, attention_dp=layout.get("attention_dp", 1),
+                     moe_tp=layout.get("moe_tp"), moe_ep=layout.get("ep", 1))
     try:
-        parallel.check(model, tp)
+        dep.check()
     except parallel.Unshardable as exc:
-        raise UsageError(f"--tp: {exc}; pick a degree that divides them") from None
+        msg = str(exc)
+        flag = (next((f"--{k.replace('_', '-')}" for k in ("moe_tp", "attention_dp", "ep") if k in layout), "--ep")
+                if "must cover" in msg else "--moe-tp" if "(moe_tp)" in msg else "--ep" if "expert-parallel" in msg
+                else "--attention-dp" if "attention data-parallel" in msg else "--tp")
+        raise UsageError(f"{flag}: {exc}; pick a degree that divides them") from None
 
 
 def _setup(dtype: str, tp: int, storage: dict) -> str:
@@ -254,17 +276,18 @@ def cmd_serve(args, stdout, stderr) -> int:
     model, device = _model(args.model), _device(args.device)
     if args.tp < 1:
         raise UsageError(f"--tp: expected a whole number >= 1, got {args.tp}")
-    _check_tp(model, args.tp)
+    layout = _layout(args)
+    _check_tp(model, args.tp, layout)
     if device.peak("matrix", args.dtype) is None:
         raise RooflineError(f"{args.device}: device '{device.key}' lists no tensor peak for "
                             f"{args.dtype}; it has: {', '.join(device.tensor)}")
     draft = speculation.draft_of(args, _model)
     section = serving_section(model, device, args.dtype, batches, args.context, args.prompt,
-                              args.tp, storage)
+                              args.tp, storage, layout)
     spec = _speculation(model, device, args, storage, draft, batches)
     if args.json:
         stdout.write(json.dumps({"model": model.name, "device": device.key, "dtype": args.dtype,
-                                 "tp": args.tp, "quantization": storage,
+                                 "tp": args.tp, **layout, "quantization": storage,
                                  "context": args.context, "prompt": args.prompt,
                                  "summary": _plain(_answers(device, args.dtype, section)),
                                  "serving": _plain(section),

@@ -84,8 +84,9 @@ def answers(section: dict, devices, link: dict | None = None, variant: str | Non
 
 
 def deployment(group: dict) -> str:
-    """'tp 8', 'ep 8' or 'tp 2, ep 4': the degrees of a study's group of devices."""
-    return ", ".join(f"{k} {group[k]}" for k in ("tp", "ep") if group[k] > 1)
+    """'tp 8', 'attention_dp 8, ep 8' or 'tp 2, ep 4': the degrees of a study's group of
+    devices."""
+    return ", ".join(f"{k} {group[k]}" for k in ("tp", "attention_dp", "moe_tp", "ep") if group.get(k, 1) > 1)
 
 
 def text(model_name: str, dtype: str, summary: dict) -> str:

@@ -19,7 +19,6 @@ from sympy.printing.jscode import jscode
 
 from rooflinec.cost import kvcache
 from rooflinec.model import quant, window
-from rooflinec.cost import parallel as par
 from rooflinec.cost.derive import exact
 from rooflinec.cost.efficiency import step_terms
 from rooflinec.base.roofline import transfer_time
@@ -95,7 +94,7 @@ def _memory(bench, tp: int) -> dict:
     context) and, for windowed layers, what each keeps per token and how many the device holds."""
     model, p = bench.model, bench.parallel
     local = kvcache._windowed_on_device(model, p.pp)
-    return {"params": par.params_per_device(model, tp, p.pp, p.ep),
+    return {"params": bench.deployment(tp).params_per_device(),
             "kv_token": float(kvcache.per_token(model, 1, tp, p.pp, p.ep)),
             "kv_layer": float(kvcache._value(kvcache._per_layer(model), model, 1, tp, 1, p.ep)) if local else 0.0,
             "local": local, "window": int(model.window or 0) if local else 0}

@@ -26,7 +26,8 @@ import sympy as sp
 
 from rooflinec.base import budget
 from rooflinec.base.roofline import compute_time, transfer_time
-from rooflinec.cost import collectives, kvcache, parallel, program_costs
+from rooflinec.cost import collectives, kvcache, program_costs
+from rooflinec.cost.deployment import Deployment
 from rooflinec.model import params
 from rooflinec.model.symbol_table import model_values
 from rooflinec.model.symbols import B, M, S
@@ -67,7 +68,8 @@ def _exact(v) -> sp.Rational:
 def decode_step(model, device, tp: int, weights: str, kv_cache: str, batch: int, context: int,
                 all_reduces_per_layer: int, activation: str = "bf16") -> Step:
     """The decode step of `batch` sequences at `context` on one of tp devices, exact."""
-    shard = parallel.shard_model(model, tp) if tp > 1 else model
+    dep = Deployment(model, device, tp, weights, kv_cache)
+    dep.check()
     stored = {"weights": weights, "kv_cache": kv_cache}
     act = DTYPE_BYTES[activation]
     at = {B: batch, S: context, M: batch}
@@ -78,8 +80,8 @@ def decode_step(model, device, tp: int, weights: str, kv_cache: str, batch: int,
         Kernel(op.name, sp.nsimplify(flops.xreplace(at)),
                {c: sp.nsimplify(e.xreplace(at)) for c, e in traffic.items()},
                _exact(matrix if op.unit == "matrix" else vector), op.unit == "matrix")
-        for op, flops, traffic in program_costs.symbolic_ops(shard, "decode", device, act, stored))
-    n_c = all_reduces_per_layer * shard.n_layers if tp > 1 else 0
+        for op, flops, traffic in program_costs.symbolic_ops(dep, "decode", device, act, stored))
+    n_c = all_reduces_per_layer * model.n_layers if tp > 1 else 0
     volume = collectives.fraction("all_reduce", tp) * batch * model.d_model * act if tp > 1 else sp.Integer(0)
     link_bw = _exact(device.link_bandwidth) if device.link_bandwidth else None
     return Step(kernels, _exact(device.bandwidth), n_c, sp.nsimplify(volume), link_bw,

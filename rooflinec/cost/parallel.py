@@ -1,47 +1,21 @@
-"""Many devices: the `parallel` block, Megatron-LM tensor-parallel sharding as a pass over a
-lowered program, the collectives it adds, and the per-device facts (memory, bubble) that
-follow from the degrees.
+"""Many devices: the study's `parallel` block, the rules of each parallel axis on one symbol,
+and the training facts (bubble, FLOPs per iteration, memory) that follow from the degrees.
 
-Sharding (Shoeybi et al. 2019, Megatron-LM, section 3; Narayanan et al. 2021):
-- q, k, v and gate/up are column-parallel, o and down row-parallel: each device holds n_q/tp
-  query heads, n_kv/tp KV heads and d_ff/tp of the MLP width, so every op written over n_q,
-  n_kv or d_ff divides by tp (attention included: heads are independent);
-- KV heads are replicated when tp exceeds their count: each device keeps the one KV head its
-  query heads read (n_kv per device = 1), which is duplicated work and memory;
-- the embedding and the LM head are vocabulary-parallel: V/tp rows (rounded up) per device;
-- norms, residual adds and the embedding's gather run whole on every device (no sequence
-  parallelism): duplicated work.
-The forward pass then needs one all-reduce of the [M, d_model] activations after o_proj and
-one after down_proj per layer (one per layer for a parallel block), one after the
-vocabulary-parallel embedding, and an all-gather of the logits.
-
-Expert parallelism (ep, GShard and DeepSpeed-MoE's layout) splits the E routed experts over ep
-devices, E/ep each; attention, the router and shared experts stay whole on every one. A step
-waits for its busiest device, so the program is that device's (pigeonhole): of the M*k
-routings one device serves at least ceil(M*k/ep), and of the D distinct experts the step reads
-one device holds at least ceil(D/ep); the routed-expert ops' FLOPs and activations scale by
-ceil(M*k/ep)/(M*k), their weights by ceil(D/ep)/D. (At M = 1 Mixtral's two experts sit on two
-devices, each reading a whole expert per layer.) The mean device under uniform routing, M*k/ep
-routings and D/ep experts, is a prediction of the typical device, not of the step, and is
-stated as one. Tokens reach their experts and come back by two all-to-alls per MoE layer
-(dispatch and combine) of M*k*d_model elements each.
-
-It is a pass applied after the variant's passes (the attention kernels they build are
-written over n_q and n_kv too); at tp = 1 it returns the program unchanged.
+The rules: what one of tp devices holds of each sharded symbol (`per_device`: n_q/tp, n_kv/tp
+or one replicated KV head, d_ff/tp, ceil(V/tp), the expert widths), which degrees divide the
+model (`check`, `check_ep`, `stages`). Only rooflinec.cost.deployment applies them to
+programs and memory (and rooflinec.cost.kvcache's formulas, which the deployment calls); its
+module docstring states the layout (Megatron-LM, expert parallelism) they come from.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import sympy as sp
 
-from rooflinec.cost.collectives import Collective
-from rooflinec.model.ir import Cost, Program, verify
-from rooflinec.model.symbols import L, M, V, b, d_ff, d_model, n_kv, n_q
-from rooflinec.model.moe import d_e, d_s, distinct, k, repeats
-from rooflinec.model.params import count
-from rooflinec.model.symbol_table import model_values
+from rooflinec.model.symbols import L, V, d_ff, n_kv, n_q
+from rooflinec.model.moe import d_e, d_s
 
 
 @dataclass(frozen=True)
@@ -50,7 +24,9 @@ class Parallel:
 
     tp: int = 1             # tensor parallel
     pp: int = 1             # pipeline stages
-    ep: int = 1             # expert parallel (within the data-parallel ranks)
+    ep: int = 1             # expert parallel: the routed experts over ep devices (moe_ep)
+    attention_dp: int = 1   # attention data parallel: ranks with their own batch and KV cache
+    moe_tp: int = 0         # each routed expert's width over moe_tp devices (0: tp x attention_dp / ep)
     dp: int = 1             # data parallel
     microbatches: int = 1   # per pipeline flush (training)
     zero: int = 0           # ZeRO stage across dp: 1 optimizer states, 2 + gradients, 3 + weights
@@ -61,24 +37,32 @@ class Unshardable(ValueError):
     """A degree that does not divide what it splits; the message says which."""
 
 
-def _widths(model, ep: int) -> tuple[tuple[str, int], ...]:
+def expert_tp(tp: int, ep: int, moe_tp: int | None) -> int:
+    """The degree that splits each routed expert's width: `moe_tp` when given, else tp while
+    ep is 1 (vLLM's and Megatron-LM's experts under tensor parallelism), else 1."""
+    return moe_tp if moe_tp is not None else (tp if ep == 1 else 1)
+
+
+def _widths(model) -> tuple[tuple[str, int], ...]:
     """The widths tensor parallelism splits: heads, the MLP, and a mixture of experts' shared
-    experts and (unless expert parallelism places whole experts) each routed expert."""
+    experts."""
     moe = getattr(model, "moe", None)
     out = (("query heads", model.n_heads), ("MLP width d_ff", model.d_ff))
     if moe is not None and moe.shared_experts:
         out += (("shared experts' width d_s", moe.shared_width),)
-    if moe is not None and ep == 1:
-        out += (("routed expert width d_e", moe.d_expert),)
     return out
 
 
-def check(model, tp: int, ep: int = 1) -> None:
+def check(model, tp: int, ep: int = 1, moe_tp: int | None = None) -> None:
     if tp < 1:
         raise Unshardable("tensor-parallel degree must be at least 1")
-    for what, n in _widths(model, ep):
+    for what, n in _widths(model):
         if n % tp:
             raise Unshardable(f"tensor-parallel degree {tp} does not divide the {n} {what}")
+    moe, split = getattr(model, "moe", None), expert_tp(tp, ep, moe_tp)
+    if moe is not None and moe.d_expert % split:
+        what = "tensor-parallel degree" if moe_tp is None else "expert tensor-parallel degree (moe_tp)"
+        raise Unshardable(f"{what} {split} does not divide the {moe.d_expert} routed expert width d_e")
     kv = model.n_kv_heads
     if kv % tp and tp % kv:
         raise Unshardable(f"tensor-parallel degree {tp} neither divides nor is a multiple of the "
@@ -99,157 +83,18 @@ def kv_replicated(model, tp: int) -> bool:
     return tp > model.n_kv_heads
 
 
-def per_device(model, tp: int, ep: int = 1) -> dict:
+def per_device(model, tp: int, ep: int = 1, moe_tp: int | None = None) -> dict:
     """Each sharded symbol -> what one of tp devices holds of it. A mixture of experts' shared
-    experts split like the MLP; each routed expert too (1/tp of every expert, as vLLM and
-    Megatron-LM shard experts under tensor parallelism) unless ep places whole experts."""
-    if tp == 1:
+    experts split like the MLP; each routed expert's width over `expert_tp` devices."""
+    split = expert_tp(tp, ep, moe_tp)
+    if tp == 1 and split == 1:
         return {}
-    check(model, tp, ep)
+    check(model, tp, ep, moe_tp)
     moe = getattr(model, "moe", None)
-    experts = {} if moe is None else {d_s: d_s / tp, **({d_e: d_e / tp} if ep == 1 else {})}
-    return {n_q: n_q / tp, n_kv: sp.Integer(1) if kv_replicated(model, tp) else n_kv / tp,
-            d_ff: d_ff / tp, V: sp.ceiling(V / tp), **experts}
-
-
-def shard_model(model, tp: int):
-    """One device's slice of `model` as a model spec (memory, the serving model)."""
-    check(model, tp)
-    moe = getattr(model, "moe", None)
-    if moe is not None:
-        moe = replace(moe, d_expert=moe.d_expert // tp, d_shared=(moe.d_shared or moe.d_expert) // tp)
-    return replace(model, key=f"{model.key}/tp{tp}", n_heads=model.n_heads // tp,
-                   n_kv_heads=max(1, model.n_kv_heads // tp), d_ff=model.d_ff // tp,
-                   vocab=-(-model.vocab // tp), moe=moe)
-
-
-def _cost(cost: Cost | None, subs: dict) -> Cost | None:
-    if cost is None:
-        return None
-    return Cost(cost.flops.xreplace(subs), tuple((c, e.xreplace(subs)) for c, e in cost.traffic))
-
-
-def _partial_outputs(program: Program, model, ep: int) -> list[str]:
-    """The ops whose [M, d_model] output is a partial sum over the tp devices: the row-parallel
-    o and down projections (a MoE model's dense layers' too), and a MoE layer's combine when
-    its experts (or its shared experts) are split by tp."""
-    names = {op.name for op in program.ops}
-    moe = getattr(model, "moe", None)
-    ffn = ["down_proj", "dense_down_proj"]
-    if moe is not None and (ep == 1 or moe.shared_experts):
-        ffn.append("moe_combine")
-    layer = ffn if model.block == "parallel" else ["o_proj", *ffn]
-    return [name for name in layer if name in names]
-
-
-def collectives(program: Program, model, tp: int, ep: int = 1) -> tuple[Collective, ...]:
-    """The forward pass's tensor-parallel collectives, after the ops whose outputs are partial."""
-    names = {op.name for op in program.ops}
-    act = M * d_model * b
-    out = []
-    if "embedding" in names:
-        out.append(Collective("embedding_all_reduce", "all_reduce", act, tp, "tp", tp,
-                              after="embedding", why="vocabulary-parallel embedding: each device "
-                              "holds V/tp rows, the others contribute zeros"))
-    for name in _partial_outputs(program, model, ep):
-        out.append(Collective(f"{name}_all_reduce", "all_reduce", act, tp, "tp", tp,
-                              repeat=program.op(name).repeat, after=name, why="row-parallel: each "
-                              "device holds a partial sum of the [M, d_model] output"))
-    if "lm_head" in names:
-        tokens = program.op("lm_head").crossing
-        out.append(Collective("logits_all_gather", "all_gather", tokens * V * b, tp, "tp", tp,
-                              after="lm_head", why="vocabulary-parallel LM head: each device "
-                              "holds V/tp of every token's logits"))
-    return tuple(out)
-
-
-# the backward pass's conjugate of each row-parallel output's all-reduce: Megatron's f operator,
-# the identity forward, an all-reduce of the input's gradient before the column-parallel GEMMs
-_CONJUGATE = {"o_proj_all_reduce": ("attention_input_grad_all_reduce", "the gradient of the "
-                                    "attention block's input, summed over the column-parallel q, k, v"),
-              "down_proj_all_reduce": ("mlp_input_grad_all_reduce", "the gradient of the MLP's "
-                                       "input, summed over the column-parallel gate and up"),
-              "dense_down_proj_all_reduce": ("dense_mlp_input_grad_all_reduce", "the gradient of "
-                                             "a dense layer's MLP input, summed over gate and up"),
-              "moe_combine_all_reduce": ("moe_input_grad_all_reduce", "the gradient of a MoE "
-                                         "layer's input, summed over the split experts")}
-
-
-def backward_collectives(forward: tuple[Collective, ...]) -> tuple[Collective, ...]:
-    """The per-layer all-reduces a training step adds in its backward pass (one per forward
-    all-reduce of a layer: four per layer in all for a sequential block)."""
-    return tuple(replace(c, name=_CONJUGATE[c.name][0], after="", why=_CONJUGATE[c.name][1])
-                 for c in forward if c.name in _CONJUGATE)
-
-
-def routed(op) -> bool:
-    """An op of the routed experts (moe.ffn names them expert_*): the ops ep splits."""
-    return op.name.startswith("expert_")
-
-
-def _busiest(cost: Cost | None, rows, weights) -> Cost | None:
-    """A routed-expert op's cost on the busiest expert-parallel device: FLOPs and every
-    traffic class but the weights times `rows`, the weights times `weights`."""
-    if cost is None:
-        return None
-    return Cost(cost.flops * rows, tuple((c, e * (weights if c == "weights" else rows)) for c, e in cost.traffic))
-
-
-def expert_collectives(model, tp: int, ep: int) -> tuple[Collective, ...]:
-    """Each MoE layer's dispatch and combine all-to-alls: M*k rows of d_model, (ep-1)/ep of
-    them to other devices."""
-    payload, repeat = M * k * d_model * b, repeats(model)[0]
-    return (Collective("moe_dispatch_all_to_all", "all_to_all", payload, ep, "ep", tp * ep,
-                       repeat=repeat, after="router_topk", why="each token's k routed rows go to "
-                       "the devices holding their experts"),
-            Collective("moe_combine_all_to_all", "all_to_all", payload, ep, "ep", tp * ep,
-                       repeat=repeat, after="expert_down_proj", why="the experts' outputs return "
-                       "to their tokens' devices for the weighted combine"))
-
-
-def split_experts(program: Program, model, ep: int, tp: int = 1) -> Program:
-    """`program` as one of ep expert-parallel devices runs it; unchanged at ep = 1."""
-    if ep == 1:
-        return program
-    check_ep(model, ep)
-    rows, experts = M * k, distinct(model)
-    share = (sp.ceiling(rows / ep) / rows, sp.ceiling(experts / ep) / experts)
-    ops = tuple(replace(op, cost=_busiest(op.cost, *share), epilogue=_busiest(op.epilogue, *share))
-                if routed(op) else op for op in program.ops)
-    stated = (("expert parallelism", f"ep = {ep}: the {model.moe.experts} routed experts split "
-               f"{model.moe.experts // ep} per device; a step waits for its busiest device, which "
-               "serves at least ceil(M*k/ep) of the M*k routings and reads at least ceil(D/ep) of "
-               "the D distinct experts the step touches (pigeonhole; D as the expert GEMMs count it, exactly "
-               "k at M = 1): the routed-expert ops are that "
-               "device's; attention, router and shared experts whole on every device; a dispatch and "
-               "a combine all-to-all per MoE layer"),
-              ("expert parallelism, mean device (a prediction)", "under uniform routing the mean "
-               "device serves M*k/ep routings and reads D/ep experts; the step still waits for the "
-               "busiest, whose load exceeds the mean by the routing's imbalance"),)
-    return verify(replace(program, ops=ops, conventions=program.conventions + stated,
-                          collectives=program.collectives + expert_collectives(model, tp, ep)))
-
-
-def shard(program: Program, model, tp: int, ep: int = 1) -> Program:
-    """`program` as one of tp (and ep) devices runs it, with its collectives; unchanged at
-    tp = ep = 1."""
-    if tp == 1:
-        return split_experts(program, model, ep)
-    subs = per_device(model, tp, ep)
-    ops = tuple(replace(op, cost=_cost(op.cost, subs), epilogue=_cost(op.epilogue, subs))
-                for op in program.ops)
-    kv = (f"KV heads replicated: {model.n_kv_heads} KV heads over {tp} devices, each keeps one"
-          if kv_replicated(model, tp) else f"{model.n_kv_heads // tp} KV head{'s' if model.n_kv_heads // tp > 1 else ''} per device")
-    moe = getattr(model, "moe", None)
-    experts = "" if moe is None else (
-        "; each routed expert's width d_e and the shared experts' d_s split too, the router whole"
-        if ep == 1 else "; the shared experts' width d_s splits, routed experts stay whole (ep places them)")
-    stated = (("tensor parallelism", f"tp = {tp} (Megatron-LM): q/k/v and gate/up "
-               "column-parallel, o and down row-parallel, embedding and LM head vocabulary-parallel; "
-               f"{kv}; every op written over n_q, n_kv, d_ff or V (declared operators too) divides by tp, "
-               f"norms and residual adds run whole on every device{experts}"),)
-    return split_experts(verify(replace(program, ops=ops, conventions=program.conventions + stated,
-                                        collectives=collectives(program, model, tp, ep))), model, ep, tp)
+    experts = {} if moe is None else {d_s: d_s / tp, **({d_e: d_e / split} if split > 1 else {})}
+    dense = {} if tp == 1 else {n_q: n_q / tp, n_kv: sp.Integer(1) if kv_replicated(model, tp) else n_kv / tp,
+                                d_ff: d_ff / tp, V: sp.ceiling(V / tp)}
+    return {**dense, **experts}
 
 
 # --- training at scale ------------------------------------------------------------------------
@@ -308,43 +153,6 @@ def stages(n_layers: int, pp: int) -> list[tuple[int, int]]:
         raise Unshardable(f"pipeline degree {pp} leaves stages with no layers: {n_layers} layers in "
                           f"stages of ceil(L/pp) = {per} fill only {filled} stages")
     return [(s * per, min((s + 1) * per, n_layers)) for s in range(pp)]
-
-
-def _layers_in(model, c, first: int, stop: int) -> int:
-    """How many copies of per-layer component `c` layers first .. stop - 1 hold."""
-    if c.layers == "moe":
-        return model.moe.moe_layers(first, stop)
-    if c.layers == "dense":
-        return model.moe.dense_layers(stop, first)
-    return stop - first
-
-
-def stage_params(model, tp: int, pp: int = 1, ep: int = 1) -> tuple[list, sp.Expr]:
-    """Parameters one device of each pipeline stage holds in its layers (exact numbers, tp
-    shards and E/ep of the routed experts), and those outside the layers (embeddings, final
-    norm, LM head); the stages and the rest sum to the model's parameters on one tp x ep
-    shard."""
-    if ep > 1:
-        check_ep(model, ep)
-    shard, values = per_device(model, tp, ep), model_values(model)
-    layered, once = [], sp.Integer(0)
-    for c in count(model).components:
-        per = c.per.xreplace(shard).subs(values) / (ep if c.name == "experts" else 1)
-        if c.layers or c.repeat == L:
-            layered.append((c, per))
-        else:
-            once += per * c.repeat.subs(values)
-    return [sum((per * _layers_in(model, c, first, stop) for c, per in layered), sp.Integer(0))
-            for first, stop in stages(model.n_layers, pp)], once
-
-
-def params_per_device(model, tp: int, pp: int = 1, ep: int = 1) -> int:
-    """Parameters one device holds: its tensor-parallel shard of the busiest pipeline stage's
-    layers, with the embedding and LM head on that same stage (an upper bound for pp > 1,
-    where they sit on the first and last); norms and, past n_kv, KV heads are replicated;
-    E/ep of the routed experts."""
-    layered, once = stage_params(model, tp, pp, ep)
-    return int(max(layered) + once)
 
 
 def on_one_device(model, tp: int, pp: int = 1, ep: int = 1) -> dict:

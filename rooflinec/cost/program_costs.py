@@ -1,8 +1,9 @@
 """The one adapter between the serving model and the compiler: a model's lowered program
 (the ideal variant, passes.DEFAULT_VARIANT) evaluated at one workload point, op by op, as plain numbers.
 
-It only calls lowering, the flash pass and scalar evaluation; what the numbers mean for a
-serving step (dtypes, tensor parallelism, mixed batches) is the serving model's business.
+It only calls lowering, the flash pass, the deployment's sharding (one device's program) and
+scalar evaluation; what the numbers mean for a serving step (dtypes, mixed batches) is the
+serving model's business.
 """
 
 from __future__ import annotations
@@ -40,13 +41,19 @@ def _bench(model, stored: tuple = ()) -> Workbench:
     return Workbench.of(model, (), "bf16", asdict(CONVENTIONS), dict(stored))
 
 
-def op_costs(model, phase: str, device, workload: dict, tokens=None, bytes_per_element=2,
+def _program(dep, phase: str, device, formats: dict | None):
+    """One device's `phase` program under deployment `dep` (its tensor-parallel shard)."""
+    bench = _bench(dep.model, tuple(sorted((formats or {}).items())))
+    return bench, bench.program(phase, VARIANT, device, dep.tp)
+
+
+def op_costs(dep, phase: str, device, workload: dict, tokens=None, bytes_per_element=2,
              formats: dict | None = None) -> list[OpCost]:
-    """Every op of `model`'s `phase` program at `workload` ({B: .., S: ..}); `tokens` overrides
+    """Every op of one device's `phase` program under deployment `dep` at `workload`
+    ({B: .., S: ..}); `tokens` overrides
     the tokens a linear layer sees (M), as a mixed prefill + decode batch needs; `formats`
     stores weights and KV cache in their own formats ({"weights": "fp8", ...})."""
-    bench = _bench(model, tuple(sorted((formats or {}).items())))
-    prog = bench.program(phase, VARIANT, device)
+    bench, prog = _program(dep, phase, device, formats)
     values = {**bench.at(workload, prog.bindings if tokens is None else {}), b: bytes_per_element}
     if tokens is not None:
         values[M] = tokens
@@ -60,13 +67,12 @@ def op_costs(model, phase: str, device, workload: dict, tokens=None, bytes_per_e
     return out
 
 
-def symbolic_ops(model, phase: str, device, bytes_per_element=2, formats: dict | None = None):
-    """Every op of `model`'s `phase` program as (op, FLOPs, {traffic class: bytes}), sympy
+def symbolic_ops(dep, phase: str, device, bytes_per_element=2, formats: dict | None = None):
+    """Every op of one device's `phase` program under deployment `dep` as (op, FLOPs, {traffic class: bytes}), sympy
     expressions of the workload symbols (B, S, M) alone: model dimensions and bytes per element
     substituted, the launches (repeat) multiplied in, M left free (no binding), no
     dequantisation FLOPs (as `op_costs`)."""
-    bench = _bench(model, tuple(sorted((formats or {}).items())))
-    prog = bench.program(phase, VARIANT, device)
+    bench, prog = _program(dep, phase, device, formats)
     values = {**bench.values_for(), b: bytes_per_element, quant.f_dq: 0}
     return [(op, (op.repeat * op.cost.flops).xreplace(values),
              {cls: (op.repeat * e).xreplace(values) for cls, e in op.cost.traffic}) for op in prog.ops]

@@ -17,6 +17,7 @@ from dataclasses import replace
 from rooflinec.cost import collectives as C
 from rooflinec.cost import parallel as par
 from rooflinec.cost import kvcache
+from rooflinec.cost.deployment import Deployment
 from rooflinec.model import passes, quant
 from rooflinec.model import symbols as sym
 from rooflinec.model import symbol_table
@@ -156,9 +157,8 @@ class Workbench:
 
     @cached_property
     def parallel(self) -> par.Parallel:
-        """The study's `parallel` block; a tp that does not divide the model, located."""
+        """The study's `parallel` block; a degree that does not divide the model, located."""
         p = par.Parallel(**{**parallel_defaults(), **self.study.parallel})
-        self.check_tp(p.tp, ("parallel", "tp"), p.ep)
         try:
             par.check_ep(self.model, p.ep)
         except par.Unshardable as exc:
@@ -169,15 +169,32 @@ class Workbench:
                 par.stages(self.model.n_layers, p.pp)
         except par.Unshardable as exc:
             raise SpecError([self.problem(("parallel", "pp"), f"{exc}; pick fewer stages")]) from None
+        self._check(p, p.tp, ("parallel", "tp"))
         return p
 
-    def check_tp(self, tp: int, path: tuple, ep: int | None = None) -> None:
-        """A tp that does not divide the model, located at `path` (ep: the study's by default)."""
+    def _deployment(self, p: par.Parallel, tp: int, weights: str | None = None,
+                    kv_cache: str | None = None) -> Deployment:
+        return Deployment(self.model, None, tp, weights or self.storage("weights"), kv_cache,
+                          attention_dp=p.attention_dp, moe_tp=p.moe_tp or None, moe_ep=p.ep, pp=p.pp)
+
+    def _check(self, p: par.Parallel, tp: int, path: tuple) -> None:
+        if self.model is None:
+            return
         try:
-            if self.model is not None:
-                par.check(self.model, tp, self.parallel.ep if ep is None else ep)
+            self._deployment(p, tp).check()
         except par.Unshardable as exc:
-            raise SpecError([self.problem(path, f"{exc}; pick a degree that divides them")]) from None
+            msg, given = str(exc), self.study.parallel
+            if "must cover" in msg:
+                key = next((k for k in ("attention_dp", "moe_tp", "ep") if k in given), "ep")
+                raise SpecError([self.problem(("parallel", key), f"{msg}; set attention_dp and moe_tp so "
+                                              "that tp x attention_dp = moe_tp x ep")]) from None
+            where = ("parallel", "moe_tp") if "(moe_tp)" in msg and "moe_tp" in given else path
+            raise SpecError([self.problem(where, f"{msg}; pick a degree that divides them")]) from None
+
+    def check_tp(self, tp: int, path: tuple) -> None:
+        """A tp that does not divide the model (or, with the study's attention DP and expert
+        parallelism, does not fill the MoE layers' devices), located at `path`."""
+        self._check(self.parallel, tp, path)
 
     def storage(self, cls: str, dtype: str | None = None, formats: dict | None = None) -> str:
         """The format tensor class `cls` (weights, kv_cache, activations) is stored in:
@@ -209,12 +226,18 @@ class Workbench:
     # memory fit: weights and the KV cache only (activations and workspace left out), on one
     # device: its share when the study's `parallel` block splits the model
 
+    def deployment(self, tp: int | None = None, dtype: str | None = None,
+                   formats: dict | None = None) -> Deployment:
+        """How the study runs its model: the `parallel` block's degrees (`tp`: instead of
+        its tp) and each tensor class's storage format (`formats`: a sweep's point)."""
+        p = self.parallel
+        return self._deployment(p, tp or p.tp, self.storage("weights", dtype, formats),
+                                self.storage("kv_cache", dtype, formats))
+
     def weight_bytes(self, dtype: str | None = None, formats: dict | None = None,
                      tp: int | None = None) -> int:
         """Weight bytes one device holds, at the weights' format (`tp`: instead of the study's)."""
-        p = self.parallel
-        n = par.params_per_device(self.model, tp or p.tp, p.pp, p.ep)
-        return math.ceil(n * quant.byte_value(self.storage("weights", dtype, formats)))
+        return self.deployment(tp, dtype, formats).weight_bytes()
 
     @cached_property
     def kv_formula(self):
@@ -222,21 +245,16 @@ class Workbench:
         plus what the model's declared operators keep."""
         return kvcache.formula(self.model)
 
-    def _kv_args(self, dtype, formats, tp) -> tuple:
-        p = self.parallel
-        return (self.model, quant.byte_value(self.storage("kv_cache", dtype, formats)), tp or p.tp, p.pp, p.ep)
-
     def kv_per_token(self, dtype: str | None = None, formats: dict | None = None,
                      tp: int | None = None) -> int:
         """KV-cache bytes of one token on one device at the KV cache's format, every layer at
         the full context (windowed layers hold fewer: kv_per_sequence counts them)."""
-        return math.ceil(kvcache.per_token(*self._kv_args(dtype, formats, tp)))
+        return math.ceil(self.deployment(tp, dtype, formats).kv_per_token())
 
     def kv_per_sequence(self, context, dtype: str | None = None, formats: dict | None = None,
                         tp: int | None = None):
         """KV-cache bytes of one sequence of `context` tokens on one device (NumPy arrays work)."""
-        model, b_kv, tp, pp, ep = self._kv_args(dtype, formats, tp)
-        return kvcache.per_sequence(model, b_kv, context, tp, pp, ep)
+        return self.deployment(tp, dtype, formats).kv_per_sequence(context)
 
     def memory_needed(self, batch, context, dtype: str | None = None, formats: dict | None = None):
         """Bytes of weights plus B sequences of S tokens of KV cache (NumPy arrays work too)."""
@@ -308,7 +326,7 @@ class Workbench:
                 target = passes.Target(device, conv, self.model.head_dim, self.values[sym.b])
                 self._programs[whole] = quant.retype(passes.apply(self._programs[naive], variant, target),
                                                      tuple(self.study.quantization))
-            self._programs[key] = par.shard(self._programs[whole], self.model, tp, self.parallel.ep)
+            self._programs[key] = self.deployment(tp).shard(self._programs[whole])
         return self._programs[key]
 
     # links between devices

@@ -81,7 +81,7 @@ def kv_link(pools: Pools) -> collectives.Link:
 def kv_bytes(pools: Pools, isl: int) -> float:
     """Bytes of one prompt's KV cache the busiest device sends or receives: a prefill device's
     shard or a decode device's, whichever is larger."""
-    return isl * max(sc.kv_bytes_per_token(pools.prefill), sc.kv_bytes_per_token(pools.decode))
+    return isl * max(float(pools.prefill.kv_per_token()), float(pools.decode.kv_per_token()))
 
 
 def transfer_s(pools: Pools, isl: int, link: collectives.Link) -> float:

@@ -249,11 +249,11 @@ def _evaluate(res, steps, model, device, dep, weights, kv, batch, xs, work, slo,
     except sm.Unpredictable as exc:
         res.count(f"device: {exc}", n)
         return
-    weight_b = sc.weight_bytes(step.deployment) / pp
+    weight_b = step.deployment.weight_bytes() / pp
     if weight_b >= device.capacity:
         res.count("memory: the weights alone exceed the device", n)
         return
-    kv_seq = sc.kv_bytes_per_token(step.deployment) * (work.isl + work.osl / 2)
+    kv_seq = float(step.deployment.kv_per_token()) * (work.isl + work.osl / 2)
     memory = weight_b + batch * kv_seq      # pp x B sequences, 1/pp of the layers each
     fits = memory <= device.capacity
     res.count("memory: the KV cache of the batch does not fit beside the weights", (~fits).sum())

@@ -32,15 +32,13 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from rooflinec.cost import collectives as C
-from rooflinec.cost import kvcache, parallel, program_costs
-from rooflinec.model import params
+from rooflinec.cost import parallel, program_costs
+from rooflinec.cost.deployment import Deployment
 from rooflinec.base.roofline import Roofline, roofline
 from rooflinec.spec.load import DTYPE_BYTES
 from rooflinec.model.symbols import B, S
-from rooflinec.model.symbol_table import model_values
 
 ACTIVATION_DTYPE = "bf16"   # activations and all-reduce payloads; weights and KV may be smaller
-ALL_REDUCES_PER_LAYER = 2   # Megatron-LM: after attention's o_proj and after the MLP's down_proj
 
 
 @dataclass(frozen=True)
@@ -68,37 +66,36 @@ class Run:
     osl: int
     concurrency: int
 
+    @property
+    def deployment(self) -> Deployment:
+        """How the run's model runs: tp devices, weights and KV cache in the weight dtype."""
+        return Deployment(self.model, self.device, self.tp, self.weights, self.weights)
+
 
 class Unpredictable(ValueError):
     """A run the model cannot predict; the message says why."""
 
 
-# --- tensor parallelism: rooflinec.cost.parallel's Megatron-LM sharding and ring collectives ---------
-
-def shard(model, tp: int):
-    """One device's slice of `model` (rooflinec.cost.parallel.shard_model), or why not."""
+def checked(dep: Deployment) -> Deployment:
+    """`dep`, or why it cannot split its model (rooflinec.cost.parallel's rules)."""
     try:
-        return parallel.shard_model(model, tp)
+        dep.check()
     except parallel.Unshardable as exc:
         raise Unpredictable(str(exc)) from None
+    return dep
 
 
 # --- memory ----------------------------------------------------------------------------
 
-def weight_bytes(model, weights: str, tp: int) -> float:
-    """Weights per device: every parameter at the weight dtype, split evenly over tp."""
-    total = params.count(model).total.subs(model_values(model))
-    return int(total) * DTYPE_BYTES[weights] / tp
-
-
 def sequences_that_fit(run: Run) -> float:
     """How many sequences at mean context isl + osl/2 have their KV cache in the memory the
     weights leave free (all of it: engines reserve 0.9 or so, and activations take some)."""
-    free = run.device.capacity - weight_bytes(run.model, run.weights, run.tp)
+    dep = checked(run.deployment)
+    free = run.device.capacity - dep.weight_bytes()
     if free <= 0:
-        raise Unpredictable(f"{run.weights} weights need {weight_bytes(run.model, run.weights, run.tp) / 1e9:.1f} GB "
+        raise Unpredictable(f"{run.weights} weights need {dep.weight_bytes() / 1e9:.1f} GB "
                             f"per device; {run.device.key} has {run.device.capacity / 1e9:.1f} GB")
-    return free / kvcache.per_sequence(run.model, DTYPE_BYTES[run.weights], mean_context(run), run.tp)
+    return free / dep.kv_per_sequence(mean_context(run))
 
 
 def mean_context(run: Run) -> float:
@@ -137,13 +134,13 @@ def timed(step, eff: Efficiency):
 def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float) -> StepCost:
     """A step decoding `decode_seqs` sequences at `context` and prefilling `prefill_seqs`
     prompts of run.isl tokens (a fraction: chunks of prompts), on one of tp devices."""
-    model, dev = shard(run.model, run.tp), run.device
+    dep, dev = checked(run.deployment), run.device
     tokens = decode_seqs + prefill_seqs * run.isl
     act = DTYPE_BYTES[ACTIVATION_DTYPE]
     # activations at bf16; weights and the KV cache stored in the run's weight dtype
     stored = {"weights": run.weights, "kv_cache": run.weights}
-    ops = program_costs.op_costs(model, "decode", dev, {B: decode_seqs, S: context}, tokens, act, stored)
-    ops += [op for op in program_costs.op_costs(model, "prefill", dev, {B: prefill_seqs, S: run.isl},
+    ops = program_costs.op_costs(dep, "decode", dev, {B: decode_seqs, S: context}, tokens, act, stored)
+    ops += [op for op in program_costs.op_costs(dep, "prefill", dev, {B: prefill_seqs, S: run.isl},
                                                 bytes_per_element=act, formats=stored)
             if op.category == "attention"]     # the prompts' attention; their GEMMs are above
     matrix_peak = dev.peak("matrix", run.weights)
@@ -158,14 +155,14 @@ def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float)
     if run.tp > 1:
         if dev.link_bandwidth is None:
             raise Unpredictable(f"{dev.key} declares no interconnect bandwidth for tensor parallelism")
-        collectives = ALL_REDUCES_PER_LAYER * model.n_layers
-        payload = tokens * model.d_model * DTYPE_BYTES[ACTIVATION_DTYPE]
+        collectives = dep.all_reduces()
+        payload = tokens * run.model.d_model * DTYPE_BYTES[ACTIVATION_DTYPE]
         link = C.Link(dev.link, dev.link_bandwidth, dev.link_latency)
         volume = float(C.fraction("all_reduce", run.tp)) * payload
         # engines run small all-reduces one-shot over NVSwitch (vLLM's custom all-reduce,
         # TensorRT-LLM's): one link latency per collective, not the ring's 2(n-1) steps
         link_s = collectives * C.time(volume, 1, link)
-    return StepCost(np.array([r.t_compute for r in roofs]), np.array([r.t_memory for r in roofs]), model.n_layers, collectives, link_s)
+    return StepCost(np.array([r.t_compute for r in roofs]), np.array([r.t_memory for r in roofs]), run.model.n_layers, collectives, link_s)
 
 
 # --- a run's prediction ---------------------------------------------------------------------

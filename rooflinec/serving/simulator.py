@@ -78,13 +78,13 @@ class Result:
 
 def kv_capacity_tokens(model: sc.StepModel, policy: Policy) -> int:
     dev, dep = model.deployment.device, model.deployment
-    weights = sc.weight_bytes(dep) + getattr(model, "weight_bytes", 0.0)   # a draft's (speculative.py)
+    weights = dep.weight_bytes() + getattr(model, "weight_bytes", 0.0)   # a draft's (speculative.py)
     cache = (policy.cache_fraction * dev.capacity - weights if policy.cache_fraction_of == "total"
              else policy.cache_fraction * (dev.capacity - weights))
     if cache <= 0:
         raise Unpredictable(f"{dep.weights} weights take {weights / 1e9:.1f} GB per device; "
                             f"{policy.name} leaves no memory for the KV cache on {dev.key}")
-    per_token = sc.kv_bytes_per_token(dep) + getattr(model, "kv_bytes_per_token", 0.0)
+    per_token = float(dep.kv_per_token()) + getattr(model, "kv_bytes_per_token", 0.0)
     blocks = int(cache // (per_token * policy.kv_block_tokens))
     return blocks * policy.kv_block_tokens
 

@@ -186,11 +186,11 @@ def speculative(target: sc.StepModel, draft: Draft) -> Speculative:
     t = verify_map(k)
     if draft.kind == "model":
         own = target_model(sc.Deployment(draft.model, dep.device, dep.tp, dep.weights, dep.kv_cache))
-        dc, dm, weights, kv = own.compute, own.memory, sc.weight_bytes(own.deployment), sc.kv_bytes_per_token(own.deployment)
+        dc, dm, weights, kv = own.compute, own.memory, own.deployment.weight_bytes(), float(own.deployment.kv_per_token())
     elif draft.kind == "mtp":
         dc, dm = _mtp_rows(target)
         weights, kv = k * mtp_parameters(dep.model) * DTYPE_BYTES[dep.weights] / dep.tp, \
-            k * sc.kv_bytes_per_token(dep) / dep.model.n_layers
+            k * float(dep.kv_per_token()) / dep.model.n_layers
     else:
         dc = dm = np.zeros((0, F))
         weights = kv = 0.0
@@ -203,11 +203,11 @@ def _per_layer(target: sc.StepModel) -> np.ndarray:
     """1 for the target's kernels inside the decoder layers, by name (the programs' ops)."""
     dep = target.deployment
     stored = {"weights": dep.weights, "kv_cache": dep.kv_cache}
-    model, act = sm.shard(dep.model, dep.tp), DTYPE_BYTES[sm.ACTIVATION_DTYPE]
-    inside = {op.name for op, _, _ in program_costs.symbolic_ops(model, "decode", dep.device, act, stored)
+    act = DTYPE_BYTES[sm.ACTIVATION_DTYPE]
+    inside = {op.name for op, _, _ in program_costs.symbolic_ops(dep, "decode", dep.device, act, stored)
               if op.per_layer}
     inside |= {f"{op.name} (prompt chunks)" for op, _, _ in
-               program_costs.symbolic_ops(model, "prefill", dep.device, act, stored) if op.per_layer}
+               program_costs.symbolic_ops(dep, "prefill", dep.device, act, stored) if op.per_layer}
     return np.array([n in inside for n in target.names], float)
 
 
@@ -313,8 +313,8 @@ def max_batch(spec: Speculative, context: float) -> int:
     """The most sequences at `context` whose KV caches (target's and draft's) fit on one device
     beside both weights (every layer at full context; all of the memory)."""
     dep = spec.deployment
-    free = dep.device.capacity - sc.weight_bytes(dep) - spec.weight_bytes
-    per_sequence = (sc.kv_bytes_per_token(dep) + spec.kv_bytes_per_token) * context
+    free = dep.device.capacity - dep.weight_bytes() - spec.weight_bytes
+    per_sequence = (float(dep.kv_per_token()) + spec.kv_bytes_per_token) * context
     return max(0, int(free // per_sequence))
 
 

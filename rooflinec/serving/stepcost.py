@@ -24,7 +24,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 import sympy as sp
 
-from rooflinec.cost import collectives, kvcache, program_costs
+from rooflinec.cost import collectives, program_costs
+from rooflinec.cost.deployment import Deployment
 from rooflinec.serving import serving_model as sm
 from rooflinec.base import roofline
 from rooflinec.spec.load import DTYPE_BYTES
@@ -61,15 +62,6 @@ BOUND = Parameters()
 NAMES = tuple(f.name for f in fields(Parameters))
 
 
-@dataclass(frozen=True)
-class Deployment:
-    model: object        # spec.Model
-    device: object       # spec.Device
-    tp: int
-    weights: str         # GEMM weight format
-    kv_cache: str        # KV-cache format
-
-
 class NotAffine(sm.Unpredictable):
     """A kernel whose cost is not affine in the step features (the message names it)."""
 
@@ -100,19 +92,20 @@ class StepModel:
 
 def build(dep: Deployment) -> StepModel:
     """The coefficients of one deployment's step, from its lowered programs (see the module)."""
-    model, dev = sm.shard(dep.model, dep.tp), dep.device
+    sm.checked(dep)
+    model, dev = dep.model, dep.device
     act = DTYPE_BYTES[sm.ACTIVATION_DTYPE]
-    stored = {"weights": dep.weights, "kv_cache": dep.kv_cache}
+    stored = {"weights": dep.weights, "kv_cache": dep.kv_format}
     matrix, vector = dev.peak("matrix", dep.weights), dev.peak("vector", sm.ACTIVATION_DTYPE)
     if matrix is None:
         raise sm.Unpredictable(f"{dev.key} lists no tensor peak for {dep.weights}")
     if vector is None:
         raise sm.Unpredictable(f"{dev.key} lists no vector peak (compute.vector) for norms and softmax")
     rows, names = [], []
-    for op, flops, traffic in program_costs.symbolic_ops(model, "decode", dev, act, stored):
+    for op, flops, traffic in program_costs.symbolic_ops(dep, "decode", dev, act, stored):
         rows.append(_decode_row(op, flops, traffic))
         names.append(op.name)
-    for op, flops, traffic in program_costs.symbolic_ops(model, "prefill", dev, act, stored):
+    for op, flops, traffic in program_costs.symbolic_ops(dep, "prefill", dev, act, stored):
         if op.category == "attention":
             rows.append(_chunk_row(op, flops, traffic))
             names.append(f"{op.name} (prompt chunks)")
@@ -123,7 +116,7 @@ def build(dep: Deployment) -> StepModel:
     if dep.tp > 1:
         if dev.link_bandwidth is None:
             raise sm.Unpredictable(f"{dev.key} declares no interconnect bandwidth for tensor parallelism")
-        coll = sm.ALL_REDUCES_PER_LAYER * model.n_layers
+        coll = dep.all_reduces()
         ln = collectives.Link(dev.link, dev.link_bandwidth, dev.link_latency)
         share = float(collectives.fraction("all_reduce", dep.tp)) * model.d_model * act
         # one-shot all-reduces (as serving_model): affine in tokens, so two points give it exactly
@@ -167,12 +160,3 @@ def _chunk_row(op, flops, traffic):
     memory = sum((row(e, CHUNK_KEYS if cls == "kv_cache" else CHUNK_TOKENS) for cls, e in traffic.items()),
                  np.zeros(len(FEATURES)))
     return op.unit, row(flops, CHUNK_TOKENS), memory
-
-
-def kv_bytes_per_token(dep: Deployment) -> float:
-    """KV-cache bytes one token keeps on one device (every layer at full context)."""
-    return float(kvcache.per_token(dep.model, DTYPE_BYTES[dep.kv_cache], dep.tp))
-
-
-def weight_bytes(dep: Deployment) -> float:
-    return sm.weight_bytes(dep.model, dep.weights, dep.tp)

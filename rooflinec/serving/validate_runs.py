@@ -10,7 +10,8 @@ import numpy as np
 from markupsafe import Markup
 
 from rooflinec.serving import calibrate, measurements
-from rooflinec.serving.serving_model import ALL_REDUCES_PER_LAYER, BOUND, bound, predict, request_bound
+from rooflinec.cost.deployment import ALL_REDUCES_PER_LAYER
+from rooflinec.serving.serving_model import BOUND, bound, predict, request_bound
 from rooflinec.render import charts, pages as rnd
 from rooflinec.render.charts import inline
 
