@@ -17,7 +17,6 @@ from rooflinec.cli import quick
 from rooflinec.cli.app import run
 from rooflinec.cost import inverse
 from rooflinec.serving import calibration, plan, plan_cost
-from rooflinec.serving import serving_model as sm
 from rooflinec.serving import stepcost as sc
 
 FORMATS = [("bf16", "bf16"), ("fp8", "fp8")]
@@ -132,7 +131,7 @@ def test_energy_per_token_is_board_power_times_time():
 def llama70b_step():
     """Llama-3.1-70B at tp 8 on H100 SXM, B = 64, S = 8192 (the issue's example)."""
     model, dev = quick._model("llama-3.1-70b"), quick._device("h100-sxm")
-    return model, inverse.decode_step(model, dev, 8, "bf16", "bf16", 64, 8192, sm.ALL_REDUCES_PER_LAYER)
+    return model, inverse.decode_step(model, dev, 8, "bf16", "bf16", 64, 8192)
 
 
 def test_the_bandwidth_solve_meets_the_target_at_its_value_and_misses_below(llama70b_step):

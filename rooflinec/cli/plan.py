@@ -316,8 +316,7 @@ def _solve(args, model, slo, stdout) -> int:
         else:
             if math.isinf(slo.tpot_s):
                 raise UsageError("--slo: --solve needs a tpot target, e.g. 'tpot<=20ms'")
-            step = inverse.decode_step(model, device, args.tp, weights, kv, args.batch, args.context,
-                                       sm.ALL_REDUCES_PER_LAYER)
+            step = inverse.decode_step(model, device, args.tp, weights, kv, args.batch, args.context)
             s = inverse.solve(step, args.solve, slo.tpot_s)
             fixed, varying = s.piece.as_independent(inverse.X, as_Add=True)
             c = sp.simplify(varying * inverse.X)

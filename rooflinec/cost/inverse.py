@@ -66,7 +66,7 @@ def _exact(v) -> sp.Rational:
 
 
 def decode_step(model, device, tp: int, weights: str, kv_cache: str, batch: int, context: int,
-                all_reduces_per_layer: int, activation: str = "bf16") -> Step:
+                activation: str = "bf16") -> Step:
     """The decode step of `batch` sequences at `context` on one of tp devices, exact."""
     dep = Deployment(model, device, tp, weights, kv_cache)
     dep.check()
@@ -81,7 +81,7 @@ def decode_step(model, device, tp: int, weights: str, kv_cache: str, batch: int,
                {c: sp.nsimplify(e.xreplace(at)) for c, e in traffic.items()},
                _exact(matrix if op.unit == "matrix" else vector), op.unit == "matrix")
         for op, flops, traffic in program_costs.symbolic_ops(dep, "decode", device, act, stored))
-    n_c = all_reduces_per_layer * model.n_layers if tp > 1 else 0
+    n_c = dep.all_reduces()   # the deployment's count: 0 at tp 1
     volume = collectives.fraction("all_reduce", tp) * batch * model.d_model * act if tp > 1 else sp.Integer(0)
     link_bw = _exact(device.link_bandwidth) if device.link_bandwidth else None
     return Step(kernels, _exact(device.bandwidth), n_c, sp.nsimplify(volume), link_bw,
