@@ -405,3 +405,48 @@ def test_a_section_naming_a_device_it_leaves_out_goes_on(call, tmp_path):
     code, _, err = call("build", path, "--out", tmp_path / "out", "--format", "md")
     assert code == 0, err
     assert "Not evaluated on `tpu-v4`: device 'tpu-v4' lists no vector peak" in (tmp_path / "out" / "study.md").read_text()
+
+
+def test_report_opens_with_the_answer_then_why_then_the_folded_detail(tmp_path):
+    """Issue 32 item 1: the answer, a short why (the formulas, the bound rules once), then the
+    detail: folded in HTML (<details>), linked from a table of contents in Markdown."""
+    import re
+    from rooflinec.render.pages import anchor
+    path = _study(tmp_path, STUDY)
+    code, _, err = _call("build", path, "--out", tmp_path / "out", "--format", "md,html,json")
+    assert code == 0, err
+    md = (tmp_path / "out" / "study.md").read_text()
+    heads = [line for line in md.splitlines() if line.startswith("## ")]
+    assert heads[:4] == ["## Summary", "## Why", "## Contents", "## Devices"]
+    assert md.count('Three rules answer "is it compute-bound?"') == 1
+    assert md.index("## Why") < md.index("Three rules answer") < md.index("## Contents")
+    contents = md[md.index("## Contents"):md.index("## Devices")]
+    links = re.findall(r"\]\(#([^)]+)\)", contents)
+    assert links == [anchor(h[3:]) for h in heads[3:]]      # every detail heading, in order
+    assert "tokens/s per user" in md and "per GPU" in md
+    html = (tmp_path / "out" / "study.html").read_text()
+    summary = html[html.index('<section id="summary">'):html.index('<section id="why">')]
+    assert "<details" not in summary
+    for kind in ("devices", "model", "conventions", "params", "symbols"):
+        assert f'<section id="{kind}"><details class="detail">\n<summary><h2>' in html, kind
+    assert html.index('id="why"') < html.index('id="devices"')
+
+
+def test_calibrated_rows_appear_where_the_shipped_calibration_was_fitted(tmp_path):
+    """On H100 the summary carries the serving model's calibrated TPOT beside the bounds (a
+    prediction: never below the bound's step); on an RTX 4090 it carries none."""
+    path = _study(tmp_path, STUDY.replace("[rtx4090, a100-40gb]", "[h100-sxm, rtx4090]"))
+    code, _, err = _call("build", path, "--out", tmp_path / "out", "--format", "md,json")
+    assert code == 0, err
+    data = json.loads((tmp_path / "out" / "study.json").read_text())
+    h100, rtx = data["summary"]["devices"]
+    assert rtx["calibrated"]["points"] == [] and "not rtx4090" in rtx["calibrated"]["note"]
+    assert h100["calibrated"]["engine"] == "trtllm" and h100["calibrated"]["points"]
+    for p in h100["calibrated"]["points"]:
+        c = next(c for c in h100["decode"] if c["context"] == p["context"])
+        bound = c["batch_1"] if p["batch"] == 1 else c["at_max_batch"]
+        assert p["tpot_s"] >= bound["time_s"]
+        assert p["tpot_interval_s"][0] < p["tpot_s"] < p["tpot_interval_s"][1]
+    md = (tmp_path / "out" / "study.md").read_text()
+    assert f"| h100-sxm | decode, S = {summary.CONTEXT}, B = 1, calibrated (trtllm) | TPOT " in md
+    assert "Calibrated rows are predictions, not bounds" in md

@@ -193,6 +193,9 @@ def open_report(browser: Browser, path: Path, width: int, height: int) -> tuple[
                  deviceScaleFactor=1, mobile=width < 600)
     browser.page("Page.navigate", url=path.as_uri())
     browser.wait_for("Page.loadEventFired")
+    # the detail folds under the answers; a reader opens it, and then all of it must show and fit
+    assert browser.evaluate("[...document.querySelectorAll('details.detail')].every(d => !d.open)")
+    browser.evaluate("document.querySelectorAll('details.detail').forEach(d => d.open = true) || true")
     census = browser.evaluate(CENSUS)
     shot = browser.page("Page.captureScreenshot", format="png")["data"]
     return census, base64.b64decode(shot)

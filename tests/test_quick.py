@@ -1,6 +1,7 @@
 """The installed catalog and the quick answers: devices, models, serve, --version, -q."""
 
 import io
+import math
 import shutil
 import json
 from pathlib import Path
@@ -82,7 +83,10 @@ def test_serve_catalog_name_and_options(call):
     (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--batch", "1,x"), "--batch: expected whole"),
     (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--context", "0"), "--context: expected"),
     (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--dtype", "bf8"), "--dtype: unknown dtype"),
-    (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--tp", "0"), "--tp: expected a whole number"),
+    (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--tp", "0"), "--tp: expected whole numbers >= 1"),
+    (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--tp", "1,x"), "--tp: expected whole numbers >= 1"),
+    (("serve", "qwen2.5-7b", "--device", "h100-sxm,h100-sxn"), "did you mean 'h100-sxm'?"),
+    (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--out", "."), "--out"),
     (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--tp", "3"), "--tp: tensor-parallel degree 3 does not divide"),
     (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--weights", "fp9"), "--weights: unknown format 'fp9'"),
     (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--kv-cache", "int3"), "--kv-cache: unknown format"),
@@ -207,3 +211,116 @@ def test_serve_heading_names_the_kv_cache_as_the_reports_do(call):
     code, out, err = call("serve", "qwen2.5-7b", "--device", "h100-sxm", "--kv-cache", "fp8")
     assert code == 0, err
     assert out.startswith("Qwen2.5-7B-Instruct on NVIDIA H100 SXM5 80GB (h100-sxm), bf16, KV cache fp8,")
+
+
+def _rows(text: str, device: str) -> list[list[str]]:
+    """A configurations table's rows of `device`, split on runs of two spaces."""
+    import re
+    return [re.split(r"\s{2,}", line.strip()) for line in text.splitlines() if line.startswith(f"  {device} ")]
+
+
+def test_serve_answers_tokens_per_gpu_and_per_user_over_tp_in_one_command(call):
+    """Issue 32: 'tokens/s per GPU and per user for Llama-3.1-70B on H100 at tp 1, 2, 4, 8'.
+    Each row is that tp's own serve (the same section): per user is the group's tokens/s over
+    the batch (each sequence gets one token a step), per GPU over tp. At tp 1 the bf16 weights,
+    70,553,706,496 x 2 B = 131.4 GiB, do not fit 80 GiB, and the answer names tp 2 (65.7 GiB
+    per device, leaving room for a sequence's 4,096 x 160 KiB of KV cache)."""
+    code, out, err = call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--tp", "1,2,4,8", "--batch", "1,8")
+    assert code == 0, err
+    rows = _rows(out, "h100-sxm")
+    assert {r[1] for r in rows} == {"1", "2", "4", "8"}
+    assert "h100-sxm at tp 1: the weights do not fit: the smallest tp that fits one sequence is 2" in out
+    assert "tokens/s per user" in out and "tokens/s per GPU" in out
+    for tp in (2, 8):
+        one = json.loads(call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--tp", str(tp),
+                              "--batch", "1,8", "--json")[1])
+        for step in one["serving"]["steps"]:
+            group = step["devices"][0]["tokens_per_s"]
+            row = next(r for r in rows if r[1] == str(tp) and r[3] == str(step["batch"]))
+            assert float(row[4].replace(",", "")) == pytest.approx(group / step["batch"], rel=5e-3)
+            assert float(row[5].replace(",", "")) == pytest.approx(group / tp, rel=5e-3)
+        assert one["smallest_tp"] is None
+    alone = json.loads(call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--json")[1])
+    assert alone["smallest_tp"]["tp"] == 2
+    code, text, _ = call("serve", "llama-3.1-70b", "--device", "h100-sxm")
+    assert "the weights do not fit: the smallest tp that fits one sequence is 2" in text
+    assert "the largest batch that fits at context 4,096 is 0" not in text
+
+
+def test_serve_lists_devices_and_says_which_configuration_it_cannot_evaluate(call):
+    code, out, err = call("serve", "qwen2.5-7b", "--device", "h100-sxm,a100-40gb", "--tp", "1,2", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert [(c["device"], c["tp"]) for c in data["configurations"]] == [("h100-sxm", 1), ("h100-sxm", 2),
+                                                                        ("a100-40gb", 1)]
+    assert data["not_evaluated"] == ["a100-40gb at tp 2: not evaluated: device 'a100-40gb' lists no "
+                                     "scale-up interconnect, which the all-reduce 'embedding_all_reduce' "
+                                     "needs; add interconnect to its hardware spec"]
+
+
+def test_serve_puts_the_shipped_calibration_beside_the_bounds_where_it_was_fitted(call):
+    """On H100 the shipped calibration has a (device, engine) group of its own (trtllm): TPOT is
+    serving_model.predict with that group's efficiencies, for `batch` requests of the prompt,
+    each generating 2 (4096 - 2048) tokens (mean context 4096); the interval is the split
+    conformal 80% one over the file's residuals, and the prediction never beats the bound."""
+    from rooflinec.cli import calibrated
+    from rooflinec.serving import calibrate, intervals, serving_model
+    from rooflinec.base import yamlio
+    code, out, err = call("serve", "llama-3.1-8b", "--device", "h100-sxm", "--batch", "1,16", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert "the shipped calibration (default" in data["calibrated"]["note"] and "trtllm" in data["calibrated"]["note"]
+    eff = calibrate.load(calibrated.shipped()).groups[("h100-sxm", "trtllm")]
+    model = spec_model("llama-3.1-8b")
+    device = spec_device("h100-sxm")
+    residuals = [r["tpot_log_residual"] for r in yamlio.load(calibrated.shipped()).data["rows"]]
+    lo, hi = intervals.quantiles(residuals, 0.8)
+    for point in data["calibrated"]["points"]:
+        run = serving_model.Run(model, device, "bf16", 1, 2048, 4096, point["batch"])
+        want = serving_model.predict(run, serving_model.costs(run), eff)
+        assert point["tpot_s"] == pytest.approx(want.tpot_s, rel=1e-12)
+        assert point["ttft_s"] == pytest.approx(want.ttft_s, rel=1e-12)
+        assert point["tpot_interval_s"] == pytest.approx([want.tpot_s * math.exp(-hi), want.tpot_s * math.exp(-lo)])
+        bound = next((s for s in data["serving"]["steps"] if s["batch"] == point["batch"]), None)
+        if bound:
+            assert point["tpot_s"] >= bound["devices"][0]["time_s"]
+    text = call("serve", "llama-3.1-8b", "--device", "h100-sxm")[1]
+    assert "calibrated TPOT (80%)" in text and "calibrated prediction by the shipped calibration" in text
+    # no group of its own: the shipped calibration says so and predicts nothing
+    text = call("serve", "llama-3.1-8b", "--device", "a100-40gb")[1]
+    assert "no calibrated prediction: the shipped calibration was fitted on h100-sxm with trtllm" in text
+    assert "calibrated TPOT" not in text
+    text = call("serve", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "vllm")[1]
+    assert "not h100-sxm with vllm" in text
+
+
+def test_serve_calibration_file_is_read_with_located_errors(call, tmp_path):
+    from rooflinec.cli import calibrated
+    mine = tmp_path / "cal.yaml"
+    mine.write_text(Path(calibrated.shipped()).read_text().replace("compute_fraction: 0.494604", "compute_fraction: 1.5"))
+    code, out, err = call("serve", "llama-3.1-8b", "--device", "a100-40gb", "--calibration", mine)
+    assert code == 1 and out == "" and f"{mine}:" in err and "compute_fraction: expected a fraction" in err
+    mine.write_text(Path(calibrated.shipped()).read_text())
+    code, out, err = call("serve", "llama-3.1-8b", "--device", "a100-40gb", "--calibration", mine)
+    assert code == 0, err
+    assert f"calibration {mine}: parameters pooled over every device and engine" in out
+
+
+def test_serve_out_draws_tokens_per_gpu_against_batch(call, tmp_path):
+    svg = tmp_path / "serve.svg"
+    code, out, err = call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--tp", "2,4", "--out", svg)
+    assert code == 0, err
+    text = svg.read_text()
+    assert text.startswith("<?xml") and "tokens/s per GPU" in text and "tp 2" in text and "tp 4" in text
+    assert "does not fit memory" in text          # batches past what fits are drawn faint
+    assert "batch  " not in err and f"wrote {svg}" in err
+
+
+def spec_model(name):
+    from rooflinec.spec import load
+    return load.load_model(catalog.path("models", name))
+
+
+def spec_device(name):
+    from rooflinec.spec import load
+    return load.load_hardware(catalog.path("hardware", name))

@@ -12,7 +12,7 @@ import os
 
 from rooflinec.spec import catalog
 from rooflinec.base.roofline import ridge
-from rooflinec.base.errors import RooflineError, UsageError, one_line
+from rooflinec.base.errors import RooflineError, SpecError, UsageError, one_line
 from rooflinec.cli.summary import CONTEXT, PROMPT
 from rooflinec.spec.load import DTYPE_BYTES, Study, load_hardware, load_model
 from rooflinec.base.quantities import gib, seconds, si, sig
@@ -25,8 +25,10 @@ from rooflinec.spec.validate import closest, schema
 from rooflinec import analyses
 from rooflinec.base import yamlio
 from rooflinec.cost import parallel
-from rooflinec.cost.deployment import Deployment
 from rooflinec.cli import summary as answers
+from rooflinec.cli import calibrated, configurations as table
+from rooflinec.cost.deployment import Deployment
+from rooflinec.cost.workbench import Workbench
 from rooflinec.cli import speculation
 from rooflinec.serving import speculative, stepcost
 from rooflinec.serving.serving_model import Unpredictable
@@ -46,6 +48,15 @@ devices step together.
 --weights and --kv-cache store those tensors in another format than --dtype (weight-only or
 KV-cache quantization; --dtype stays the compute dtype), e.g.
   rooflinec serve llama-3.1-70b --device h100-sxm --tp 4 --weights fp8 --kv-cache fp8
+
+Tokens/s per user is one sequence's rate (1 / step), per GPU the group's over its devices.
+--device and --tp take lists: one table row per (device, tp, batch), and where the weights
+do not fit the smallest tp that does is named:
+  rooflinec serve llama-3.1-70b --device h100-sxm --tp 1,2,4,8
+Calibrated TPOT (80% interval) and TTFT come beside the bounds: the serving model with the
+shipped calibration's efficiencies on a device it was fitted on (said so; --engine picks
+its engine), or with --calibration FILE's on any device. --out FILE draws tokens/s per GPU
+against batch (SVG).
 """ + speculation.EPILOG + """  rooflinec serve llama-3.1-8b --device h100-sxm --draft llama-3.2-1b --draft-k 4 --acceptance 0.7
 """
 
@@ -68,8 +79,9 @@ def register(sub, streams, parents=()) -> None:
                        "in the terminal", streams=streams, epilog=SERVE_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("model", metavar="MODEL")
-    s.add_argument("--device", required=True, metavar="NAME",
-                   help="a catalog device (rooflinec devices) or a hardware spec YAML")
+    s.add_argument("--device", required=True, metavar="LIST",
+                   help="a catalog device (rooflinec devices) or a hardware spec YAML; several "
+                        "separated by commas, one row each")
     s.add_argument("--batch", default="1,8,64", metavar="LIST", help="batch sizes (default: 1,8,64)")
     s.add_argument("--context", default=CONTEXT, type=int, metavar="S",
                    help="tokens in the KV cache while decoding (default: 4096)")
@@ -81,8 +93,8 @@ def register(sub, streams, parents=()) -> None:
                    "nvfp4 (default: --dtype)")
     s.add_argument("--kv-cache", metavar="FORMAT", help="KV cache's storage format, e.g. fp8 "
                    "(default: --dtype)")
-    s.add_argument("--tp", default=1, type=int, metavar="N",
-                   help="tensor-parallel degree; figures are one of N devices' (default: 1)")
+    s.add_argument("--tp", default="1", metavar="LIST",
+                   help="tensor-parallel degrees, e.g. 1,2,4,8: one row each (default: 1)")
     s.add_argument("--attention-dp", default=1, type=int, metavar="N", help="attention data-parallel "
                    "ranks, each with its own batch and KV cache; batch and memory are one rank's (default: 1)")
     s.add_argument("--ep", default=1, type=int, metavar="N", help="expert-parallel degree: the routed "
@@ -90,6 +102,13 @@ def register(sub, streams, parents=()) -> None:
     s.add_argument("--moe-tp", default=None, type=int, metavar="N", help="each routed expert's width "
                    "over N devices (default: tp x attention-dp / ep)")
     s.add_argument("--json", action="store_true", help="the serving section as JSON")
+    s.add_argument("--calibration", metavar="FILE", help="calibration YAML (rooflinec calibrate) "
+                   "for predicted TPOT and TTFT beside the bounds (default: the shipped one, "
+                   "where it was fitted on the device)")
+    s.add_argument("--engine", metavar="NAME", help="the calibration's engine, e.g. trtllm, vllm "
+                   "(default: the one with the most runs on the device)")
+    s.add_argument("--out", metavar="FILE", help="also write an SVG chart of tokens/s per GPU "
+                   "against batch, one line per configuration")
     speculation.add_arguments(s)
     for command in (d, m, i, s):   # a UsageError prints the command's own usage line
         command.set_defaults(parser=command)
@@ -143,9 +162,7 @@ def cmd_models(args, stdout, stderr) -> int:
 def _table(rows) -> str:
     """Aligned columns; a spec's text with its control characters spelled out (one_line), so a
     name cannot move the cursor or break a row."""
-    rows = [[one_line(str(c)) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in rows)
+    return table.columns(rows)
 
 
 # --- import ---------------------------------------------------------------------------
@@ -212,16 +229,36 @@ def _counts(text: str, flag: str) -> list[int]:
     return values
 
 
-def serving_section(model, device, dtype: str, batches, context: int, prompt: int,
-                    tp: int = 1, quantization: dict | None = None, parallel: dict | None = None) -> dict:
-    """The adapter: the study's serving analysis, run on one model and one device (through
-    analyses.run, so the study's budgets (points and expression sizes) and finite numbers hold here too)."""
+def _study(model, device, dtype: str, batches, context: int, prompt: int, tp: int = 1,
+           quantization: dict | None = None, layout: dict | None = None) -> Study:
     where = yamlio.Located("<command line>", {}, {}, {})
     options = {"batch": batches, "contexts": [context], "prompts": [prompt]}
-    study = Study(file="<command line>", stem="serve", title="serve", model=model, devices=(device,),
-                  dtype=dtype, conventions={}, doc=where, analyses={"serving": options},
-                  parallel={"tp": tp, **(parallel or {})}, quantization=dict(quantization or {}))
-    return analyses.run(study)[0]
+    return Study(file="<command line>", stem="serve", title="serve", model=model, devices=(device,),
+                 dtype=dtype, conventions={}, doc=where, analyses={"serving": options},
+                 parallel={"tp": tp, **(layout or {})}, quantization=dict(quantization or {}))
+
+
+def serving_section(model, device, dtype: str, batches, context: int, prompt: int,
+                    tp: int = 1, quantization: dict | None = None, layout: dict | None = None) -> dict:
+    """The adapter: the study's serving analysis, run on one model and one device (through
+    analyses.run, so the study's budgets (points and expression sizes) and finite numbers hold here too)."""
+    return analyses.run(_study(model, device, dtype, batches, context, prompt, tp, quantization, layout))[0]
+
+
+TP_TRIED = (1, 2, 4, 8, 16, 32, 64)
+
+
+def smallest_tp(model, device, dtype: str, context: int, quantization: dict) -> int | None:
+    """The smallest tensor-parallel degree (of TP_TRIED, those that divide the model) whose
+    share of the weights and one sequence's KV cache at `context` fit one device."""
+    for tp in TP_TRIED:
+        try:
+            parallel.check(model, tp)
+        except parallel.Unshardable:
+            continue
+        if Workbench(_study(model, device, dtype, [1], context, context, tp, quantization)).fits(device, 1, context):
+            return tp
+    return None
 
 
 def _storage(args) -> dict:
@@ -265,45 +302,116 @@ def _setup(dtype: str, tp: int, storage: dict) -> str:
     return dtype + stored
 
 
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UsageError(f"--device: expected a device name or hardware spec YAML, got '{text}'")
+    return list(dict.fromkeys(names))
+
+
+CHART_BATCHES = [2 ** k for k in range(15)]    # --out's batch axis: 1 to 16,384
+
+
 def cmd_serve(args, stdout, stderr) -> int:
-    batches = _counts(args.batch, "--batch")
+    batches, tps = _counts(args.batch, "--batch"), sorted(set(_counts(args.tp, "--tp")))
     for flag, value in (("--context", args.context), ("--prompt", args.prompt)):
         if value < 1:
             raise UsageError(f"{flag}: expected a whole number >= 1, got {value}")
     if args.dtype not in DTYPE_BYTES:
         raise UsageError(f"--dtype: unknown dtype '{args.dtype}'; choose from {', '.join(DTYPE_BYTES)}")
+    if args.out is not None:
+        check_file_target(args.out)
     storage = _storage(args)
-    model, device = _model(args.model), _device(args.device)
-    if args.tp < 1:
-        raise UsageError(f"--tp: expected a whole number >= 1, got {args.tp}")
+    model, devices = _model(args.model), [_device(n) for n in _names(args.device)]
     layout = _layout(args)
-    _check_tp(model, args.tp, layout)
-    if device.peak("matrix", args.dtype) is None:
-        raise RooflineError(f"{args.device}: device '{device.key}' lists no tensor peak for "
-                            f"{args.dtype}; it has: {', '.join(device.tensor)}")
+    for tp in tps:
+        _check_tp(model, tp, layout)
+    for name, device in zip(_names(args.device), devices):
+        if device.peak("matrix", args.dtype) is None:
+            raise RooflineError(f"{name}: device '{device.key}' lists no tensor peak for "
+                                f"{args.dtype}; it has: {', '.join(device.tensor)}")
+    asked = sorted(set(batches + (CHART_BATCHES if args.out else [])))
+    configs, skipped, several = [], [], len(devices) * len(tps) > 1
+    for device in devices:
+        choice = (calibrated.choose(args.calibration, device.key, args.engine) if not layout else
+                  "no calibrated prediction: the calibration's serving model runs tensor parallelism only")
+        for tp in tps:
+            try:
+                section = serving_section(model, device, args.dtype, asked, args.context, args.prompt, tp, storage,
+                                          layout)
+            except SpecError as exc:   # one configuration of several: a row says why, the rest run
+                if not several:
+                    raise
+                skipped.append(f"{device.key} at tp {tp}: not evaluated: "
+                               + "; ".join(p.message for p in exc.problems))
+                continue
+            top = section["crossovers"][0]["devices"][0]   # the chart's solid line ends at the largest batch that fits
+            drawn = sorted([(row["batch"], row["devices"][0]["tokens_per_s"], row["devices"][0]["fits"])
+                            for row in section["steps"]]
+                           + ([(top["max_batch"], top["at_max_batch"]["tokens_per_s"], True)] if top["at_max_batch"] else []))
+            section["steps"] = [row for row in section["steps"] if row["batch"] in batches]
+            configs.append(table.Configuration(
+                device, tp, section, _predicted(args, model, device, tp, storage, section, choice),
+                choice if isinstance(choice, str) else choice.says(),
+                _smallest(model, device, args, storage, section), drawn))
+    if not configs:
+        raise RooflineError("no configuration could be evaluated:\n" + "\n".join(skipped))
     draft = speculation.draft_of(args, _model)
-    section = serving_section(model, device, args.dtype, batches, args.context, args.prompt,
-                              args.tp, storage, layout)
-    spec = _speculation(model, device, args, storage, draft, batches)
+    if draft is not None and several:
+        raise UsageError(f"{'--draft' if args.draft else '--speculate'}: speculation is priced for one "
+                         "--device and one --tp at a time")
+    spec = _speculation(model, configs[0].device, configs[0].tp, args, storage, draft, batches)
+    if args.out:
+        write_file(args.out, table.chart(model.name, args.context, configs))
     if args.json:
-        stdout.write(json.dumps({"model": model.name, "device": device.key, "dtype": args.dtype,
-                                 "tp": args.tp, **layout, "quantization": storage,
-                                 "context": args.context, "prompt": args.prompt,
-                                 "summary": _plain(_answers(device, args.dtype, section)),
-                                 "serving": _plain(section),
-                                 **({"speculation": _plain(spec)} if spec else {})}, indent=1) + "\n")
-    else:
-        stdout.write(summary(model, device, _setup(args.dtype, args.tp, storage), section, args.dtype))
+        docs = [_document(model, c, args, storage) | layout | ({"speculation": _plain(spec)} if spec else {})
+                for c in configs]
+        stdout.write(json.dumps({"configurations": docs, "not_evaluated": skipped} if several else docs[0],
+                                indent=1) + "\n")
+    elif not several:
+        c = configs[0]
+        stdout.write(summary(model, c.device, _setup(args.dtype, c.tp, storage), c.section, args.dtype, c))
         stdout.write(speculation.text(spec) if spec else "")
+    else:
+        stdout.write(table.text(model.name, _setup(args.dtype, 1, storage), args.context, args.prompt, configs)
+                     + "".join(one_line(line) + "\n" for line in skipped))
+    if args.out and not args.quiet:
+        stderr.write(one_line(f"wrote {args.out}") + "\n")
     return 0
 
 
-def _speculation(model, device, args, storage: dict, draft, batches) -> dict | None:
+def _predicted(args, model, device, tp: int, storage: dict, section: dict, choice) -> dict:
+    """Calibrated predictions per printed batch and at the largest batch that fits."""
+    if isinstance(choice, str):
+        return {}
+    weights, kv = storage.get("weights", args.dtype), storage.get("kv_cache", args.dtype)
+    top = section["crossovers"][0]["devices"][0]["max_batch"]
+    points = sorted({row["batch"] for row in section["steps"]} | ({top} if top >= 1 else set()))
+    return {b: calibrated.predict(choice, calibrated.run(model, device, weights, kv, tp, args.prompt,
+                                                         args.context, b)) for b in points}
+
+
+def _smallest(model, device, args, storage: dict, section: dict):
+    """When the weights (or one sequence) do not fit: the smallest tp that would, else None."""
+    if section["crossovers"][0]["devices"][0]["max_batch"] >= 1:
+        return None
+    return {"tp": smallest_tp(model, device, args.dtype, args.context, storage), "tried": list(TP_TRIED)}
+
+
+def _document(model, c, args, storage: dict) -> dict:
+    return {"model": model.name, "device": c.device.key, "dtype": args.dtype, "tp": c.tp,
+            "quantization": storage, "context": args.context, "prompt": args.prompt,
+            "summary": _plain(_answers(c.device, args.dtype, c.section)),
+            "serving": _plain(c.section), "smallest_tp": c.smallest,
+            "calibrated": {"note": c.note, "points": [{"batch": b, **p} for b, p in c.predicted.items()]}}
+
+
+def _speculation(model, device, tp: int, args, storage: dict, draft, batches) -> dict | None:
     """The speculation table (serving/speculative.py), on the simulator's step model."""
     if draft is None:
         return None
     try:
-        target = speculative.target_model(stepcost.Deployment(model, device, args.tp, storage.get("weights", args.dtype),
+        target = speculative.target_model(stepcost.Deployment(model, device, tp, storage.get("weights", args.dtype),
                                                     storage.get("kv_cache", args.dtype)))
         return speculative.table(target, draft, batches, args.context)
     except Unpredictable as exc:
@@ -326,27 +434,41 @@ def _answers(device, dtype: str, section: dict) -> dict:
     return answers.answers(section, [dev], variant=section.get("variant"))
 
 
-def summary(model, device, setup: str, section: dict, dtype: str | None = None) -> str:
+def summary(model, device, setup: str, section: dict, dtype: str | None = None, config=None) -> str:
     """The serving section as the few lines a model report opens with (`summary` owns them),
-    and the decode batches asked for; `setup` heads them (the dtype, formats, devices)."""
+    and the decode batches asked for; `setup` heads them (the dtype, formats, devices);
+    `config` (a configurations.Configuration) adds its calibrated predictions."""
     dtype = dtype or setup
     lines = [answers.text(model.name, setup, _answers(device, dtype, section)).rstrip("\n")]
     if section.get("conventions"):
         lines.append("  conventions of these bounds (the least work a correct kernel does): "
                      + "; ".join(f"{c['name']}: {c['choice']}" for c in section["conventions"]))
     lines.append(f"decode at context {section['steps'][0]['context']:,}:")
-    table = [("batch", "tokens/s", "step", "bound", "memory needed", "fits")]
+    gpus = config.gpus if config else 1
+    head = ("batch", "tokens/s per user", "tokens/s per GPU", "step", "bound", "memory needed", "fits")
+    predicted = config.predicted if config else {}
+    rows = [head + (("calibrated TPOT (80%)", "calibrated TTFT") if predicted else ())]
     for row in section["steps"]:
         d = row["devices"][0]
-        table.append((str(row["batch"]), sig(d["tokens_per_s"]), seconds(d["time_s"]), d["bound"],
-                      gib(row["memory_needed"]), "yes" if d["fits"] else "no"))
-    lines += ["  " + line for line in _table(table).splitlines()]
+        user, gpu = table.rates(d["tokens_per_s"], row["batch"], gpus)
+        rows.append((str(row["batch"]), sig(user), sig(gpu), seconds(d["time_s"]), d["bound"],
+                     gib(row["memory_needed"]), "yes" if d["fits"] else "no")
+                    + (table.calibrated_cells(predicted.get(row["batch"])) if predicted else ()))
+    lines += ["  " + line for line in table.columns(rows).splitlines()]
     for row in section["crossovers"]:
         c = row["devices"][0]
         turn = (f"decode turns compute-bound from batch {c['first']:,}" if c["first"] is not None
                 else "decode stays memory-bound at every batch")
-        lines.append(f"{turn} (step bound, overlapped); the largest batch that fits at context "
-                     f"{row['context']:,} is {c['max_batch']:,}")
+        fit = (f"the largest batch that fits at context {row['context']:,} is {c['max_batch']:,}"
+               if c["max_batch"] >= 1 or config is None else f"at context {row['context']:,} {table.does_not_fit(config)}")
+        lines.append(f"{turn} (step bound, overlapped); {fit}")
+        top = predicted.get(c["max_batch"])
+        if top and "why" not in top and c["max_batch"] not in {r["batch"] for r in section["steps"]}:
+            tpot, ttft = table.calibrated_cells(top)
+            lines.append(f"  calibrated at batch {c['max_batch']:,}: TPOT {tpot}, TTFT {ttft}")
+    if config is not None:
+        whys = sorted({p["why"] for p in predicted.values() if "why" in p})
+        lines += [one_line(config.note)] + [f"  not predicted: {w}" for w in whys]
     longest = max(section["steps"][0]["context"], section["prefill"][0]["prompt"])
     if model.max_context and longest > model.max_context:
         lines.append(f"note: {longest:,} tokens is past the model's max_context, {model.max_context:,}")

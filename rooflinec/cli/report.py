@@ -8,7 +8,7 @@ import os
 from rooflinec import analyses
 from rooflinec.spec import catalog
 from rooflinec.model import quant
-from rooflinec.cli import summary
+from rooflinec.cli import calibrated, summary
 from rooflinec.cost import calculator
 from rooflinec.model import symbols as sym
 from rooflinec.model import symbol_table
@@ -156,4 +156,28 @@ def _summary(study: Study, bench: Workbench, report: dict) -> dict:
     section = shown or analyses.evaluate(bench, "serving", options, empty=True)
     link = {"kind": "serving", "title": shown["title"]} if shown else None
     split = next((s for s in report["sections"] if s["kind"] == "parallel_view"), None)
-    return summary.answers(section, report["devices"], link, options.variant, split)
+    answers = summary.answers(section, report["devices"], link, options.variant, split)
+    for row, dev in zip(answers["devices"], study.devices):
+        if not row["lacks"]:
+            row["calibrated"] = _calibrated(study, bench, dev, row)
+    return answers
+
+
+def _calibrated(study: Study, bench: Workbench, device, row: dict) -> dict:
+    """The shipped calibration's decode predictions beside one device's bounds, at batch 1 and
+    at the largest batch that fits, for requests of S/2 prompt tokens generating S (mean
+    context S); or a note saying why there are none."""
+    choice = calibrated.choose(None, device.key, None)
+    if isinstance(choice, str):
+        return {"note": choice, "points": []}
+    p = bench.parallel
+    if p.ep > 1 or p.pp > 1:
+        return {"note": "no calibrated prediction: the serving model was calibrated without expert "
+                        "or pipeline parallelism", "points": []}
+    weights, kv = bench.storage("weights"), bench.storage("kv_cache")
+    points = []
+    for c in row["decode"]:
+        for batch in dict.fromkeys((1, c["max_batch"]) if c["max_batch"] >= 1 else ()):
+            run = calibrated.run(study.model, device, weights, kv, p.tp, c["context"] // 2, c["context"], batch)
+            points.append({"context": c["context"], "batch": batch, **calibrated.predict(choice, run)})
+    return {"note": choice.says(command=False), "engine": choice.engine, "points": points}

@@ -345,8 +345,9 @@ def throughput(chart: dict):
                for i, name in enumerate(labels)]
     handles += [Line2D([], [], color=ROOF, lw=1.3, ls=LINE_STYLES[i % len(LINE_STYLES)], label=name)
                 for i, name in enumerate(chart["groups"])]
-    handles.append(Line2D([], [], color=ROOF, ls="none", marker="o", mfc="none", mew=1.2,
-                          label="compute-bound from here"))
+    if any(line["crossing"] for line in chart["lines"]):
+        handles.append(Line2D([], [], color=ROOF, ls="none", marker="o", mfc="none", mew=1.2,
+                              label="compute-bound from here"))
     if not all(f for line in chart["lines"] for f in line["fits"]):
         handles.append(Line2D([], [], color=ROOF, lw=1.0, alpha=0.3, label="faint: does not fit memory"))
     xs = [x for line in chart["lines"] for x in line["x"]]

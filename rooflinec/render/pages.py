@@ -52,7 +52,13 @@ def pct(x, decimals: int = 1) -> str:
 
 # the unit policy for bytes, stated in every report: bytes moved in decimal units (GB),
 # memory held (capacity, weights, KV cache that must fit) in binary units (GiB)
-FILTERS = {"formula": formula, "sig": sig, "fixed": fixed, "pct": pct, "si": si, "gib": gib,
+def anchor(title: str) -> str:
+    """A Markdown heading's link target as GitHub makes it: lower case, punctuation dropped,
+    spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", str(title).lower()).replace(" ", "-")
+
+
+FILTERS = {"anchor": anchor, "formula": formula, "sig": sig, "fixed": fixed, "pct": pct, "si": si, "gib": gib,
            "seconds": seconds, "traffic": lambda x: si(x, "B"), "capacity": gib}
 
 

@@ -1,0 +1,148 @@
+"""Calibrated TPOT and TTFT beside the bounds: the serving model's prediction
+(`serving_model.predict`) with one calibration's efficiencies, and its interval.
+
+The bounds say what no engine can beat; the calibration (fitted by `rooflinec calibrate` on
+measured runs, per (device, engine)) says what an engine did reach on such runs. `serve` and
+`build` ask this module, so both print one prediction. The shipped calibration applies by
+default only to a device it was fitted on (a (device, engine) group of its own); a file the
+user names applies to any device, through its engine's or pooled parameters, and the answer
+says which.
+
+The interval is split conformal (`serving.intervals`) over the fit's own TPOT residuals,
+as the file records them (in sample: rows the fit saw, so it is narrower than a held-out one).
+TTFT is not fitted (calibrate.py), so it has no interval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import yaml
+
+from rooflinec.base import yamlio
+from rooflinec.serving import calibrate, intervals, serving_model
+from rooflinec.spec.load import DTYPE_BYTES
+
+SHIPPED = "serving-visible.yaml"   # the steady-state model's calibration the package ships
+LEVEL = 0.8
+
+
+def shipped() -> str:
+    return str(resources.files("rooflinec.serving.calibrations").joinpath(SHIPPED))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The parameters a prediction uses and where they come from."""
+
+    efficiency: serving_model.Efficiency
+    engine: str | None
+    level: str                 # "group", "engine" or "pooled"
+    file: str
+    default: bool              # the shipped calibration, taken without being asked for
+    interval: tuple | None     # (lo, hi) log residual quantiles at LEVEL, or None
+    rows: int
+    residuals: int = 0         # the residuals the interval is drawn from
+
+    def says(self, command: bool = True) -> str:
+        """Where the figures come from; `command`: for `serve`, which names its flag."""
+        where = {"group": f"fitted on {self.rows} measured runs of this device with {self.engine}",
+                 "engine": f"{self.engine}'s parameters over every device (this device has no fit of its own)",
+                 "pooled": "parameters pooled over every device and engine"}[self.level]
+        source = (("the shipped calibration (default; --calibration FILE for another)" if command
+                   else "the shipped calibration") if self.default else f"calibration {self.file}")
+        band = (f"; TPOT's {LEVEL:.0%} interval from the fit's {self.residuals} residuals (in sample, "
+                "every device and engine; TTFT is not fitted)" if self.interval else "")
+        return f"calibrated prediction by {source}: {where}{band}"
+
+
+def _groups(doc) -> dict:
+    """(device, engine) -> rows fitted, as the file's residuals record them."""
+    out = {}
+    for g in doc.get("groups") or []:
+        if isinstance(g, dict) and isinstance(g.get("residuals"), dict):
+            out[(g.get("device"), g.get("engine"))] = g["residuals"].get("rows", 0)
+    return out
+
+
+def _residuals(doc) -> list[float]:
+    return [r["tpot_log_residual"] for r in doc.get("rows") or []
+            if isinstance(r, dict) and isinstance(r.get("tpot_log_residual"), (int, float))]
+
+
+def _interval(residuals) -> tuple | None:
+    try:
+        return intervals.quantiles(residuals, LEVEL)
+    except intervals.TooFewRows:
+        return None
+
+
+@cache
+def _document(path: str, default: bool) -> dict:
+    """The calibration's mapping. A user's file is checked by calibrate.load first, every
+    problem located; the shipped one (package data `calibrate` wrote) is not checked again,
+    and both are then read by libyaml's C parser: the located reader takes a third of a
+    second on the shipped file's 309 residual rows, a quarter of `serve`'s import floor."""
+    if not default:
+        calibrate.load(path)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(yamlio.read_text(path), Loader=loader)
+
+
+def _efficiency(block: dict) -> serving_model.Efficiency:
+    return serving_model.Efficiency(**{k: float(v) for k, v in block["parameters"].items()})
+
+
+def choose(file: str | None, device: str, engine: str | None) -> Choice | str:
+    """The parameters for `device` (and `engine`, when named), or a line saying why none apply."""
+    default = file is None
+    path = shipped() if default else file
+    doc = _document(path, default)
+    groups = _groups(doc)
+    engines = {e.get("engine"): e for e in doc.get("engines") or []}
+    mine = {e: n for (d, e), n in groups.items() if d == device and (engine is None or e == engine)}
+    if default and not mine:
+        fitted = ", ".join(sorted({f"{d} with {e}" for d, e in groups}))
+        return (f"no calibrated prediction: the shipped calibration was fitted on {fitted}, not "
+                f"{device}{' with ' + engine if engine else ''} (--calibration FILE applies one)")
+    if mine:
+        engine = max(sorted(mine), key=lambda e: mine[e])        # the engine with the most runs
+        block = next(g for g in doc["groups"] if (g["device"], g["engine"]) == (device, engine))
+        level, eff, rows = "group", _efficiency(block), mine[engine]
+    elif engine in engines:
+        level, eff, rows = "engine", _efficiency(engines[engine]), 0
+    else:
+        level, eff, rows = "pooled", _efficiency(doc["default"]), 0
+    residuals = _residuals(doc)
+    return Choice(eff, engine, level, path, default, _interval(residuals), rows, len(residuals))
+
+
+def run(model, device, weights: str, kv_cache: str, tp: int, prompt: int, context: int,
+        batch: int) -> serving_model.Run | str:
+    """The serving model's run for serve's point: `batch` requests of `prompt` tokens, each
+    generating 2 (context - prompt) tokens, so the mean context is `context`; or why not."""
+    if kv_cache != weights:
+        return "the calibrated model stores the KV cache in the weights' format; --kv-cache differs"
+    if weights not in DTYPE_BYTES:
+        return f"the calibrated model runs GEMMs at the weights' dtype; {weights} is a storage format only"
+    if context <= prompt:
+        return "the calibrated model decodes past the prompt: it needs --context > --prompt"
+    return serving_model.Run(model, device, weights, tp, prompt, 2 * (context - prompt), batch)
+
+
+def predict(choice: Choice, run: serving_model.Run | str) -> dict:
+    """TPOT and TTFT predicted, with the TPOT interval; or {"why": ...} when not predictable."""
+    if isinstance(run, str):
+        return {"why": run}
+    try:
+        p = serving_model.predict(run, serving_model.costs(run), choice.efficiency)
+    except serving_model.Unpredictable as exc:
+        return {"why": str(exc)}
+    out = {"tpot_s": p.tpot_s, "ttft_s": p.ttft_s, "tokens_per_s_per_user": 1 / p.tpot_s,
+           "engine": choice.engine, "level": choice.level, "interval_level": LEVEL}
+    if choice.interval:
+        lo, hi = intervals.interval(p.tpot_s, *choice.interval)
+        out["tpot_interval_s"] = [float(lo), float(hi)]
+    return out

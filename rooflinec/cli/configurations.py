@@ -1,0 +1,116 @@
+"""`serve` over lists: one row per (device, tp, batch), and the tokens/s-against-batch chart.
+
+Each configuration is one serving section (`quick.serving_section`) and the calibrated
+predictions beside it (`calibrated`); this module only lays them out. Tokens/s per user is
+one sequence's rate, 1 / step (each sequence gets a token per step); per GPU is the group's
+tokens/s over the devices that step together, so configurations of different sizes compare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rooflinec.base.errors import one_line
+from rooflinec.base.quantities import gib, seconds, sig
+from rooflinec.render import charts
+
+
+@dataclass
+class Configuration:
+    device: object                 # spec.Device
+    tp: int
+    section: dict                  # the serving section at this tp
+    predicted: dict                # batch -> calibrated.predict's dict
+    note: str                      # where the calibrated figures come from, or why there are none
+    smallest: dict | None          # {"tp", "tried"} when not one sequence fits at this tp
+    drawn: list = field(default_factory=list)   # (batch, tokens/s of the group, fits) for the chart
+
+    @property
+    def gpus(self) -> int:
+        group = self.section.get("deployment")
+        return group["gpus"] if group else 1
+
+
+def rates(tokens_per_s: float, batch: int, gpus: int) -> tuple[float, float]:
+    """(per user, per GPU) from a group's tokens/s at `batch`."""
+    return tokens_per_s / batch, tokens_per_s / gpus
+
+
+def calibrated_cells(p: dict | None) -> tuple[str, str]:
+    """'TPOT (interval)' and 'TTFT' cells of one prediction; '—' where there is none."""
+    if not p or "why" in p:
+        return "—", "—"
+    band = p.get("tpot_interval_s")
+    tpot = seconds(p["tpot_s"]) + (f" ({seconds(band[0])}–{seconds(band[1])})" if band else "")
+    return tpot, seconds(p["ttft_s"])
+
+
+def does_not_fit(c: Configuration) -> str:
+    """Why no batch runs at this configuration, naming the smallest tp that would fit."""
+    m = c.section["memory"][0]
+    what = "the weights do not fit" if not m["weights_fit"] else "not one sequence's KV cache fits"
+    if c.smallest is None:
+        return what
+    tp = c.smallest["tp"]
+    return (f"{what}: the smallest tp that fits one sequence is {tp}" if tp is not None
+            else f"{what} at any tp of {', '.join(map(str, c.smallest['tried']))}")
+
+
+HEAD = ("device", "tp", "GPUs", "batch", "tokens/s per user", "tokens/s per GPU", "step", "bound",
+        "TTFT ≥", "fits", "calibrated TPOT (80%)", "calibrated TTFT")
+
+
+def _rows(c: Configuration) -> list[tuple]:
+    dev, prefill = c.section["crossovers"][0]["devices"][0], c.section["prefill"][0]["devices"][0]
+    ttft = seconds(prefill["time_s"])
+    rows, at = [], [(row["batch"], row["devices"][0]) for row in c.section["steps"]]
+    if dev["at_max_batch"] and dev["max_batch"] not in dict(at):
+        at.append((dev["max_batch"], {**dev["at_max_batch"], "fits": True, "largest": True}))
+    for batch, d in at:
+        user, gpu = rates(d["tokens_per_s"], batch, c.gpus)
+        label = f"{batch:,}" + (" (largest)" if d.get("largest") else "")
+        rows.append((c.device.key, str(c.tp), str(c.gpus), label, sig(user), sig(gpu), seconds(d["time_s"]),
+                     d["bound"], ttft, "yes" if d["fits"] else "no", *calibrated_cells(c.predicted.get(batch))))
+    return rows
+
+
+def text(model_name: str, setup: str, context: int, prompt: int, configs: list[Configuration]) -> str:
+    """The configurations as one table, then what does not fit and where the predictions come from."""
+    variant = configs[0].section.get("variant")
+    lines = [one_line(f"{model_name}, {setup}, decode at context {context:,}, time to first token for a "
+                      f"prompt of {prompt:,}: roofline lower bounds ({variant} variant; tokens/s ≤, "
+                      f"TTFT ≥), one row per configuration")]
+    rows = [HEAD]
+    for c in configs:
+        rows += _rows(c)
+    lines += ["  " + line for line in columns(rows).splitlines()]
+    for c in configs:
+        if c.section["crossovers"][0]["devices"][0]["max_batch"] < 1:
+            lines.append(f"{c.device.key} at tp {c.tp}: {does_not_fit(c)}")
+        else:
+            top = c.section["crossovers"][0]["devices"][0]["max_batch"]
+            lines.append(f"{c.device.key} at tp {c.tp}: weights {gib(c.section['weight_bytes'])} per GPU; "
+                         f"the largest batch that fits at context {context:,} is {top:,}")
+    for note in dict.fromkeys(f"{c.device.key}: {c.note}" for c in configs):
+        lines.append(one_line(note))
+    return "\n".join(lines) + "\n"
+
+
+def columns(rows) -> str:
+    """Aligned columns; a spec's text with its control characters spelled out (one_line), so a
+    name cannot move the cursor or break a row."""
+    rows = [[one_line(str(x)) for x in r] for r in rows]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "".join("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() + "\n" for r in rows)
+
+
+def chart(model_name: str, context: int, configs: list[Configuration]) -> str:
+    """Decode tokens/s per GPU against batch: a colour per tp, a line style per device, faint
+    where the weights and KV cache do not fit (charts.throughput draws it)."""
+    devices = list(dict.fromkeys(c.device.key for c in configs))
+    lines = [{"label": f"tp {c.tp}", "group": devices.index(c.device.key),
+              "x": [b for b, _, _ in c.drawn], "y": [t / c.gpus for _, t, _ in c.drawn],
+              "fits": [f for _, _, f in c.drawn], "crossing": None} for c in configs]
+    return charts.draw({"kind": "throughput", "lines": lines, "groups": devices,
+                        "title": one_line(f"{model_name}: decode tokens/s per GPU (bound), context {context:,}"),
+                        "xlabel": "batch B", "ylabel": "tokens/s per GPU"})
