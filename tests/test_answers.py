@@ -407,13 +407,13 @@ def test_a_section_naming_a_device_it_leaves_out_goes_on(call, tmp_path):
     assert "Not evaluated on `tpu-v4`: device 'tpu-v4' lists no vector peak" in (tmp_path / "out" / "study.md").read_text()
 
 
-def test_report_opens_with_the_answer_then_why_then_the_folded_detail(tmp_path):
+def test_report_opens_with_the_answer_then_why_then_the_folded_detail(call, tmp_path):
     """Issue 32 item 1: the answer, a short why (the formulas, the bound rules once), then the
     detail: folded in HTML (<details>), linked from a table of contents in Markdown."""
     import re
     from rooflinec.render.pages import anchor
     path = _study(tmp_path, STUDY)
-    code, _, err = _call("build", path, "--out", tmp_path / "out", "--format", "md,html,json")
+    code, _, err = call("build", path, "--out", tmp_path / "out", "--format", "md,html,json")
     assert code == 0, err
     md = (tmp_path / "out" / "study.md").read_text()
     heads = [line for line in md.splitlines() if line.startswith("## ")]
@@ -432,11 +432,11 @@ def test_report_opens_with_the_answer_then_why_then_the_folded_detail(tmp_path):
     assert html.index('id="why"') < html.index('id="devices"')
 
 
-def test_calibrated_rows_appear_where_the_shipped_calibration_was_fitted(tmp_path):
+def test_calibrated_rows_appear_where_the_shipped_calibration_was_fitted(call, tmp_path):
     """On H100 the summary carries the serving model's calibrated TPOT beside the bounds (a
     prediction: never below the bound's step); on an RTX 4090 it carries none."""
     path = _study(tmp_path, STUDY.replace("[rtx4090, a100-40gb]", "[h100-sxm, rtx4090]"))
-    code, _, err = _call("build", path, "--out", tmp_path / "out", "--format", "md,json")
+    code, _, err = call("build", path, "--out", tmp_path / "out", "--format", "md,json")
     assert code == 0, err
     data = json.loads((tmp_path / "out" / "study.json").read_text())
     h100, rtx = data["summary"]["devices"]
