@@ -407,6 +407,7 @@ def test_a_section_naming_a_device_it_leaves_out_goes_on(call, tmp_path):
     assert "Not evaluated on `tpu-v4`: device 'tpu-v4' lists no vector peak" in (tmp_path / "out" / "study.md").read_text()
 
 
+@pytest.mark.slow
 def test_report_opens_with_the_answer_then_why_then_the_folded_detail(call, tmp_path):
     """Issue 32 item 1: the answer, a short why (the formulas, the bound rules once), then the
     detail: folded in HTML (<details>), linked from a table of contents in Markdown."""
@@ -432,6 +433,7 @@ def test_report_opens_with_the_answer_then_why_then_the_folded_detail(call, tmp_
     assert html.index('id="why"') < html.index('id="devices"')
 
 
+@pytest.mark.slow
 def test_calibrated_rows_appear_where_the_shipped_calibration_was_fitted(call, tmp_path):
     """On H100 the summary carries the serving model's calibrated TPOT beside the bounds (a
     prediction: never below the bound's step); on an RTX 4090 it carries none."""

@@ -159,6 +159,7 @@ def test_full_layers_in_closed_form_count_what_the_loop_counts(pattern, first, l
     assert window.full_layers(_Model(stop, tuple(pattern)), first, stop) == loop
 
 
+@pytest.mark.slow
 @given(st.integers(0, 300), st.integers(0, 40), st.integers(1, 7))
 def test_dense_layers_in_closed_form_count_what_the_loop_counts(n_layers, first_dense, every):
     loop = sum(1 for i in range(n_layers) if i < first_dense or i % every)

@@ -78,6 +78,7 @@ def test_help_teaches(call):
     assert code == 0 and "rooflinec build specs/qwen.yaml" in out and "exit status" in out
 
 
+@pytest.mark.slow
 def test_spec_error_is_located_and_writes_nothing(call, tree, tmp_path):
     study = tree / "qwen.yaml"
     study.write_text(study.read_text().replace("dtype: bf16", "dtype: bf17"))

@@ -133,6 +133,7 @@ def test_serve_layout_flag_mistakes_name_their_flag(call, argv, fragment):
     assert code == 2 and out == "" and fragment in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_serve_deepseek_v3_at_attention_dp_8_ep_8(call):
     """`serve` asks the same deployment: one rank's weights (98,856,229,888 B at fp8, as above)
     and KV cache (70,272 B per token at bf16), the group's tokens/s over 8 ranks."""

@@ -83,6 +83,7 @@ def test_decode_workers_never_prefill():
     assert not (res.schedule.x0[:, sc.CHUNKS]).any()          # no step ever scheduled a prompt chunk
 
 
+@pytest.mark.slow
 def test_rate_matching_names_the_pool_that_limits():
     """64 clients with 8K prompts on 2 prefill workers: the prefill pool limits; the balance asks for
     more prefill than decode workers; the decode pool limits when the prompts are short."""
@@ -95,6 +96,7 @@ def test_rate_matching_names_the_pool_that_limits():
     assert more["requests_per_s"] > long["requests_per_s"]    # more prefill workers help where it limits
 
 
+@pytest.mark.slow
 def test_the_bound_stays_below_the_prediction():
     p = pools("h100-sxm")
     lo = disagg.bound(p, TRTLLM, 8192, 64)
@@ -108,6 +110,7 @@ def call(*argv):
     return run([str(a) for a in argv], out, err), out.getvalue(), err.getvalue()
 
 
+@pytest.mark.slow
 def test_simulate_takes_two_pools():
     base = ("simulate", "llama-3.1-70b", "--device", "gb200", "--engine", "trtllm", "--isl", "8192", "--osl", "64",
             "--prefill-workers", 2, "--prefill-tp", 4, "--decode-workers", 1, "--decode-tp", 8)
@@ -145,6 +148,7 @@ def disagg_rows(tmp_path, edit=None):
     return path
 
 
+@pytest.mark.slow
 def test_validate_predicts_the_disaggregated_rows_it_can_and_says_why_for_the_rest(tmp_path):
     code, out, err = call("validate", disagg_rows(tmp_path), "--out", tmp_path / "out", "--format", "md,json")
     assert code == 0, err

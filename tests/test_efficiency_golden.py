@@ -31,6 +31,7 @@ def qwen():
     return sections("specs/qwen.yaml")
 
 
+@pytest.mark.slow
 def test_palm_flops_per_token(palm):
     dense, full, _ = palm["accounts"]
     # 6N = 6 * 540,356,474,880 = 3.242e12
@@ -91,6 +92,7 @@ def test_qwen_kv_cache_is_57_344_bytes_per_token(qwen):
     assert qwen["serving"]["kv_per_token"] == 57_344
 
 
+@pytest.mark.slow
 def test_qwen_weights_are_its_parameters_in_bf16(qwen):
     # 7,615,616,512 parameters * 2 bytes = 15,231,233,024 bytes
     assert qwen["serving"]["weight_bytes"] == 15_231_233_024

@@ -257,6 +257,7 @@ def test_generated_expressions_round_trip(item):
     assert parse(text) == expected
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.sampled_from(sorted(ALPHABET)), st.sampled_from(sorted(ALPHABET)))
 def test_product_commutes(x, y):

@@ -21,11 +21,13 @@ def gemm_i(m, k, n, nbytes):
     return sp.Rational(cost.flops) / sp.Rational(cost.bytes)
 
 
+@pytest.mark.slow
 @given(dims, dims, dims, elem_bytes)
 def test_gemm_intensity_rises_with_m(m, k, n, nbytes):
     assert gemm_i(m + 1, k, n, nbytes) > gemm_i(m, k, n, nbytes)
 
 
+@pytest.mark.slow
 @given(dims, dims, dims, elem_bytes)
 def test_gemm_intensity_below_both_bounds(m, k, n, nbytes):
     i = gemm_i(m, k, n, nbytes)
@@ -33,11 +35,13 @@ def test_gemm_intensity_below_both_bounds(m, k, n, nbytes):
     assert i < sp.Rational(2 * k * n, (k + n) * nbytes)          # infinitely many tokens cap it
 
 
+@pytest.mark.slow
 @given(dims, dims, dims, elem_bytes)
 def test_gemm_intensity_symmetric_in_k_and_n(m, k, n, nbytes):
     assert gemm_i(m, k, n, nbytes) == gemm_i(m, n, k, nbytes)
 
 
+@pytest.mark.slow
 @given(st.integers(1, 1 << 20), st.integers(1, 1 << 20), st.integers(1, 64), st.integers(1, 8),
        st.integers(16, 256), elem_bytes)
 def test_decode_attention_intensity_same_for_every_context(s1, s2, kv, group, d, nbytes):

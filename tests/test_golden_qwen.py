@@ -30,6 +30,7 @@ def section(rep, kind):
     return next(s for s in rep["sections"] if s["kind"] == kind)
 
 
+@pytest.mark.slow
 def test_rtx4090_ridge_is_163_9(qwen):
     rtx = next(d for d in qwen["devices"] if d["key"] == "rtx4090")
     # 165.2e12 FLOP/s / 1008e9 B/s = 163.888... FLOP/byte

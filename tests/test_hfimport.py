@@ -185,6 +185,7 @@ def test_missing_field_is_located(call, tmp_path):
     assert code == 1 and err == f"{cfg}:1:1: (top level): missing 'hidden_size', which the mapping needs\n"
 
 
+@pytest.mark.slow
 def test_import_command_writes_a_spec_a_study_can_use(call, tmp_path):
     """From a folder holding config.json to a model spec beside a study that names the
     catalog's h100-sxm, and a build."""

@@ -272,6 +272,7 @@ def test_huge_or_non_finite_numbers_in_a_spec_are_located(tree, value, fragment)
     _refused(study, "contexts[1]", fragment)
 
 
+@pytest.mark.slow
 def test_a_nan_geometric_ratio_is_located(tree):
     study = _study(tree, {"attention_intensity": {"contexts": {"from": 1, "to": 100,
                                                                "geometric": float("nan")}}})

@@ -67,6 +67,7 @@ def test_markdown_links_every_chart_file(files):
     assert sorted(links) == sorted(p for p in files if p.endswith(".svg"))
 
 
+@pytest.mark.slow
 def test_json_alone_draws_no_chart(qwen):
     assert list(render_many(qwen, ["json"])) == ["qwen.json"]
 
@@ -79,6 +80,7 @@ def test_same_spec_same_bytes(qwen, files):
 
 # --- self-contained, safe HTML ----------------------------------------------------------------
 
+@pytest.mark.slow
 def test_html_is_self_contained(files):
     html = files["qwen.html"]
     # the calculator's two inline scripts only: its data (JSON) and its code, no src

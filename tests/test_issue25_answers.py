@@ -218,6 +218,7 @@ def test_bench_compile_step_runs():
 
 # --- items 6 and 8: one answer per question ------------------------------------------------
 
+@pytest.mark.slow
 def test_serve_at_tp_answers_for_the_group_with_its_collectives(call):
     # Issue 25 item 6: `serve llama-3.1-70b --tp 4 --dtype fp8` said 190.8 tokens/s (no
     # all-reduces), reports/llama70b-tp-fp8.md's tensor-parallel view 175.4 (with them). Both

@@ -15,6 +15,7 @@ import textwrap
 from fractions import Fraction
 from pathlib import Path
 
+import pytest
 import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -112,6 +113,7 @@ def test_decode_and_prefill_of_the_delta_rule(tmp_path):
     assert number(prefill.cost.bytes_of("kv_cache"), point) == 1_048_576
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(st.integers(1, 2 ** 20), st.integers(1, 2 ** 20), st.integers(1, 512))
 def test_decode_bytes_do_not_grow_with_the_context(tmp_path_factory, short, long, batch):

@@ -129,6 +129,7 @@ def held(tmp_path):
     release()
 
 
+@pytest.mark.slow
 def test_a_second_build_waits_then_refuses(call, tree, held, monkeypatch):
     out, _ = held
     monkeypatch.setattr(output, "LOCK_WAIT_S", 0.3)
@@ -141,6 +142,7 @@ def test_a_second_build_waits_then_refuses(call, tree, held, monkeypatch):
     assert os.listdir(out) == [output.LOCK]
 
 
+@pytest.mark.slow
 def test_a_second_build_waits_for_the_first_to_finish(call, tree, held, monkeypatch):
     out, release = held
     monkeypatch.setattr(output, "LOCK_WAIT_S", 30)

@@ -419,6 +419,7 @@ def test_mixtral_at_ep_8_golden():
     assert any("ep = 8" in text for _, text in program.conventions)
 
 
+@pytest.mark.slow
 def test_ep_that_does_not_divide_the_experts_is_a_located_error(tmp_path):
     msg = build_fails(tmp_path, "model: mixtral-8x7b\ndevices: [h100-sxm]\nparallel:\n  ep: 3\n"
                                 "analyses: {params: {}}\n")
@@ -498,6 +499,7 @@ def test_a_tp_that_does_not_divide_an_experts_width_is_refused():
     par.check(odd, 8, ep=8)   # whole experts under ep: their width is not split
 
 
+@pytest.mark.slow
 def test_ep_1_gives_exactly_todays_program():
     one = ep_bench(1)
     whole = Workbench.of(MIXTRAL, (H100,), "bf16")

@@ -69,6 +69,7 @@ def test_shares_sum_to_one_and_totals_are_row_sums(case, w):
     assert led.time == sum(r.roof.time for r in led.rows)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(cases, workloads)
 def test_time_is_at_least_each_roofline_term(case, w):

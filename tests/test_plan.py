@@ -41,6 +41,7 @@ def _keys(table, rows=None):
              int(table["batch"][i])) for i in rows}
 
 
+@pytest.mark.slow
 def test_the_frontier_equals_brute_force_on_a_small_case(case):
     """Every configuration priced on its own (one feature row, one StepModel call), feasibility
     checked by hand, dominance by all pairs: the same frontier as the vectorised search."""
@@ -66,6 +67,7 @@ def test_the_frontier_equals_brute_force_on_a_small_case(case):
     assert len(front) >= 3
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 20), st.integers(1, 20)), min_size=1, max_size=40))
 def test_no_frontier_point_is_dominated_and_every_other_point_is(pts):
@@ -134,6 +136,7 @@ def llama70b_step():
     return model, inverse.decode_step(model, dev, 8, "bf16", "bf16", 64, 8192)
 
 
+@pytest.mark.slow
 def test_the_bandwidth_solve_meets_the_target_at_its_value_and_misses_below(llama70b_step):
     model, step = llama70b_step
     s = inverse.solve(step, "bandwidth", sp.Rational(20, 1000))
@@ -149,6 +152,7 @@ def test_the_bandwidth_solve_meets_the_target_at_its_value_and_misses_below(llam
     assert s.setter in ("kv_cache", "weights")
 
 
+@pytest.mark.slow
 def test_the_peak_and_link_solves_check_by_substitution(llama70b_step):
     _, step = llama70b_step
     for knob in ("peak", "link"):
@@ -167,6 +171,7 @@ def _cli(*argv):
     return run(list(argv), out, err), out.getvalue(), err.getvalue()
 
 
+@pytest.mark.slow
 def test_plan_prints_labelled_tables_and_json(tmp_path):
     chart = tmp_path / "front.svg"
     code, out, err = _cli("plan", "llama-3.1-8b", "--slo", "ttft<=2s,tpot<=30ms", "--devices", "h100-sxm",
@@ -183,6 +188,7 @@ def test_plan_prints_labelled_tables_and_json(tmp_path):
         2.0 / (row["prediction"]["tokens_per_s_per_gpu"] * 3600) * 1e6)
 
 
+@pytest.mark.slow
 def test_plan_solve_prints_the_derivation():
     code, out, err = _cli("plan", "llama-3.1-70b", "--solve", "bandwidth", "--device", "h100-sxm", "--tp", "8",
                           "--batch", "64", "--context", "8192", "--slo", "tpot<=20ms")
@@ -207,6 +213,7 @@ def test_a_bad_price_file_is_located(tmp_path):
     assert code == 1 and f"{f}:2:" in err
 
 
+@pytest.mark.slow
 def test_the_frontier_can_be_replayed_in_the_simulator():
     code, out, err = _cli("plan", "llama-3.1-8b", "--slo", "ttft<=2s,tpot<=30ms", "--devices", "h100-sxm",
                           "--gpus", "2", "--concurrency", "1,16", "--simulate", "trtllm", "--json")

@@ -14,6 +14,7 @@ from rooflinec.cli.progress import Progress
 CONFIGS = Path(__file__).resolve().parent / "hf_configs"
 
 
+@pytest.mark.slow
 def test_devices_lists_every_shipped_device(call):
     shipped = catalog.names("hardware")
     assert len(shipped) >= 13 and "h100-sxm" in shipped
@@ -27,6 +28,7 @@ def test_devices_lists_every_shipped_device(call):
     assert [r["name"] for r in rows] == shipped and all(r["source"] for r in rows)
 
 
+@pytest.mark.slow
 def test_models_lists_every_shipped_model_with_its_parameters(call):
     code, out, err = call("models")
     assert code == 0 and err == ""
@@ -49,6 +51,7 @@ def test_unknown_name_lists_both_places(call, tmp_path):
     assert "my-gpu" in err.split("known hardware specs:")[1] and "h100-sxm" in err
 
 
+@pytest.mark.slow
 def test_serve_llama_on_h100(call):
     """Llama-3.1-8B decoding one sequence at context 4096 on an H100 SXM (3.35 TB/s) reads
     every weight but the embedding table (a gather reads B rows): (8,030,261,248 - 128,256 *
@@ -69,6 +72,7 @@ def test_serve_llama_on_h100(call):
     assert f"{step['tokens_per_s']:,.1f}" in text and "time to first token ≥" in text and "(prompt 2,048, batch 1)" in text
 
 
+@pytest.mark.slow
 def test_serve_catalog_name_and_options(call):
     code, out, err = call("serve", "qwen2.5-7b", "--device", "a100-40gb", "--batch", "2,4",
                           "--context", "1024", "--prompt", "512", "--dtype", "fp16")
@@ -198,6 +202,7 @@ def test_serve_says_the_room_for_kv_tokens_counts_windowed_layers_at_the_full_co
     assert code == 0 and "full context" not in out.splitlines()[1]
 
 
+@pytest.mark.slow
 def test_serve_shows_a_small_tokens_per_s_to_its_significant_figures(call):
     """gemma-2-9b on an L4 (300 GB/s) at a context of 10^8: its 21 full layers keep
     2 x 8 KV heads x 256 x 2 B = 8,192 B a token each, 21 x 8,192 x 10^8 = 17.2 TB read a step,
@@ -219,6 +224,7 @@ def _rows(text: str, device: str) -> list[list[str]]:
     return [re.split(r"\s{2,}", line.strip()) for line in text.splitlines() if line.startswith(f"  {device} ")]
 
 
+@pytest.mark.slow
 def test_serve_answers_tokens_per_gpu_and_per_user_over_tp_in_one_command(call):
     """Issue 32: 'tokens/s per GPU and per user for Llama-3.1-70B on H100 at tp 1, 2, 4, 8'.
     Each row is that tp's own serve (the same section): per user is the group's tokens/s over
@@ -247,6 +253,7 @@ def test_serve_answers_tokens_per_gpu_and_per_user_over_tp_in_one_command(call):
     assert "the largest batch that fits at context 4,096 is 0" not in text
 
 
+@pytest.mark.slow
 def test_serve_lists_devices_and_says_which_configuration_it_cannot_evaluate(call):
     code, out, err = call("serve", "qwen2.5-7b", "--device", "h100-sxm,a100-40gb", "--tp", "1,2", "--json")
     assert code == 0, err
@@ -258,6 +265,7 @@ def test_serve_lists_devices_and_says_which_configuration_it_cannot_evaluate(cal
                                      "needs; add interconnect to its hardware spec"]
 
 
+@pytest.mark.slow
 def test_serve_puts_the_shipped_calibration_beside_the_bounds_where_it_was_fitted(call):
     """On H100 the shipped calibration has a (device, engine) group of its own (trtllm): TPOT is
     serving_model.predict with that group's efficiencies, for `batch` requests of the prompt,
@@ -294,6 +302,7 @@ def test_serve_puts_the_shipped_calibration_beside_the_bounds_where_it_was_fitte
     assert "not h100-sxm with vllm" in text
 
 
+@pytest.mark.slow
 def test_serve_calibration_file_is_read_with_located_errors(call, tmp_path):
     from rooflinec.cli import calibrated
     mine = tmp_path / "cal.yaml"
@@ -306,6 +315,7 @@ def test_serve_calibration_file_is_read_with_located_errors(call, tmp_path):
     assert f"calibration {mine}: parameters pooled over every device and engine" in out
 
 
+@pytest.mark.slow
 def test_serve_out_draws_tokens_per_gpu_against_batch(call, tmp_path):
     svg = tmp_path / "serve.svg"
     code, out, err = call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--tp", "2,4", "--out", svg)

@@ -50,6 +50,7 @@ def test_uncalibrated_bound_holds_on_every_shipped_row(shipped):
     assert over == []
 
 
+@pytest.mark.slow
 def test_fit_recovers_the_efficiencies_that_made_the_data(shipped):
     """Measurements synthesised from known parameters give those parameters back."""
     truth = sm.Efficiency(compute_fraction=0.6, per_layer_s=50e-6)

@@ -80,6 +80,7 @@ def test_expected_tokens_by_hand():
 KIND = st.sampled_from(["mtp", "model", "ngram"])
 
 
+@pytest.mark.slow
 @given(kind=KIND, k=st.integers(1, 8), batch=st.integers(1, 4096), context=st.integers(1, 32768))
 @settings(max_examples=60)
 def test_alpha_zero_never_beats_plain_decoding(kind, k, batch, context):
@@ -103,6 +104,7 @@ def test_alpha_to_one_approaches_k_plus_1_tokens_per_step(k, eps):
 
 @given(k=st.integers(2, 8), lo=st.integers(256, 1 << 14), grow=st.integers(1, 1 << 14),
        context=st.integers(1, 1024), kind=KIND)
+@pytest.mark.slow
 @settings(max_examples=60)
 def test_speculation_gains_nothing_more_once_the_verification_is_compute_bound(k, lo, grow, context, kind):
     """Once the verification step is compute-bound at batch b, its time is proportional to the
@@ -193,6 +195,7 @@ def test_serve_prints_the_speculation_table(call):
     (["--draft", "no-such-model", "--acceptance", "0.5"], "--draft"),
     (["--draft", "llama-3.2-1b", "--acceptance", "0.5", "--speculate", "mtp:k=1,alpha=0.5"], "--speculate"),
 ])
+@pytest.mark.slow
 def test_bad_speculation_flags_are_usage_errors_naming_the_flag(call, argv, flag):
     for command in (["serve", "llama-3.1-8b", "--device", "h100-sxm"],
                     ["simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "vllm",

@@ -54,6 +54,7 @@ def test_the_qwen_step_is_the_gpu_side_profiler_step(qwen):
     assert read.shapes == (16, 559)
 
 
+@pytest.mark.slow
 def test_the_qwen_trace_is_covered_and_no_group_beats_its_roofline(qwen):
     _, rep = qwen
     assert rep["coverage"] >= 0.90, rep["unmapped"]
@@ -129,6 +130,7 @@ def test_a_trace_without_steps_says_how_to_read_it_all():
     assert by("multimem_all_reduce") == {"collective"} and by("fused_add_rms_norm") == {"norm"}
 
 
+@pytest.mark.slow
 def test_bert_small_flash_and_cutlass_kernels_map():
     read = trace.read(shared(BERT))
     rules = trace.load_rules()

@@ -312,6 +312,7 @@ def test_gib_over_gb_is_the_fixed_ratio(n):
 @given(mantissa=st.decimals(min_value="0.001", max_value="99999", places=3,
                             allow_nan=False, allow_infinity=False),
        prefix=st.sampled_from([("k", 3), ("M", 6), ("G", 9), ("T", 12), ("P", 15)]))
+@pytest.mark.slow
 def test_decimal_mantissa_is_exact(mantissa, prefix):
     name, power = prefix
     text = f"{mantissa} {name}FLOP/s"

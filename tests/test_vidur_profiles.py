@@ -45,6 +45,7 @@ def test_the_files_the_readme_lists_are_all_read(table):
     assert len(PROFILES) == 8 and len(table.rows) == 91_029
 
 
+@pytest.mark.slow
 def test_the_uncalibrated_roofline_is_below_every_kernel_but_l2_resident_adds(table):
     # Every row, every op: max(F / 312 TFLOP/s, B / 2.039 TB/s) <= the measured median. The
     # exceptions are residual adds whose two inputs (2/3 of their traffic) fit in the 40 MB L2:

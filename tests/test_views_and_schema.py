@@ -32,6 +32,7 @@ def test_decode_attention_is_one_kernel_whose_intensity_loses_S(qwen):
     assert sp.simplify(attention[0]["limit_S"] - 2 * n_q / (b * n_kv)) == 0
 
 
+@pytest.mark.slow
 def test_prefill_attention_turns_compute_bound_in_the_ideal_variant(qwen):
     # Compulsory traffic: 4·B·S²·d·n_q FLOPs over 2·B·S·b·d·(n_kv + n_q) bytes, so
     # I = 2·S·n_q / (b·(n_kv + n_q)) = 2·S·28 / (2·32) = 0.875·S for Qwen2.5-7B (28 query,
