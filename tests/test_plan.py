@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from itertools import product
 
 import numpy as np
@@ -16,7 +17,8 @@ from hypothesis import strategies as st
 from rooflinec.cli import quick
 from rooflinec.cli.app import run
 from rooflinec.cost import inverse
-from rooflinec.serving import calibration, plan, plan_cost
+from rooflinec.cost.deployment import Deployment
+from rooflinec.serving import calibration, disagg, plan, plan_cost, plan_disagg, plan_step
 from rooflinec.serving import stepcost as sc
 
 FORMATS = [("bf16", "bf16"), ("fp8", "fp8")]
@@ -37,34 +39,78 @@ def _search(case, slo, gpus=2, work=WORK):
 
 def _keys(table, rows=None):
     rows = range(len(table["batch"])) if rows is None else rows
-    return {(int(table["tp"][i]), int(table["pp"][i]), table["weights"][i], table["kv_cache"][i],
-             int(table["batch"][i])) for i in rows}
+    return {(*(table[k][i] if k == "mode" else int(table[k][i]) for k in plan.DEPLOYMENT), table["weights"][i],
+             table["kv_cache"][i], int(table["batch"][i])) for i in rows}
 
 
-@pytest.mark.slow
-def test_the_frontier_equals_brute_force_on_a_small_case(case):
-    """Every configuration priced on its own (one feature row, one StepModel call), feasibility
-    checked by hand, dominance by all pairs: the same frontier as the vectorised search."""
-    model, dev, params = case
-    slo = plan.Slo(ttft_s=2.0, tpot_s=0.03)
-    points = []
-    for tp, pp, (w, kv), b in product((1, 2), (1, 2), FORMATS, WORK.batches):
-        if tp * pp > 2:
+def _key(dep, w, kv, b, pools=("agg", 0, 0, 0)):
+    return (dep["tp"], dep["dp"], dep["ep"], dep["pp"], *pools, w, kv, b)
+
+
+def _aggregated(model, dev, params, slo, formats, batches, gpus):
+    """Every aggregated point priced on its own: one feature row, one step model call."""
+    out = []
+    for tp, dp, ep, pp, (w, kv), b in product((1, 2), (1, 2), (1, 2), (1, 2), formats, batches):
+        dep = {"tp": tp, "dp": dp, "ep": ep, "pp": pp}
+        moe = model.moe is not None
+        if tp * dp * pp > gpus or ep > tp * dp or (not moe and (dp > 1 or ep > 1)):
             continue
-        step = sc.build(sc.Deployment(model, dev, tp, w, kv))
+        step = plan_step.step_for(Deployment(model, dev, tp, w, kv, attention_dp=dp, moe_ep=ep))
         steady, first = (x[0:1] for x in plan.features(np.array([b]), WORK.isl, WORK.osl))
-        memory = step.deployment.weight_bytes() / pp + b * float(step.deployment.kv_per_token()) * (1024 + 128)
+        memory = replace(step.deployment, pp=pp).weight_bytes() + b * float(step.deployment.kv_per_token()) * (1024 + 128)
         hop = (pp - 1) * plan._hop_s(dev, np.array([b]), model)[0] if pp > 1 else 0.0
         tpot = float(step.durations(steady, params)[0]) + hop
         ttft = float(step.durations(first, params)[0]) + hop + params.request_latency_s
         if memory <= dev.capacity and tpot <= slo.tpot_s and ttft <= slo.ttft_s:
-            points.append(((tp, pp, w, kv, b), pp * b / tpot / (tp * pp), 1 / tpot))
+            out.append((_key(dep, w, kv, b), dp * pp * b / tpot / (tp * dp * pp), 1 / tpot))
+    return out
+
+
+def _disaggregated(model, dev, params, slo, formats, batches):
+    """One prefill worker and one decode worker of tp 1 (the only pair 2 GPUs hold), by hand."""
+    out, one = [], {"tp": 1, "dp": 1, "ep": 1, "pp": 1}
+    for (w, kv), b in product(formats, batches):
+        pre = dec = plan_step.step_for(Deployment(model, dev, 1, w, kv))
+        tpot = float(dec.durations(plan_disagg.decode_features(np.array([b]), 1024 + 128), params)[0])
+        prefill = float(pre.durations(plan_disagg.prompt_features(1024), params)[0])
+        pools = disagg.Pools(pre.deployment, dec.deployment, 1, 1)
+        ttft = prefill + disagg.transfer_s(pools, 1024, disagg.kv_link(pools)) + params.request_latency_s
+        memory = dec.deployment.weight_bytes() + b * float(dec.deployment.kv_per_token()) * (1024 + 128)
+        fed = b / (256 * tpot) <= 1 / prefill
+        if memory <= dev.capacity and fed and tpot <= slo.tpot_s and ttft <= slo.ttft_s:
+            out.append((_key(one, w, kv, b, ("disagg", 1, 1, 1)), b / tpot / 2, 1 / tpot))
+    return out
+
+
+def _brute_force_frontier(model, dev, params, slo, formats, batches):
+    points = (_aggregated(model, dev, params, slo, formats, batches, 2)
+              + _disaggregated(model, dev, params, slo, formats, batches))
     front = {k for k, x, y in points
              if not any(x2 >= x and y2 >= y and (x2 > x or y2 > y) for _, x2, y2 in points)}
-    t = _search(case, slo).table()
+    t = plan.search(model, [dev], 2, plan.Workload(1024, 256, batches), slo, lambda d: params,
+                    lambda d: formats).table()
     assert _keys(t) == {k for k, _, _ in points}
     assert _keys(t, plan.pareto(t["per_gpu"], t["per_user"])) == front
+    return front
+
+
+@pytest.mark.slow
+def test_the_frontier_equals_brute_force_on_a_small_case(case):
+    """Every configuration priced on its own (one feature row, one step model call), feasibility
+    checked by hand, dominance by all pairs: the same frontier as the vectorised search."""
+    model, dev, params = case
+    front = _brute_force_frontier(model, dev, params, plan.Slo(ttft_s=2.0, tpot_s=0.03), FORMATS, WORK.batches)
     assert len(front) >= 3
+
+
+@pytest.mark.slow
+def test_the_moe_frontier_with_dp_ep_and_disaggregated_pools_equals_brute_force(case):
+    """The same over attention DP, EP and a disaggregated pair, for a mixture of experts."""
+    _, dev, params = case
+    model = quick._model("qwen3-30b-a3b")
+    front = _brute_force_frontier(model, dev, params, plan.Slo(ttft_s=2.0, tpot_s=0.05), [("fp8", "fp8")],
+                                  (1, 16, 64, 256))
+    assert any(k[1] > 1 or k[2] > 1 for k in front) or any(k[4] == "disagg" for k in front)
 
 
 @pytest.mark.slow

@@ -179,9 +179,9 @@ def _row(t: dict, i: int, devices: dict, prices: dict, isl: int, osl: int) -> di
     dev = devices[t["device"][i]]
     per_gpu = float(t["per_gpu"][i])
     price = prices.get(dev.key)
-    dep = {a.name: int(t[a.name][i]) for a in plan.AXES}
+    dep = {k: t[k][i] if k == "mode" else int(t[k][i]) for k in plan.DEPLOYMENT}
     return {
-        "device": dev.key, "deployment": dep, "label": plan.label(dep), "gpus": int(t["gpus"][i]),
+        "device": dev.key, "deployment": dep, "label": plan.label(dep), "mode": dep["mode"], "gpus": int(t["gpus"][i]),
         "weights": t["weights"][i], "kv_cache": t["kv_cache"][i], "batch": int(t["batch"][i]),
         "prediction": {"tpot_s": float(t["tpot_s"][i]), "ttft_s": float(t["ttft_s"][i]),
                        "tokens_per_s_per_gpu": per_gpu, "tokens_per_s_per_user": float(t["per_user"][i])},
@@ -207,7 +207,7 @@ def document(model, devices, work, slo, res, prices, args, engine, calibration_s
         idx = np.flatnonzero(t["device"] == dev)
         seen, rows = set(), []
         for i in idx[np.lexsort((t["gpus"][idx], -t["per_user"][idx], -t["per_gpu"][idx]))]:
-            key = tuple(t[a.name][i] for a in plan.AXES)     # one row per deployment, its best
+            key = tuple(t[k][i] for k in plan.DEPLOYMENT)     # one row per deployment, its best
             if key not in seen and len(rows) < args.top:
                 seen.add(key)
                 rows.append(_row(t, int(i), by_key, prices, work.isl, work.osl))

@@ -44,7 +44,7 @@ from itertools import product
 import numpy as np
 
 from rooflinec.cost import collectives, parallel
-from rooflinec.serving import metrics, simulator
+from rooflinec.serving import metrics, plan_disagg, plan_step, simulator
 from rooflinec.serving import serving_model as sm
 from rooflinec.serving import stepcost as sc
 from rooflinec.serving.workload import Lengths
@@ -63,10 +63,7 @@ class Axis:
     applies: object               # model -> bool: whether values past 1 are searched
     check: object                 # (model, degree) -> reason it is ruled out, or ""
     in_flight: bool = False       # the degree multiplies the sequences in flight (each its own batch)
-
-
-def _powers(limit: int) -> list[int]:
-    return [2 ** i for i in range(int(math.log2(max(1, limit))) + 1)]
+    devices: bool = True          # the degree multiplies the GPUs (ep splits the tp x dp devices instead)
 
 
 def _tp_check(model, n):
@@ -86,25 +83,48 @@ def _ep_check(model, n):
         parallel.check_ep(model, n)
     except parallel.Unshardable as exc:
         return f"divisibility: ep {n}: {exc}"
-    return "" if n == 1 else "unsupported: the serving step model has no expert parallelism yet"
+    return ""
+
+
+def _moe(model) -> bool:
+    return getattr(model, "moe", None) is not None
 
 
 AXES = (
     Axis("tp", "tensor parallel: heads, MLP width and vocabulary split", lambda m: True, _tp_check),
+    Axis("dp", "attention data parallel: ranks with their own batch and KV cache, one MoE layer over all",
+         _moe, lambda m, n: "", in_flight=True),
+    Axis("ep", "expert parallel: routed experts split over the tp x dp devices", _moe, _ep_check, devices=False),
     Axis("pp", "pipeline parallel: layers split into stages", lambda m: True, _pp_check, in_flight=True),
-    Axis("ep", "expert parallel: routed experts split", lambda m: getattr(m, "moe", None) is not None, _ep_check),
 )
 
 
+def gpus_of(dep: dict) -> int:
+    return math.prod(dep[a.name] for a in AXES if a.devices)
+
+
 def deployments(model, gpus: int) -> list[dict]:
-    """Every combination of the axes' power-of-two degrees whose GPUs fit the budget."""
-    values = [_powers(gpus) if axis.applies(model) else [1] for axis in AXES]
-    return [dict(zip((a.name for a in AXES), combo)) for combo in product(*values)
-            if math.prod(combo) <= gpus]
+    """Every combination of the axes' power-of-two degrees whose GPUs fit the budget (ep at most
+    the tp x dp devices it splits)."""
+    values = [plan_step.powers(gpus) if axis.applies(model) else [1] for axis in AXES]
+    out = [dict(zip((a.name for a in AXES), combo)) for combo in product(*values)]
+    return [d for d in out if gpus_of(d) <= gpus and d["ep"] <= d["tp"] * d["dp"]]
+
+
+def _deployment_check(model, dep: dict) -> str:
+    """The axes' joint rule (tp x dp = moe_tp x ep, each expert's width divisible): `Deployment.check`."""
+    try:
+        plan_step.deployment_of(model, None, dep, "bf16", "bf16").check()
+    except parallel.Unshardable as exc:
+        return f"divisibility: {label(dep)}: {exc}"
+    return ""
 
 
 def label(dep: dict) -> str:
-    return " ".join(f"{k}{v}" for k, v in dep.items() if v > 1) or "1 GPU"
+    """`tp2 dp4 ep8`; a disaggregated pair as `disagg 1 x tp4 : 2 x tp2` (prefill : decode workers)."""
+    if dep.get("mode") == "disagg":
+        return f"disagg {dep['prefill_workers']} x tp{dep['prefill_tp']} : {dep['decode_workers']} x tp{dep['tp']}"
+    return " ".join(f"{a.name}{dep[a.name]}" for a in AXES if dep.get(a.name, 1) > 1) or "1 GPU"
 
 
 # --- the target ----------------------------------------------------------------------------
@@ -146,8 +166,24 @@ class Result:
             return {k: np.array([]) for k in COLUMNS}
         return {k: np.concatenate([np.asarray(r[k]) for r in self.rows]) for k in COLUMNS}
 
+    def add(self, device: str, dep: dict, weights, kv, batch, met, tpot, ttft, bound, in_flight_per_s,
+            in_flight_bound_per_s, gpus: int, memory) -> None:
+        """The configurations `met` of one deployment (every array over the batches)."""
+        n = int(met.sum())
+        self.rows.append({
+            "device": np.full(n, device, dtype=object), **{k: np.full(n, dep[k], dtype=object if k == "mode" else int)
+                                                             for k in DEPLOYMENT},
+            "weights": np.full(n, weights, dtype=object), "kv_cache": np.full(n, kv, dtype=object),
+            "batch": batch[met].astype(int), "gpus": np.full(n, gpus),
+            "tpot_s": tpot[met], "ttft_s": ttft[met], "tpot_bound_s": bound[met],
+            "per_gpu": (in_flight_per_s / gpus)[met], "per_user": (1 / tpot)[met],
+            "per_gpu_bound": (in_flight_bound_per_s / gpus)[met], "memory_bytes": np.broadcast_to(memory, met.shape)[met]})
 
-COLUMNS = ("device", *(a.name for a in AXES), "weights", "kv_cache", "batch", "gpus", "tpot_s", "ttft_s",
+
+# a configuration's deployment: the axes, and for a disaggregated one its pools (plan_disagg)
+AGGREGATED = {"mode": "agg", "prefill_tp": 0, "prefill_workers": 0, "decode_workers": 0}
+DEPLOYMENT = (*(a.name for a in AXES), *AGGREGATED)
+COLUMNS = ("device", *DEPLOYMENT, "weights", "kv_cache", "batch", "gpus", "tpot_s", "ttft_s",
            "tpot_bound_s", "per_gpu", "per_user", "per_gpu_bound", "memory_bytes")
 
 
@@ -187,21 +223,6 @@ def bound_features(batch: np.ndarray, isl: int) -> np.ndarray:
     return x
 
 
-def overlapped(step: sc.StepModel, x: np.ndarray) -> np.ndarray:
-    """The step bound, overlapped: max(sum of compute, sum of memory) at the peaks."""
-    return np.maximum((x @ step.compute.T).sum(axis=1), (x @ step.memory.T).sum(axis=1))
-
-
-def _step_model(model, device, dep: dict, weights: str, kv: str) -> sc.StepModel:
-    """The step model of one deployment; pp and ep enter below it (see the module)."""
-    try:
-        return sc.build(sc.Deployment(model, device, dep["tp"], weights, kv))
-    except sm.Unpredictable:
-        raise
-    except Exception as exc:   # sympy cannot read the step as affine (a MoE's distinct experts)
-        raise sm.Unpredictable(f"the step model is not affine for this model ({type(exc).__name__})") from None
-
-
 def _hop_s(device, batch: np.ndarray, model) -> np.ndarray:
     """One pipeline hop: the activations of `batch` tokens over the scale-up link."""
     if device.link_bandwidth is None:
@@ -210,26 +231,29 @@ def _hop_s(device, batch: np.ndarray, model) -> np.ndarray:
     return collectives.time(batch * model.d_model * DTYPE_BYTES[sm.ACTIVATION_DTYPE], 1, link)
 
 
-def search(model, devices, gpus: int, work: Workload, slo: Slo, params_of, formats) -> Result:
-    """Every (device, deployment, formats, batch); `params_of(device)` the calibration's
+def search(model, devices, gpus: int, work: Workload, slo: Slo, params_of, formats,
+           disaggregated: bool = True) -> Result:
+    """Every (device, deployment, formats, batch), aggregated and (`disaggregated`) as prefill
+    and decode pools (`plan_disagg`); `params_of(device)` the calibration's
     `stepcost.Parameters`; `formats(device)` the (weights, kv_cache) pairs to try."""
     res = Result()
     batch = np.asarray(work.batches, dtype=float)
-    steady_x, first_x = features(batch, work.isl, work.osl)
-    least_x = bound_features(batch, work.isl)
-    deps, steps = deployments(model, gpus), {}     # one step model per key (`_cached_step`)
+    xs = (*features(batch, work.isl, work.osl), bound_features(batch, work.isl))
+    deps, steps = deployments(model, gpus), {}     # one step model per key (`cached_step`)
     for device in devices:
         pairs = formats(device)
         for dep in deps:
             n = len(batch) * len(pairs)
             res.searched += n
-            reason = next((r for a in AXES if (r := a.check(model, dep[a.name]))), "")
+            reason = next((r for a in AXES if (r := a.check(model, dep[a.name]))), "") or _deployment_check(model, dep)
             if reason:
                 res.count(reason, n)
                 continue
             for weights, kv in pairs:
-                _evaluate(res, steps, model, device, dep, weights, kv, batch, (steady_x, first_x, least_x), work, slo,
-                          params_of(device))
+                _evaluate(res, steps, model, device, dep, weights, kv, batch, xs, work, slo, params_of(device))
+        if disaggregated:
+            plan_disagg.search(res, steps, model, device, gpus, work, slo, params_of(device), pairs, batch,
+                               {a.name: 1 for a in AXES})
     return res
 
 
@@ -239,17 +263,17 @@ def _evaluate(res, steps, model, device, dep, weights, kv, batch, xs, work, slo,
         res.count(f"device: {device.key} has no tensor peak for {weights}", n)
         return
     try:
-        step = _cached_step(steps, model, device, dep, weights, kv)
+        step = plan_step.cached_step(steps, model, device, dep, weights, kv)
     except sm.Unpredictable as exc:
         res.count(f"unpredictable: {exc}", n)
         return
-    pp, gpus = dep["pp"], math.prod(dep.values())
+    pp = dep["pp"]
     try:
         hops = (pp - 1) * _hop_s(device, batch, model) if pp > 1 else 0.0
     except sm.Unpredictable as exc:
         res.count(f"device: {exc}", n)
         return
-    weight_b = step.deployment.weight_bytes() / pp
+    weight_b = plan_step.cached_weights(steps, step, pp)
     if weight_b >= device.capacity:
         res.count("memory: the weights alone exceed the device", n)
         return
@@ -257,7 +281,7 @@ def _evaluate(res, steps, model, device, dep, weights, kv, batch, xs, work, slo,
     memory = weight_b + batch * kv_seq      # pp x B sequences, 1/pp of the layers each
     fits = memory <= device.capacity
     res.count("memory: the KV cache of the batch does not fit beside the weights", (~fits).sum())
-    bound = overlapped(step, least_x)
+    bound = step.bound(least_x)
     early = fits & (bound > slo.tpot_s)
     res.count("bound: the TPOT bound misses the SLO", early.sum())
     keep = fits & ~early
@@ -267,31 +291,10 @@ def _evaluate(res, steps, model, device, dep, weights, kv, batch, xs, work, slo,
     ttft = step.durations(first_x, p) + hops + p.request_latency_s
     met = keep & (tpot <= slo.tpot_s) & (ttft <= slo.ttft_s)
     res.count("prediction: misses the SLO", (keep & ~met).sum())
-    if not met.any():
-        return
-    inflight = batch * math.prod(dep[a.name] for a in AXES if a.in_flight)
-    m = met
-    res.rows.append({
-        "device": np.full(m.sum(), device.key, dtype=object), **{a.name: np.full(m.sum(), dep[a.name]) for a in AXES},
-        "weights": np.full(m.sum(), weights, dtype=object), "kv_cache": np.full(m.sum(), kv, dtype=object),
-        "batch": batch[m].astype(int), "gpus": np.full(m.sum(), gpus),
-        "tpot_s": tpot[m], "ttft_s": ttft[m], "tpot_bound_s": bound[m],
-        "per_gpu": (inflight / tpot / gpus)[m], "per_user": (1 / tpot)[m],
-        "per_gpu_bound": (inflight / bound / gpus)[m], "memory_bytes": memory[m]})
-
-
-def _cached_step(steps: dict, model, device, dep, weights, kv) -> sc.StepModel:
-    """One step model per (model, device, deployment but pp, formats): pp and batches share it."""
-    key = (device.key, device.file, tuple((k, v) for k, v in dep.items() if k != "pp"), weights, kv)
-    if key not in steps:
-        try:
-            steps[key] = _step_model(model, device, dep, weights, kv)
-        except sm.Unpredictable as exc:
-            steps[key] = exc
-    found = steps[key]
-    if isinstance(found, Exception):
-        raise found
-    return found
+    if met.any():
+        inflight = batch * math.prod(dep[a.name] for a in AXES if a.in_flight)
+        res.add(device.key, {**dep, **AGGREGATED}, weights, kv, batch, met, tpot, ttft, bound,
+                inflight / tpot, inflight / bound, gpus_of(dep), memory)
 
 
 # --- the frontier ----------------------------------------------------------------------------
@@ -316,8 +319,9 @@ def simulate_points(model, devices: dict, rows: list, policy, params_of) -> list
     out, spent = [], 0
     for r in rows:
         clients = r["batch"] * math.prod(r["deployment"][a.name] for a in AXES if a.in_flight)
-        if any(v > 1 for k, v in r["deployment"].items() if k != "tp"):
-            out.append({"not_simulated": "the simulator runs one tensor-parallel group (no pp or ep)"})
+        if r["deployment"]["mode"] != "agg" or any(r["deployment"][a.name] > 1 for a in AXES if a.name != "tp"):
+            out.append({"not_simulated": "the simulator runs one tensor-parallel group here (no pp, dp, ep or "
+                                         "disaggregated pools)"})
             continue
         if spent + 5 * clients > SIMULATED_REQUESTS:
             out.append({"not_simulated": f"past the budget of {SIMULATED_REQUESTS} simulated requests"})

@@ -1,0 +1,256 @@
+"""The planner's step model for mixtures of experts, attention data parallelism (DP) and
+expert parallelism (EP): one busiest device's step, vectorised over batches as
+`stepcost.StepModel` is.
+
+Why hand-written here: `stepcost` prices a tensor-parallel step whose every kernel is affine
+in its step features, and a MoE step is not (the routed experts' weight traffic follows the
+distinct experts a step touches, E(1 - (1 - k/E)^M)), nor does it know attention DP or EP yet.
+Branch work teaches `stepcost` both; until then the planner prices them itself from the
+facts `cost/deployment.py`'s `Deployment` owns, and `step_for` is the seam: once `stepcost`
+prices a MoE/DP/EP deployment, `step_for` returns `stepcost.build`'s model and this module's
+`MoeStep` goes.
+
+A `MoeStep` is two parts over one attention-DP rank's step features (`stepcost.FEATURES`):
+- every op but the routed experts', read by `stepcost`'s own row readers from the lowered
+  decode (and prefill attention) program at tp: affine, as `stepcost` prices a dense step,
+  with its tensor-parallel all-reduces;
+- the routed experts' ops, read from the program whose expert width is split over moe_tp
+  (`Deployment.expert_tp`): per op, seconds per routed row (FLOPs and activations) and per
+  expert read (weights). The busiest device, which the step waits for, serves
+    prediction: max(imbalance x dp x M x k / ep, the bound) rows (`Deployment.routings`:
+      the mean under uniform routing at the deployment's imbalance factor) and reads
+      max(D(dp x M) / ep, the bound) experts, D(n) = E(1 - (1 - k/E)^n) the distinct experts
+      n tokens touch under uniform routing (`model.moe.distinct`'s count);
+    bound: ceil(dp x M x k / ep) rows and ceil(k / ep) experts (pigeonhole: some device serves
+      at least its share of the routings, and every token touches k distinct experts, so at
+      least k are read, ceil(k/ep) of them on one device);
+- with attention DP or EP, a dispatch and a combine all-to-all per MoE layer, the bytes one
+  device sends (`Deployment.all_to_all_bytes`, uniform routing) over the link the workbench
+  picks for the group (`Workbench.link`): in the prediction only (the bound hides
+  collectives, as the dense bound does), each with the calibration's per-collective time.
+Tokens/s per GPU counts every rank: dp ranks each hold the batch (the planner's in-flight
+count multiplies by dp) over tp x dp x pp devices.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import sympy as sp
+
+from rooflinec.base import roofline
+from rooflinec.cost import collectives, program_costs
+from rooflinec.cost.deployment import Deployment, routed
+from rooflinec.cost.workbench import Workbench
+from rooflinec.model.symbols import M
+from rooflinec.serving import serving_model as sm
+from rooflinec.serving import stepcost as sc
+from rooflinec.spec.load import DTYPE_BYTES
+
+DISPATCH_AND_COMBINE = 2     # all-to-alls per MoE layer
+
+
+@dataclass(frozen=True)
+class DenseStep:
+    """A `stepcost.StepModel` as the planner asks it: durations and the overlapped bound."""
+
+    step: sc.StepModel
+
+    @property
+    def deployment(self) -> Deployment:
+        return self.step.deployment
+
+    def durations(self, x: np.ndarray, p: sc.Parameters) -> np.ndarray:
+        return self.step.durations(x, p)
+
+    def bound(self, x: np.ndarray) -> np.ndarray:
+        """max(sum of compute, sum of memory) at the peaks, no overheads, collectives hidden."""
+        return np.maximum((x @ self.step.compute.T).sum(axis=1), (x @ self.step.memory.T).sum(axis=1))
+
+
+@dataclass(frozen=True)
+class MoeStep:
+    """The busiest device's step of a MoE deployment (see the module); arrays per routed op."""
+
+    base: sc.StepModel            # every op but the routed experts', affine
+    row_compute: np.ndarray       # [R] s per routed row at the peak
+    row_memory: np.ndarray        # [R] s per routed row's activations
+    expert_memory: np.ndarray     # [R] s per expert's weights read
+    a2a_s: np.ndarray             # [2] s of the step's all-to-alls at 0 tokens, per token per rank
+    a2a_count: int
+
+    @property
+    def deployment(self) -> Deployment:
+        return self.base.deployment
+
+    def _ranks(self):
+        dep = self.deployment
+        return dep.attention_dp, dep.moe_ep, dep.model.moe
+
+    def rows_and_experts(self, tokens: np.ndarray, bound: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Routed rows and experts read on the busiest device at `tokens` per rank (see the module)."""
+        dp, ep, moe = self._ranks()
+        least_rows, least_experts = np.ceil(dp * tokens * moe.top_k / ep), math.ceil(moe.top_k / ep)
+        if bound:
+            return least_rows, np.full_like(tokens, least_experts, dtype=float)
+        hot = moe.experts / moe.imbalance          # model.moe.distinct: E/rho experts under skew
+        touched = hot * (1 - (1 - moe.top_k / hot) ** (dp * tokens))
+        rows = self.deployment.imbalance * dp * tokens * moe.top_k / ep
+        return np.maximum(rows, least_rows), np.maximum(touched / ep, least_experts)
+
+    def durations(self, x: np.ndarray, p: sc.Parameters) -> np.ndarray:
+        rows, experts = self.rows_and_experts(x[:, sc.TOKENS], bound=False)
+        compute = rows[:, None] * self.row_compute / p.compute_fraction
+        memory = (rows[:, None] * self.row_memory + experts[:, None] * self.expert_memory) / p.bandwidth_fraction
+        a2a = self.a2a_s[0] + self.a2a_s[1] * x[:, sc.TOKENS] + self.a2a_count * p.per_collective_s
+        return self.base.durations(x, p) + np.maximum(compute, memory).sum(axis=1) + a2a
+
+    def bound(self, x: np.ndarray) -> np.ndarray:
+        rows, experts = self.rows_and_experts(x[:, sc.TOKENS], bound=True)
+        compute = (x @ self.base.compute.T).sum(axis=1) + rows * self.row_compute.sum()
+        memory = ((x @ self.base.memory.T).sum(axis=1) + rows * self.row_memory.sum()
+                  + experts * self.expert_memory.sum())
+        return np.maximum(compute, memory)
+
+
+def step_for(dep: Deployment):
+    """The planner's step model of `dep`: stepcost's for a dense tensor-parallel deployment,
+    `MoeStep` for a mixture of experts (the seam the module describes)."""
+    sm.checked(dep)
+    if getattr(dep.model, "moe", None) is None:
+        if dep.attention_dp > 1 or dep.moe_ep > 1:
+            raise sm.Unpredictable("attention DP and EP are searched for mixtures of experts only")
+        return DenseStep(sc.build(dep))
+    return build_moe(dep)
+
+
+def _peaks(dev, weights):
+    matrix, vector = dev.peak("matrix", weights), dev.peak("vector", sm.ACTIVATION_DTYPE)
+    if matrix is None:
+        raise sm.Unpredictable(f"{dev.key} lists no tensor peak for {weights}")
+    if vector is None:
+        raise sm.Unpredictable(f"{dev.key} lists no vector peak (compute.vector) for norms and softmax")
+    return matrix, vector
+
+
+def _program(dep, tp, phase):
+    stored = {"weights": dep.weights, "kv_cache": dep.kv_format}
+    at = Deployment(dep.model, dep.device, tp, dep.weights, dep.kv_cache)
+    return program_costs.symbolic_ops(at, phase, dep.device, DTYPE_BYTES[sm.ACTIVATION_DTYPE], stored)
+
+
+def build_moe(dep: Deployment) -> MoeStep:
+    """The coefficients of a MoE deployment's busiest-device step (see the module)."""
+    model, dev = dep.model, dep.device
+    matrix, vector = _peaks(dev, dep.weights)
+    rows, names = [], []
+    for op, flops, traffic in _program(dep, dep.tp, "decode"):
+        if not routed(op):
+            rows.append(sc._decode_row(op, flops, traffic))
+            names.append(op.name)
+    for op, flops, traffic in _program(dep, dep.tp, "prefill"):
+        if op.category == "attention":
+            rows.append(sc._chunk_row(op, flops, traffic))
+            names.append(f"{op.name} (prompt chunks)")
+    peaks = np.array([[matrix if unit == "matrix" else vector] for unit, _, _ in rows])
+    compute = roofline.compute_time(np.array([f for _, f, _ in rows]), peaks)
+    memory = roofline.transfer_time(np.array([m for _, _, m in rows]), dev.bandwidth)
+    coll, link = _all_reduces(dep)
+    base = sc.StepModel(dep, compute, memory, tuple(names), model.n_layers, coll, link)
+    per_row, per_expert = _routed(dep)
+    expert_peaks = np.array([matrix if unit == "matrix" else vector for unit, _, _ in per_row])
+    a2a_s, a2a_count = _all_to_alls(dep)
+    return MoeStep(base, roofline.compute_time(np.array([f for _, f, _ in per_row]), expert_peaks),
+                   roofline.transfer_time(np.array([a for _, _, a in per_row]), dev.bandwidth),
+                   roofline.transfer_time(np.array(per_expert), dev.bandwidth), a2a_s, a2a_count)
+
+
+def _routed(dep: Deployment):
+    """Per routed op, (unit, FLOPs per row, activation bytes per row) and weight bytes per
+    expert, from the program with each expert's width over moe_tp: FLOPs and activations are
+    M x k rows, the weights E(1 - (1 - k/E)^M) experts' (k of them at M = 1)."""
+    k = dep.model.moe.top_k
+    per_row, per_expert = [], []
+    for op, flops, traffic in _program(dep, dep.expert_tp, "decode"):
+        if not routed(op):
+            continue
+        acts = sum((e for cls, e in traffic.items() if cls != "weights"), sp.Integer(0))
+        per_row.append((op.unit, _per_token(flops, op) / k, _per_token(acts, op) / k))
+        per_expert.append(float(sp.sympify(traffic.get("weights", 0)).subs(M, 1)) / k)
+    return per_row, per_expert
+
+
+def _per_token(expr, op) -> float:
+    poly = sp.Poly(sp.expand(expr), M)
+    if poly.degree() > 1:
+        raise sc.NotAffine(f"routed op {op.name}: FLOPs or activations not linear in the tokens")
+    return float(poly.coeff_monomial(M))
+
+
+def _all_reduces(dep: Deployment):
+    """The tensor-parallel all-reduces as `stepcost.build` times them (one-shot, affine in tokens)."""
+    if dep.tp == 1:
+        return 0, np.zeros(2)
+    dev = dep.device
+    if dev.link_bandwidth is None:
+        raise sm.Unpredictable(f"{dev.key} declares no interconnect bandwidth for tensor parallelism")
+    coll = dep.all_reduces()
+    ln = collectives.Link(dev.link, dev.link_bandwidth, dev.link_latency)
+    share = float(collectives.fraction("all_reduce", dep.tp)) * dep.model.d_model * DTYPE_BYTES[sm.ACTIVATION_DTYPE]
+    at = [coll * collectives.time(share * t, 1, ln) for t in (0, 1)]
+    return coll, np.array([at[0], at[1] - at[0]])
+
+
+def _all_to_alls(dep: Deployment):
+    """The step's dispatch and combine all-to-alls over the group's link: seconds at 0 tokens and
+    per token per rank, and their count (none without attention DP or EP)."""
+    if not dep.all_to_all:
+        return np.zeros(2), 0
+    moe = dep.model.moe
+    layers = DISPATCH_AND_COMBINE * moe.moe_layers(0, dep.model.n_layers)
+    try:
+        link = Workbench.of(dep.model).link(dep.device, dep.group, "the experts' all-to-all")
+    except Exception as exc:   # DeviceLacks: the device names no link for the group
+        raise sm.Unpredictable(str(exc)) from None
+    sent = dep.all_to_all_bytes(1, DTYPE_BYTES[sm.ACTIVATION_DTYPE])["sent"]
+    at = [layers * collectives.time(sent * t, 1, link) for t in (0, 1)]
+    return np.array([at[0], at[1] - at[0]]), layers
+
+
+# --- one step model per key, for the search ---------------------------------------------
+
+def powers(limit: int) -> list[int]:
+    """The power-of-two degrees up to `limit`."""
+    return [2 ** i for i in range(int(math.log2(max(1, limit))) + 1)]
+
+
+def deployment_of(model, device, dep: dict, weights: str, kv: str) -> Deployment:
+    """The cost layer's deployment object of one searched point (expert tp fills tp x dp / ep)."""
+    return Deployment(model, device, dep["tp"], weights, kv, attention_dp=dep["dp"], moe_ep=dep["ep"], pp=dep["pp"])
+
+
+def cached_step(steps: dict, model, device, dep, weights, kv):
+    """One step model per (model, device, deployment but pp, formats): pp and batches share it."""
+    key = (device.key, device.file, tuple((k, v) for k, v in dep.items() if k != "pp"), weights, kv)
+    if key not in steps:
+        try:
+            steps[key] = step_for(deployment_of(model, device, {**dep, "pp": 1}, weights, kv))
+        except sm.Unpredictable as exc:
+            steps[key] = exc
+        except Exception as exc:   # sympy cannot read a step as affine
+            steps[key] = sm.Unpredictable(f"the step model is not affine for this model ({type(exc).__name__})")
+    found = steps[key]
+    if isinstance(found, Exception):
+        raise found
+    return found
+
+
+def cached_weights(steps: dict, step, pp: int) -> int:
+    """Weight bytes on the busiest device at pp stages (`Deployment.weight_bytes`), once per step
+    model (which `steps` keeps, so its id stays its own)."""
+    key = ("weights", id(step), pp)
+    if key not in steps:
+        steps[key] = replace(step.deployment, pp=pp).weight_bytes()
+    return steps[key]
