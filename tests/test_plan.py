@@ -127,12 +127,17 @@ def test_no_frontier_point_is_dominated_and_every_other_point_is(pts):
             assert dominated or any(x[j] == x[i] and y[j] == y[i] for j in front)
 
 
-@pytest.mark.parametrize("factor", [0.8, 0.5, 0.25])
-def test_tightening_the_slo_never_enlarges_the_feasible_set(case, factor):
+@pytest.mark.parametrize("name, factor", [("llama-3.1-8b", 0.8), ("llama-3.1-8b", 0.25),
+                                          pytest.param("qwen3-30b-a3b", 0.5, marks=pytest.mark.slow)])
+def test_tightening_the_slo_never_enlarges_the_feasible_set(case, name, factor):
+    """Over every axis: tp, pp, attention DP and EP (the MoE model), disaggregated pools."""
+    _, dev, params = case
+    model = quick._model(name)
     loose = plan.Slo(ttft_s=1.0, tpot_s=0.02)
-    wide, narrow = (_keys(_search(case, s).table()) for s in (loose, loose.tighter(factor)))
+    wide, narrow = (_keys(_search((model, dev, params), s).table()) for s in (loose, loose.tighter(factor)))
     assert narrow <= wide
     assert wide, "the loose target must admit something for the check to mean anything"
+    assert {k[4] for k in wide} == {"agg", "disagg"}
 
 
 def test_pruned_and_feasible_account_for_every_configuration(case):
@@ -141,8 +146,9 @@ def test_pruned_and_feasible_account_for_every_configuration(case):
     assert any(r.startswith("memory:") for r in res.pruned) and any(r.startswith("bound:") for r in res.pruned)
 
 
-def test_a_prediction_is_never_below_its_bound(case):
-    t = _search(case, plan.Slo()).table()
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "qwen3-30b-a3b"])
+def test_a_prediction_is_never_below_its_bound(case, name):
+    t = _search((quick._model(name), *case[1:]), plan.Slo()).table()
     assert np.all(t["tpot_s"] >= t["tpot_bound_s"]) and np.all(t["per_gpu"] <= t["per_gpu_bound"])
 
 
@@ -281,3 +287,43 @@ def test_every_step_coefficient_is_non_negative(case):
     model, dev, _ = case
     step = sc.build(sc.Deployment(model, dev, 2, "fp8", "fp8"))
     assert (step.compute >= 0).all() and (step.memory >= 0).all()
+
+
+def test_a_dp_ep_point_of_mixtral_by_hand(case):
+    """Mixtral 8x7B (Jiang et al. 2024, "Mixtral of Experts", table 1: d_model 4096, expert
+    width 14336, 32 layers, 8 experts, top-2; 46.7B parameters) on H100 SXM (datasheet:
+    3.35 TB/s HBM3, NVLink 450 GB/s a direction) at tp 1, attention dp 2, ep 2 (moe_tp 1), fp8.
+    One expert's three matrices over the 32 layers: 3 x 4096 x 14336 x 32 = 5,637,144,576 bytes
+    at fp8; each device holds 4 of the 8: 46.7e9 - 4 x 5.637e9 = 24.15e9 bytes of weights.
+    At B = 1 per rank: 2 ranks x 1 token x 2 routings = 4, so the busiest device serves at least
+    ceil(4/2) = 2 rows and reads at least ceil(2/2) = 1 expert (the bound); under uniform routing
+    it serves 2 and reads D(2)/2 = 8 x (1 - (3/4)^2) / 2 = 1.75 experts (the prediction).
+    All-to-all: 2 rows of 4096 bf16 values per token, half of them off the device: 8192 bytes per
+    token per layer, dispatch and combine over 32 layers: 64 x 8192 bytes per token over NVLink."""
+    _, dev, params = case
+    model = quick._model("mixtral-8x7b")
+    step = plan_step.step_for(Deployment(model, dev, 1, "fp8", "fp8", attention_dp=2, moe_ep=2))
+    expert = 3 * 4096 * 14336 * 32
+    assert expert == 5_637_144_576
+    assert step.expert_memory.sum() == pytest.approx(expert / 3.35e12)
+    assert step.deployment.weight_bytes() == pytest.approx(46.7e9 - 4 * expert, rel=0.005)
+    rows, experts = step.rows_and_experts(np.array([1.0]), bound=True)
+    assert (rows[0], experts[0]) == (2, 1)
+    rows, experts = step.rows_and_experts(np.array([1.0]), bound=False)
+    assert (rows[0], experts[0]) == (2, pytest.approx(1.75))
+    assert step.a2a_s[1] == pytest.approx(64 * 8192 / 450e9)
+    # tokens/s per GPU counts both ranks: 2 x B / TPOT over 2 GPUs
+    t = plan.search(model, [dev], 2, plan.Workload(1024, 256, (1,)), plan.Slo(), lambda d: params,
+                    lambda d: [("fp8", "fp8")], disaggregated=False).table()
+    i = next(i for i in range(len(t["batch"])) if (t["tp"][i], t["dp"][i], t["ep"][i]) == (1, 2, 2))
+    assert t["per_gpu"][i] == pytest.approx(2 * 1 / t["tpot_s"][i] / 2)
+    assert t["tpot_bound_s"][i] == pytest.approx(step.bound(plan.bound_features(np.array([1.0]), 1024))[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "deepseek-v3", "qwen3-235b-a22b"])
+def test_the_catalog_moe_models_plan(case, name):
+    _, dev, params = case
+    t = plan.search(quick._model(name), [dev], 8, plan.Workload(1024, 256, (1, 64)), plan.Slo(2.0, 0.1),
+                    lambda d: params, lambda d: [("fp8", "fp8")]).table()
+    assert len(t["batch"]) and np.all(t["tpot_s"] >= t["tpot_bound_s"]) and np.all(t["per_gpu"] <= t["per_gpu_bound"])
