@@ -25,7 +25,12 @@ from rooflinec.spec.load import DTYPE_BYTES
 
 EPILOG = """\
 Every configuration is (device, deployment, weights' and KV cache's formats, batch): B
-sequences in flight per pipeline stage at isl prompt and osl output tokens, in steady state.
+sequences in flight per pipeline stage (per attention-DP rank) at isl prompt and osl output
+tokens, in steady state. Deployments: tp x pp, and for a mixture of experts attention DP and
+EP (tp x dp = moe_tp x ep; the busiest expert device's step, tokens/s per GPU over every
+rank); and disaggregated: P prefill workers of tp_p and D decode workers of tp_d (coprime
+ratios within --gpus; TTFT = prefill + KV transfer, TPOT from the decode pool, the prefill
+pool's rate must keep B sequences on each decode worker), on one frontier with the others.
 TPOT and TTFT are predictions (the calibrated step model of `simulate`, at the steady mix);
 the TPOT bound (overlapped step rule at the datasheet peaks) prunes first: a configuration
 whose bound misses the SLO cannot meet it. Costs need a price ($/GPU-hour): the catalog's
@@ -34,6 +39,7 @@ token is an upper bound: the board's power limit (TDP) x GPU-seconds per token.
 
 examples:
   rooflinec plan llama-3.1-70b --slo "ttft<=2s,tpot<=50ms" --devices h100-sxm,h200-sxm --gpus 8
+  rooflinec plan mixtral-8x7b --slo "ttft<=1s,tpot<=30ms" --devices h200-sxm --gpus 8   # dp, ep, disagg
   rooflinec plan llama-3.1-8b --slo "tpot<=20ms" --isl 2048 --osl 256 --price h200-sxm=3.5 --out front.svg
   rooflinec plan llama-3.1-8b --slo "ttft<=1s,tpot<=30ms" --devices h100-sxm --gpus 4 --simulate trtllm
   rooflinec plan llama-3.1-70b --solve bandwidth --device h100-sxm --tp 8 --batch 64 --context 8192 --slo "tpot<=20ms"
@@ -70,6 +76,8 @@ def register(sub, streams, parents=()) -> None:
                    "of simulated requests, not of time")
     s.add_argument("--price", action="append", metavar="DEVICE=USD", help="$ per GPU-hour, e.g. h100-sxm=2.0")
     s.add_argument("--prices", metavar="FILE", help="a price table YAML (the catalog's prices/default.yaml format)")
+    s.add_argument("--aggregated", action="store_true",
+                   help="aggregated deployments only (no disaggregated prefill:decode pools)")
     s.add_argument("--top", type=int, default=3, metavar="N", help="configurations shown per device (default: 3)")
     s.add_argument("--out", metavar="FILE.svg", help="write the Pareto chart")
     s.add_argument("--json", action="store_true", help="one JSON document instead of tables")
@@ -155,7 +163,7 @@ def cmd_plan(args, stdout, stderr) -> int:
         prices.update(plan_cost.load(args.prices))
     prices.update(plan_cost.parse_flags(args.price))
     res = plan.search(model, devices, args.gpus, work, slo, lambda d: table.of(d.key, engine),
-                      lambda d: [(w, k) for w in weights for k in kv])
+                      lambda d: [(w, k) for w in weights for k in kv], disaggregated=not args.aggregated)
     out = document(model, devices, work, slo, res, prices, args, engine, 
                    table.source or os.path.basename(args.calibration or calibration.shipped()))
     if args.simulate:
@@ -217,7 +225,7 @@ def document(model, devices, work, slo, res, prices, args, engine, calibration_s
                                                           "batches": list(work.batches)},
         "slo": {"ttft_s": None if math.isinf(slo.ttft_s) else slo.ttft_s,
                 "tpot_s": None if math.isinf(slo.tpot_s) else slo.tpot_s},
-        "gpus_at_most": args.gpus, "axes": [a.name for a in plan.AXES],
+        "gpus_at_most": args.gpus, "axes": [a.name for a in plan.AXES], "aggregated_only": args.aggregated,
         "calibration": {"source": calibration_source, "engine": engine or "pooled"},
         "searched": res.searched, "feasible": n, "pruned": dict(sorted(res.pruned.items(), key=lambda kv: -kv[1])),
         "best_per_device": best,
@@ -264,7 +272,8 @@ def _table(rows: list[list[str]]) -> list[str]:
 def text(out: dict) -> str:
     slo = ", ".join(f"{k[:-2].upper()} <= {v * 1e3:g} ms" for k, v in out["slo"].items() if v is not None)
     lines = [f"{out['model']}: isl {out['workload']['isl']}, osl {out['workload']['osl']}; {slo}; "
-             f"at most {out['gpus_at_most']} GPUs over {', '.join(out['axes'])}",
+             f"at most {out['gpus_at_most']} GPUs over {', '.join(out['axes'])}"
+             + ("" if out["aggregated_only"] else ", aggregated and disaggregated (prefill : decode workers)"),
              f"TPOT, TTFT and tokens/s are predictions (calibration: {out['calibration']['source']}, "
              f"{out['calibration']['engine']}); '>= bound' and '<= bound' are bounds (datasheet peaks, no overheads);",
              "J/tok <= is an upper bound (board power x time); $ from the price table (none: no public price)", "",

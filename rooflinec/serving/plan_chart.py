@@ -1,5 +1,5 @@
 """The planner's chart: every feasible configuration's predicted tokens/s per user against
-tokens/s per GPU, one colour per device, the Pareto frontier as a line with each point's
+tokens/s per GPU, one colour per device (triangles: disaggregated pools), the Pareto frontier as a line with each point's
 deployment (an SVG, deterministic: render.charts' figure and writer)."""
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ def pareto_svg(table: dict, front: np.ndarray, labels: list[str], title: str) ->
     x, y = table["per_user"], table["per_gpu"]
     if len(x):
         for i, dev in enumerate(dict.fromkeys(table["device"])):
-            on = table["device"] == dev
-            ax.scatter(x[on], y[on], s=6, alpha=0.45, lw=0, label=dev,
-                       color=charts.SERIES_COLOURS[i % len(charts.SERIES_COLOURS)])
+            for mode, marker, name in (("agg", "o", dev), ("disagg", "^", f"{dev}, disaggregated")):
+                on = (table["device"] == dev) & (table["mode"] == mode)
+                if on.any():
+                    ax.scatter(x[on], y[on], s=6, alpha=0.45, lw=0, marker=marker, label=name,
+                               color=charts.SERIES_COLOURS[i % len(charts.SERIES_COLOURS)])
         ax.plot(x[front], y[front], "-o", color="black", lw=0.8, ms=3, label="Pareto frontier (prediction)")
         for i, text in zip(front, labels):
             ax.annotate(text, (x[i], y[i]), xytext=(3, 3), textcoords="offset points", fontsize=6)

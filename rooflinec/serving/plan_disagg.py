@@ -71,19 +71,22 @@ def search(res, steps, model, device, gpus: int, work, slo, p: sc.Parameters, pa
                 continue
             try:
                 pools = _pools(steps, model, device, at_one, weights, kv, tp_p, tp_d, work)
-            except sm.Unpredictable as exc:
-                res.count(f"disagg: {exc}", n)
+            except sm.Unpredictable as exc:   # its message starts with the reason's kind
+                res.count(str(exc), n)
                 continue
             _ratios(res, pools, combos, device, work, slo, p, batch, xs, weights, kv, at_one)
 
 
 def _pools(steps, model, device, at_one, weights, kv, tp_p, tp_d, work):
     if device.peak("matrix", weights) is None:
-        raise sm.Unpredictable(f"{device.key} has no tensor peak for {weights}")
-    pre, dec = (plan_step.cached_step(steps, model, device, {**at_one, "tp": t}, weights, kv) for t in (tp_p, tp_d))
+        raise sm.Unpredictable(f"device: {device.key} has no tensor peak for {weights}")
+    try:
+        pre, dec = (plan_step.cached_step(steps, model, device, {**at_one, "tp": t}, weights, kv) for t in (tp_p, tp_d))
+    except sm.Unpredictable as exc:
+        raise sm.Unpredictable(f"unpredictable: {exc}") from None
     prompt = plan_step.cached_weights(steps, pre, 1) + work.isl * float(pre.deployment.kv_per_token())
     if prompt > device.capacity:
-        raise sm.Unpredictable("memory: a prompt's KV cache does not fit beside a prefill worker's weights")
+        raise sm.Unpredictable("memory: a prefill worker's weights and one prompt's KV cache do not fit")
     return pre, dec, plan_step.cached_weights(steps, dec, 1)
 
 
@@ -98,7 +101,7 @@ def _ratios(res, pools, combos, device, work, slo, p, batch, xs, weights, kv, at
         try:
             ttft = prefill_s + disagg.transfer_s(pair, work.isl, disagg.kv_link(pair)) + p.request_latency_s
         except sm.Unpredictable as exc:
-            res.count(f"disagg: {exc}", len(batch))
+            res.count(f"device: {exc}", len(batch))
             continue
         res.count("memory: the KV cache of the batch does not fit beside the weights", (~fits).sum())
         early = fits & ((bound > slo.tpot_s) | (prefill_bound > slo.ttft_s))

@@ -115,15 +115,17 @@ class MoeStep:
         return np.maximum(compute, memory)
 
 
-def step_for(dep: Deployment):
+def step_for(dep: Deployment, memo: dict | None = None):
     """The planner's step model of `dep`: stepcost's for a dense tensor-parallel deployment,
-    `MoeStep` for a mixture of experts (the seam the module describes)."""
+    `MoeStep` for a mixture of experts (the seam the module describes). `memo` keeps the
+    programs' readings of one model between calls (per device, tp and formats: every dp and ep
+    of a tp shares them)."""
     sm.checked(dep)
     if getattr(dep.model, "moe", None) is None:
         if dep.attention_dp > 1 or dep.moe_ep > 1:
             raise sm.Unpredictable("attention DP and EP are searched for mixtures of experts only")
         return DenseStep(sc.build(dep))
-    return build_moe(dep)
+    return build_moe(dep, {} if memo is None else memo)
 
 
 def _peaks(dev, weights):
@@ -141,9 +143,29 @@ def _program(dep, tp, phase):
     return program_costs.symbolic_ops(at, phase, dep.device, DTYPE_BYTES[sm.ACTIVATION_DTYPE], stored)
 
 
-def build_moe(dep: Deployment) -> MoeStep:
+def build_moe(dep: Deployment, memo: dict) -> MoeStep:
     """The coefficients of a MoE deployment's busiest-device step (see the module)."""
     model, dev = dep.model, dep.device
+    compute, memory, names = _memo(memo, ("base", dev.key, dev.file, dep.tp, dep.weights, dep.kv_format),
+                                   lambda: _base_rows(dep))
+    coll, link = _all_reduces(dep)
+    base = sc.StepModel(dep, compute, memory, names, model.n_layers, coll, link)
+    row_compute, row_memory, expert_memory = _memo(
+        memo, ("routed", dev.key, dev.file, dep.expert_tp, dep.weights, dep.kv_format), lambda: _routed(dep))
+    a2a_s, a2a_count = _all_to_alls(dep)
+    return MoeStep(base, row_compute, row_memory, expert_memory, a2a_s, a2a_count)
+
+
+def _memo(memo: dict, key, make):
+    if key not in memo:
+        memo[key] = make()
+    return memo[key]
+
+
+def _base_rows(dep: Deployment):
+    """Seconds per unit of each step feature at the peaks, [K, F] compute and memory, of every
+    op but the routed experts' (`stepcost`'s row readers), and the ops' names."""
+    dev = dep.device
     matrix, vector = _peaks(dev, dep.weights)
     rows, names = [], []
     for op, flops, traffic in _program(dep, dep.tp, "decode"):
@@ -155,31 +177,27 @@ def build_moe(dep: Deployment) -> MoeStep:
             rows.append(sc._chunk_row(op, flops, traffic))
             names.append(f"{op.name} (prompt chunks)")
     peaks = np.array([[matrix if unit == "matrix" else vector] for unit, _, _ in rows])
-    compute = roofline.compute_time(np.array([f for _, f, _ in rows]), peaks)
-    memory = roofline.transfer_time(np.array([m for _, _, m in rows]), dev.bandwidth)
-    coll, link = _all_reduces(dep)
-    base = sc.StepModel(dep, compute, memory, tuple(names), model.n_layers, coll, link)
-    per_row, per_expert = _routed(dep)
-    expert_peaks = np.array([matrix if unit == "matrix" else vector for unit, _, _ in per_row])
-    a2a_s, a2a_count = _all_to_alls(dep)
-    return MoeStep(base, roofline.compute_time(np.array([f for _, f, _ in per_row]), expert_peaks),
-                   roofline.transfer_time(np.array([a for _, _, a in per_row]), dev.bandwidth),
-                   roofline.transfer_time(np.array(per_expert), dev.bandwidth), a2a_s, a2a_count)
+    return (roofline.compute_time(np.array([f for _, f, _ in rows]), peaks),
+            roofline.transfer_time(np.array([m for _, _, m in rows]), dev.bandwidth), tuple(names))
 
 
 def _routed(dep: Deployment):
-    """Per routed op, (unit, FLOPs per row, activation bytes per row) and weight bytes per
-    expert, from the program with each expert's width over moe_tp: FLOPs and activations are
-    M x k rows, the weights E(1 - (1 - k/E)^M) experts' (k of them at M = 1)."""
-    k = dep.model.moe.top_k
-    per_row, per_expert = [], []
+    """Per routed op, seconds per row (FLOPs at the peak, activations) and per expert read
+    (weights), from the program with each expert's width over moe_tp: FLOPs and activations
+    are M x k rows, the weights E(1 - (1 - k/E)^M) experts' (k of them at M = 1)."""
+    k, dev = dep.model.moe.top_k, dep.device
+    matrix, vector = _peaks(dev, dep.weights)
+    units, per_row, per_expert = [], [], []
     for op, flops, traffic in _program(dep, dep.expert_tp, "decode"):
         if not routed(op):
             continue
         acts = sum((e for cls, e in traffic.items() if cls != "weights"), sp.Integer(0))
-        per_row.append((op.unit, _per_token(flops, op) / k, _per_token(acts, op) / k))
+        units.append(matrix if op.unit == "matrix" else vector)
+        per_row.append((_per_token(flops, op) / k, _per_token(acts, op) / k))
         per_expert.append(float(sp.sympify(traffic.get("weights", 0)).subs(M, 1)) / k)
-    return per_row, per_expert
+    return (roofline.compute_time(np.array([f for f, _ in per_row]), np.array(units)),
+            roofline.transfer_time(np.array([a for _, a in per_row]), dev.bandwidth),
+            roofline.transfer_time(np.array(per_expert), dev.bandwidth))
 
 
 def _per_token(expr, op) -> float:
@@ -236,7 +254,7 @@ def cached_step(steps: dict, model, device, dep, weights, kv):
     key = (device.key, device.file, tuple((k, v) for k, v in dep.items() if k != "pp"), weights, kv)
     if key not in steps:
         try:
-            steps[key] = step_for(deployment_of(model, device, {**dep, "pp": 1}, weights, kv))
+            steps[key] = step_for(deployment_of(model, device, {**dep, "pp": 1}, weights, kv), steps)
         except sm.Unpredictable as exc:
             steps[key] = exc
         except Exception as exc:   # sympy cannot read a step as affine
@@ -248,9 +266,8 @@ def cached_step(steps: dict, model, device, dep, weights, kv):
 
 
 def cached_weights(steps: dict, step, pp: int) -> int:
-    """Weight bytes on the busiest device at pp stages (`Deployment.weight_bytes`), once per step
-    model (which `steps` keeps, so its id stays its own)."""
-    key = ("weights", id(step), pp)
-    if key not in steps:
-        steps[key] = replace(step.deployment, pp=pp).weight_bytes()
-    return steps[key]
+    """Weight bytes on the busiest device at pp stages (`Deployment.weight_bytes`), once per
+    split and weight format (no device's figure enters it)."""
+    d = step.deployment
+    return _memo(steps, ("weights", d.tp, d.attention_dp, d.moe_ep, d.expert_tp, pp, d.weights, d.experts_format),
+                 lambda: replace(d, pp=pp).weight_bytes())
