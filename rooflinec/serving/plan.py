@@ -3,7 +3,10 @@ target, and keep the Pareto frontier of tokens/s per GPU against tokens/s per us
 
 Why this shape: a step's cost is affine in a handful of step features for a fixed
 (device, tp, formats) (`stepcost.StepModel`), so one step model prices every batch of that
-triple in a single NumPy product. The search builds each step model once and evaluates all
+triple in a single NumPy product; a mixture of experts under attention DP and EP adds the
+busiest expert device's routed rows and experts read, still arrays over the batches
+(`plan_step`, the planner's own until `stepcost` prices MoE steps; `plan_step.step_for` is
+the seam). The search builds each step model once and evaluates all
 batches, all pipeline depths and both figures (a bound and a prediction) as arrays.
 
 Per configuration (batch B sequences in flight per pipeline stage, isl prompt and osl output
@@ -28,11 +31,17 @@ activation transfers, pp x B sequences are in flight, and a device holds 1/pp of
 and the KV cache of its layers for all pp x B sequences (B sequences' worth of a whole
 model's layers at tp). The bound keeps the whole step (stages are sequential for a token).
 
-The deployment axes are data (`AXES`): each names what rules a degree out for a model and
-whether the degree multiplies the sequences in flight; the search crosses their power-of-two
-degrees within the GPU budget, and the tables and JSON show every axis by name. A new axis
-(attention DP, a disaggregated pool's ratio) is one entry there and one use in `_step_model`,
-where the degree reaches the step's deployment object.
+Attention DP (dp ranks of tp devices, each its own B sequences and KV cache) multiplies the
+sequences in flight and the GPUs; EP splits the routed experts over the tp x dp devices
+(tp x dp = moe_tp x ep, `Deployment.check`) and adds none. Tokens/s per GPU = B x dp x pp /
+TPOT over tp x dp x pp GPUs. Disaggregated prefill : decode pools are `plan_disagg`'s, on the
+same table (`mode`, `prefill_tp`, `prefill_workers`, `decode_workers`).
+
+The deployment axes are data (`AXES`): each names what rules a degree out for a model,
+whether the degree multiplies the sequences in flight and whether it multiplies the GPUs;
+the search crosses their power-of-two degrees within the GPU budget, and the tables and JSON
+show every axis by name. A new axis is one entry there and one use in
+`plan_step.deployment_of`, where the degree reaches the cost layer's `Deployment`.
 """
 
 from __future__ import annotations

@@ -28,7 +28,9 @@ A `MoeStep` is two parts over one attention-DP rank's step features (`stepcost.F
   device sends (`Deployment.all_to_all_bytes`, uniform routing) over the link the workbench
   picks for the group (`Workbench.link`): in the prediction only (the bound hides
   collectives, as the dense bound does), each with the calibration's per-collective time.
-Tokens/s per GPU counts every rank: dp ranks each hold the batch (the planner's in-flight
+Every rank is priced at the same features (the step waits for the busiest): the step that
+prefills a prompt beside B - 1 decodes (the planner's TTFT) is priced as if every rank prefilled
+one at once, which can only lengthen it. Tokens/s per GPU counts every rank: dp ranks each hold the batch (the planner's in-flight
 count multiplies by dp) over tp x dp x pp devices.
 """
 
