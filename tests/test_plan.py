@@ -327,3 +327,21 @@ def test_the_catalog_moe_models_plan(case, name):
     t = plan.search(quick._model(name), [dev], 8, plan.Workload(1024, 256, (1, 64)), plan.Slo(2.0, 0.1),
                     lambda d: params, lambda d: [("fp8", "fp8")]).table()
     assert len(t["batch"]) and np.all(t["tpot_s"] >= t["tpot_bound_s"]) and np.all(t["per_gpu"] <= t["per_gpu_bound"])
+
+
+def test_labels_name_every_axis_and_the_pools():
+    agg = {"tp": 2, "dp": 4, "ep": 8, "pp": 1, **plan.AGGREGATED}
+    assert plan.label(agg) == "tp2 dp4 ep8"
+    pair = {**agg, "tp": 2, "dp": 1, "ep": 1, "mode": "disagg", "prefill_tp": 4, "prefill_workers": 1, "decode_workers": 3}
+    assert plan.label(pair) == "disagg 1 x tp4 : 3 x tp2"
+    # coprime ratios within the budget: 1 x tp4 + 2 x tp2 = 8 GPUs fits, 2:2 is 1:1's price
+    assert (1, 2) in plan_disagg.ratios(4, 2, 8) and (2, 2) not in plan_disagg.ratios(1, 1, 8)
+    assert all(p * 4 + d * 2 <= 8 for p, d in plan_disagg.ratios(4, 2, 8))
+
+
+def test_ep_never_exceeds_the_devices_it_splits():
+    model = quick._model("mixtral-8x7b")
+    deps = plan.deployments(model, 8)
+    assert all(d["ep"] <= d["tp"] * d["dp"] and d["tp"] * d["dp"] * d["pp"] <= 8 for d in deps)
+    assert {"tp": 1, "dp": 8, "ep": 8, "pp": 1} in deps
+    assert plan._deployment_check(model, {"tp": 1, "dp": 2, "ep": 4, "pp": 1}).startswith("divisibility")

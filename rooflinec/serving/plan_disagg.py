@@ -22,7 +22,8 @@ Per configuration (B sequences in flight on each decode worker, prompts isl, out
   its bound min(D x B / TPOT bound, P x osl / prefill bound) over the same GPUs;
 - memory: a decode worker holds its weights and B sequences' KV cache, a prefill worker its
   weights and one prompt's.
-Ratios are coprime (2:2 prices as 1:1) and both pools fit the GPU budget. Pools are tensor
+Ratios are coprime (2:2 prices as 1:1), at most `MOST_WORKERS` workers a pool, and both
+pools fit the GPU budget. Pools are tensor
 parallel only (attention DP and EP are aggregated axes here).
 """
 
@@ -37,9 +38,13 @@ from rooflinec.serving import serving_model as sm
 from rooflinec.serving import stepcost as sc
 
 
+MOST_WORKERS = 8     # workers of one pool in a ratio: 1:8 to 8:1 (a search budget, in counts)
+
+
 def ratios(tp_p: int, tp_d: int, gpus: int) -> list[tuple[int, int]]:
-    """Coprime (prefill workers, decode workers) whose pools fit `gpus`."""
-    return [(p, d) for p in range(1, gpus + 1) for d in range(1, gpus + 1)
+    """Coprime (prefill workers, decode workers), at most MOST_WORKERS each, whose pools fit `gpus`."""
+    most = min(gpus, MOST_WORKERS)
+    return [(p, d) for p in range(1, most + 1) for d in range(1, most + 1)
             if math.gcd(p, d) == 1 and p * tp_p + d * tp_d <= gpus]
 
 

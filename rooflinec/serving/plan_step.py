@@ -269,7 +269,7 @@ def cached_step(steps: dict, model, device, dep, weights, kv):
 
 def cached_weights(steps: dict, step, pp: int) -> int:
     """Weight bytes on the busiest device at pp stages (`Deployment.weight_bytes`), once per
-    split and weight format (no device's figure enters it)."""
+    split and weight format (no device's figure, nor dp but through moe_tp, enters it)."""
     d = step.deployment
-    return _memo(steps, ("weights", d.tp, d.attention_dp, d.moe_ep, d.expert_tp, pp, d.weights, d.experts_format),
+    return _memo(steps, ("weights", d.tp, d.moe_ep, d.expert_tp, pp, d.weights, d.experts_format),
                  lambda: replace(d, pp=pp).weight_bytes())
