@@ -277,6 +277,20 @@ def test_the_frontier_can_be_replayed_in_the_simulator():
     assert any("tpot_s" in s for s in sims)
 
 
+@pytest.mark.slow
+def test_a_disaggregated_frontier_point_is_replayed_by_disagg_simulate():
+    """The steady-step pair against disagg.simulate's two pools: the decode pool's TPOT is the same
+    step, so the two agree closely; the simulated rate never exceeds the steady one by much."""
+    code, out, err = _cli("plan", "llama-3.1-8b", "--slo", "ttft<=2s,tpot<=30ms", "--devices", "h100-sxm",
+                          "--gpus", "4", "--concurrency", "16", "--simulate", "trtllm", "--json")
+    assert code == 0, err
+    pairs = [r for r in json.loads(out)["frontier"] if r["mode"] == "disagg" and "tpot_s" in r["simulated"]]
+    assert pairs
+    for r in pairs:
+        assert r["simulated"]["tpot_s"]["mean"] == pytest.approx(r["prediction"]["tpot_s"], rel=0.05)
+        assert r["simulated"]["tokens_per_s_per_gpu"] <= 1.05 * r["prediction"]["tokens_per_s_per_gpu"]
+
+
 def test_an_unusable_out_is_refused_before_the_search(tmp_path):
     code, _, err = _cli("plan", "llama-3.1-8b", "--slo", "tpot<=30ms", "--devices", "h100-sxm", "--out", str(tmp_path))
     assert code == 2 and "--out" in err and list(tmp_path.iterdir()) == []

@@ -71,7 +71,7 @@ def register(sub, streams, parents=()) -> None:
     s.add_argument("--engine", default="", metavar="NAME",
                    help="the calibration's (device, engine) parameters (default: the pooled fit)")
     s.add_argument("--calibration", metavar="FILE", help="simulator calibration (default: the shipped one)")
-    s.add_argument("--simulate", metavar="ENGINE", help="replay the frontier's single-group configurations in the "
+    s.add_argument("--simulate", metavar="ENGINE", help="replay the frontier's single-group configurations and disaggregated pairs in the "
                    "serving simulator under an engine's scheduler (trtllm, vllm, sglang or a YAML); a budget "
                    "of simulated requests, not of time")
     s.add_argument("--price", action="append", metavar="DEVICE=USD", help="$ per GPU-hour, e.g. h100-sxm=2.0")

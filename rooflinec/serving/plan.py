@@ -53,7 +53,7 @@ from itertools import product
 import numpy as np
 
 from rooflinec.cost import collectives, parallel
-from rooflinec.serving import metrics, plan_disagg, plan_step, simulator
+from rooflinec.serving import disagg, metrics, plan_disagg, plan_step, simulator
 from rooflinec.serving import serving_model as sm
 from rooflinec.serving import stepcost as sc
 from rooflinec.serving.workload import Lengths
@@ -322,25 +322,48 @@ SIMULATED_REQUESTS = 200_000    # a budget in requests over all the points simul
 
 
 def simulate_points(model, devices: dict, rows: list, policy, params_of) -> list:
-    """The frontier's configurations replayed by the serving simulator (a closed loop of as many
-    clients as sequences in flight, 4C measured after C warm-up, fixed lengths), in order until
-    the request budget is spent: per row its summary (`metrics.summary`), or why not."""
+    """The frontier's configurations replayed by the serving simulator, in order until the
+    request budget is spent: one tensor-parallel group as a closed loop of as many clients as
+    sequences in flight (4C measured after C warm-up, fixed lengths; `metrics.summary`), a
+    disaggregated pair by `disagg.simulate` (D x B clients over both pools, its own
+    benchmark); per row its figures, or why not."""
     out, spent = [], 0
     for r in rows:
-        clients = r["batch"] * math.prod(r["deployment"][a.name] for a in AXES if a.in_flight)
-        if r["deployment"]["mode"] != "agg" or any(r["deployment"][a.name] > 1 for a in AXES if a.name != "tp"):
-            out.append({"not_simulated": "the simulator runs one tensor-parallel group here (no pp, dp, ep or "
-                                         "disaggregated pools)"})
+        dep, dev = r["deployment"], devices[r["device"]]
+        disaggregated = dep["mode"] == "disagg"
+        if not disaggregated and any(dep[a.name] > 1 for a in AXES if a.name != "tp"):
+            out.append({"not_simulated": "the simulator runs one tensor-parallel group or a disaggregated pair "
+                                         "(no pp, dp or ep)"})
             continue
-        if spent + 5 * clients > SIMULATED_REQUESTS:
+        clients = r["batch"] * (dep["decode_workers"] if disaggregated else 1)
+        cost = clients * (DISAGG_REQUESTS_PER_CLIENT if disaggregated else 5)
+        if spent + cost > SIMULATED_REQUESTS:
             out.append({"not_simulated": f"past the budget of {SIMULATED_REQUESTS} simulated requests"})
             continue
-        spent += 5 * clients
-        dev = devices[r["device"]]
+        spent += cost
         try:
-            step = sc.build(sc.Deployment(model, dev, r["deployment"]["tp"], r["weights"], r["kv_cache"]))
-            load = Load(Lengths(r["isl"], r["isl"]), Lengths(r["osl"], r["osl"]), 4 * clients, clients, clients, None)
-            out.append(metrics.summary(simulator.simulate(step, policy, load, params_of(dev)), r["gpus"]))
+            out.append((_simulate_pair if disaggregated else _simulate_group)(model, dev, r, clients, policy,
+                                                                              params_of(dev)))
         except sm.Unpredictable as exc:
             out.append({"not_simulated": str(exc)})
     return out
+
+
+# disagg.simulate's benchmark is 22 C requests a run, up to two runs a bisection step and two
+# for the rate matching: the budget charges that many per client
+DISAGG_REQUESTS_PER_CLIENT = 22 * 2 * (disagg.HALVINGS + 2)
+
+
+def _simulate_group(model, dev, r, clients, policy, params) -> dict:
+    step = sc.build(sc.Deployment(model, dev, r["deployment"]["tp"], r["weights"], r["kv_cache"]))
+    load = Load(Lengths(r["isl"], r["isl"]), Lengths(r["osl"], r["osl"]), 4 * clients, clients, clients, None)
+    return metrics.summary(simulator.simulate(step, policy, load, params), r["gpus"])
+
+
+def _simulate_pair(model, dev, r, clients, policy, params) -> dict:
+    dep = r["deployment"]
+    pools = disagg.Pools(*(sc.Deployment(model, dev, tp, r["weights"], r["kv_cache"]) for tp in (dep["prefill_tp"], dep["tp"])),
+                         dep["prefill_workers"], dep["decode_workers"])
+    got = disagg.simulate(pools, policy, clients, r["isl"], r["osl"], params)
+    return {"tpot_s": {"mean": got["tpot_s"]}, "ttft_s": {"mean": got["ttft_s"]},
+            "tokens_per_s_per_gpu": got["tokens_per_s_per_gpu"], "limited_by": got["limited_by"]}
