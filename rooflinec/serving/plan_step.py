@@ -217,6 +217,11 @@ def _all_reduces(dep: Deployment):
     if dev.link_bandwidth is None:
         raise sm.Unpredictable(f"{dev.key} declares no interconnect bandwidth for tensor parallelism")
     coll = dep.all_reduces()
+    moe = dep.model.moe
+    if dep.all_to_all and not moe.shared_experts and dep.model.block != "parallel":
+        # the combine all-to-all returns whole rows: a MoE layer's only all-reduce is o_proj's
+        # (deployment._partial_outputs), a dense layer keeps its down projection's too
+        coll = dep.model.n_layers + moe.dense_layers(dep.model.n_layers)
     ln = collectives.Link(dev.link, dev.link_bandwidth, dev.link_latency)
     share = float(collectives.fraction("all_reduce", dep.tp)) * dep.model.d_model * DTYPE_BYTES[sm.ACTIVATION_DTYPE]
     at = [coll * collectives.time(share * t, 1, ln) for t in (0, 1)]
