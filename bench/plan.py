@@ -44,7 +44,7 @@ def main() -> int:
     modes = {m: int((found["mode"] == m).sum()) for m in ("agg", "disagg")}
     per_100k = cpu / res.searched * 100_000
     ok = per_100k < TARGET_S_PER_100K and cpu < TARGET_S_PER_100K and res.searched >= 100_000
-    print(f"plan: {res.searched} configurations, {len(found["batch"])} meet the SLO, "
+    print(f"plan: {res.searched} configurations, {len(found['batch'])} meet the SLO, "
           f"{len(front)} on the frontier ({modes['agg']} aggregated and {modes['disagg']} disaggregated "
           f"feasible); CPU {cpu:.2f} s, wall {wall:.2f} s; "
           f"load {os.getloadavg()[0]:.2f}; {per_100k:.2f} s CPU per 100,000 (target < {TARGET_S_PER_100K:g} s): {'PASS' if ok else 'FAIL'}")

@@ -11,7 +11,10 @@ $ per million output tokens = price per GPU-hour / (output tokens/s per GPU x 36
 Input tokens are charged the same GPU-hour on their own (prompt tokens/s per GPU = output
 tokens/s per GPU x isl / osl): the two figures split one bill two ways and do not add.
 Energy per output token <= board power (TDP) x GPU-seconds per token: the board never draws
-more than its TDP, so this is an upper bound at the predicted time, not a measurement.
+more than its TDP, so this is an upper bound at the predicted time, not a measurement. An
+estimate from measured power would need a measured board power a public source states for the
+device under inference; no catalog device has one, so the hardware schema has no such field
+and no estimate is printed.
 """
 
 from __future__ import annotations
