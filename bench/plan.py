@@ -1,6 +1,6 @@
 """The planner's speed: configurations searched per second, wall and CPU time (issue 29 item 6).
 
-    python bench/plan.py                  # from the repository root; about ten seconds
+    python bench/plan.py                  # from the repository root; a few seconds of CPU
 
 Searches Mixtral-8x7B (a mixture of experts, so every axis is searched: tp, attention dp, ep,
 pp, and disaggregated prefill:decode pools) over every catalog device, every deployment of at
