@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from rooflinec.cli import quick
 from rooflinec.cli.app import run
-from rooflinec.cost import inverse
+from rooflinec.cost import inverse, program_costs
 from rooflinec.cost.deployment import Deployment
+from rooflinec.model.symbols import B, S
 from rooflinec.serving import calibration, disagg, plan, plan_cost, plan_disagg, plan_step
 from rooflinec.serving import stepcost as sc
 
@@ -359,3 +360,17 @@ def test_ep_never_exceeds_the_devices_it_splits():
     assert all(d["ep"] <= d["tp"] * d["dp"] and d["tp"] * d["dp"] * d["pp"] <= 8 for d in deps)
     assert {"tp": 1, "dp": 8, "ep": 8, "pp": 1} in deps
     assert plan._deployment_check(model, {"tp": 1, "dp": 2, "ep": 4, "pp": 1}).startswith("divisibility")
+
+
+def test_the_moe_bound_at_one_token_moves_what_the_lowered_program_moves(case):
+    """At one token a step reads exactly k experts (the pigeonhole least is the count), so the
+    bound's bytes equal the decode program's own at B = 1, S = 1024 (program_costs.op_costs)."""
+    _, dev, _ = case
+    dep = Deployment(quick._model("mixtral-8x7b"), dev, 2, "bf16", "bf16")
+    step = plan_step.step_for(dep)
+    x = plan.bound_features(np.array([1.0]), 1024)
+    rows, experts = step.rows_and_experts(x[:, sc.TOKENS], bound=True)
+    seconds = (x @ step.base.memory.T).sum() + rows[0] * step.row_memory.sum() + experts[0] * step.expert_memory.sum()
+    ops = program_costs.op_costs(dep, "decode", dev, {B: 1, S: 1024}, tokens=1,
+                                 formats={"weights": "bf16", "kv_cache": "bf16"})
+    assert seconds * dev.bandwidth == pytest.approx(sum(sum(o.traffic.values()) for o in ops), rel=1e-9)
