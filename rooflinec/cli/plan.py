@@ -276,7 +276,7 @@ def text(out: dict) -> str:
              + ("" if out["aggregated_only"] else ", aggregated and disaggregated (prefill : decode workers)"),
              f"TPOT, TTFT and tokens/s are predictions (calibration: {out['calibration']['source']}, "
              f"{out['calibration']['engine']}); '>= bound' and '<= bound' are bounds (datasheet peaks, no overheads);",
-             "J/tok <= is an upper bound (board power x time); $ from the price table (none: no public price)", "",
+             "J/tok <= is an upper bound (board power x time); $ per million tokens from the price table ($/GPU-hour), blank where a device has no price", "",
              f"searched {out['searched']} configurations: {out['feasible']} meet the SLO; pruned:"]
     lines += [f"  {n:>8}  {why}" for why, n in out["pruned"].items()]
     if not out["feasible"]:
