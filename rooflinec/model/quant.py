@@ -91,8 +91,7 @@ DEQUANT_FLOPS = 2
 f_dq = sp.Symbol("f_dq", nonnegative=True)   # dequantisation FLOPs per weight element read
 f_dqe = sp.Symbol("f_dqe", nonnegative=True)  # the same for routed-expert weights
 DEQUANT_SYMBOLS = {"weights": f_dq, "experts": f_dqe}
-DESCRIPTIONS = {b_w: "bytes per weight element (attention and dense weights; routed experts too "
-                     "unless b_we is listed)",
+DESCRIPTIONS = {b_w: "bytes per weight element",
                 b_we: "bytes per routed-expert weight element",
                 b_kv: "bytes per KV-cache element",
                 f_dq: f"dequantisation FLOPs per weight element a GEMM reads: {DEQUANT_FLOPS} "
@@ -126,6 +125,22 @@ def dequantisation(weights: str, compute: str, experts: str | None = None) -> st
             f"included) and dequantised into {compute} GEMMs on the {peak_dtype(compute)} tensor peak, "
             f"{DEQUANT_FLOPS} FLOPs per weight element read (a convert and a multiply by its scale) "
             "counted in the GEMM")
+
+
+def checkpoint_formats(config) -> dict:
+    """A Hugging Face `quantization_config` as a study's `quantization` keys ({} where it maps
+    onto none): gpt-oss's `quant_method: mxfp4` with the attention and router in
+    `modules_to_not_convert` is {experts: mxfp4} (the rest stays at the dtype); fp8 with
+    `weight_block_size: [128, 128]` (DeepSeek-V3, Qwen3-FP8) is fp8-block128 for every weight."""
+    if not isinstance(config, dict):
+        return {}
+    method, kept = config.get("quant_method"), config.get("modules_to_not_convert") or []
+    if method == "mxfp4":
+        dense_kept = isinstance(kept, list) and any(isinstance(m, str) and "self_attn" in m for m in kept)
+        return {EXPERTS if dense_kept else "weights": "mxfp4"}
+    if method == "fp8":
+        return {"weights": "fp8-block128" if config.get("weight_block_size") == [128, 128] else "fp8"}
+    return {}
 
 
 def peak_dtype(name: str) -> str:
