@@ -337,3 +337,15 @@ def test_serve_refuses_an_unknown_weight_class_or_format(flag, message):
 def test_serve_with_an_fp4_compute_dtype_on_hopper_names_the_weight_only_path():
     code, _, err = _serve("gpt-oss-120b", "--device", "h100-sxm", "--dtype", "mxfp4")
     assert code == 1 and "lists no tensor peak for mxfp4" in err and "--weights mxfp4 --dtype bf16" in err
+
+
+def test_routed_experts_stored_for_a_model_without_them_is_a_located_error(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("model: llama-3.1-8b\ndevices: [h100-sxm]\nquantization: {experts: mxfp4}\n"
+                    "analyses:\n  ledger: {workloads: [{batch: 1, context: 1024}]}\n")
+    with pytest.raises(SpecError) as err:
+        spec.load_study(str(path))
+    assert "s.yaml:3:" in str(err.value) and "quantization.experts" in str(err.value)
+    assert "no routed experts" in str(err.value)
+    code, _, err = _serve("llama-3.1-8b", "--device", "h100-sxm", "--weights", "experts=mxfp4")
+    assert code == 2 and "has no routed experts" in err

@@ -321,6 +321,8 @@ def cmd_serve(args, stdout, stderr) -> int:
         check_file_target(args.out)
     storage = _storage(args)
     model, devices = _model(args.model), [_device(n) for n in _names(args.device)]
+    if "experts" in storage and getattr(model, "moe", None) is None:
+        raise UsageError(f"--weights experts=: {model.name} has no routed experts; give one format for its weights")
     layout = _layout(args)
     for tp in tps:
         _check_tp(model, tp, layout)
