@@ -349,3 +349,17 @@ def test_routed_experts_stored_for_a_model_without_them_is_a_located_error(tmp_p
     assert "no routed experts" in str(err.value)
     code, _, err = _serve("llama-3.1-8b", "--device", "h100-sxm", "--weights", "experts=mxfp4")
     assert code == 2 and "has no routed experts" in err
+
+
+def test_a_sweeps_formats_store_the_routed_experts_point_by_point():
+    # gpt-oss-120b with the routed experts at NVFP4 at one point: 114,661,785,600 expert
+    # elements at 9/16 B and the other 2,167,371,072 parameters at the study's bf16
+    bench = Workbench.of(GPT_OSS, [B200], "bf16")
+    point = {"experts": "nvfp4"}
+    values = bench.values_for(None, point)
+    assert (values[quant.b_w], values[quant.b_we], values[quant.f_dqe]) == (2, 0.5625, 2)
+    assert bench.weight_bytes(None, point) == 114_661_785_600 * 9 // 16 + 2_167_371_072 * 2
+    retyped = quant.retype(bench.program("decode", "ideal"), tuple(point))
+    weights = retyped.op("expert_down_proj").cost.bytes_of("weights")
+    assert quant.b_we in weights.free_symbols
+    assert quant.b_we not in retyped.op("o_proj").cost.bytes_of("weights").free_symbols
