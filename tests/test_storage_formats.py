@@ -363,3 +363,14 @@ def test_a_sweeps_formats_store_the_routed_experts_point_by_point():
     weights = retyped.op("expert_down_proj").cost.bytes_of("weights")
     assert quant.b_we in weights.free_symbols
     assert quant.b_we not in retyped.op("o_proj").cost.bytes_of("weights").free_symbols
+
+
+def test_experts_retyped_after_the_weights_take_their_own_dequantisation():
+    # a study's {weights: nvfp4} retyped again by a sweep point storing the experts at bf16:
+    # the routed GEMMs' dequantisation follows the experts' format (f_dqe = 0), the rest f_dq
+    bench = Workbench.of(GPT_OSS, [B200], "bf16", quantization={"weights": "nvfp4"})
+    retyped = quant.retype(bench.program("decode", "ideal"), ("experts",))
+    down = retyped.op("expert_down_proj").cost.flops.free_symbols
+    assert quant.f_dqe in down and quant.f_dq not in down
+    assert quant.f_dq in retyped.op("o_proj").cost.flops.free_symbols
+    assert bench.values_for(None, {"experts": "bf16"})[quant.f_dqe] == 0

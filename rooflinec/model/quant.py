@@ -179,6 +179,8 @@ def retype(program, classes):
         if c is None:
             return None
         flops, dq = c.flops, DEQUANT_SYMBOLS[cls]
+        if cls == EXPERTS:   # counted as weights' by a first retyping: the experts' own now
+            flops = flops.xreplace({f_dq: f_dqe})
         # weight elements read; a program retyped once already (a sweep's formats over the
         # study's) keeps the count it has
         if cls in own and unit == "matrix" and not flops.free_symbols & {f_dq, f_dqe}:
