@@ -49,6 +49,10 @@ devices step together.
 --weights and --kv-cache store those tensors in another format than --dtype (weight-only or
 KV-cache quantization; --dtype stays the compute dtype), e.g.
   rooflinec serve llama-3.1-70b --device h100-sxm --tp 4 --weights fp8 --kv-cache fp8
+--weights takes one format per weight class too, as gpt-oss ships (MXFP4 routed experts, bf16
+attention, router, embeddings and LM head); a format the device has no tensor peak for (fp4 on
+Hopper) is read at its bytes and dequantised into the --dtype GEMMs (weight-only, stated):
+  rooflinec serve gpt-oss-120b --device h100-sxm --weights experts=mxfp4,attention=bf16
 
 Tokens/s per user is one sequence's rate (1 / step), per GPU the group's over its devices.
 --device and --tp take lists: one table row per (device, tp, batch), and where the weights
