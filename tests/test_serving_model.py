@@ -214,8 +214,10 @@ def test_a_device_without_a_vector_or_fp8_peak_is_unpredictable():
     run = sm.Run(LLAMA_8B, replace(H100, vector={}), "bf16", 1, 1024, 128, 8)
     with pytest.raises(sm.Unpredictable, match="vector peak"):
         sm.step_cost(run, 8, 1088, 0)
-    run = sm.Run(LLAMA_8B, replace(H100, tensor={"bf16": 989.4e12}), "fp8", 1, 1024, 128, 8)
-    with pytest.raises(sm.Unpredictable, match="no tensor peak for fp8"):
+    # fp8 weights where the device has no fp8 peak run weight-only, on bf16 GEMMs: a device
+    # with neither peak cannot run them
+    run = sm.Run(LLAMA_8B, replace(H100, tensor={"fp16": 989.4e12}), "fp8", 1, 1024, 128, 8)
+    with pytest.raises(sm.Unpredictable, match="no tensor peak for bf16"):
         sm.step_cost(run, 8, 1088, 0)
 
 

@@ -65,7 +65,7 @@ def parallel_view(ctx, params) -> dict:
         devices.append({"key": dev.key, "name": dev.name, "capacity": dev.capacity, "link": link,
                         "memory": memory, "smallest_tp": smallest, "steps": steps})
     return {"variant": params.variant, "dtype": ctx.dtype, "tps": sorted(params.tp),
-            "weights_format": ctx.storage("weights"), "kv_format": ctx.storage("kv_cache"),
+            "weights_format": ctx.weights_format(), "kv_format": ctx.storage("kv_cache"),
             "workloads": params.workloads, "overlap": OVERLAP[overlap], "devices": devices,
             "kv_heads": ctx.model.n_kv_heads, "pp": ctx.parallel.pp, "ep": ctx.parallel.ep,
             **({"attention_dp": ctx.parallel.attention_dp} if ctx.parallel.attention_dp > 1 else {}),

@@ -153,7 +153,7 @@ def serving(ctx, params) -> dict:
     contexts = params.contexts
     windowed = window.local_layers(ctx.model) > 0
     return {
-        "weight_bytes": weight_bytes, "weights_format": ctx.storage("weights"),
+        "weight_bytes": weight_bytes, "weights_format": ctx.weights_format(),
         "kv_format": ctx.storage("kv_cache"), "kv_formula": ctx.kv_formula, "kv_per_token": kv_token,
         "kv_sequence_formula": kvcache.sequence_formula(ctx.model) if windowed else None,
         "kv_per_sequence": [{"context": s, "bytes": ctx.kv_per_sequence(s)} for s in contexts],

@@ -28,7 +28,7 @@ def _label(dtype: str, formats: dict | None) -> str:
     sets them."""
     if not formats:
         return dtype
-    names = {"weights": "weights", "kv_cache": "KV", quant.ACTIVATIONS: "activations"}
+    names = {"weights": "weights", quant.EXPERTS: "experts", "kv_cache": "KV", quant.ACTIVATIONS: "activations"}
     return f"{dtype} ({', '.join(f'{names[c]} {f}' for c, f in formats.items())})"
 
 

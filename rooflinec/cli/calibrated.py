@@ -120,16 +120,17 @@ def choose(file: str | None, device: str, engine: str | None) -> Choice | str:
 
 
 def run(model, device, weights: str, kv_cache: str, tp: int, prompt: int, context: int,
-        batch: int) -> serving_model.Run | str:
+        batch: int, experts: str | None = None) -> serving_model.Run | str:
     """The serving model's run for serve's point: `batch` requests of `prompt` tokens, each
-    generating 2 (context - prompt) tokens, so the mean context is `context`; or why not."""
+    generating 2 (context - prompt) tokens, so the mean context is `context` (routed experts
+    stored in `experts`); or why not."""
     if kv_cache != weights:
         return "the calibrated model stores the KV cache in the weights' format; --kv-cache differs"
     if weights not in DTYPE_BYTES:
         return f"the calibrated model runs GEMMs at the weights' dtype; {weights} is a storage format only"
     if context <= prompt:
         return "the calibrated model decodes past the prompt: it needs --context > --prompt"
-    return serving_model.Run(model, device, weights, tp, prompt, 2 * (context - prompt), batch)
+    return serving_model.Run(model, device, weights, tp, prompt, 2 * (context - prompt), batch, experts)
 
 
 def predict(choice: Choice, run: serving_model.Run | str) -> dict:

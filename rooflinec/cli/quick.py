@@ -30,6 +30,7 @@ from rooflinec.cli import calibrated, configurations as table
 from rooflinec.cost.deployment import Deployment
 from rooflinec.cost.workbench import Workbench
 from rooflinec.cli import speculation
+from rooflinec.cli import storage as weight_flags
 from rooflinec.serving import speculative, stepcost
 from rooflinec.serving.serving_model import Unpredictable
 
@@ -48,6 +49,10 @@ devices step together.
 --weights and --kv-cache store those tensors in another format than --dtype (weight-only or
 KV-cache quantization; --dtype stays the compute dtype), e.g.
   rooflinec serve llama-3.1-70b --device h100-sxm --tp 4 --weights fp8 --kv-cache fp8
+--weights takes one format per weight class too, as gpt-oss ships (MXFP4 routed experts, bf16
+attention, router, embeddings and LM head); a format the device has no tensor peak for (fp4 on
+Hopper) is read at its bytes and dequantised into the --dtype GEMMs (weight-only, stated):
+  rooflinec serve gpt-oss-120b --device h100-sxm --weights experts=mxfp4,attention=bf16
 
 Tokens/s per user is one sequence's rate (1 / step), per GPU the group's over its devices.
 --device and --tp take lists: one table row per (device, tp, batch), and where the weights
@@ -89,8 +94,7 @@ def register(sub, streams, parents=()) -> None:
                    help="prompt tokens for the time to first token (default: 2048)")
     s.add_argument("--dtype", default="bf16", metavar="DTYPE",
                    help="compute dtype: the tensor peak and the activations (default: bf16)")
-    s.add_argument("--weights", metavar="FORMAT", help="weights' storage format, e.g. fp8, int4, "
-                   "nvfp4 (default: --dtype)")
+    s.add_argument("--weights", metavar="FORMAT", help=weight_flags.HELP)
     s.add_argument("--kv-cache", metavar="FORMAT", help="KV cache's storage format, e.g. fp8 "
                    "(default: --dtype)")
     s.add_argument("--tp", default="1", metavar="LIST",
@@ -262,16 +266,10 @@ def smallest_tp(model, device, dtype: str, context: int, quantization: dict) -> 
 
 
 def _storage(args) -> dict:
-    """--weights and --kv-cache as a study's `quantization`, each a storage format it accepts."""
-    formats = schema("study")["$defs"]["storage"]["enum"]
-    out = {}
-    for flag, cls, value in (("--weights", "weights", args.weights), ("--kv-cache", "kv_cache", args.kv_cache)):
-        if value is None:
-            continue
-        if value not in formats:
-            raise UsageError(f"{flag}: unknown format '{value}'; choose from {', '.join(formats)}")
-        out[cls] = value
-    return out
+    """--weights (one format, or one per weight class) and --kv-cache as a study's
+    `quantization`, each a storage format it accepts."""
+    kv = {} if args.kv_cache is None else {"kv_cache": weight_flags.check_format(args.kv_cache, "--kv-cache")}
+    return {**weight_flags.weights(args.weights), **kv}
 
 
 def _layout(args) -> dict:
@@ -296,10 +294,14 @@ def _check_tp(model, tp: int, layout: dict) -> None:
         raise UsageError(f"{flag}: {exc}; pick a degree that divides them") from None
 
 
-def _setup(dtype: str, tp: int, storage: dict) -> str:
+CLASS_NAMES = {"kv_cache": "KV cache", "experts": "routed experts"}
+
+
+def _setup(dtype: str, tp: int, stored: dict) -> str:
     """How the model runs, for the summary's heading: dtype, stored formats, devices."""
-    stored = "".join(f", {'KV cache' if cls == 'kv_cache' else cls} {fmt}" for cls, fmt in storage.items())
-    return dtype + stored
+    names = {**CLASS_NAMES, **({"weights": "attention and dense weights"} if "experts" in stored else {})}
+    order = ("weights", "experts", "kv_cache")
+    return dtype + "".join(f", {names.get(cls, cls)} {stored[cls]}" for cls in order if cls in stored)
 
 
 def _names(text: str) -> list[str]:
@@ -323,13 +325,17 @@ def cmd_serve(args, stdout, stderr) -> int:
         check_file_target(args.out)
     storage = _storage(args)
     model, devices = _model(args.model), [_device(n) for n in _names(args.device)]
+    if "experts" in storage and getattr(model, "moe", None) is None:
+        raise UsageError(f"--weights experts=: {model.name} has no routed experts; give one format for its weights")
     layout = _layout(args)
     for tp in tps:
         _check_tp(model, tp, layout)
     for name, device in zip(_names(args.device), devices):
         if device.peak("matrix", args.dtype) is None:
+            only = (f"; for weights in {args.dtype} dequantised into bf16 GEMMs (weight-only): "
+                    f"--weights {args.dtype} --dtype bf16" if args.dtype in weight_flags.formats() else "")
             raise RooflineError(f"{name}: device '{device.key}' lists no tensor peak for "
-                                f"{args.dtype}; it has: {', '.join(device.tensor)}")
+                                f"{args.dtype}; it has: {', '.join(device.tensor)}{only}")
     asked = sorted(set(batches + (CHART_BATCHES if args.out else [])))
     configs, skipped, several = [], [], len(devices) * len(tps) > 1
     for device in devices:
@@ -370,14 +376,22 @@ def cmd_serve(args, stdout, stderr) -> int:
                                 indent=1) + "\n")
     elif not several:
         c = configs[0]
-        stdout.write(summary(model, c.device, _setup(args.dtype, c.tp, storage), c.section, args.dtype, c))
+        stdout.write(summary(model, c.device, _setup(args.dtype, c.tp, storage), c.section, args.dtype, c,
+                             _dequantisation(model, args.dtype, storage)))
         stdout.write(speculation.text(spec) if spec else "")
     else:
+        dq = _dequantisation(model, args.dtype, storage)
         stdout.write(table.text(model.name, _setup(args.dtype, 1, storage), args.context, args.prompt, configs)
-                     + "".join(one_line(line) + "\n" for line in skipped))
+                     + (f"{dq}\n" if dq else "") + "".join(one_line(line) + "\n" for line in skipped))
     if args.out and not args.quiet:
         stderr.write(one_line(f"wrote {args.out}") + "\n")
     return 0
+
+
+def _dequantisation(model, dtype: str, stored: dict) -> str:
+    """The weight-only GEMMs' statement for --weights the --dtype peak does not run on."""
+    weights = stored.get("weights", dtype)
+    return Deployment(model, weights=weights, experts=stored.get("experts"), compute=dtype).dequantisation()
 
 
 def _predicted(args, model, device, tp: int, storage: dict, section: dict, choice) -> dict:
@@ -388,7 +402,7 @@ def _predicted(args, model, device, tp: int, storage: dict, section: dict, choic
     top = section["crossovers"][0]["devices"][0]["max_batch"]
     points = sorted({row["batch"] for row in section["steps"]} | ({top} if top >= 1 else set()))
     return {b: calibrated.predict(choice, calibrated.run(model, device, weights, kv, tp, args.prompt,
-                                                         args.context, b)) for b in points}
+                                                         args.context, b, storage.get("experts"))) for b in points}
 
 
 def _smallest(model, device, args, storage: dict, section: dict):
@@ -400,7 +414,8 @@ def _smallest(model, device, args, storage: dict, section: dict):
 
 def _document(model, c, args, storage: dict) -> dict:
     return {"model": model.name, "device": c.device.key, "dtype": args.dtype, "tp": c.tp,
-            "quantization": storage, "context": args.context, "prompt": args.prompt,
+            "quantization": storage, "dequantisation": _dequantisation(model, args.dtype, storage) or None,
+            "context": args.context, "prompt": args.prompt,
             "summary": _plain(_answers(c.device, args.dtype, c.section)),
             "serving": _plain(c.section), "smallest_tp": c.smallest,
             "calibrated": {"note": c.note, "points": [{"batch": b, **p} for b, p in c.predicted.items()]}}
@@ -434,12 +449,16 @@ def _answers(device, dtype: str, section: dict) -> dict:
     return answers.answers(section, [dev], variant=section.get("variant"))
 
 
-def summary(model, device, setup: str, section: dict, dtype: str | None = None, config=None) -> str:
+def summary(model, device, setup: str, section: dict, dtype: str | None = None, config=None,
+            dequantisation: str = "") -> str:
     """The serving section as the few lines a model report opens with (`summary` owns them),
     and the decode batches asked for; `setup` heads them (the dtype, formats, devices);
-    `config` (a configurations.Configuration) adds its calibrated predictions."""
+    `config` (a configurations.Configuration) adds its calibrated predictions; a weight-only
+    run's `dequantisation` is stated under the heading."""
     dtype = dtype or setup
     lines = [answers.text(model.name, setup, _answers(device, dtype, section)).rstrip("\n")]
+    if dequantisation:
+        lines.append(f"  {dequantisation}")
     if section.get("conventions"):
         lines.append("  conventions of these bounds (the least work a correct kernel does): "
                      + "; ".join(f"{c['name']}: {c['choice']}" for c in section["conventions"]))

@@ -61,7 +61,8 @@ def _weight_only(study: Study) -> bool:
     """Whether the study stores weights (its quantization, a sweep's formats) in a format
     the compute dtype's peak does not run on: its GEMMs then pay dequantisation FLOPs."""
     formats = [study.quantization, *_sweep(study, "formats")]
-    return any(quant.dequant_flops(f["weights"], study.dtype) for f in formats if "weights" in f)
+    return any(quant.dequant_flops(f[cls], study.dtype) for f in formats for cls in ("weights", quant.EXPERTS)
+               if cls in f)
 
 
 def _symbols(study: Study, bench: Workbench) -> list[dict]:
@@ -99,7 +100,8 @@ def _activations(bench: Workbench) -> dict:
     weights' and KV cache's formats (with bytes per element) where theirs is not."""
     stored = bench.storage(quant.ACTIVATIONS)
     others = {cls: {"format": bench.storage(cls), "bytes_per_element": bench.values[symbol]}
-              for cls, symbol in quant.CLASS_SYMBOLS.items() if bench.storage(cls) != bench.dtype}
+              for cls, symbol in quant.CLASS_SYMBOLS.items() if bench.storage(cls) != bench.dtype
+              and (cls != quant.EXPERTS or cls in bench.study.quantization)}   # else the weights' format
     return {"bytes_per_element": bench.values[sym.b],
             **({"activations": stored} if stored != bench.dtype else {}),
             **({"stored": others} if others else {})}
@@ -178,6 +180,7 @@ def _calibrated(study: Study, bench: Workbench, device, row: dict) -> dict:
     points = []
     for c in row["decode"]:
         for batch in dict.fromkeys((1, c["max_batch"]) if c["max_batch"] >= 1 else ()):
-            run = calibrated.run(study.model, device, weights, kv, p.tp, c["context"] // 2, c["context"], batch)
+            run = calibrated.run(study.model, device, weights, kv, p.tp, c["context"] // 2, c["context"], batch,
+                                 bench.storage(quant.EXPERTS))
             points.append({"context": c["context"], "batch": batch, **calibrated.predict(choice, run)})
     return {"note": choice.says(command=False), "engine": choice.engine, "points": points}

@@ -12,6 +12,7 @@ from rooflinec.base.errors import RooflineError, UsageError
 from rooflinec.serving.workload import Lengths, Workload
 from rooflinec.spec.load import DTYPE_BYTES
 from rooflinec.cli import quick, speculation
+from rooflinec.cli import storage as weight_flags
 from rooflinec.serving import calibration, disagg, engines, fitting, intervals, metrics, rows, simulator, stepcost as sc
 from rooflinec.serving import speculative, validation
 from rooflinec.serving.serving_model import Unpredictable
@@ -56,7 +57,8 @@ def register(sub, streams, parents=()) -> None:
     s.add_argument("--engine", required=True, metavar="NAME",
                    help="scheduler policy: trtllm, vllm, sglang, or an engine YAML")
     s.add_argument("--weights", default="bf16", metavar="FORMAT",
-                   help="GEMM weights' format and tensor peak, e.g. fp8 (default: bf16)")
+                   help="weights' format and tensor peak, e.g. fp8 (weight-only bf16 GEMMs where the "
+                        "device has no peak for it), or per class: experts=mxfp4,attention=bf16 (default: bf16)")
     s.add_argument("--kv-cache", metavar="FORMAT",
                    help="KV cache's format (default: the engine's; auto is bf16)")
     load = s.add_argument_group("workload")
@@ -131,7 +133,8 @@ def cmd_simulate(args, stdout, stderr) -> int:
                               chunked_prefill=args.chunked_prefill, chunk_tokens=args.chunk_tokens,
                               schedule=args.schedule, cache_fraction=args.cache_fraction,
                               preemption=args.preemption, kv_cache=_formats(args.kv_cache, "--kv-cache"))
-    _formats(args.weights, "--weights")
+    stored = weight_flags.weights(args.weights)
+    args.weights, args.experts = stored.get("weights", "bf16"), stored.get("experts")
     engine_key = os.path.basename(args.engine).removesuffix(".yaml")
     draft = speculation.draft_of(args, quick._model)
     band = None
@@ -144,7 +147,7 @@ def cmd_simulate(args, stdout, stderr) -> int:
     if args.prefill_workers is not None or args.decode_workers is not None:
         return _disaggregated(args, work, model, device, policy, params, where, stdout)
     try:
-        step = sc.build(sc.Deployment(model, device, args.tp, args.weights, policy.kv_dtype()))
+        step = sc.build(sc.Deployment(model, device, args.tp, args.weights, policy.kv_dtype(), experts=args.experts))
         step = speculative.speculative(step, draft) if draft else step
         res = simulator.simulate(step, policy, work, params)
     except Unpredictable as exc:
@@ -175,7 +178,8 @@ def _disaggregated(args, work, model, device, policy, params, where, stdout) -> 
         raise UsageError("--prefill-workers: two pools are simulated for a closed loop (--concurrency) of fixed --isl and --osl")
     names = ("prefill_workers", "decode_workers", "prefill_tp", "decode_tp", "prefill_batch")
     n = {k: _positive(k.replace("_", "-"), getattr(args, k)) for k in names}
-    deps = [sc.Deployment(model, device, n[f"{pool}_tp"] or args.tp, args.weights, policy.kv_dtype())
+    deps = [sc.Deployment(model, device, n[f"{pool}_tp"] or args.tp, args.weights, policy.kv_dtype(),
+                          experts=args.experts)
             for pool in ("prefill", "decode")]
     pools = disagg.Pools(*deps, n["prefill_workers"] or 1, n["decode_workers"] or 1, n["prefill_batch"])
     try:

@@ -94,8 +94,23 @@ def _memory(bench, tp: int) -> dict:
     context) and, for windowed layers, what each keeps per token and how many the device holds."""
     model, p = bench.model, bench.parallel
     local = kvcache._windowed_on_device(model, p.pp)
-    return {"params": bench.deployment(tp).params_per_device(),
-            "kv_token": float(kvcache.per_token(model, 1, tp, p.pp, p.ep)),
+    dep = bench.deployment(tp)
+    if _experts_apart(bench):   # routed experts at the study's format, the rest at the page's b_w
+        routed = dep.params_per_device(True)
+        return {"params": dep.params_per_device(False),
+                "experts_bytes": math.ceil(routed * quant.byte_value(dep.experts_format)),
+                **_kv_memory(model, p, tp, local)}
+    return {"params": dep.params_per_device(), **_kv_memory(model, p, tp, local)}
+
+
+def _experts_apart(bench) -> bool:
+    """Whether the study stores the routed experts in a format of their own."""
+    return quant.EXPERTS in bench.study.quantization and getattr(bench.model, "moe", None) is not None
+
+
+def _kv_memory(model, p, tp: int, local) -> dict:
+    """KV-cache elements per token on one device, and what windowed layers keep."""
+    return {"kv_token": float(kvcache.per_token(model, 1, tp, p.pp, p.ep)),
             "kv_layer": float(kvcache._value(kvcache._per_layer(model), model, 1, tp, 1, p.ep)) if local else 0.0,
             "local": local, "window": int(model.window or 0) if local else 0}
 
@@ -131,6 +146,7 @@ def calculator(bench, report: dict) -> dict | None:
             "overlap": bool(bench.parallel.overlap),
             "memory": {str(tp): _memory(bench, tp) for tp in degrees},
             "formats": [dict(f, f_dq=quant.dequant_flops(f["name"], bench.dtype)) for f in formats()],
+            **({"experts": bench.storage(quant.EXPERTS)} if _experts_apart(bench) else {}),
             "weights": bench.storage("weights"), "kv_cache": bench.storage("kv_cache"),
             "devices": devices, "context": context, "prompt": prompt}
     return {"data": data, "terms": terms, "sliders": {"context": _step(context), "prompt": _step(prompt)}}

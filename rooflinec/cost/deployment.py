@@ -70,7 +70,7 @@ from rooflinec.cost.collectives import Collective
 from rooflinec.cost.parallel import Unshardable, check, check_ep, kv_replicated, per_device, stages
 from rooflinec.model import quant
 from rooflinec.model.ir import Cost, Program, verify
-from rooflinec.model.moe import d_e, d_s, distinct, k, repeats
+from rooflinec.model.moe import d_e, d_s, distinct, k, repeats, routed
 from rooflinec.model.params import count
 from rooflinec.model.symbol_table import model_values
 from rooflinec.model.symbols import L, M, V, b, d_model
@@ -102,6 +102,7 @@ class Deployment:
     experts: str | None = None    # storage format of routed-expert weights (None: the weights')
     redundant_experts: int = 0    # extra copies of hot experts (DeepSeek's EPLB), memory only
     imbalance: float = 1.0        # busiest expert rank's load over the mean (predictions only)
+    compute: str | None = None    # the GEMMs' dtype (None: gemm_dtype's choice for the weights)
 
     @property
     def kv_format(self) -> str:
@@ -110,6 +111,26 @@ class Deployment:
     @property
     def experts_format(self) -> str:
         return self.experts or self.weights
+
+    @property
+    def gemm_dtype(self) -> str:
+        """The dtype the GEMMs run at: `compute` as given, else the weights' format where the
+        device lists a tensor peak for it, else weight-only (bf16 GEMMs dequantising them)."""
+        return self.compute or gemm_dtype(self.weights, self.device)
+
+    def formats(self) -> dict:
+        """Each tensor class's storage format, as a study's `quantization`."""
+        return {"weights": self.weights, quant.EXPERTS: self.experts_format, "kv_cache": self.kv_format}
+
+    def dequant(self) -> dict:
+        """f_dq and f_dqe: dequantisation FLOPs per weight element a GEMM at gemm_dtype reads."""
+        return {quant.DEQUANT_SYMBOLS[cls]: quant.dequant_flops(fmt, self.gemm_dtype)
+                for cls, fmt in (("weights", self.weights), (quant.EXPERTS, self.experts_format))}
+
+    def dequantisation(self) -> str:
+        """What a report says of the weight-only GEMMs ("" where none dequantises)."""
+        moe = getattr(self.model, "moe", None) is not None
+        return quant.dequantisation(self.weights, self.gemm_dtype, self.experts_format if moe else None)
 
     @property
     def group(self) -> int:
@@ -221,6 +242,13 @@ class Deployment:
                 "link": "scale-up" if domain is None or n <= domain else "scale-out"}
 
 
+def gemm_dtype(weights: str, device) -> str:
+    """The dtype GEMMs reading weights stored in `weights` run at on `device` (quant.gemm_dtype:
+    the format's own where the device has its tensor peak, else weight-only); no device: the
+    format's own."""
+    return quant.gemm_dtype(weights, lambda f: device is None or device.peak("matrix", f) is not None)
+
+
 def _cost(cost: Cost | None, subs: dict) -> Cost | None:
     if cost is None:
         return None
@@ -278,11 +306,6 @@ def backward_collectives(forward: tuple[Collective, ...]) -> tuple[Collective, .
     all-reduce of a layer: four per layer in all for a sequential block)."""
     return tuple(replace(c, name=_CONJUGATE[c.name][0], after="", why=_CONJUGATE[c.name][1])
                  for c in forward if c.name in _CONJUGATE)
-
-
-def routed(op) -> bool:
-    """An op of the routed experts (moe.ffn names them expert_*): the ops ep splits."""
-    return op.name.startswith("expert_")
 
 
 def _busiest(cost: Cost | None, rows, weights) -> Cost | None:
@@ -376,17 +399,21 @@ def stage_params(model, tp: int, pp: int = 1, ep: int = 1, moe_tp: int | None = 
     """Parameters one device of each pipeline stage holds in its layers (exact numbers, tp
     shards and (E + redundant)/ep of the routed experts at 1/moe_tp of their width), and those
     outside the layers (embeddings, final norm, LM head); the stages and the rest sum to the
-    model's parameters on one device. `routed_only`: True counts the routed experts alone,
-    False all but them."""
+    model's parameters on one device. `routed_only`: True counts the routed experts' weight
+    matrices alone, False all but them (their biases included)."""
     if ep > 1:
         check_ep(model, ep)
     shard, values = per_device(model, tp, ep, moe_tp), model_values(model)
     layered, once = [], sp.Integer(0)
     for c in count(model).components:
-        if routed_only is not None and (c.name == "experts") != routed_only:
+        # routed_only splits the routed experts' matrices from everything else, their biases
+        # included (stored beside a block format, as gpt-oss's checkpoint does)
+        routed_part = {None: c.per, True: c.per - c.biases, False: c.biases}[routed_only] \
+            if c.name == "experts" else (c.per if routed_only is not True else 0)
+        if routed_part == 0:
             continue
         held = sp.Rational(model.moe.experts + redundant, model.moe.experts * ep) if c.name == "experts" else 1
-        per = c.per.xreplace(shard).subs(values) * held
+        per = sp.sympify(routed_part).xreplace(shard).subs(values) * held
         if c.layers or c.repeat == L:
             layered.append((c, per))
         else:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from functools import cache
 
-from rooflinec.model import quant
 from rooflinec.cost.evaluate import number
 from rooflinec.model.lower import LEAST_WORK
 from rooflinec.model.passes import DEFAULT_VARIANT
@@ -57,7 +56,7 @@ def op_costs(dep, phase: str, device, workload: dict, tokens=None, bytes_per_ele
     values = {**bench.at(workload, prog.bindings if tokens is None else {}), b: bytes_per_element}
     if tokens is not None:
         values[M] = tokens
-    values[quant.f_dq] = 0   # the serving model runs GEMMs on the weights' own peak: no dequantisation
+    values.update(dep.dequant())   # weight-only GEMMs dequantise; on the weights' own peak none
     out = []
     for op in prog.ops:
         count = number(op.repeat, values)
@@ -70,9 +69,9 @@ def op_costs(dep, phase: str, device, workload: dict, tokens=None, bytes_per_ele
 def symbolic_ops(dep, phase: str, device, bytes_per_element=2, formats: dict | None = None):
     """Every op of one device's `phase` program under deployment `dep` as (op, FLOPs, {traffic class: bytes}), sympy
     expressions of the workload symbols (B, S, M) alone: model dimensions and bytes per element
-    substituted, the launches (repeat) multiplied in, M left free (no binding), no
-    dequantisation FLOPs (as `op_costs`)."""
+    substituted, the launches (repeat) multiplied in, M left free (no binding), the
+    dequantisation FLOPs of the deployment's GEMMs (as `op_costs`)."""
     bench, prog = _program(dep, phase, device, formats)
-    values = {**bench.values_for(), b: bytes_per_element, quant.f_dq: 0}
+    values = {**bench.values_for(), b: bytes_per_element, **dep.dequant()}
     return [(op, (op.repeat * op.cost.flops).xreplace(values),
              {cls: (op.repeat * e).xreplace(values) for cls, e in op.cost.traffic}) for op in prog.ops]

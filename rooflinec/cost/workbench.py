@@ -173,9 +173,10 @@ class Workbench:
         return p
 
     def _deployment(self, p: par.Parallel, tp: int, weights: str | None = None,
-                    kv_cache: str | None = None) -> Deployment:
+                    kv_cache: str | None = None, experts: str | None = None) -> Deployment:
         return Deployment(self.model, None, tp, weights or self.storage("weights"), kv_cache,
-                          attention_dp=p.attention_dp, moe_tp=p.moe_tp or None, moe_ep=p.ep, pp=p.pp)
+                          attention_dp=p.attention_dp, moe_tp=p.moe_tp or None, moe_ep=p.ep, pp=p.pp,
+                          experts=experts)
 
     def _check(self, p: par.Parallel, tp: int, path: tuple) -> None:
         if self.model is None:
@@ -199,8 +200,18 @@ class Workbench:
     def storage(self, cls: str, dtype: str | None = None, formats: dict | None = None) -> str:
         """The format tensor class `cls` (weights, kv_cache, activations) is stored in:
         `formats` (a sweep's point), else the study's `quantization` for it, else the compute
-        dtype."""
-        return {**self.study.quantization, **(formats or {})}.get(cls, dtype or self.dtype)
+        dtype. Routed experts not stored otherwise follow the weights."""
+        stored = {**self.study.quantization, **(formats or {})}
+        if cls == quant.EXPERTS and cls not in stored:
+            cls = "weights"
+        return stored.get(cls, dtype or self.dtype)
+
+    def weights_format(self) -> str:
+        """The weights' format as a report names it: the routed experts' beside it where the
+        study stores them otherwise (gpt-oss: "bf16, routed experts mxfp4")."""
+        weights, experts = self.storage("weights"), self.storage(quant.EXPERTS)
+        moe = getattr(self.model, "moe", None) is not None
+        return weights if experts == weights or not moe else f"{weights}, routed experts {experts}"
 
     def values_for(self, dtype: str | None = None, formats: dict | None = None) -> dict:
         """Model dimensions and bytes per element with compute at `dtype` (the study's by
@@ -210,7 +221,8 @@ class Workbench:
         return {**model, sym.b: quant.byte_value(self.storage(quant.ACTIVATIONS, dtype, formats)),
                 **{s: quant.byte_value(self.storage(cls, dtype, formats))
                    for cls, s in quant.CLASS_SYMBOLS.items()},
-                quant.f_dq: quant.dequant_flops(self.storage("weights", dtype, formats), dtype or self.dtype)}
+                **{s: quant.dequant_flops(self.storage(cls, dtype, formats), dtype or self.dtype)
+                   for cls, s in quant.DEQUANT_SYMBOLS.items()}}
 
     @cached_property
     def values(self) -> dict:
@@ -232,7 +244,8 @@ class Workbench:
         its tp) and each tensor class's storage format (`formats`: a sweep's point)."""
         p = self.parallel
         return self._deployment(p, tp or p.tp, self.storage("weights", dtype, formats),
-                                self.storage("kv_cache", dtype, formats))
+                                self.storage("kv_cache", dtype, formats),
+                                self.storage(quant.EXPERTS, dtype, formats))
 
     def weight_bytes(self, dtype: str | None = None, formats: dict | None = None,
                      tp: int | None = None) -> int:

@@ -22,6 +22,8 @@ class Component:
     note: str = ""
     active_per: sp.Expr | None = None   # parameters one token uses, where fewer (routed experts)
     layers: str = ""     # "moe" or "dense": repeated over those layers of a MoE model only
+    biases: sp.Expr = sp.Integer(0)   # of `per`, bias vectors: stored beside the matrices'
+    #                                   block format, with the dense weights (gpt-oss's experts)
 
     @property
     def count(self) -> sp.Expr:

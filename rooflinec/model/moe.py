@@ -92,6 +92,15 @@ def repeats(model) -> tuple[sp.Expr, int]:
     return L - dense, dense
 
 
+ROUTED = "expert_"   # the prefix of the routed experts' op names (ffn's)
+
+
+def routed(op) -> bool:
+    """An op of the routed experts: the ops expert parallelism splits and whose weights are
+    the `experts` tensor class (rooflinec.model.quant)."""
+    return op.name.startswith(ROUTED)
+
+
 def ffn(model, dense_mlp, moe_repeat) -> list:
     """The ops of a MoE layer, repeated `moe_repeat`: `dense_mlp()` builds the dense MLP's ops
     (the shared experts' shape); the dense layers' own MLP is the dense kind's

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from rooflinec.spec import catalog, load as spec
 from rooflinec.cost import parallel
+from rooflinec.cost.deployment import gemm_dtype
 from rooflinec.base import yamlio
 from rooflinec.base.errors import Problem, SpecError
 from rooflinec.serving.serving_model import Run
@@ -176,8 +177,8 @@ def resolve(row: Row, specs: Specs) -> Run | str:
         return f"no hardware spec '{row.device}'"
     if row.weights not in spec.DTYPE_BYTES:
         return f"weights dtype '{row.weights}' unknown; known: {', '.join(spec.DTYPE_BYTES)}"
-    if device.peak("matrix", row.weights) is None:
-        return f"{row.device} lists no tensor peak for {row.weights}"
+    if device.peak("matrix", gemm_dtype(row.weights, device)) is None:   # else weight-only GEMMs
+        return f"{row.device} lists no tensor peak for {gemm_dtype(row.weights, device)}"
     if row.pp != 1:
         return f"pipeline parallelism (pp {row.pp}) is not modelled"
     try:

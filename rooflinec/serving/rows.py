@@ -8,8 +8,9 @@ batch, how many workers) are resolved by `resolve_disagg` for `serving/disagg.py
 pools are tensor-parallel groups; their model may be a quantized checkpoint of a catalog model
 (`CHECKPOINTS`; the row's format columns give its formats). Not predicted, with the reason:
 attention-DP / expert-parallel layouts (the next issue's), pipeline parallelism, rows spread
-over replicas, models or devices without a spec, formats without a tensor peak. `fp8-block` (one scale per 128 x 128
-block) is read as fp8: its scales add 4 bytes per 16,384 weights (0.02%), left out.
+over replicas, models or devices without a spec, devices without a tensor peak for the GEMMs
+(weights whose own peak a device lacks run weight-only, on bf16 GEMMs). `fp8-block` (one scale
+per 128 x 128 block) is read as fp8: its scales add 4 bytes per 16,384 weights (0.02%), left out.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import math
 from dataclasses import dataclass
 
 from rooflinec.serving import measurements
+from rooflinec.cost.deployment import gemm_dtype
 from rooflinec.spec import load as spec
 from rooflinec.base import yamlio
 from rooflinec.base.errors import Problem, SpecError
@@ -227,8 +229,8 @@ def _formats(row: Row, model, specs: measurements.Specs, is_moe: bool) -> Resolv
     weights = FORMAT_ALIASES.get(row.weights, row.weights)
     if weights not in spec.DTYPE_BYTES:
         return f"weights format '{row.weights}' unknown; known: {', '.join(spec.DTYPE_BYTES)}"
-    if device.peak("matrix", weights) is None:
-        return f"{row.device} lists no tensor peak for {weights}"
+    if device.peak("matrix", gemm_dtype(weights, device)) is None:   # else weight-only GEMMs
+        return f"{row.device} lists no tensor peak for {gemm_dtype(weights, device)}"
     if is_moe and FORMAT_ALIASES.get(row.moe_weights, row.moe_weights or weights) != weights:
         return f"routed experts in {row.moe_weights} beside {row.weights} GEMMs: per-class formats not modelled yet"
     return Resolved(model, device, weights)

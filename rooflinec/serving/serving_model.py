@@ -65,11 +65,14 @@ class Run:
     isl: int
     osl: int
     concurrency: int
+    experts: str | None = None   # routed experts' storage format (None: the weights')
 
     @property
     def deployment(self) -> Deployment:
-        """How the run's model runs: tp devices, weights and KV cache in the weight dtype."""
-        return Deployment(self.model, self.device, self.tp, self.weights, self.weights)
+        """How the run's model runs: tp devices, weights and KV cache in the weight dtype
+        (routed experts in theirs); GEMMs at the weight dtype, or weight-only where the device
+        has no tensor peak for it."""
+        return Deployment(self.model, self.device, self.tp, self.weights, self.weights, experts=self.experts)
 
 
 class Unpredictable(ValueError):
@@ -138,14 +141,14 @@ def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float)
     tokens = decode_seqs + prefill_seqs * run.isl
     act = DTYPE_BYTES[ACTIVATION_DTYPE]
     # activations at bf16; weights and the KV cache stored in the run's weight dtype
-    stored = {"weights": run.weights, "kv_cache": run.weights}
+    stored = dep.formats()   # weights a device has no tensor peak for: weight-only GEMMs
     ops = program_costs.op_costs(dep, "decode", dev, {B: decode_seqs, S: context}, tokens, act, stored)
     ops += [op for op in program_costs.op_costs(dep, "prefill", dev, {B: prefill_seqs, S: run.isl},
                                                 bytes_per_element=act, formats=stored)
             if op.category == "attention"]     # the prompts' attention; their GEMMs are above
-    matrix_peak = dev.peak("matrix", run.weights)
+    matrix_peak = dev.peak("matrix", dep.gemm_dtype)
     if matrix_peak is None:
-        raise Unpredictable(f"{dev.key} lists no tensor peak for {run.weights}")
+        raise Unpredictable(f"{dev.key} lists no tensor peak for {dep.gemm_dtype}")
     vector_peak = dev.peak("vector", ACTIVATION_DTYPE)
     if vector_peak is None:
         raise Unpredictable(f"{dev.key} lists no vector peak (compute.vector) for norms and softmax")

@@ -95,10 +95,10 @@ def build(dep: Deployment) -> StepModel:
     sm.checked(dep)
     model, dev = dep.model, dep.device
     act = DTYPE_BYTES[sm.ACTIVATION_DTYPE]
-    stored = {"weights": dep.weights, "kv_cache": dep.kv_format}
-    matrix, vector = dev.peak("matrix", dep.weights), dev.peak("vector", sm.ACTIVATION_DTYPE)
+    stored = dep.formats()   # weights a device has no tensor peak for: weight-only GEMMs
+    matrix, vector = dev.peak("matrix", dep.gemm_dtype), dev.peak("vector", sm.ACTIVATION_DTYPE)
     if matrix is None:
-        raise sm.Unpredictable(f"{dev.key} lists no tensor peak for {dep.weights}")
+        raise sm.Unpredictable(f"{dev.key} lists no tensor peak for {dep.gemm_dtype}")
     if vector is None:
         raise sm.Unpredictable(f"{dev.key} lists no vector peak (compute.vector) for norms and softmax")
     rows, names = [], []

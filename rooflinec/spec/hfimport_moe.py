@@ -4,6 +4,7 @@ then its experts (and DeepSeek's MLA); every other field is mapped, costs nothin
 
 from __future__ import annotations
 
+from rooflinec.model import quant
 from rooflinec.spec.hfconfig import Reader, _decoder, _layer_types, _window, count, kind_section
 
 # routing and training switches that change no FLOP or byte count of inference
@@ -19,8 +20,10 @@ def _free(r: Reader) -> None:
 def _quantized(r: Reader) -> None:
     config = r.data.get("quantization_config")
     method = config.get("quant_method", "?") if isinstance(config, dict) else "?"
-    r.note("quantization_config", f"the checkpoint's {method} storage: a study's `quantization` "
-                                  "sets the weights' format instead")
+    stored = quant.checkpoint_formats(config)
+    as_study = ("{" + ", ".join(f"{k}: {v}" for k, v in stored.items()) + "}") if stored else "its formats"
+    r.note("quantization_config", f"the checkpoint's {method} storage: a study's `quantization: "
+                                  f"{as_study}` stores it (the weights' formats are the study's)")
 
 
 def _mixtral(r: Reader) -> dict:

@@ -393,6 +393,10 @@ def load_study(file: str) -> Study:
             problems.append(doc.problem(("dtype",) if "dtype" in d else ("devices",),
                                         f"device '{dev.key}' lists no tensor peak for {dtype}{on}; "
                                         f"it has: {', '.join(dev.tensor)}"))
+    stored = d.get("quantization")
+    if model is not None and model.moe is None and isinstance(stored, dict) and quant.EXPERTS in stored:
+        problems.append(doc.problem(("quantization", quant.EXPERTS), f"model '{model.name}' has no "
+                                    "routed experts; `weights` stores all its weights"))
     if problems:
         raise SpecError(problems)
     conv = d.get("conventions") or {}

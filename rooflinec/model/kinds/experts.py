@@ -80,11 +80,13 @@ class MixtureOfExperts(Kind):
         """Router, routed experts (k of E active), shared experts."""
         ups, note = MATRICES[model.mlp_kind]
         mats = len(ups) + 1
-        per_expert = mats * d_model * d_e + ((len(ups) * d_e + d_model) if model.mlp_bias else 0)
+        biases = (len(ups) * d_e + d_model) if model.mlp_bias else 0
+        per_expert = mats * d_model * d_e + biases
         parts = [Component("router", "mlp", d_model * E + (E if model.mlp_bias else 0), repeat, True, False,
                            "X W_router[d_model,E]" + (" + bias" if model.mlp_bias else ""), layers="moe"),
                  Component("experts", "mlp", E * per_expert, repeat, True, False,
-                           f"E experts, each {note}", active_per=k * per_expert, layers="moe")]
+                           f"E experts, each {note}", active_per=k * per_expert, layers="moe",
+                           biases=E * biases)]
         if model.moe.shared_experts:
             parts.append(Component("shared_experts", "mlp", mats * d_model * d_s, repeat, True, False,
                                    "every token: " + note, layers="moe"))
