@@ -58,7 +58,7 @@ def test_the_hybrid_pattern_is_data(tmp_path):
     assert kinds.counts(model, "mixer") == [(registry["full"], 4), (registry["mamba"], 24)]
     ops = _ops(model, "decode")
     assert ops["ssd_scan"].repeat == 24 and ops["q_proj"].repeat == L - 24
-    assert (ops["mamba_attn_residual"].into, ops["mamba_attn_residual"].repeat) == ("out_proj", 24)
+    assert (ops["mamba_attn_residual"].into, ops["mamba_attn_residual"].repeat) == ("ssm_out_proj", 24)
 
 
 def test_state_bytes_per_sequence(tmp_path):
@@ -80,8 +80,8 @@ def test_parameters_of_a_mamba_layer(tmp_path):
     # in_proj 4096 x (2*8192 + 2*8*128 + 128) = 4096 x 18,560 = 76,021,760; conv1d 10,240
     # channels x (4 taps + a bias) = 51,200; dt_bias, A_log, D 3 x 128; the gated norm 8,192;
     # out_proj 8192 x 4096 = 33,554,432 (Nemotron-H-8B's backbone.layers.N.mixer.* shapes)
-    assert parts["in_proj"] == 76_021_760 and parts["conv1d"] == 51_200
-    assert parts["dt_bias_a_log_d"] == 384 and parts["ssm_norm"] == 8192 and parts["out_proj"] == 33_554_432
+    assert parts["ssm_in_proj"] == 76_021_760 and parts["ssm_conv1d"] == 51_200
+    assert parts["ssm_dt_a_d"] == 384 and parts["ssm_norm"] == 8192 and parts["ssm_out_proj"] == 33_554_432
 
 
 def test_decode_and_prefill_of_the_scan(tmp_path):
@@ -148,3 +148,23 @@ def test_only_the_attention_layers_read_more_as_the_context_grows(tmp_path):
     # 1,024 more cached tokens for 8 sequences: the 4 attention layers read 8 x 1,024 x 16,384 B
     # more (K and V at bf16); the 24 Mamba-2 layers' state reads stay what they were
     assert at(2048) - at(1024) == 8 * 1024 * 16_384
+
+
+def test_nemotron_h_8b_in_the_catalog():
+    model = load_model(str(HARDWARE.parent / "models" / "nemotron-h-8b.yaml"))
+    registry = kinds.registry()
+    assert kinds.counts(model, "mixer") == [(registry["full"], 4), (registry["mamba"], 24)]
+    assert kinds.counts(model, "ffn") == [(registry["no_ffn"], 4), (registry["dense"], 24)]
+    values = symbol_table.model_values(model)
+    # the checkpoint's 52 blocks: 24 Mamba-2 x 109,635,968 (in_proj 76,021,760, conv1d 51,200,
+    # A_log/D/dt_bias 384, norm 8,192, out_proj 33,554,432) = 2,631,263,232; 24 MLPs x 2 x 21,504
+    # x 4,096 = 4,227,858,432; 4 attention x (2 x 4096^2 + 2 x 4096 x 1024) = 167,772,160;
+    # embedding and head 2 x 131,072 x 4,096 = 1,073,741,824; 52 block norms and the final one
+    # 53 x 4,096 = 217,088: 8,100,852,736 (the card's 8B). rooflinec's 28 layers count two norms
+    # each: 4 x 4,096 more, for the 4 Mamba-2 layers without an MLP
+    assert number(params.count(model).total, values) == 8_100_852_736 + 4 * 4096
+    # a sequence at its 8,192-token context: 4 x 4,096 B of K and V per token, 24 x 2,158,592 B
+    # of Mamba-2 state
+    assert kvcache.per_sequence(model, 2, 8192) == 4 * 4096 * 8192 + 24 * 2_158_592
+    ops = _ops(model, "decode")
+    assert "rope" not in ops and ops["dense_up_proj"].repeat == 24 and ops["mlp_residual"].into == "dense_down_proj"

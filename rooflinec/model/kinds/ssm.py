@@ -36,7 +36,7 @@ from __future__ import annotations
 from rooflinec.model.build import linear, op
 from rooflinec.model.component import layer
 from rooflinec.model.ir import Cost
-from rooflinec.model.kinds import Kind
+from rooflinec.model.kinds import Kind, pattern_layers
 from rooflinec.model.kinds.linear import _register, short_conv  # noqa: F401  (short_conv registered)
 from rooflinec.model.symbols import B, M, S, b, d_model, dimension
 
@@ -73,6 +73,7 @@ class Mamba2(Kind):
     slot = "mixer"
     order = 45
     pattern = True
+    aliases = ("mamba_no_ffn",)   # a Mamba-2 layer with no feed-forward (rooflinec.model.kinds.bare)
     key = "mamba"
     schema = {"type": "object", "additionalProperties": False,
               "required": ["heads", "head_dim", "state_size", "groups", "conv_kernel"],
@@ -97,6 +98,9 @@ class Mamba2(Kind):
     hf = {"heads": "mamba_num_heads", "head_dim": "mamba_head_dim", "state_size": "ssm_state_size",
           "groups": "n_groups", "conv_kernel": "conv_kernel", "chunk": ("chunk_size", 256)}
 
+    def layers(self, model, first, stop):
+        return sum(pattern_layers(model, n, first, stop) for n in (self.name, *self.aliases))
+
     def values(self, model):
         c = dict(self.config(model))
         return {n_sh: c["heads"], d_sh: c["head_dim"], d_st: c["state_size"], g_s: c["groups"],
@@ -104,19 +108,20 @@ class Mamba2(Kind):
 
     def params(self, model, repeat, mixed):
         p = lambda name, group, per, matmul=True: layer(name, group, per, matmul, repeat=repeat)  # noqa: E731
-        return [p("in_proj", "attention", d_model * IN_PROJ),
-                p("conv1d", "attention", CONV * (k_sc + 1), matmul=False),     # taps and a bias
-                p("dt_bias_a_log_d", "attention", 3 * n_sh, matmul=False),
+        return [p("ssm_in_proj", "attention", d_model * IN_PROJ),
+                p("ssm_conv1d", "attention", CONV * (k_sc + 1), matmul=False),     # taps and a bias
+                p("ssm_dt_a_d", "attention", 3 * n_sh, matmul=False),
                 p("ssm_norm", "norm", INNER, matmul=False),
-                p("out_proj", "attention", INNER * d_model)]
+                p("ssm_out_proj", "attention", INNER * d_model)]
 
     def cache_state_bytes(self, model):
         return (STATE + CONV * (k_sc - 1)) * b
 
     def ops(self, model, phase, conv, repeat, members):
+        # names prefixed ssm_: a model may mix it with linear attention (its in_proj_*, out_proj)
         tokens = 1 if phase == "decode" else S
         lin = lambda name, k, n, shape: linear(name, M, k, n, shape, False, conv, repeat)  # noqa: E731
-        return [*lin("in_proj", d_model, IN_PROJ, "X[M,d_model] @ W[d_model,2*n_sh*d_sh+2*g_s*d_st+n_sh]"),
+        return [*lin("ssm_in_proj", d_model, IN_PROJ, "X[M,d_model] @ W[d_model,2*n_sh*d_sh+2*g_s*d_st+n_sh]"),
                 op("ssm_conv", "short_conv", "elementwise", B, tokens, CONV, k_sc, b, repeat=repeat,
                    shape="causal depthwise conv(k_sc) over [x;B;C][M,n_sh*d_sh+2*g_s*d_st]"),
                 op("ssd_scan", "ssd_scan", "attention", B, tokens, n_sh, d_sh, d_st, g_s, C_s, b,
@@ -127,10 +132,10 @@ class Mamba2(Kind):
                 op("ssm_z_gate", "gate_mul", "elementwise", M * INNER, b, repeat=repeat,
                    shape="Y * silu(Z)[M,n_sh*d_sh]"),
                 op("ssm_norm", "rmsnorm", "norm", M, INNER, b, repeat=repeat, shape="rmsnorm(Y*silu(Z))[M,n_sh*d_sh]"),
-                *lin("out_proj", INNER, d_model, "X[M,n_sh*d_sh] @ W[n_sh*d_sh,d_model]")]
+                *lin("ssm_out_proj", INNER, d_model, "X[M,n_sh*d_sh] @ W[n_sh*d_sh,d_model]")]
 
     def output(self, prefix):
-        return "out_proj"
+        return "ssm_out_proj"
 
     def stated(self, model, phase, conv):
         what = ("the recurrence per token: 5*d_sh*d_st FLOPs per head, the state read and written"
