@@ -68,7 +68,7 @@ import sympy as sp
 from rooflinec.cost import kvcache
 from rooflinec.cost.collectives import Collective
 from rooflinec.cost.parallel import Unshardable, check, check_ep, kv_replicated, per_device, stages
-from rooflinec.model import quant
+from rooflinec.model import kinds, quant
 from rooflinec.model.ir import Cost, Program, verify
 from rooflinec.model.moe import d_e, d_s, distinct, k, repeats
 from rooflinec.model.params import count
@@ -366,7 +366,9 @@ def _layers_in(model, c, first: int, stop: int) -> int:
     """How many copies of per-layer component `c` layers first .. stop - 1 hold."""
     if c.layers == "moe":
         return model.moe.moe_layers(first, stop)
-    if c.layers == "dense":
+    if c.layers == "dense":   # a MoE model's dense layers, or a hybrid's layers with an MLP (kinds.bare)
+        if model.moe is None:
+            return dict((kind.name, n) for kind, n in kinds.counts(model, "ffn", first, stop)).get("dense", 0)
         return model.moe.dense_layers(stop, first)
     return stop - first
 

@@ -149,4 +149,6 @@ class SparseAttention(LatentAttention):
         return (*super().stated(model, phase, conv),
                 ("sparse attention", "DeepSeek Sparse Attention: a lightning indexer (n_ih heads of d_ih, fp8 keys "
                                      "cached per token) scores every cached key each step; latent attention reads "
-                                     "only the top min(S, k_top) latents"))
+                                     "only the top min(S, k_top) latents; the indexer's fp8 scoring is costed at the "
+                                     "study's tensor peak (DeepGEMM runs it in fp8, up to twice bf16's rate, so its "
+                                     "compute time is over-stated where the study's dtype is bf16)"))

@@ -1,0 +1,72 @@
+"""Architectures side by side: several models' decode steps on the study's devices across
+contexts, so full attention, linear attention, state-space layers and sparse attention can be
+read against each other: what one step reads (weights; the KV cache and recurrent state, per
+sequence), and the batch where the step turns compute-bound (the serving section's overlapped
+step bound, under lower.LEAST_WORK). Each model is costed by its own workbench over the study's
+devices, dtype, conventions and quantization; the roofline charts place each step at its
+byte-weighted intensity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from rooflinec.analyses import analysis
+from rooflinec.cost import chartpoints
+from rooflinec.cost import efficiency as E
+from rooflinec.cost.workbench import Workbench
+from rooflinec.model import kinds
+from rooflinec.model.lower import LEAST_WORK
+from rooflinec.model.symbols import B, S
+from rooflinec.spec.load import load_model_ref
+
+KEY = "architectures"
+
+
+def _layers(model) -> list[dict]:
+    """The model's mixer kinds and how many layers each takes."""
+    return [{"kind": kind.name, "layers": n} for kind, n in kinds.counts(model, "mixer")]
+
+
+def _step(bench, variant, dev, batch, context) -> dict:
+    led = bench.ledger(bench.program("decode", variant, dev), dev, {B: batch, S: context})
+    return {"device": dev.key, "time_s": led.time, "tokens_per_s": batch / led.time,
+            "fits": bench.fits(dev, batch, context), "flops": led.flops, "bytes": led.bytes,
+            "weight_bytes": led.traffic("weights"), "cache_bytes": led.traffic("kv_cache"),
+            "cache_read_per_sequence": led.traffic("kv_cache") / batch,
+            "intensity": led.flops / led.bytes}
+
+
+def _crossing(bench, variant, dev, context) -> dict:
+    c = E.crossover(bench.step_terms("decode", variant, dev, LEAST_WORK), context)
+    return {"device": dev.key, "at": None if c.at is None else float(c.at), "first": c.first,
+            "ceiling": c.ceiling, "max_batch": bench.largest_batch(dev, context)}
+
+
+def _model_rows(ctx, index: int, ref: str, params) -> dict:
+    model = load_model_ref(ctx.study.doc, ("analyses", KEY, "models", index), ref)
+    bench = Workbench(replace(ctx.study, model=model))
+    contexts = []
+    for context in params.contexts:
+        contexts.append({
+            "context": context, "held_per_sequence": bench.kv_per_sequence(context),
+            "steps": [{"batch": batch, "devices": [_step(bench, params.variant, d, batch, context)
+                                                   for d in bench.devices]} for batch in params.batch],
+            "crossings": [_crossing(bench, params.variant, d, context) for d in bench.devices]})
+    return {"model": model.key, "name": model.name, "layers": model.n_layers, "mixers": _layers(model),
+            "weight_bytes": bench.weight_bytes(), "contexts": contexts}
+
+
+@analysis(KEY, "Architectures side by side: what a decode step reads, where it turns compute-bound",
+          needs_model=False)
+def architectures(ctx, params) -> dict:
+    return {"variant": params.variant, "models": [_model_rows(ctx, i, ref, params)
+                                                  for i, ref in enumerate(params.models)]}
+
+
+@chartpoints.points(KEY)
+def _points(section: dict) -> list[dict]:
+    """Each model's decode step at its achieved rate (step FLOPs / step time) on each device."""
+    return [chartpoints.point(f"S = {c['context']}", f"{m['model']}, B = {s['batch']}", d["intensity"],
+                              device=d["device"], flops_per_s=d["flops"] / d["time_s"])
+            for m in section["models"] for c in m["contexts"] for s in c["steps"] for d in s["devices"]]
