@@ -168,3 +168,20 @@ def test_nemotron_h_8b_in_the_catalog():
     assert kvcache.per_sequence(model, 2, 8192) == 4 * 4096 * 8192 + 24 * 2_158_592
     ops = _ops(model, "decode")
     assert "rope" not in ops and ops["dense_up_proj"].repeat == 24 and ops["mlp_residual"].into == "dense_down_proj"
+
+
+def test_tensor_parallelism_splits_the_heads_and_their_state(tmp_path):
+    model = _model(tmp_path)
+    bench = Workbench.of(model, [load_hardware(str(HARDWARE / "h200-sxm.yaml"))])
+    device = bench.devices[0]
+    point = {**bench.values, B: 1, M: 1, S: 1024}
+    scan = lambda tp: {o.name: o for o in bench.program("decode", "ideal", device, tp=tp).ops}["ssd_scan"]  # noqa: E731
+    # tp = 2 (vLLM's MambaMixer2): 64 of the 128 heads and 4 of the 8 groups per device, so half
+    # the scan's 5,242,880 FLOPs and half of each sequence's state: 4 attention layers x 2,048 B
+    # per token and 24 x 1,079,296 B
+    assert number(scan(2).cost.flops, point) == 5_242_880 // 2
+    assert kvcache.per_sequence(model, 2, 8192, tp=2) == 4 * 2048 * 8192 + 24 * 1_079_296
+    odd = tmp_path / "odd.yaml"   # 24 SSM heads: 16 devices divide the 32 query heads, not those
+    odd.write_text(textwrap.dedent(SPEC.format(pattern=HYBRID)).replace("heads: 128", "heads: 24"))
+    with pytest.raises(ValueError, match="16 does not divide the 24 SSM heads"):
+        kvcache.per_sequence(load_model(str(odd)), 2, 8192, tp=16)

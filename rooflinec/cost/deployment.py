@@ -335,6 +335,12 @@ def split_experts(program: Program, model, dep) -> Program:
                           collectives=program.collectives + expert_collectives(model, dep)))
 
 
+def _kind_heads(model) -> str:
+    """The layer kinds' own sharded symbols, as the stated convention names them."""
+    own = [str(s) for kind in kinds.kinds_of(model) for s in kind.shards(model, 2)]
+    return f" (or the layer kinds' {', '.join(own)})" if own else ""
+
+
 def shard(program: Program, dep) -> Program:
     """`program` as one device of deployment `dep` runs it, with its collectives; unchanged
     on one device."""
@@ -354,7 +360,7 @@ def shard(program: Program, dep) -> Program:
         if not dep.all_to_all else "; the shared experts' width d_s splits, routed experts placed by ep")
     stated = (("tensor parallelism", f"tp = {tp} (Megatron-LM): q/k/v and gate/up "
                "column-parallel, o and down row-parallel, embedding and LM head vocabulary-parallel; "
-               f"{kv}; every op written over n_q, n_kv, d_ff or V (declared operators too) divides by tp, "
+               f"{kv}; every op written over n_q, n_kv, d_ff or V{_kind_heads(model)} (declared operators too) divides by tp, "
                f"norms and residual adds run whole on every device{experts}"),)
     return split_experts(verify(replace(program, ops=ops, conventions=program.conventions + stated,
                                         collectives=collectives(program, model, dep))), model, dep)

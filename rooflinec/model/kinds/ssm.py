@@ -117,6 +117,15 @@ class Mamba2(Kind):
     def cache_state_bytes(self, model):
         return (STATE + CONV * (k_sc - 1)) * b
 
+    def tp_widths(self, model):
+        return (("SSM heads", dict(self.config(model))["heads"]),)
+
+    def shards(self, model, tp):
+        # vLLM's MambaMixer2: heads split over tp; B and C's groups too where tp divides them,
+        # else every device keeps all of them
+        groups = dict(self.config(model))["groups"]
+        return {n_sh: n_sh / tp, **({g_s: g_s / tp} if groups % tp == 0 else {})}
+
     def ops(self, model, phase, conv, repeat, members):
         # names prefixed ssm_: a model may mix it with linear attention (its in_proj_*, out_proj)
         tokens = 1 if phase == "decode" else S
