@@ -357,6 +357,19 @@ def load_model_ref(doc: yamlio.Located, path: tuple, ref: str) -> Model:
     return load_model(target)
 
 
+def referenced_models(study: Study) -> list[str]:
+    """The files of the models an analysis names in its `models` list (the architectures
+    analysis), resolved as the study's `model` is."""
+    out = []
+    for key, options in study.analyses.items():
+        refs = options.get("models", ()) if isinstance(options, dict) else ()
+        for i, ref in enumerate(refs):
+            target = _resolve(study.doc, ("analyses", key, "models", i), ref, "models")
+            if not isinstance(target, Problem):
+                out.append(target)
+    return out
+
+
 def load_study(file: str) -> Study:
     """Load a study and everything it references; raise SpecError with every problem found."""
     doc = _mapping(file, "study")

@@ -6,7 +6,7 @@ config names in `hf`).
 A layer projects the token (in_proj) to the gate z and the input x (n_sh heads of d_sh each,
 d_inner = n_sh*d_sh wide), the input and output projections B and C (g_s groups of d_st, shared
 by the heads of a group) and one step size dt per head: d_model x (2*d_inner + 2*g_s*d_st +
-n_sh). A depthwise causal convolution of k_sc taps (with a bias) runs over x, B and C. Each
+n_sh). A depthwise causal convolution of k_sc taps (and a bias, use_conv_bias) runs over x, B and C. Each
 head keeps a state h of d_sh x d_st and, per token, with a scalar decay a = exp(dt*A):
 
     h <- a*h + (dt*x) B^T        decay, outer product, add     3*d_sh*d_st
@@ -89,6 +89,8 @@ class Mamba2(Kind):
                   "groups": {"type": "integer", "minimum": 1,
                              "description": "Groups of heads sharing B and C; n_groups."},
                   "conv_kernel": {"type": "integer", "minimum": 1, "description": "Short convolution taps; conv_kernel."},
+                  "conv_bias": {"type": "boolean", "default": True,
+                                "description": "The convolution has a bias per channel; use_conv_bias (default true)."},
                   "chunk": {"type": "integer", "minimum": 1, "default": 256,
                             "description": "Chunk length C_s of the chunked SSD prefill (default 256, mamba_ssm's "
                                            "chunk_size)."}}}
@@ -96,7 +98,8 @@ class Mamba2(Kind):
                     g_s: "SSM groups sharing B and C", k_sc: "SSM short convolution taps",
                     C_s: "chunk length of the SSM's chunked prefill"}
     hf = {"heads": "mamba_num_heads", "head_dim": "mamba_head_dim", "state_size": "ssm_state_size",
-          "groups": "n_groups", "conv_kernel": "conv_kernel", "chunk": ("chunk_size", 256)}
+          "groups": "n_groups", "conv_kernel": "conv_kernel", "conv_bias": ("use_conv_bias", True),
+          "chunk": ("chunk_size", 256)}   # NemotronH's names; Mamba2Config: num_heads, head_dim, state_size
 
     def layers(self, model, first, stop):
         return sum(pattern_layers(model, n, first, stop) for n in (self.name, *self.aliases))
@@ -109,7 +112,8 @@ class Mamba2(Kind):
     def params(self, model, repeat, mixed):
         p = lambda name, group, per, matmul=True: layer(name, group, per, matmul, repeat=repeat)  # noqa: E731
         return [p("ssm_in_proj", "attention", d_model * IN_PROJ),
-                p("ssm_conv1d", "attention", CONV * (k_sc + 1), matmul=False),     # taps and a bias
+                p("ssm_conv1d", "attention", CONV * (k_sc + (1 if dict(self.config(model)).get("conv_bias", True) else 0)),
+                  matmul=False),
                 p("ssm_dt_a_d", "attention", 3 * n_sh, matmul=False),
                 p("ssm_norm", "norm", INNER, matmul=False),
                 p("ssm_out_proj", "attention", INNER * d_model)]
