@@ -11,6 +11,7 @@ import pytest
 
 from rooflinec import analyses
 from rooflinec.base.errors import SpecError
+from rooflinec.render import chartdata
 from rooflinec.spec.load import load_study
 
 STUDY = """\
@@ -59,6 +60,10 @@ def test_what_each_architecture_reads_per_decode_step(tmp_path):
     assert crossing["deepseek-v3"]["first"] is not None    # 128 heads share one latent: MLA's decode is dense
     assert section["chart_points"] and {p["series"] for p in section["chart_points"]} == {
         f"{m}, B = 2" for m in ("llama-3.1-8b", "nemotron-h-8b", "deepseek-v3", "deepseek-v3.2-exp")}
+    # the line chart: one line per model, its bytes the table's
+    chart = chartdata.SWEEPS["architectures"](0, section, {"devices": [{"key": "h200-sxm"}]})
+    assert [line["label"] for line in chart["lines"]] == [m["model"] for m in section["models"]]
+    assert chart["lines"][3]["y"] == [_reads(sparse)[1024], _reads(sparse)[8192]]
 
 
 def test_an_unknown_model_is_a_located_error(tmp_path):

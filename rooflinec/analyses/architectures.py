@@ -18,6 +18,7 @@ from rooflinec.cost.workbench import Workbench
 from rooflinec.model import kinds
 from rooflinec.model.lower import LEAST_WORK
 from rooflinec.model.symbols import B, S
+from rooflinec.render import chartdata
 from rooflinec.spec.load import load_model_ref
 
 KEY = "architectures"
@@ -70,3 +71,30 @@ def _points(section: dict) -> list[dict]:
     return [chartpoints.point(f"S = {c['context']}", f"{m['model']}, B = {s['batch']}", d["intensity"],
                               device=d["device"], flops_per_s=d["flops"] / d["time_s"])
             for m in section["models"] for c in m["contexts"] for s in c["steps"] for d in s["devices"]]
+
+
+def _reads_chart(index: int, section: dict, report: dict) -> dict | None:
+    """Cache bytes one sequence reads per decode step against S, a line per model and device
+    (the throughput chart's form, read from the section's numbers): the KV cache's line
+    climbs with S, a recurrent state's stays flat, a sparse layer's bends at its top-k."""
+    devices = [d["key"] for d in report["devices"]]
+    lines = []
+    for m in section["models"]:
+        for g, dev in enumerate(devices):
+            cells = [next(d for d in c["steps"][0]["devices"] if d["device"] == dev) for c in m["contexts"]]
+            lines.append({"label": m["model"], "group": g, "x": [c["context"] for c in m["contexts"]],
+                          "y": [d["cache_read_per_sequence"] for d in cells], "fits": [d["fits"] for d in cells],
+                          "crossing": None})
+    if not lines:
+        return None
+    batch = section["models"][0]["contexts"][0]["steps"][0]["batch"]
+    return {"kind": "throughput", "section": index, "name": f"{chartdata.slug(KEY)}-cache-read",
+            "title": "Cache bytes one sequence reads per decode step against context S",
+            "alt": "Bytes of KV cache, recurrent state and indexer keys one sequence reads per decode step "
+                   "against the context, one line per model",
+            "xlabel": "context S", "ylabel": f"cache bytes read per sequence (B = {batch})",
+            "groups": devices, "lines": lines}
+
+
+# the section's line chart, registered where the charts of each section kind are found
+chartdata.SWEEPS[KEY] = _reads_chart
