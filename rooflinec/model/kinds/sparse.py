@@ -8,15 +8,16 @@ from the query latent (wq_b, r_q -> n_ih*d_ih), one key per token (wk, d_model -
 LayerNorm'd, rotary on d_rope of it), per-head weights (weights_proj, d_model -> n_ih). Its
 keys are cached in fp8 with one fp32 scale each (b_ix bytes an element, s_ix a key: 128 + 4 =
 132 B per token per layer for DeepSeek-V3.2), beside the latent. Every step scores every cached
-key, sum_h w_h ReLU(q_h . k) (2*n_ih*d_ih + 3*n_ih FLOPs a pair), writes the scores in fp32
-and a top-k kernel reads them back (as DeepGEMM's fp8_mqa_logits and a top-k kernel do), so
-decode reads
+key, sum_h w_h ReLU(q_h . k) (2*n_ih*d_ih + 3*n_ih FLOPs a pair), and keeps the top k_top
+(one compare a score). The scores are costed as kept on chip by a fused top-k, the least
+traffic (DeepGEMM's fp8_mqa_logits writes them in fp32 and a top-k kernel reads them back: 8 B
+a key more), so every variant stays a lower bound; decode reads
 
     indexer keys x S + selected latents x min(S, k_top)
 
 per layer: past S = k_top*(r_kv + d_rope)*b / (d_ih*b_ix + s_ix) the indexer's keys outweigh the
-selected latents (17,873 tokens for DeepSeek-V3.2 at a bf16 latent cache, 8,937 at fp8; the
-scores' 8 B a key move it a little earlier), and the latents' read is capped at k_top. Prefill
+selected latents (17,873 tokens for DeepSeek-V3.2 at a bf16 latent cache, 8,937 at fp8; with
+the scores' round trip, 16,852 and 8,426), and the latents' read is capped at k_top. Prefill
 query i attends min(i, k_top) keys (the counted share of S x min(S, k_top) is
 1 - min(S, k_top)/(2S) with the masked half skipped); the indexer's scores are S x S, causal.
 
@@ -49,7 +50,7 @@ b_ix = dimension("b_ix")     # bytes an element of a cached indexer key (fp8: 1)
 s_ix = dimension("s_ix")     # bytes of each cached key's scale (one fp32: 4)
 
 KEY_BYTES = d_ih * b_ix + s_ix   # one cached indexer key
-SCORE_BYTES = 4                  # one index score, fp32
+INDEX_BYTES = 4                  # one selected token's index, int32
 
 
 def selected():
@@ -61,18 +62,18 @@ def selected():
 def lightning_index(batch, queries, keys, heads, dim, key_bytes, b, causal_fraction=1, read_keys=None) -> Cost:
     # scores sum_h w_h ReLU(q_h . k) for every (query, key) pair: a dot of `dim` per head, the
     # ReLU, the weighted add; every cached key read once (`read_keys` of them), q and the
-    # weights read, the fp32 scores written
+    # weights read; the scores stay on chip for the fused top-k
     pairs = batch * queries * keys * causal_fraction
     return Cost.of(pairs * (2 * heads * dim + 3 * heads),
                    kv_cache=batch * (keys if read_keys is None else read_keys) * key_bytes,
-                   activations=batch * queries * heads * (dim + 1) * b + pairs * SCORE_BYTES)
+                   activations=batch * queries * heads * (dim + 1) * b)
 
 
 @_register("index_topk", unit="vector")
 def index_topk(batch, queries, keys, k, causal_fraction=1) -> Cost:
-    # the top-k of each query's scores: every score read (fp32), k int32 indices written
-    return Cost.of(batch * queries * keys * causal_fraction,
-                   activations=batch * queries * keys * causal_fraction * SCORE_BYTES + batch * queries * k * 4)
+    # the top-k of each query's scores, fused with the scoring (one compare a score, the scores
+    # on chip): the k selected indices written
+    return Cost.of(batch * queries * keys * causal_fraction, activations=batch * queries * k * INDEX_BYTES)
 
 
 class SparseAttention(LatentAttention):
