@@ -25,6 +25,7 @@ from rooflinec.model import kinds, params, symbol_table
 from rooflinec.model.kinds.ssm import C_s
 from rooflinec.model.lower import Conventions, lower
 from rooflinec.model.symbols import B, L, M, S, b
+from rooflinec.base.errors import SpecError
 from rooflinec.spec.load import load_hardware, load_model
 
 HARDWARE = Path(__file__).resolve().parent.parent / "rooflinec" / "spec" / "catalog" / "hardware"
@@ -189,3 +190,12 @@ def test_tensor_parallelism_splits_the_heads_and_their_state(tmp_path):
     odd.write_text(textwrap.dedent(SPEC.format(pattern=HYBRID)).replace("heads: 128", "heads: 24"))
     with pytest.raises(ValueError, match="16 does not divide the 24 SSM heads"):
         kvcache.per_sequence(load_model(str(odd)), 2, 8192, tp=16)
+
+
+def test_a_mamba_layer_without_its_section_is_a_located_error(tmp_path):
+    path = tmp_path / "bare.yaml"
+    path.write_text(textwrap.dedent(SPEC.format(pattern="[mamba_no_ffn, full]")).replace(
+        "mamba: {heads: 128, head_dim: 64, state_size: 128, groups: 8, conv_kernel: 4}\n", ""))
+    with pytest.raises(SpecError) as exc:
+        load_model(str(path))
+    assert "attention.pattern: 'mamba_no_ffn' layers need the model's `mamba` section" in str(exc.value)

@@ -236,7 +236,7 @@ def _model_problems(doc: yamlio.Located) -> list[Problem]:
         problems.append(doc.problem(("attention", "pattern"), "sliding or chunked layers need "
                                     "attention.window (their window in tokens)"))
     for name in dict.fromkeys(k for k in (pattern if isinstance(pattern, list) else ()) if isinstance(k, str)):
-        kind = kinds.registry().get(name) if isinstance(name, str) else None
+        kind = next((k for k in kinds.registry().values() if name in (k.name, *k.aliases)), None)
         if kind is not None and kind.key and kind.key not in d:
             problems.append(doc.problem(("attention", "pattern"), f"'{name}' layers need the model's "
                                         f"`{kind.key}` section (their configuration)"))
