@@ -34,7 +34,7 @@ def _step(bench, variant, dev, batch, context) -> dict:
     return {"device": dev.key, "time_s": led.time, "tokens_per_s": batch / led.time,
             "fits": bench.fits(dev, batch, context), "flops": led.flops, "bytes": led.bytes,
             "weight_bytes": led.traffic("weights"), "cache_bytes": led.traffic("kv_cache"),
-            "cache_read_per_sequence": led.traffic("kv_cache") / batch,
+            "cache_per_sequence": led.traffic("kv_cache") / batch,
             "intensity": led.flops / led.bytes}
 
 
@@ -74,7 +74,7 @@ def _points(section: dict) -> list[dict]:
 
 
 def _reads_chart(index: int, section: dict, report: dict) -> dict | None:
-    """Cache bytes one sequence reads per decode step against S, a line per model and device
+    """Cache bytes one sequence moves per decode step (read, and a state written back) against S, a line per model and device
     (the throughput chart's form, read from the section's numbers): the KV cache's line
     climbs with S, a recurrent state's stays flat, a sparse layer's bends at its top-k."""
     devices = [d["key"] for d in report["devices"]]
@@ -83,16 +83,16 @@ def _reads_chart(index: int, section: dict, report: dict) -> dict | None:
         for g, dev in enumerate(devices):
             cells = [next(d for d in c["steps"][0]["devices"] if d["device"] == dev) for c in m["contexts"]]
             lines.append({"label": m["model"], "group": g, "x": [c["context"] for c in m["contexts"]],
-                          "y": [d["cache_read_per_sequence"] for d in cells], "fits": [d["fits"] for d in cells],
+                          "y": [d["cache_per_sequence"] for d in cells], "fits": [d["fits"] for d in cells],
                           "crossing": None})
     if not lines:
         return None
     batch = section["models"][0]["contexts"][0]["steps"][0]["batch"]
     return {"kind": "throughput", "section": index, "name": f"{chartdata.slug(KEY)}-cache-read",
-            "title": "Cache bytes one sequence reads per decode step against context S",
-            "alt": "Bytes of KV cache, recurrent state and indexer keys one sequence reads per decode step "
+            "title": "Cache bytes one sequence moves per decode step against context S",
+            "alt": "Bytes of KV cache, recurrent state and indexer keys one sequence moves per decode step "
                    "against the context, one line per model",
-            "xlabel": "context S", "ylabel": f"cache bytes read per sequence (B = {batch})",
+            "xlabel": "context S", "ylabel": f"cache bytes per sequence (B = {batch})",
             "groups": devices, "lines": lines}
 
 
