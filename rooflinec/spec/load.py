@@ -398,6 +398,11 @@ def load_study(file: str) -> Study:
             problems.extend(exc.problems)
             continue
         problems += _unique_key(doc, ("devices", i), devices)
+    for key, options in (d["analyses"] if "analyses" in d and "analyses" not in bad else {}).items():
+        for i, ref in enumerate(options.get("models", ()) if isinstance(options, dict) else ()):
+            target = _resolve(doc, ("analyses", key, "models", i), ref, "models")   # found before any build
+            if isinstance(target, Problem):
+                problems.append(target)
     dtype = d.get("dtype", study_default("dtype"))
     # a model study runs the model on every device at `dtype`; catalogs check what they use
     for dev in devices if "dtype" not in bad and "model" in d else ():
