@@ -44,8 +44,8 @@ def test_every_latent_layer_is_sparse(sparse):
 def test_parameters_against_the_model_card(sparse):
     values = symbol_table.model_values(sparse)
     count = params.count(sparse)
-    # the indexer per layer: wq_b 1536 x 64*128 = 12,582,912; wk 7168 x 128 = 917,504; k_norm
-    # (LayerNorm, gain and shift) 256; weights_proj 7168 x 64 = 458,752: 13,959,424, x 61 layers
+    # the indexer per layer (transformers' DeepseekV32Indexer): wq_b 1536 x 64*128 = 12,582,912;
+    # wk 7168 x 128 = 917,504; k_norm (LayerNorm, gain and shift) 256; weights_proj 7168 x 64 = 458,752: 13,959,424, x 61 layers
     # = 851,524,864 on DeepSeek-V3's 671,026,404,352 = 671,877,929,216; the card's 685B adds the
     # multi-token-prediction module (DeepSeek-V3's card: 671B + 14B), not modelled
     parts = {c.name: number(c.per, values) for c in count.components}

@@ -84,7 +84,8 @@ def test_parameters_of_a_mamba_layer(tmp_path):
     assert parts["ssm_in_proj"] == 76_021_760 and parts["ssm_conv1d"] == 51_200
     assert parts["ssm_dt_a_d"] == 384 and parts["ssm_norm"] == 8192 and parts["ssm_out_proj"] == 33_554_432
     biasless = tmp_path / "biasless.yaml"   # use_conv_bias false: the 10,240 taps x 4 alone
-    biasless.write_text(textwrap.dedent(SPEC.format(pattern="[mamba]")).replace("conv_kernel: 4}", "conv_kernel: 4, conv_bias: false}"))
+    biasless.write_text(textwrap.dedent(SPEC.format(pattern="[mamba]")).replace(
+        "conv_kernel: 4}", "conv_kernel: 4, conv_bias: false}"))
     plain = load_model(str(biasless))
     assert {c.name: number(c.per, values) for c in params.count(plain).components}["ssm_conv1d"] == 40_960
 

@@ -88,7 +88,8 @@ class Mamba2(Kind):
                   "state_size": {"type": "integer", "minimum": 1, "description": "State size N; ssm_state_size."},
                   "groups": {"type": "integer", "minimum": 1,
                              "description": "Groups of heads sharing B and C; n_groups."},
-                  "conv_kernel": {"type": "integer", "minimum": 1, "description": "Short convolution taps; conv_kernel."},
+                  "conv_kernel": {"type": "integer", "minimum": 1,
+                                  "description": "Short convolution taps; conv_kernel."},
                   "conv_bias": {"type": "boolean", "default": True,
                                 "description": "The convolution has a bias per channel; use_conv_bias (default true)."},
                   "chunk": {"type": "integer", "minimum": 1, "default": 256,
@@ -111,9 +112,9 @@ class Mamba2(Kind):
 
     def params(self, model, repeat, mixed):
         p = lambda name, group, per, matmul=True: layer(name, group, per, matmul, repeat=repeat)  # noqa: E731
+        bias = 1 if dict(self.config(model)).get("conv_bias", True) else 0
         return [p("ssm_in_proj", "attention", d_model * IN_PROJ),
-                p("ssm_conv1d", "attention", CONV * (k_sc + (1 if dict(self.config(model)).get("conv_bias", True) else 0)),
-                  matmul=False),
+                p("ssm_conv1d", "attention", CONV * (k_sc + bias), matmul=False),
                 p("ssm_dt_a_d", "attention", 3 * n_sh, matmul=False),
                 p("ssm_norm", "norm", INNER, matmul=False),
                 p("ssm_out_proj", "attention", INNER * d_model)]
