@@ -75,9 +75,9 @@ def _points(section: dict) -> list[dict]:
 
 def _reads_chart(index: int, section: dict, report: dict) -> dict | None:
     """Cache bytes one sequence moves per decode step (read, and a state written back) against
-    S, a line per model and device
-    (the throughput chart's form, read from the section's numbers): the KV cache's line
-    climbs with S, a recurrent state's stays flat, a sparse layer's bends at its top-k."""
+    S, a line per model and device (the throughput chart's form, read from the section's
+    numbers): the KV cache's line climbs with S, a recurrent state's stays flat, a sparse
+    layer's bends at its top-k."""
     devices = [d["key"] for d in report["devices"]]
     lines = []
     for m in section["models"]:
