@@ -187,6 +187,9 @@ def test_tensor_parallelism_splits_the_heads_and_their_state(tmp_path):
     # per token and 24 x 1,079,296 B
     assert number(scan(2).cost.flops, point) == 5_242_880 // 2
     assert kvcache.per_sequence(model, 2, 8192, tp=2) == 4 * 2048 * 8192 + 24 * 1_079_296
+    # out_proj is row-parallel: each device holds a partial sum, all-reduced after each Mamba-2 layer
+    collectives = {c.name: c.repeat for c in bench.program("decode", "ideal", device, tp=2).collectives}
+    assert collectives["ssm_out_proj_all_reduce"] == 24 and collectives["o_proj_all_reduce"] == L - 24
     odd = tmp_path / "odd.yaml"   # 24 SSM heads: 16 devices divide the 32 query heads, not those
     odd.write_text(textwrap.dedent(SPEC.format(pattern=HYBRID)).replace("heads: 128", "heads: 24"))
     with pytest.raises(ValueError, match="16 does not divide the 24 SSM heads"):

@@ -229,14 +229,17 @@ def _cost(cost: Cost | None, subs: dict) -> Cost | None:
 
 def _partial_outputs(program: Program, model, dep) -> list[str]:
     """The ops whose [M, d_model] output is a partial sum over the tp devices: the row-parallel
-    o and down projections (a MoE model's dense layers' too), and a MoE layer's combine when
-    its experts are split by tp alone (no all-to-all) or it has shared experts split by tp."""
+    o and down projections (a MoE model's dense layers' too; each mixer family's output
+    projection: a hybrid's out_proj, ssm_out_proj), and a MoE layer's combine when its experts
+    are split by tp alone (no all-to-all) or it has shared experts split by tp."""
     names = {op.name for op in program.ops}
     moe = getattr(model, "moe", None)
     ffn = ["down_proj", "dense_down_proj"]
     if moe is not None and (not dep.all_to_all or moe.shared_experts):
         ffn.append("moe_combine")
-    layer = ffn if model.block == "parallel" else ["o_proj", *ffn]
+    mixers = [base.output(next((p for k, _, p in members if k is base), ""))
+              for base, _, members in kinds.families(model, "mixer")]
+    layer = ffn if model.block == "parallel" else [*dict.fromkeys(["o_proj", *mixers]), *ffn]
     return [name for name in layer if name in names]
 
 
