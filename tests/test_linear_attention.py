@@ -145,3 +145,12 @@ def test_a_pipeline_stage_keeps_its_own_layers(tmp_path):
     # divides 12): 3 x 2,048 = 6,144 B per token and 9 x 1,097,728 = 9,879,552 B of state
     assert kvcache.per_token(model, 2, pp=4) == 6144
     assert kvcache.per_sequence(model, 2, 1000, pp=4) == 6144 * 1000 + 9_879_552
+
+
+def test_tensor_parallelism_splits_the_heads_and_their_state(tmp_path):
+    model = _model(tmp_path)
+    # tp = 2 (vLLM's Qwen3-Next Gated DeltaNet splits key and value heads): per linear layer 16
+    # value heads' 128 x 128 states and the convolution's 3 x (2*8*128 + 16*128) inputs,
+    # 274,432 elements, 548,864 B; the 12 full layers keep one of the 2 KV heads, 1,024 B a token
+    assert kvcache.per_token(model, 2, tp=2) == 12 * 1024
+    assert kvcache.per_sequence(model, 2, 1000, tp=2) == 12 * 1024 * 1000 + 36 * 548_864

@@ -19,7 +19,7 @@ def test_variant_defaults_are_the_default_variant():
             found += 1
             assert spec["default"] in (DEFAULT_VARIANT, [DEFAULT_VARIANT]), key
             assert DEFAULT_VARIANT in spec["description"], key   # the description says the same
-    assert found == 5   # derivations, decode_view, sweep, serving, parallel_view
+    assert found == 6   # derivations, decode_view, sweep, serving, parallel_view, architectures
 
 
 def test_convention_defaults_are_the_dataclass_defaults():

@@ -13,7 +13,7 @@ from rooflinec.cost import calculator
 from rooflinec.model import symbols as sym
 from rooflinec.model import symbol_table
 from rooflinec.model.lower import PHASES
-from rooflinec.spec.load import Study
+from rooflinec.spec.load import Study, referenced_models
 from rooflinec.base.roofline import ridge
 from rooflinec.cost.workbench import Workbench
 from rooflinec.spec.options import parse
@@ -112,7 +112,8 @@ def _inputs(study: Study) -> list[dict]:
     file as catalog/...), with the SHA-256 of their bytes: reports that state the same inputs
     came from the same specs."""
     root = os.path.dirname(study.file)
-    files = [study.file, *([study.model.file] if study.model else []), *(d.file for d in study.devices)]
+    files = [study.file, *([study.model.file] if study.model else []), *referenced_models(study),
+             *(d.file for d in study.devices)]
     inputs = []
     for file in dict.fromkeys(files):
         with open(file, "rb") as fh:

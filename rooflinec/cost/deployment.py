@@ -68,7 +68,7 @@ import sympy as sp
 from rooflinec.cost import kvcache
 from rooflinec.cost.collectives import Collective
 from rooflinec.cost.parallel import Unshardable, check, check_ep, kv_replicated, per_device, stages
-from rooflinec.model import quant
+from rooflinec.model import kinds, quant
 from rooflinec.model.ir import Cost, Program, verify
 from rooflinec.model.moe import d_e, d_s, distinct, k, repeats, routed
 from rooflinec.model.params import count
@@ -257,14 +257,17 @@ def _cost(cost: Cost | None, subs: dict) -> Cost | None:
 
 def _partial_outputs(program: Program, model, dep) -> list[str]:
     """The ops whose [M, d_model] output is a partial sum over the tp devices: the row-parallel
-    o and down projections (a MoE model's dense layers' too), and a MoE layer's combine when
-    its experts are split by tp alone (no all-to-all) or it has shared experts split by tp."""
+    o and down projections (a MoE model's dense layers' too; each mixer family's output
+    projection: a hybrid's out_proj, ssm_out_proj), and a MoE layer's combine when its experts
+    are split by tp alone (no all-to-all) or it has shared experts split by tp."""
     names = {op.name for op in program.ops}
     moe = getattr(model, "moe", None)
     ffn = ["down_proj", "dense_down_proj"]
     if moe is not None and (not dep.all_to_all or moe.shared_experts):
         ffn.append("moe_combine")
-    layer = ffn if model.block == "parallel" else ["o_proj", *ffn]
+    mixers = [base.output(next((p for k, _, p in members if k is base), ""))
+              for base, _, members in kinds.families(model, "mixer")]
+    layer = ffn if model.block == "parallel" else [*dict.fromkeys(["o_proj", *mixers]), *ffn]
     return [name for name in layer if name in names]
 
 
@@ -358,6 +361,12 @@ def split_experts(program: Program, model, dep) -> Program:
                           collectives=program.collectives + expert_collectives(model, dep)))
 
 
+def _kind_heads(model) -> str:
+    """The layer kinds' own sharded symbols, as the stated convention names them."""
+    own = [str(s) for kind in kinds.kinds_of(model) for s in kind.shards(model, 2)]
+    return f" (or the layer kinds' {', '.join(own)})" if own else ""
+
+
 def shard(program: Program, dep) -> Program:
     """`program` as one device of deployment `dep` runs it, with its collectives; unchanged
     on one device."""
@@ -377,7 +386,7 @@ def shard(program: Program, dep) -> Program:
         if not dep.all_to_all else "; the shared experts' width d_s splits, routed experts placed by ep")
     stated = (("tensor parallelism", f"tp = {tp} (Megatron-LM): q/k/v and gate/up "
                "column-parallel, o and down row-parallel, embedding and LM head vocabulary-parallel; "
-               f"{kv}; every op written over n_q, n_kv, d_ff or V (declared operators too) divides by tp, "
+               f"{kv}; every op written over n_q, n_kv, d_ff or V{_kind_heads(model)} (declared operators too) divides by tp, "
                f"norms and residual adds run whole on every device{experts}"),)
     return split_experts(verify(replace(program, ops=ops, conventions=program.conventions + stated,
                                         collectives=collectives(program, model, dep))), model, dep)
@@ -389,7 +398,9 @@ def _layers_in(model, c, first: int, stop: int) -> int:
     """How many copies of per-layer component `c` layers first .. stop - 1 hold."""
     if c.layers == "moe":
         return model.moe.moe_layers(first, stop)
-    if c.layers == "dense":
+    if c.layers == "dense":   # a MoE model's dense layers, or a hybrid's layers with an MLP (kinds.bare)
+        if model.moe is None:
+            return dict((kind.name, n) for kind, n in kinds.counts(model, "ffn", first, stop)).get("dense", 0)
         return model.moe.dense_layers(stop, first)
     return stop - first
 

@@ -2,7 +2,8 @@
 and the training facts (bubble, FLOPs per iteration, memory) that follow from the degrees.
 
 The rules: what one of tp devices holds of each sharded symbol (`per_device`: n_q/tp, n_kv/tp
-or one replicated KV head, d_ff/tp, ceil(V/tp), the expert widths), which degrees divide the
+or one replicated KV head, d_ff/tp, ceil(V/tp), the expert widths, the heads a layer kind
+splits: `Kind.shards`), which degrees divide the
 model (`check`, `check_ep`, `stages`). Only rooflinec.cost.deployment applies them to
 programs and memory (and rooflinec.cost.kvcache's formulas, which the deployment calls); its
 module docstring states the layout (Megatron-LM, expert parallelism) they come from.
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from rooflinec.model import kinds
 from rooflinec.model.symbols import L, V, d_ff, n_kv, n_q
 from rooflinec.model.moe import d_e, d_s
 
@@ -50,7 +52,7 @@ def _widths(model) -> tuple[tuple[str, int], ...]:
     out = (("query heads", model.n_heads), ("MLP width d_ff", model.d_ff))
     if moe is not None and moe.shared_experts:
         out += (("shared experts' width d_s", moe.shared_width),)
-    return out
+    return out + tuple(w for kind in kinds.kinds_of(model) for w in kind.tp_widths(model))
 
 
 def check(model, tp: int, ep: int = 1, moe_tp: int | None = None) -> None:
@@ -94,7 +96,8 @@ def per_device(model, tp: int, ep: int = 1, moe_tp: int | None = None) -> dict:
     experts = {} if moe is None else {d_s: d_s / tp, **({d_e: d_e / split} if split > 1 else {})}
     dense = {} if tp == 1 else {n_q: n_q / tp, n_kv: sp.Integer(1) if kv_replicated(model, tp) else n_kv / tp,
                                 d_ff: d_ff / tp, V: sp.ceiling(V / tp)}
-    return {**dense, **experts}
+    own = {} if tp == 1 else {s: v for kind in kinds.kinds_of(model) for s, v in kind.shards(model, tp).items()}
+    return {**dense, **own, **experts}
 
 
 # --- training at scale ------------------------------------------------------------------------

@@ -62,9 +62,10 @@ FORMS = {"absorbed": "decode attends in the latent space: W_UK folded into the q
                   "as multi-head attention"}
 
 
-def attention_ops(model, phase: str, conv, make_op, linear) -> list:
+def attention_ops(model, phase: str, conv, make_op, linear, keys=S) -> list:
     """Query and KV projections, rotary positions, attention in `conv.mla`'s form (prefill
-    always decompresses: its new keys are its queries), and the output projection's input."""
+    always decompresses: its new keys are its queries), and the output projection's input.
+    Each query attends `keys` cached entries (a sparse kind's top-k: min(S, k))."""
     m = model.mla
     q_width = n_q * (d_nope + d_rope)
     if m.q_lora_rank:
@@ -80,19 +81,25 @@ def attention_ops(model, phase: str, conv, make_op, linear) -> list:
     decode = phase == "decode"
     queries = 1 if decode else S
     fraction = conv.causal_fraction(phase)
+    if keys != S:   # query i attends min(i, k) keys: with the masked half skipped, 1 - keys/(2S) of S x keys
+        fraction = 1 - (1 - fraction) * keys / S
     if decode and conv.mla == "absorbed":
         return ops + [
             make_op("q_absorb", "head_gemm", "linear", n_q, M, d_nope, r_kv, b,
                     shape="per head: Q_nope[M,d_nope] @ W_UK^T[d_nope,r_kv]", crossing=M),
-            make_op("attention", "mla_latent_attention", "attention", B, queries, S, n_q, r_kv, d_rope, b,
+            make_op("attention", "mla_latent_attention", "attention", B, queries, keys, n_q, r_kv, d_rope, b,
                     causal_fraction=fraction, crossing=None,
-                    shape="softmax([Q~;Q_rope][B,n_q,r_kv+d_rope] . [C_KV;K_rope][B,S,r_kv+d_rope]) @ C_KV"),
+                    shape=f"softmax([Q~;Q_rope][B,n_q,r_kv+d_rope] . [C_KV;K_rope][B,{_k(keys)},r_kv+d_rope]) @ C_KV"),
             make_op("o_absorb", "head_gemm", "linear", n_q, M, r_kv, d_v, b,
                     shape="per head: O_latent[M,r_kv] @ W_UV[r_kv,d_v]", crossing=M)]
-    tokens = B * S   # every cached token (decode) or every prompt token (prefill) decompressed
+    tokens = B * (keys if decode else S)   # every attended cached token (decode) or prompt token (prefill)
     return ops + [
         make_op("kv_b_proj", "mla_decompress", "linear", tokens, n_q, r_kv, d_rope, d_nope, d_v, b,
-                shape="C_KV[B*S,r_kv] @ W_UKV[r_kv,n_q*(d_nope+d_v)]"),
-        make_op("attention", "mla_attention", "attention", B, queries, S, n_q, d_nope + d_rope, d_v, b,
+                shape=f"C_KV[B*{_k(keys) if decode else 'S'},r_kv] @ W_UKV[r_kv,n_q*(d_nope+d_v)]"),
+        make_op("attention", "mla_attention", "attention", B, queries, keys, n_q, d_nope + d_rope, d_v, b,
                 causal_fraction=fraction,
-                shape=f"softmax(Q[B,n_q,{queries},d_nope+d_rope] K^T) @ V[B,n_q,S,d_v]")]
+                shape=f"softmax(Q[B,n_q,{queries},d_nope+d_rope] K^T) @ V[B,n_q,{_k(keys)},d_v]")]
+
+
+def _k(keys) -> str:
+    return str(keys).replace("Min", "min")

@@ -236,7 +236,7 @@ def _model_problems(doc: yamlio.Located) -> list[Problem]:
         problems.append(doc.problem(("attention", "pattern"), "sliding or chunked layers need "
                                     "attention.window (their window in tokens)"))
     for name in dict.fromkeys(k for k in (pattern if isinstance(pattern, list) else ()) if isinstance(k, str)):
-        kind = kinds.registry().get(name) if isinstance(name, str) else None
+        kind = next((k for k in kinds.registry().values() if name in (k.name, *k.aliases)), None)
         if kind is not None and kind.key and kind.key not in d:
             problems.append(doc.problem(("attention", "pattern"), f"'{name}' layers need the model's "
                                         f"`{kind.key}` section (their configuration)"))
@@ -357,6 +357,19 @@ def load_model_ref(doc: yamlio.Located, path: tuple, ref: str) -> Model:
     return load_model(target)
 
 
+def referenced_models(study: Study) -> list[str]:
+    """The files of the models an analysis names in its `models` list (the architectures
+    analysis), resolved as the study's `model` is."""
+    out = []
+    for key, options in study.analyses.items():
+        refs = options.get("models", ()) if isinstance(options, dict) else ()
+        for i, ref in enumerate(refs):
+            target = _resolve(study.doc, ("analyses", key, "models", i), ref, "models")
+            if not isinstance(target, Problem):
+                out.append(target)
+    return out
+
+
 def load_study(file: str) -> Study:
     """Load a study and everything it references; raise SpecError with every problem found."""
     doc = _mapping(file, "study")
@@ -385,6 +398,11 @@ def load_study(file: str) -> Study:
             problems.extend(exc.problems)
             continue
         problems += _unique_key(doc, ("devices", i), devices)
+    for key, options in (d["analyses"] if "analyses" in d and "analyses" not in bad else {}).items():
+        for i, ref in enumerate(options.get("models", ()) if isinstance(options, dict) else ()):
+            target = _resolve(doc, ("analyses", key, "models", i), ref, "models")   # found before any build
+            if isinstance(target, Problem):
+                problems.append(target)
     dtype = d.get("dtype", study_default("dtype"))
     # a model study runs the model on every device at `dtype`; catalogs check what they use
     for dev in devices if "dtype" not in bad and "model" in d else ():

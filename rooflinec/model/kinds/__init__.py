@@ -87,6 +87,15 @@ class Kind:
         """Bytes one layer keeps per sequence whatever the context (a recurrent state)."""
         return ZERO
 
+    # -- tensor parallelism (rooflinec.cost.parallel) ------------------------------------------
+    def tp_widths(self, model) -> tuple:
+        """(what, count) of its own heads a tensor-parallel degree must divide."""
+        return ()
+
+    def shards(self, model, tp: int) -> dict:
+        """Its own symbol -> what one of tp devices holds of it (its heads split like n_q)."""
+        return {}
+
     def core(self, model, phase: str, conv, repeat, prefix: str) -> list:
         """Its own ops inside its family's (attention's score steps); `ops` for a whole sublayer."""
         return []

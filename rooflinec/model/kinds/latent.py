@@ -9,7 +9,7 @@ from __future__ import annotations
 from rooflinec.model import mla
 from rooflinec.model.build import linear, op
 from rooflinec.model.component import layer
-from rooflinec.model.kinds import Kind
+from rooflinec.model.kinds import Kind, of_slot
 from rooflinec.model.mla import d_nope, d_rope, d_v, r_kv, r_q
 from rooflinec.model.symbols import M, b, d_model, n_q
 
@@ -45,6 +45,12 @@ class LatentAttention(Kind):
 
     def from_spec(self, section):
         return mla.from_spec(section)
+
+    def layers(self, model, first, stop):
+        # a kind that replaces it (sparse attention's section) takes every latent layer
+        if any(getattr(k, "replaces", "") == self.name and k.config(model) is not None for k in of_slot(self.slot)):
+            return 0
+        return super().layers(model, first, stop)
 
     def values(self, model):
         return mla.values(model)

@@ -125,6 +125,13 @@ class GatedDeltaNet(Kind):
     def cache_state_bytes(self, model):
         return (STATE + CONV * (k_conv - 1)) * b
 
+    def tp_widths(self, model):
+        c = dict(self.config(model))
+        return (("linear attention's key heads", c["key_heads"]), ("linear attention's value heads", c["value_heads"]))
+
+    def shards(self, model, tp):
+        return {n_lk: n_lk / tp, n_lv: n_lv / tp}   # vLLM's Qwen3-Next Gated DeltaNet splits both
+
     def ops(self, model, phase, conv, repeat, members):
         tokens = 1 if phase == "decode" else S
         lin = lambda name, k, n, shape: linear(name, M, k, n, shape, False, conv, repeat)  # noqa: E731
