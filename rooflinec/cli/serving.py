@@ -67,7 +67,10 @@ def register(sub, streams, parents=()) -> None:
                    "bandwidth, so the bound holds for either A100)")
     o.add_argument("--curves", metavar="OPS.json",
                    help="an earlier run's ops.json (another device's, e.g. A100's): each class it has keeps "
-                   "its p and t0 and refits only eta and beta here (default: fit all four)")
+                   "its p and t0 and refits only eta and beta here (default: fit all four); the report "
+                   "gives each class's errors with the curve as it came and after the refit")
+    o.add_argument("--tp", metavar="LIST", help="keep only rows at these comma-separated tensor-parallel "
+                   "degrees (default: all), e.g. fit on --tp 1,2 and carry the curves to --tp 4,8")
     o.add_argument("--specs", metavar="DIR", help="folder holding models/ and hardware/ that shadow the installed catalog (a model "
                    "spec whose hf_id names a profile's model is used for it, its dimensions checked)")
     o.add_argument("--out", default="validation", metavar="DIR",
@@ -131,14 +134,27 @@ def cmd_validate_ops(args, stdout, stderr) -> int:
         raise UsageError(f"--device: no hardware spec '{args.device}' (see `rooflinec devices`)")
     say = lambda message: stderr.write(f"{message}\n")   # noqa: E731
     output.probe(args.out, say)
-    rep = validate_ops.report(args.profiles, args.collectives, args.device, device, specs, args.curves)
+    rep = validate_ops.report(args.profiles, args.collectives, args.device, device, specs, args.curves,
+                              _tp_list(args.tp))
     for target in output.write_reports(args.out, {"ops": validate_ops.render(rep, formats)}, say):
         stdout.write(f"wrote {target}\n")
     gemm = next((c for c in rep["classes"] if c["class"] == "gemm"), None)
     stdout.write(f"{rep['rows_total']} kernels; {rep['bound']['violations']} faster than their roofline bound"
                  + (f"; GEMM median abs error {100 * gemm['in_scope']['median_abs']:.1f}% (tokens <= "
                     f"{rep['tokens_in_scope']})" if gemm and gemm["in_scope"]["rows"] else "") + "\n")
+    if gemm and gemm["transferred"] and gemm["transferred"]["in_scope"]["rows"]:
+        stdout.write(f"GEMM curve from {args.curves}: median abs error {100 * gemm['transferred']['in_scope']['median_abs']:.1f}% "
+                     f"as it came, {100 * gemm['in_scope']['median_abs']:.1f}% with eta, beta refitted\n")
     return 0
+
+
+def _tp_list(text: str | None) -> frozenset | None:
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isascii() and p.isdigit() and 1 <= len(p) <= 6 and int(p) >= 1 for p in parts):
+        raise UsageError(f"--tp: '{text}' is not a comma-separated list of whole numbers >= 1, e.g. 1,2")
+    return frozenset(int(p) for p in parts)
 
 
 COMMANDS = {"calibrate": cmd_calibrate, "validate": cmd_validate, "validate-ops": cmd_validate_ops}

@@ -156,14 +156,34 @@ def _short(file: str) -> str:
     return "/".join(parts[-2:])
 
 
-def report(profile_files: list[str], collective_files: list[str], device_name: str, device, specs,
-           curves: str | None = None) -> dict:
-    """`specs`: a measurements.Specs the profiles' models are looked up in by hf_id; `curves`:
-    an earlier ops.json whose classes keep their p and t0 here (only eta, beta refitted)."""
-    prior = load_curves(curves) if curves else {}
-    rows = [r for f in profile_files for r in opprofiles.read(f)]
+def _transferred(t: optable.Table, classes: np.ndarray, prior: dict, in_scope: np.ndarray) -> dict:
+    """class -> the prior curve as it came (nothing refitted) at this device's peaks: its errors
+    in scope, and the eta and beta it brought (what the refit moved from)."""
+    out = {}
+    for c, curve in prior.items():
+        sel = classes == c
+        if sel.any():
+            err = _errors(t.kernels(sel).predict(curve), t.measured_s[sel])
+            out[c] = {"compute_fraction": curve.compute_fraction, "bandwidth_fraction": curve.bandwidth_fraction,
+                      "in_scope": _summary(err[in_scope[sel]])}
+    return out
+
+
+def _read_rows(profile_files: list[str], tps) -> list:
+    rows = [r for f in profile_files for r in opprofiles.read(f) if tps is None or r.tp in tps]
     if not rows:
-        raise RooflineError(f"{', '.join(profile_files)}: no profiled kernels")
+        kept = "" if tps is None else f" at tp {', '.join(map(str, sorted(tps)))}"
+        raise RooflineError(f"{', '.join(profile_files)}: no profiled kernels{kept}")
+    return rows
+
+
+def report(profile_files: list[str], collective_files: list[str], device_name: str, device, specs,
+           curves: str | None = None, keep_tp: frozenset | None = None) -> dict:
+    """`specs`: a measurements.Specs the profiles' models are looked up in by hf_id; `curves`:
+    an earlier ops.json (another device's, or other rows') whose classes keep their p and t0
+    here (only eta, beta refitted); `keep_tp`: keep only rows at these tensor-parallel degrees."""
+    prior = load_curves(curves) if curves else {}
+    rows = _read_rows(profile_files, keep_tp)
     resolved = optable.models(rows, specs)
     t = optable.table(rows, device, resolved)
     classes = t.op_class
@@ -176,6 +196,7 @@ def report(profile_files: list[str], collective_files: list[str], device_name: s
     err = _errors(pred, t.measured_s)
     tokens, tps = t.column("tokens"), t.column("tp")
     in_scope = tokens <= TOKENS_IN_SCOPE
+    transferred = _transferred(t, classes, prior, in_scope)
     per_class = []
     for c, (curve, q) in fits.items():
         sel = classes == c
@@ -184,13 +205,15 @@ def report(profile_files: list[str], collective_files: list[str], device_name: s
                           "fit": _summary(err[sel]), "in_scope": _summary(err[sel & in_scope]),
                           "by_tp": {int(tp): _summary(err[sel & in_scope & (tps == tp)])["median_abs"]
                                     for tp in sorted(set(tps[sel].tolist()))},
-                          "interval": None if q is None else {"lo": q[0], "hi": q[1]}})
+                          "interval": None if q is None else {"lo": q[0], "hi": q[1]},
+                          "transferred": transferred.get(c)})
     holdout = {by: _holdout(t, classes, by, prior) for by in ("model", "tp")}
     return {
         "title": "Per-operator kernels against the roofline",
         "device": device_name, "device_name": device.name, "peak_matrix": device.peak("matrix", oplowering.DTYPE),
         "bandwidth": device.bandwidth,
         "profiles": [_short(f) for f in profile_files], "rows_total": len(rows),
+        "tp_kept": None if keep_tp is None else sorted(keep_tp),
         "models": [{"model": m, "from": where} for (m, _), (_, where) in sorted(resolved.items())],
         "assumed": oplowering.ASSUMED, "form": FORM, "level": LEVEL, "tokens_in_scope": TOKENS_IN_SCOPE,
         "classes": per_class,
