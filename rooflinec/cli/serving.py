@@ -9,7 +9,7 @@ import yaml
 from rooflinec.cli import output
 from rooflinec.base.errors import Problem, RooflineError, SpecError
 from rooflinec.render.formats import parse as parse_formats
-from rooflinec.serving import calibrate, calibration, measurements, rows, validate_ops, validate_runs, validation
+from rooflinec.serving import calibrate, calibration, measurements, opcurves, rows, validate_ops, validate_runs, validation
 from rooflinec.base.errors import UsageError
 from rooflinec.cli import simulate as sim
 
@@ -49,6 +49,11 @@ def register(sub, streams, parents=()) -> None:
     v.add_argument("--format", default="md,html,json", metavar="LIST",
                    help="comma-separated formats among: md, html, json")
     v.add_argument("--simulate", action="store_true", help=SIMULATE_HELP)
+    v.add_argument("--op-efficiency", metavar="OPS.json",
+                   help="time each GEMM, norm, RoPE and embedding kernel of the step by the per-op-class curve "
+                   "of a `validate-ops` ops.json (at each row's device peaks, nothing refitted) instead of the "
+                   "whole-step fractions; the calibration is then fitted on these rows with the curves in "
+                   "place unless --calibration names one (steady-state model only)")
     o = sub.add_parser("validate-ops", help="measured kernels (Vidur mlp.csv or the simple CSV) against "
                        "their roofline; fit per-op-class efficiency curves", streams=streams, parents=parents,
                        description="Each kernel's FLOPs and bytes come from rooflinec's lowering of the op at the "
@@ -105,9 +110,14 @@ def cmd_calibrate(args, stdout, stderr) -> int:
 
 def cmd_validate(args, stdout, stderr) -> int:
     formats = parse_formats(args.format)
+    if args.op_efficiency and _simulated(args):
+        raise UsageError("--op-efficiency: the steady-state model only; the simulator's step takes no per-op "
+                         "curves yet (a CSV with layout columns is replayed in the simulator)")
     say = lambda message: stderr.write(f"{message}\n")   # noqa: E731
     output.probe(args.out, say)
-    if _simulated(args):
+    if args.op_efficiency:
+        rep = opcurves.report(args.csv, _specs_folder(args.specs), args.calibration, args.op_efficiency)
+    elif _simulated(args):
         rep = validation.report(args.csv, _specs_folder(args.specs), args.calibration or calibration.shipped())
     else:
         rep = validate_runs.report(args.csv, _specs_folder(args.specs), args.calibration or shipped_calibration())
@@ -117,6 +127,8 @@ def cmd_validate(args, stdout, stderr) -> int:
     stdout.write(f"{t['rows']} of {rep['rows_total']} rows predicted: median abs error TPOT "
                  f"{100 * t['median_abs']:.1f}%, TTFT {100 * f['median_abs']:.1f}%; "
                  f"{len(rep['violations'])} bound violations\n" if t["rows"] else "no row predicted\n")
+    if rep.get("op_efficiency"):
+        stdout.write(f"per-op curves from {args.op_efficiency} for {', '.join(rep['op_efficiency']['classes'])} kernels\n")
     if rep.get("disaggregated"):   # serving/disagg.py's rows
         d = rep["disaggregated_errors"]
         stdout.write(f"{len(rep['disaggregated'])} disaggregated rows predicted: median abs error TTFT "
