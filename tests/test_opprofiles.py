@@ -113,8 +113,11 @@ def _profile(tmp_path) -> str:
 
 @pytest.mark.slow
 def test_validate_ops_writes_the_report_and_finds_the_curve(call, tmp_path):
-    code, out, err = call("validate-ops", _profile(tmp_path), "--out", str(tmp_path / "v"))
+    code, out, err = call("validate-ops", _profile(tmp_path), "--rows", "--out", str(tmp_path / "v"))
     assert code == 0, err
+    lines = (tmp_path / "v" / "ops" / "predictions.csv").read_text(encoding="utf-8").splitlines()
+    assert lines[0].startswith("model,op,class,tokens,tp,measured_ms,predicted_ms,interval_lo_ms,interval_hi_ms")
+    assert len(lines) == 41 and all(line.endswith(f":{n}") for n, line in enumerate(lines[1:], start=2))
     assert "40 kernels; 0 faster than their roofline bound; GEMM median abs error 0.0%" in out
     rep = json.loads((tmp_path / "v" / "ops.json").read_text(encoding="utf-8"))
     (gemm,) = rep["classes"]

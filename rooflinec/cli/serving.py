@@ -76,6 +76,8 @@ def register(sub, streams, parents=()) -> None:
                    "gives each class's errors with the curve as it came and after the refit")
     o.add_argument("--tp", metavar="LIST", help="keep only rows at these comma-separated tensor-parallel "
                    "degrees (default: all), e.g. fit on --tp 1,2 and carry the curves to --tp 4,8")
+    o.add_argument("--rows", action="store_true", help="also write ops/predictions.csv: every kernel's "
+                   "calibrated prediction with its 80%% interval and its roofline bound, in ms")
     o.add_argument("--specs", metavar="DIR", help="folder holding models/ and hardware/ that shadow the installed catalog (a model "
                    "spec whose hf_id names a profile's model is used for it, its dimensions checked)")
     o.add_argument("--out", default="validation", metavar="DIR",
@@ -147,7 +149,7 @@ def cmd_validate_ops(args, stdout, stderr) -> int:
     say = lambda message: stderr.write(f"{message}\n")   # noqa: E731
     output.probe(args.out, say)
     rep = validate_ops.report(args.profiles, args.collectives, args.device, device, specs, args.curves,
-                              _tp_list(args.tp))
+                              _tp_list(args.tp), args.rows)
     for target in output.write_reports(args.out, {"ops": validate_ops.render(rep, formats)}, say):
         stdout.write(f"wrote {target}\n")
     gemm = next((c for c in rep["classes"] if c["class"] == "gemm"), None)

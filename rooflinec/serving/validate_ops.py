@@ -4,6 +4,8 @@ per-op-class efficiency curve (rooflinec.serving.opfit), with 80% conformal inte
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import os
@@ -117,6 +119,28 @@ def _worst(t: optable.Table, pred: np.ndarray, fits: dict) -> list[dict]:
             for i in order]
 
 
+PREDICTION_COLUMNS = ("model", "op", "class", "tokens", "tp", "measured_ms", "predicted_ms", "interval_lo_ms",
+                      "interval_hi_ms", "bound_ms", "row")
+
+
+def predictions_csv(t: optable.Table, pred: np.ndarray, fits: dict) -> str:
+    """Every kernel's calibrated prediction with its 80% interval (empty where its class has too
+    few rows for one) and its roofline bound, in ms, one line per (row, op)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(PREDICTION_COLUMNS)
+    lo, hi = np.full(len(pred), np.nan), np.full(len(pred), np.nan)
+    for c, (_, q) in fits.items():
+        sel = t.op_class == c
+        if q is not None:
+            lo[sel], hi[sel] = intervals.interval(pred[sel], *q)
+    ms = lambda x: "" if math.isnan(x) else f"{1e3 * x:.6g}"   # noqa: E731
+    for i, r in enumerate(t.rows):
+        w.writerow([r.model, r.op, t.op_class[i], r.tokens, r.tp, ms(t.measured_s[i]), ms(pred[i]), ms(lo[i]),
+                    ms(hi[i]), ms(t.bound_s[i]), f"{_short(r.file)}:{r.line}"])
+    return buf.getvalue()
+
+
 def _chart_points(t: optable.Table, classes: np.ndarray) -> dict:
     """Per class: {op: (intensities, achieved fractions of the roofline, bytes)} of its rows."""
     achieved = t.bound_s / t.measured_s
@@ -178,10 +202,11 @@ def _read_rows(profile_files: list[str], tps) -> list:
 
 
 def report(profile_files: list[str], collective_files: list[str], device_name: str, device, specs,
-           curves: str | None = None, keep_tp: frozenset | None = None) -> dict:
+           curves: str | None = None, keep_tp: frozenset | None = None, with_rows: bool = False) -> dict:
     """`specs`: a measurements.Specs the profiles' models are looked up in by hf_id; `curves`:
     an earlier ops.json (another device's, or other rows') whose classes keep their p and t0
-    here (only eta, beta refitted); `keep_tp`: keep only rows at these tensor-parallel degrees."""
+    here (only eta, beta refitted); `keep_tp`: keep only rows at these tensor-parallel degrees;
+    `with_rows`: every kernel's prediction and interval as CSV text (rendered to ops/predictions.csv)."""
     prior = load_curves(curves) if curves else {}
     rows = _read_rows(profile_files, keep_tp)
     resolved = optable.models(rows, specs)
@@ -221,6 +246,7 @@ def report(profile_files: list[str], collective_files: list[str], device_name: s
         "bound": _bound_check(t),
         "holdout": {by: {"groups": rs, "coverage": _coverage(rs)} for by, rs in holdout.items()},
         "worst": _worst(t, pred, fits),
+        "predictions": predictions_csv(t, pred, fits) if with_rows else None,
         "collectives": _collectives(collective_files, device),
         "points": _chart_points(t, classes),
         "ridge": roofline.ridge(device.peak("matrix", oplowering.DTYPE), device.bandwidth),
@@ -308,5 +334,7 @@ def render(rep: dict, formats) -> dict[str, str]:
         out[f"{STEM}.md"] = rnd.environment(False, markdown=True).get_template(
             "md/validate-ops.md.j2").render(r=rep, charts=names)
     if "json" in formats:
-        out[f"{STEM}.json"] = rnd.to_json({k: v for k, v in rep.items() if k != "points"})
+        out[f"{STEM}.json"] = rnd.to_json({k: v for k, v in rep.items() if k not in ("points", "predictions")})
+    if rep.get("predictions"):
+        out[f"{STEM}/predictions.csv"] = rep["predictions"]
     return out
