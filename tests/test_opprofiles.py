@@ -113,8 +113,11 @@ def _profile(tmp_path) -> str:
 
 @pytest.mark.slow
 def test_validate_ops_writes_the_report_and_finds_the_curve(call, tmp_path):
-    code, out, err = call("validate-ops", _profile(tmp_path), "--out", str(tmp_path / "v"))
+    code, out, err = call("validate-ops", _profile(tmp_path), "--rows", "--out", str(tmp_path / "v"))
     assert code == 0, err
+    lines = (tmp_path / "v" / "ops" / "predictions.csv").read_text(encoding="utf-8").splitlines()
+    assert lines[0].startswith("model,op,class,tokens,tp,measured_ms,predicted_ms,interval_lo_ms,interval_hi_ms")
+    assert len(lines) == 41 and all(line.endswith(f":{n}") for n, line in enumerate(lines[1:], start=2))
     assert "40 kernels; 0 faster than their roofline bound; GEMM median abs error 0.0%" in out
     rep = json.loads((tmp_path / "v" / "ops.json").read_text(encoding="utf-8"))
     (gemm,) = rep["classes"]
@@ -127,6 +130,10 @@ def test_validate_ops_writes_the_report_and_finds_the_curve(call, tmp_path):
 def test_validate_ops_usage_and_input_errors(call, tmp_path):
     code, _, err = call("validate-ops", _profile(tmp_path), "--device", "a100-81gb", "--out", str(tmp_path / "v"))
     assert code == 2 and "--device: no hardware spec 'a100-81gb'" in err
+    code, _, err = call("validate-ops", _profile(tmp_path), "--tp", "1,x", "--out", str(tmp_path / "v"))
+    assert code == 2 and "--tp: '1,x' is not a comma-separated list" in err
+    code, _, err = call("validate-ops", _profile(tmp_path), "--tp", "4", "--out", str(tmp_path / "v"))
+    assert code == 1 and "no profiled kernels at tp 4" in err and not (tmp_path / "v").exists()
     bad = simple(tmp_path, "llama,add,1,1,zero,4096,32,32,128,11008,32000,true\n")
     code, _, err = call("validate-ops", bad, "--out", str(tmp_path / "w"))
     assert code == 1 and err.startswith(f"{bad}:2:") and "Traceback" not in err
@@ -154,6 +161,9 @@ def test_curves_from_another_device_keep_p_and_t0_and_refit_eta_and_beta(call, t
     assert gemm["refitted"] == ["compute_fraction", "bandwidth_fraction"]
     assert (round(gemm["compute_fraction"], 3), round(gemm["bandwidth_fraction"], 3)) == (0.6, 0.9)
     assert (round(gemm["sharpness"], 3), round(gemm["overhead_s"] * 1e6, 3)) == (2.0, 4.0)
+    # the curve as it came (A100's eta 0.7, beta 0.8 at H100's peaks) is off; its errors are reported
+    assert gemm["transferred"]["compute_fraction"] == pytest.approx(0.7, abs=1e-3)
+    assert gemm["transferred"]["in_scope"]["median_abs"] > 0.05 > gemm["in_scope"]["median_abs"]
 
 
 def test_a_curves_file_that_is_not_an_ops_json_is_refused(call, tmp_path):

@@ -9,7 +9,7 @@ import yaml
 from rooflinec.cli import output
 from rooflinec.base.errors import Problem, RooflineError, SpecError
 from rooflinec.render.formats import parse as parse_formats
-from rooflinec.serving import calibrate, calibration, measurements, rows, validate_ops, validate_runs, validation
+from rooflinec.serving import calibrate, calibration, measurements, opcurves, rows, validate_ops, validate_runs, validation
 from rooflinec.base.errors import UsageError
 from rooflinec.cli import simulate as sim
 
@@ -49,6 +49,11 @@ def register(sub, streams, parents=()) -> None:
     v.add_argument("--format", default="md,html,json", metavar="LIST",
                    help="comma-separated formats among: md, html, json")
     v.add_argument("--simulate", action="store_true", help=SIMULATE_HELP)
+    v.add_argument("--op-efficiency", metavar="OPS.json",
+                   help="time each GEMM, norm, RoPE and embedding kernel of the step by the per-op-class curve "
+                   "of a `validate-ops` ops.json (at each row's device peaks, nothing refitted) instead of the "
+                   "whole-step fractions; the calibration is then fitted on these rows with the curves in "
+                   "place unless --calibration names one (steady-state model only)")
     o = sub.add_parser("validate-ops", help="measured kernels (Vidur mlp.csv or the simple CSV) against "
                        "their roofline; fit per-op-class efficiency curves", streams=streams, parents=parents,
                        description="Each kernel's FLOPs and bytes come from rooflinec's lowering of the op at the "
@@ -67,7 +72,12 @@ def register(sub, streams, parents=()) -> None:
                    "bandwidth, so the bound holds for either A100)")
     o.add_argument("--curves", metavar="OPS.json",
                    help="an earlier run's ops.json (another device's, e.g. A100's): each class it has keeps "
-                   "its p and t0 and refits only eta and beta here (default: fit all four)")
+                   "its p and t0 and refits only eta and beta here (default: fit all four); the report "
+                   "gives each class's errors with the curve as it came and after the refit")
+    o.add_argument("--tp", metavar="LIST", help="keep only rows at these comma-separated tensor-parallel "
+                   "degrees (default: all), e.g. fit on --tp 1,2 and carry the curves to --tp 4,8")
+    o.add_argument("--rows", action="store_true", help="also write ops/predictions.csv: every kernel's "
+                   "calibrated prediction with its 80%% interval and its roofline bound, in ms")
     o.add_argument("--specs", metavar="DIR", help="folder holding models/ and hardware/ that shadow the installed catalog (a model "
                    "spec whose hf_id names a profile's model is used for it, its dimensions checked)")
     o.add_argument("--out", default="validation", metavar="DIR",
@@ -102,9 +112,14 @@ def cmd_calibrate(args, stdout, stderr) -> int:
 
 def cmd_validate(args, stdout, stderr) -> int:
     formats = parse_formats(args.format)
+    if args.op_efficiency and _simulated(args):
+        raise UsageError("--op-efficiency: the steady-state model only; the simulator's step takes no per-op "
+                         "curves yet (a CSV with layout columns is replayed in the simulator)")
     say = lambda message: stderr.write(f"{message}\n")   # noqa: E731
     output.probe(args.out, say)
-    if _simulated(args):
+    if args.op_efficiency:
+        rep = opcurves.report(args.csv, _specs_folder(args.specs), args.calibration, args.op_efficiency)
+    elif _simulated(args):
         rep = validation.report(args.csv, _specs_folder(args.specs), args.calibration or calibration.shipped())
     else:
         rep = validate_runs.report(args.csv, _specs_folder(args.specs), args.calibration or shipped_calibration())
@@ -114,6 +129,8 @@ def cmd_validate(args, stdout, stderr) -> int:
     stdout.write(f"{t['rows']} of {rep['rows_total']} rows predicted: median abs error TPOT "
                  f"{100 * t['median_abs']:.1f}%, TTFT {100 * f['median_abs']:.1f}%; "
                  f"{len(rep['violations'])} bound violations\n" if t["rows"] else "no row predicted\n")
+    if rep.get("op_efficiency"):
+        stdout.write(f"per-op curves from {args.op_efficiency} for {', '.join(rep['op_efficiency']['classes'])} kernels\n")
     if rep.get("disaggregated"):   # serving/disagg.py's rows
         d = rep["disaggregated_errors"]
         stdout.write(f"{len(rep['disaggregated'])} disaggregated rows predicted: median abs error TTFT "
@@ -131,14 +148,27 @@ def cmd_validate_ops(args, stdout, stderr) -> int:
         raise UsageError(f"--device: no hardware spec '{args.device}' (see `rooflinec devices`)")
     say = lambda message: stderr.write(f"{message}\n")   # noqa: E731
     output.probe(args.out, say)
-    rep = validate_ops.report(args.profiles, args.collectives, args.device, device, specs, args.curves)
+    rep = validate_ops.report(args.profiles, args.collectives, args.device, device, specs, args.curves,
+                              _tp_list(args.tp), args.rows)
     for target in output.write_reports(args.out, {"ops": validate_ops.render(rep, formats)}, say):
         stdout.write(f"wrote {target}\n")
     gemm = next((c for c in rep["classes"] if c["class"] == "gemm"), None)
     stdout.write(f"{rep['rows_total']} kernels; {rep['bound']['violations']} faster than their roofline bound"
                  + (f"; GEMM median abs error {100 * gemm['in_scope']['median_abs']:.1f}% (tokens <= "
                     f"{rep['tokens_in_scope']})" if gemm and gemm["in_scope"]["rows"] else "") + "\n")
+    if gemm and gemm["transferred"] and gemm["transferred"]["in_scope"]["rows"]:
+        stdout.write(f"GEMM curve from {args.curves}: median abs error {100 * gemm['transferred']['in_scope']['median_abs']:.1f}% "
+                     f"as it came, {100 * gemm['in_scope']['median_abs']:.1f}% with eta, beta refitted\n")
     return 0
+
+
+def _tp_list(text: str | None) -> frozenset | None:
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isascii() and p.isdigit() and 1 <= len(p) <= 6 and int(p) >= 1 for p in parts):
+        raise UsageError(f"--tp: '{text}' is not a comma-separated list of whole numbers >= 1, e.g. 1,2")
+    return frozenset(int(p) for p in parts)
 
 
 COMMANDS = {"calibrate": cmd_calibrate, "validate": cmd_validate, "validate-ops": cmd_validate_ops}

@@ -47,15 +47,18 @@ class Steps:
     layers: np.ndarray
     collectives: np.ndarray
     link_s: np.ndarray
+    curve_s: np.ndarray | None = None    # per-op curves' kernel times (NaN: none), serving_model.StepCost's
 
     @staticmethod
     def of(costs: list[Costs]) -> Steps:
         steps = [c.steady for c in costs]
         width = max(len(s.compute_s) for s in steps)
         pad = lambda a: np.pad(a, (0, width - len(a)))   # noqa: E731
+        curves = None if all(s.curve_s is None for s in steps) else np.array(
+            [np.pad(s.curve_s, (0, width - len(s.curve_s)), constant_values=np.nan) for s in steps])
         return Steps(np.array([pad(s.compute_s) for s in steps]), np.array([pad(s.memory_s) for s in steps]),
                      np.array([s.layers for s in steps], float),
-                     np.array([s.collectives for s in steps], float), np.array([s.link_s for s in steps]))
+                     np.array([s.collectives for s in steps], float), np.array([s.link_s for s in steps]), curves)
 
     def time(self, eff: Efficiency) -> np.ndarray:
         return timed(self, eff)
@@ -98,22 +101,24 @@ class Prepared:
         return (self.row.device, self.row.engine)
 
 
-def prepare(rows, specs) -> list[Prepared]:
+def prepare(rows, specs, op_time=None) -> list[Prepared]:
+    """`op_time`: per-op efficiency curves (serving_model.step_cost's), or None."""
     out, seen = [], {}   # rows of one configuration share its costs: computed once
     for row in rows:
         key = measurements.configuration(row)
         if key not in seen:
-            seen[key] = _prepared(row, specs)
+            seen[key] = _prepared(row, specs, op_time)
         out.append(replace(seen[key], row=row))
     return out
 
 
-def _prepared(row, specs) -> Prepared:
+def _prepared(row, specs, op_time=None) -> Prepared:
     run = measurements.resolve(row, specs)
     if isinstance(run, str):
         return Prepared(row, reason=run)
     try:
-        return Prepared(row, run, serving_model.costs(run))
+        costs = serving_model.costs(run) if op_time is None else serving_model.costs(run, op_time)
+        return Prepared(row, run, costs)
     except Unpredictable as exc:
         return Prepared(row, run, reason=str(exc))
 

@@ -116,6 +116,7 @@ class StepCost:
     layers: int
     collectives: int           # all-reduces in the step (0 at tp 1)
     link_s: float              # their ring transfers at the link bandwidth
+    curve_s: np.ndarray | None = None   # per kernel, a per-op curve's time (NaN: none; see step_cost)
 
     def time(self, eff: Efficiency) -> float:
         return float(timed(self, eff))
@@ -130,13 +131,18 @@ class StepCost:
 def timed(step, eff: Efficiency):
     """A step's time under `eff`: one step's fields, or many steps' stacked along axis 0."""
     kernels = Roofline(step.compute_s / eff.compute_fraction, step.memory_s / eff.bandwidth_fraction).time
+    curves = getattr(step, "curve_s", None)
+    if curves is not None:     # kernels priced by a per-op curve keep its time, the others eff's
+        kernels = np.where(np.isnan(curves), kernels, curves)
     return (kernels.sum(axis=-1) + step.layers * eff.per_layer_s + eff.per_step_s
             + step.collectives * eff.per_collective_s + step.link_s)
 
 
-def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float) -> StepCost:
+def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float, op_time=None) -> StepCost:
     """A step decoding `decode_seqs` sequences at `context` and prefilling `prefill_seqs`
-    prompts of run.isl tokens (a fraction: chunks of prompts), on one of tp devices."""
+    prompts of run.isl tokens (a fraction: chunks of prompts), on one of tp devices.
+    `op_time(run, op, t_compute, t_memory)`: a kernel's seconds from a per-op efficiency curve
+    (rooflinec.serving.opcurves), or None where it has none (the Efficiency times it)."""
     dep, dev = checked(run.deployment), run.device
     tokens = decode_seqs + prefill_seqs * run.isl
     act = DTYPE_BYTES[ACTIVATION_DTYPE]
@@ -165,7 +171,15 @@ def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float)
         # engines run small all-reduces one-shot over NVSwitch (vLLM's custom all-reduce,
         # TensorRT-LLM's): one link latency per collective, not the ring's 2(n-1) steps
         link_s = collectives * C.time(volume, 1, link)
-    return StepCost(np.array([r.t_compute for r in roofs]), np.array([r.t_memory for r in roofs]), run.model.n_layers, collectives, link_s)
+    return StepCost(np.array([r.t_compute for r in roofs]), np.array([r.t_memory for r in roofs]), run.model.n_layers, collectives, link_s,
+                    _curve_times(run, ops, roofs, op_time))
+
+
+def _curve_times(run, ops, roofs, op_time) -> np.ndarray | None:
+    if op_time is None:
+        return None
+    times = [op_time(run, op, r.t_compute, r.t_memory) for op, r in zip(ops, roofs)]
+    return np.array([np.nan if t is None else t for t in times], float)
 
 
 # --- a run's prediction ---------------------------------------------------------------------
@@ -182,14 +196,15 @@ class Costs:
     one: StepCost              # one sequence's pure decode step at context isl (the TPOT bound)
 
 
-def costs(run: Run) -> Costs:
+def costs(run: Run, op_time=None) -> Costs:
+    """`op_time`: per-op curves for the predicted steps (steady, first); the bounds never take them."""
     if min(run.tp, run.isl, run.osl, run.concurrency) < 1:
         raise Unpredictable("tp, isl, osl and concurrency must be at least 1")
     c = min(run.concurrency, sequences_that_fit(run))
     if c < 1:
         raise Unpredictable("not one sequence's KV cache fits beside the weights")
     ctx = mean_context(run)
-    return Costs(c, step_cost(run, c, ctx, c / run.osl), step_cost(run, c - 1, ctx, 1),
+    return Costs(c, step_cost(run, c, ctx, c / run.osl, op_time), step_cost(run, c - 1, ctx, 1, op_time),
                  step_cost(run, 0, ctx, 1), step_cost(run, c, ctx, 0), step_cost(run, 1, run.isl, 0))
 
 

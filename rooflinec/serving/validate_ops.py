@@ -4,6 +4,8 @@ per-op-class efficiency curve (rooflinec.serving.opfit), with 80% conformal inte
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import os
@@ -117,6 +119,28 @@ def _worst(t: optable.Table, pred: np.ndarray, fits: dict) -> list[dict]:
             for i in order]
 
 
+PREDICTION_COLUMNS = ("model", "op", "class", "tokens", "tp", "measured_ms", "predicted_ms", "interval_lo_ms",
+                      "interval_hi_ms", "bound_ms", "row")
+
+
+def predictions_csv(t: optable.Table, pred: np.ndarray, fits: dict) -> str:
+    """Every kernel's calibrated prediction with its 80% interval (empty where its class has too
+    few rows for one) and its roofline bound, in ms, one line per (row, op)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(PREDICTION_COLUMNS)
+    lo, hi = np.full(len(pred), np.nan), np.full(len(pred), np.nan)
+    for c, (_, q) in fits.items():
+        sel = t.op_class == c
+        if q is not None:
+            lo[sel], hi[sel] = intervals.interval(pred[sel], *q)
+    ms = lambda x: "" if math.isnan(x) else f"{1e3 * x:.6g}"   # noqa: E731
+    for i, r in enumerate(t.rows):
+        w.writerow([r.model, r.op, t.op_class[i], r.tokens, r.tp, ms(t.measured_s[i]), ms(pred[i]), ms(lo[i]),
+                    ms(hi[i]), ms(t.bound_s[i]), f"{_short(r.file)}:{r.line}"])
+    return buf.getvalue()
+
+
 def _chart_points(t: optable.Table, classes: np.ndarray) -> dict:
     """Per class: {op: (intensities, achieved fractions of the roofline, bytes)} of its rows."""
     achieved = t.bound_s / t.measured_s
@@ -156,14 +180,35 @@ def _short(file: str) -> str:
     return "/".join(parts[-2:])
 
 
-def report(profile_files: list[str], collective_files: list[str], device_name: str, device, specs,
-           curves: str | None = None) -> dict:
-    """`specs`: a measurements.Specs the profiles' models are looked up in by hf_id; `curves`:
-    an earlier ops.json whose classes keep their p and t0 here (only eta, beta refitted)."""
-    prior = load_curves(curves) if curves else {}
-    rows = [r for f in profile_files for r in opprofiles.read(f)]
+def _transferred(t: optable.Table, classes: np.ndarray, prior: dict, in_scope: np.ndarray) -> dict:
+    """class -> the prior curve as it came (nothing refitted) at this device's peaks: its errors
+    in scope, and the eta and beta it brought (what the refit moved from)."""
+    out = {}
+    for c, curve in prior.items():
+        sel = classes == c
+        if sel.any():
+            err = _errors(t.kernels(sel).predict(curve), t.measured_s[sel])
+            out[c] = {"compute_fraction": curve.compute_fraction, "bandwidth_fraction": curve.bandwidth_fraction,
+                      "in_scope": _summary(err[in_scope[sel]])}
+    return out
+
+
+def _read_rows(profile_files: list[str], tps) -> list:
+    rows = [r for f in profile_files for r in opprofiles.read(f) if tps is None or r.tp in tps]
     if not rows:
-        raise RooflineError(f"{', '.join(profile_files)}: no profiled kernels")
+        kept = "" if tps is None else f" at tp {', '.join(map(str, sorted(tps)))}"
+        raise RooflineError(f"{', '.join(profile_files)}: no profiled kernels{kept}")
+    return rows
+
+
+def report(profile_files: list[str], collective_files: list[str], device_name: str, device, specs,
+           curves: str | None = None, keep_tp: frozenset | None = None, with_rows: bool = False) -> dict:
+    """`specs`: a measurements.Specs the profiles' models are looked up in by hf_id; `curves`:
+    an earlier ops.json (another device's, or other rows') whose classes keep their p and t0
+    here (only eta, beta refitted); `keep_tp`: keep only rows at these tensor-parallel degrees;
+    `with_rows`: every kernel's prediction and interval as CSV text (rendered to ops/predictions.csv)."""
+    prior = load_curves(curves) if curves else {}
+    rows = _read_rows(profile_files, keep_tp)
     resolved = optable.models(rows, specs)
     t = optable.table(rows, device, resolved)
     classes = t.op_class
@@ -176,6 +221,7 @@ def report(profile_files: list[str], collective_files: list[str], device_name: s
     err = _errors(pred, t.measured_s)
     tokens, tps = t.column("tokens"), t.column("tp")
     in_scope = tokens <= TOKENS_IN_SCOPE
+    transferred = _transferred(t, classes, prior, in_scope)
     per_class = []
     for c, (curve, q) in fits.items():
         sel = classes == c
@@ -184,13 +230,15 @@ def report(profile_files: list[str], collective_files: list[str], device_name: s
                           "fit": _summary(err[sel]), "in_scope": _summary(err[sel & in_scope]),
                           "by_tp": {int(tp): _summary(err[sel & in_scope & (tps == tp)])["median_abs"]
                                     for tp in sorted(set(tps[sel].tolist()))},
-                          "interval": None if q is None else {"lo": q[0], "hi": q[1]}})
+                          "interval": None if q is None else {"lo": q[0], "hi": q[1]},
+                          "transferred": transferred.get(c)})
     holdout = {by: _holdout(t, classes, by, prior) for by in ("model", "tp")}
     return {
         "title": "Per-operator kernels against the roofline",
         "device": device_name, "device_name": device.name, "peak_matrix": device.peak("matrix", oplowering.DTYPE),
         "bandwidth": device.bandwidth,
         "profiles": [_short(f) for f in profile_files], "rows_total": len(rows),
+        "tp_kept": None if keep_tp is None else sorted(keep_tp),
         "models": [{"model": m, "from": where} for (m, _), (_, where) in sorted(resolved.items())],
         "assumed": oplowering.ASSUMED, "form": FORM, "level": LEVEL, "tokens_in_scope": TOKENS_IN_SCOPE,
         "classes": per_class,
@@ -198,6 +246,7 @@ def report(profile_files: list[str], collective_files: list[str], device_name: s
         "bound": _bound_check(t),
         "holdout": {by: {"groups": rs, "coverage": _coverage(rs)} for by, rs in holdout.items()},
         "worst": _worst(t, pred, fits),
+        "predictions": predictions_csv(t, pred, fits) if with_rows else None,
         "collectives": _collectives(collective_files, device),
         "points": _chart_points(t, classes),
         "ridge": roofline.ridge(device.peak("matrix", oplowering.DTYPE), device.bandwidth),
@@ -285,5 +334,7 @@ def render(rep: dict, formats) -> dict[str, str]:
         out[f"{STEM}.md"] = rnd.environment(False, markdown=True).get_template(
             "md/validate-ops.md.j2").render(r=rep, charts=names)
     if "json" in formats:
-        out[f"{STEM}.json"] = rnd.to_json({k: v for k, v in rep.items() if k != "points"})
+        out[f"{STEM}.json"] = rnd.to_json({k: v for k, v in rep.items() if k not in ("points", "predictions")})
+    if rep.get("predictions"):
+        out[f"{STEM}/predictions.csv"] = rep["predictions"]
     return out

@@ -122,9 +122,10 @@ def worst_holdout(rows: list[dict], by: str) -> float | None:
     return max(values) if values else None
 
 
-def report(csv_file: str, specs_root: str | None, calibration_file: str | None) -> dict:
+def report(csv_file: str, specs_root: str | None, calibration_file: str | None, op_time=None) -> dict:
+    """`op_time`: per-op efficiency curves in the step (rooflinec.serving.opcurves), or None."""
     rows = measurements.read(csv_file)
-    prepared = calibrate.prepare(rows, measurements.Specs(specs_root))
+    prepared = calibrate.prepare(rows, measurements.Specs(specs_root), op_time)
     cal = calibrate.load(calibration_file) if calibration_file else calibrate.fit_all(prepared)
     records = evaluate(prepared, cal)
     done = [r for r in records if r["predicted"]]
