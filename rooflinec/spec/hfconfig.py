@@ -25,6 +25,7 @@ COST_FREE = {
     "summary_first_dropout": "dropout of a classification head the LM does not use",
     "bos_token_id": "a token id", "eos_token_id": "a token id", "pad_token_id": "a token id",
     "torch_dtype": "the checkpoint's storage dtype; the study's dtype sets bytes per element",
+    "dtype": "the checkpoint's storage dtype (torch_dtype's newer name); the study's dtype sets bytes per element",
     "transformers_version": "the library version that wrote the file",
     "use_cache": "a library switch; the cost model always keeps a KV cache in decode",
     "sliding_window_size": "the same as sliding_window, noted there when it is on",
