@@ -259,3 +259,97 @@ def test_any_field_value_is_imported_or_refused_with_a_located_error(call, folde
         assert err and all(line.startswith(str(cfg)) for line in err.splitlines()), err
     else:
         assert out.startswith("# A model spec imported")
+
+
+# --- the 2025 architectures (issue 28, item 6): counts against the model cards, by hand ---------
+
+def active(model) -> int:
+    return int(number(params.count(model).active, model_values(model)))
+
+
+def test_qwen3_next_against_its_card():
+    """Qwen/Qwen3-Next-80B-A3B-Instruct's card: 80B total, 3B active (its safetensors hold 81.3B
+    with the multi-token-prediction layer, which transformers does not load). By hand: tables
+    2 * 151936*2048 = 622,329,856; 12 gated full-attention layers of q 2048*(2*16*256) (queries
+    and the output gate) + k, v 2048*512 each + o 4096*2048 + q/k norms 2*256 = 27,263,488;
+    36 Gated DeltaNet layers of in_proj_qkvz 2048*12288 + in_proj_ba 2048*64 + conv 8192*4 +
+    dt_bias, A_log 2*32 + gated norm 128 + out_proj 4096*2048 = 33,718,464; 48 MoE layers of
+    router 2048*512 + 512 experts of 3*2048*512 + a shared expert of 3*2048*512 + its gate 2048
+    = 1,614,809,088; two norms a layer and the final norm: 48*4096 + 2048."""
+    model, _, _ = imported("qwen3-next-80b-a3b-instruct", "Qwen/Qwen3-Next-80B-A3B-Instruct")
+    assert total(model) == (622_329_856 + 12 * 27_263_488 + 36 * 33_718_464 + 48 * 1_614_809_088
+                            + 48 * 4096 + 2048) == 79_674_391_296
+    # active: 10 routed experts and the shared one, 48 * (1,048,576 + 11 * 3,145,728 + 2048) =
+    # 1,711,374,336, beside everything that is not an expert: 3,874,929,408 with both tables
+    assert active(model) == 79_674_391_296 - 48 * (512 - 10) * 3_145_728 == 3_874_929_408
+    assert round(total(model) / 1e9) == 80 and int(active(model) / 1e9) == 3
+
+
+def test_kimi_k2_is_deepseek_v3s_class():
+    """moonshotai/Kimi-K2-Instruct (DeepseekV3ForCausalLM): 1T total, 32B activated on its card;
+    1,026,408,209,408 counted here. By hand: tables 2 * 163840*7168 = 2,348,810,240; per layer
+    MLA q_a 7168*1536 + q_b 1536*64*192 + kv_a 7168*576 + kv_b 512*64*256 + o 64*128*7168 +
+    norms 1536 + 512 = 101,124,096 (+ 2*7168 layer norms); 1 dense layer of 3*7168*18432
+    = 396,361,728; 60 MoE layers of router 7168*384 + 385 experts (384 routed, 1 shared) of
+    3*7168*2048 = 16,958,226,432; the final norm 7168."""
+    model, _, _ = imported("kimi-k2-instruct", "moonshotai/Kimi-K2-Instruct")
+    per_layer = 101_124_096 + 2 * 7168
+    assert total(model) == (2_348_810_240 + 61 * per_layer + 396_361_728 + 60 * 16_958_226_432
+                            + 7168) == 1_026_408_209_408
+    assert round(active(model) / 1e9) == 33   # the card's 32B, with both 1.17B tables counted
+
+
+def test_llama4_scout_against_its_card():
+    """meta-llama/Llama-4-Scout-17B-16E's card: 17B active, 109B total (with its 1.9B vision
+    encoder, which a text spec leaves out). Text by hand: tables 2 * 202048*5120 =
+    2,068,971,520; 48 layers of q, o 5120*5120 each + k, v 5120*1024 each + norms 2*5120 =
+    62,924,800 and a MoE of router 5120*16 + 16 experts and a shared one of 3*5120*8192 =
+    2,139,176,960; the final norm 5120. Active: 1 routed expert and the shared one."""
+    model, _, _ = imported("llama-4-scout-17b-16e")
+    assert total(model) == 2_068_971_520 + 48 * (62_924_800 + 2_139_176_960) + 5120 == 107_769_861_120
+    assert active(model) == 107_769_861_120 - 48 * 15 * 125_829_120 == 17_172_894_720
+    assert round(active(model) / 1e9) == 17
+
+
+def test_llama4_maverick_interleaves_dense_and_moe_layers(tmp_path):
+    """Llama-4-Maverick-17B-128E (card: 17B active, 400B total) is Scout's text shape with 128
+    experts on every other layer (interleave_moe_layer_step 2, moe_layers 1, 3, ..., 47) and
+    no qk-norm; its 24 dense layers are an MLP of intermediate_size_mlp 16384. By hand: 24 dense
+    layers of 62,924,800 + 3*5120*16384 = 314,583,040; 24 MoE layers of 62,924,800 + router
+    5120*128 + 129 experts of 125,829,120 = 16,295,536,640; tables and final norm as Scout's."""
+    config = json.loads((CONFIGS / "llama-4-scout-17b-16e" / "config.json").read_text())
+    config.update(num_local_experts=128, interleave_moe_layer_step=2, moe_layers=list(range(1, 48, 2)),
+                  use_qk_norm=False)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    text, _ = hfimport.convert(str(tmp_path))
+    model = spec.load_model(str(tmp_path / "m.yaml"), text)
+    assert (model.moe.every, model.moe.offset, model.d_ff) == (2, 1, 16384)
+    assert total(model) == 2_068_971_520 + 24 * (314_583_040 + 16_295_536_640) + 5120 == 400_711_848_960
+    assert round(total(model) / 1e9) == 401 and round(active(model) / 1e9) == 17
+
+
+def test_glm4_moe_against_the_glm45_card():
+    """GLM-4.5's README (zai-org/GLM-4.5): 355B total, 32B active, for the shape GLM-4.6/4.7 keep
+    (tests/hf_configs/glm-4.7). By hand: tables 2 * 151552*5120 = 1,551,892,480; 92 layers of
+    q 5120*12288 + k, v 5120*1024 each + their biases 12288 + 2*1024 + o 12288*5120 + q/k norms
+    2*128 + norms 2*5120 = 136,339,712; 3 dense layers of 3*5120*12288 = 188,743,680; 89 MoE
+    layers of router 5120*160 + 161 experts (one shared) of 3*5120*1536 = 3,799,285,760; the
+    final norm 5120: 352,797,814,784, 0.6% under the card's rounded 355B (the checkpoint adds
+    the multi-token-prediction layer, which transformers does not load)."""
+    model, notes, _ = imported("glm-4.7")
+    assert total(model) == (1_551_892_480 + 92 * 136_339_712 + 3 * 188_743_680 + 89 * 3_799_285_760
+                            + 5120) == 352_797_814_784
+    assert abs(total(model) / 355e9 - 1) < 0.01 and round(active(model) / 1e9) == 34
+    assert any(n.path == "num_nextn_predict_layers" for n in notes)
+
+
+def test_minimax_m2_against_its_card():
+    """MiniMaxAI/MiniMax-M2's card: 230B total, 10B active (M2.5 keeps the shape:
+    tests/hf_configs/minimax-m2.5). By hand: tables 2 * 200064*3072 = 1,229,193,216; 62 layers
+    of q 3072*6144 + k, v 3072*1024 each + o 6144*3072 + q/k norms over all heads (6144 + 1024)
+    + norms 2*3072 = 44,053,504, and router 3072*256 + 256 experts of 3*3072*1536 =
+    3,624,665,088; the final norm 3072. Without the three multi-token-prediction modules."""
+    model, _, _ = imported("minimax-m2.5")
+    assert model.qk_norm == "layer"
+    assert total(model) == 1_229_193_216 + 62 * (44_053_504 + 3_624_665_088) + 3072 == 228_689_748_992
+    assert round(total(model) / 1e9) == 229 and round((active(model) - 614_596_608) / 1e9) == 10

@@ -100,12 +100,14 @@ def _gpt_oss(r: Reader) -> dict:
     return spec
 
 
-def _per_layer(r: Reader, key: str, n: int, accepted: dict, derived: list) -> list:
-    """A per-layer list field (`key`, or `derived` where the config leaves it out) as its
-    entries mapped by `accepted`; refused, located, unless it has one accepted entry per layer."""
-    given = r.get(key)
-    items = derived if given is None else given
-    if not isinstance(items, list) or len(items) != n or any(isinstance(i, bool) or i not in accepted for i in items):
+def _per_layer(r: Reader, key: str, n: int, accepted: dict) -> list | None:
+    """A per-layer list field as its entries mapped by `accepted` (None where the config leaves
+    it out); refused, located, unless it has one accepted entry per layer."""
+    items = r.get(key)
+    if items is None:
+        return None
+    if not isinstance(items, list) or len(items) != n or any(
+            not isinstance(i, (str, int)) or isinstance(i, bool) or i not in accepted for i in items):
         raise SpecError([r.problem(key, f"expected a list of {n} entries (num_hidden_layers), each one of "
                                         f"{', '.join(json.dumps(a) for a in accepted)}")])
     return [accepted[i] for i in items]
@@ -116,6 +118,23 @@ def _repeating(items: list) -> list:
     return items[:_period(items)]
 
 
+def _every_kth(r: Reader, key: str, n: int, others: str, kth: str) -> list:
+    """The period of a per-layer rule "`kth` where (i + 1) % interval == 0, else `others`"
+    (Qwen3-Next's full_attention_interval, Llama 4's no_rope_layer_interval), in closed form:
+    an interval of a billion layers costs nothing to read."""
+    interval = r.need(key) if r.data.get(key) is not None else 4
+    r.used.add(key)
+    if interval > n:
+        return [others]
+    if interval > PERIOD:
+        raise SpecError([r.problem(key, f"a layer pattern repeating every {interval} layers is not modelled; "
+                                        f"at most {PERIOD}")])
+    return [others] * (interval - 1) + [kth]
+
+
+PERIOD = 1024   # the longest attention pattern a model spec holds (model.schema.json)
+
+
 NEXT_MIXERS = {"linear_attention": "linear", "full_attention": "full"}
 
 
@@ -124,10 +143,9 @@ def _qwen3_next(r: Reader) -> dict:
     n = spec["n_layers"]
     # Qwen3NextConfig: layer_types, else "linear_attention" where (i + 1) % full_attention_interval
     # is non-zero and "full_attention" where it is zero (interval default 4)
-    interval = r.need("full_attention_interval") if r.data.get("full_attention_interval") is not None else 4
+    given = _per_layer(r, "layer_types", n, NEXT_MIXERS)
+    pattern = _repeating(given) if given is not None else _every_kth(r, "full_attention_interval", n, "linear", "full")
     r.used.add("full_attention_interval")
-    derived = ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(n)]
-    pattern = _repeating(_per_layer(r, "layer_types", n, NEXT_MIXERS, derived))
     if "linear" in pattern:
         spec["attention"]["pattern"] = pattern
         spec["linear_attention"] = kind_section(r, "linear")
@@ -166,12 +184,14 @@ def _minimax_m2(r: Reader) -> dict:
                    "d_expert": spec["mlp"]["d_ff"]}
     if count(r, "shared_intermediate_size"):
         r.note("shared_intermediate_size", "a shared expert of this width (MiniMax-M2 releases set 0)")
-    kinds = _per_layer(r, "attn_type_list", spec["n_layers"], {1: "full", 0: "lightning"},
-                       [1] * spec["n_layers"])
+    kinds = _per_layer(r, "attn_type_list", spec["n_layers"], {1: "full", 0: "lightning"}) or ["full"]
     if "lightning" in kinds:   # MiniMax-M1/Text-01's lightning attention: see MINIMAX_M1 below
         raise SpecError([r.problem("attn_type_list", MINIMAX_M1)])
-    if r.flag("use_qk_norm", False):   # MiniMaxM2Attention: qk_norm_type per_layer, one RMSNorm over
-        qk = r.get("qk_norm_type", "per_layer")   # every head's q (and k) at once
+    # MiniMaxM2Attention (FlexOlmoAttention's): q_norm = RMSNorm(num_attention_heads * head_dim) and
+    # k_norm = RMSNorm(num_key_value_heads * head_dim) on every layer, one norm over all heads at
+    # once (the release's qk_norm_type per_layer); transformers does not read use_qk_norm
+    if r.flag("use_qk_norm", True):
+        qk = r.get("qk_norm_type", "per_layer")
         if qk != "per_layer":
             raise SpecError([r.problem("qk_norm_type", f"qk_norm_type {json.dumps(qk)} is not covered; covered: "
                                                        "per_layer")])
@@ -198,32 +218,30 @@ def _llama4(r: Reader) -> dict:
     n = spec["n_layers"]
     # Llama4TextConfig: no_rope_layers (1: the layer uses RoPE), else 1 where
     # (i + 1) % no_rope_layer_interval != 0; Llama4TextAttention skips RoPE where it is 0
-    interval = r.need("no_rope_layer_interval") if r.data.get("no_rope_layer_interval") is not None else 4
+    given = _per_layer(r, "no_rope_layers", n, {1: False, 0: True})
+    nope = _repeating(given) if given is not None else _every_kth(r, "no_rope_layer_interval", n, False, True)
     r.used.add("no_rope_layer_interval")
-    rope = _per_layer(r, "no_rope_layers", n, {1: True, 0: False},
-                      [int((i + 1) % interval != 0) for i in range(n)])
-    if not all(rope):
-        spec["attention"]["nope"] = _repeating([not x for x in rope])
+    if any(nope):
+        spec["attention"]["nope"] = nope
     # layer_types (else chunked_attention on the RoPE layers, full_attention on the NoPE ones)
     # with chunks of attention_chunk_size: a chunk's queries see its earlier keys only, costed
     # as the sliding bound of W = the chunk (rooflinec.model.kinds.windowed)
-    kinds = _per_layer(r, "layer_types", n, {"chunked_attention": "chunked", "full_attention": "full"},
-                       ["chunked_attention" if x else "full_attention" for x in rope])
-    chunk = r.get("attention_chunk_size")
-    if "chunked" in kinds and chunk is not None:
-        spec["attention"].update(window=r.need("attention_chunk_size"), pattern=_repeating(kinds))
+    given = _per_layer(r, "layer_types", n, {"chunked_attention": "chunked", "full_attention": "full"})
+    kinds = _repeating(given) if given is not None else ["full" if x else "chunked" for x in nope]
+    if "chunked" in kinds and r.get("attention_chunk_size") is not None:
+        spec["attention"].update(window=r.need("attention_chunk_size"), pattern=kinds)
     # Llama4TextDecoderLayer: layer_idx in moe_layers is Llama4TextMoe (router, experts of
     # intermediate_size, one shared expert of intermediate_size), the rest Llama4TextMLP of
     # intermediate_size_mlp; moe_layers defaults to every interleave_moe_layer_step-th from step - 1
     step = r.need("interleave_moe_layer_step") if r.data.get("interleave_moe_layer_step") is not None else 1
     r.used.add("interleave_moe_layer_step")
     given = r.get("moe_layers")
-    layers = list(range(step - 1, n, step)) if given is None else given
+    every = {"every": step, **({"offset": step - 1} if step > 1 else {})} if given is None else _every(r, given, n)
     d_expert = spec["mlp"]["d_ff"]
     spec["mlp"]["d_ff"] = r.need("intermediate_size_mlp") if r.data.get("intermediate_size_mlp") is not None else d_expert
     r.used.add("intermediate_size_mlp")
     spec["moe"] = {"experts": r.need("num_local_experts"), "top_k": r.need("num_experts_per_tok"),
-                   "d_expert": d_expert, "shared_experts": 1, **_every(r, layers, n)}
+                   "d_expert": d_expert, "shared_experts": 1, **every}
     if r.flag("use_qk_norm", False):
         r.note("use_qk_norm", "the weightless L2 norm of q and k on the RoPE layers (about 4 FLOPs an element of "
                               "q and k)")
@@ -243,11 +261,11 @@ def _every(r: Reader, layers, n: int) -> dict:
     if not (isinstance(layers, list) and layers and all(isinstance(i, int) and not isinstance(i, bool) for i in layers)):
         raise SpecError([r.problem("moe_layers", "expected a non-empty list of layer indices")])
     first, every = layers[0], (layers[1] - layers[0] if len(layers) > 1 else n)
-    offset = first % every if every > 0 else 0
-    rule = [i for i in range(n) if i >= first and i % every == offset] if every > 0 else []
-    if sorted(set(layers)) != layers or rule != layers:
+    rule = range(first, n, every) if every >= 1 and 0 <= first < n else range(0)
+    if len(rule) != len(layers) or any(a != b for a, b in zip(rule, layers)):
         raise SpecError([r.problem("moe_layers", "these MoE layers are not every k-th layer from one layer on, "
                                                  "which is what a model spec's moe.every/offset/first_dense express")])
+    offset = first % every
     first_dense = first - offset if first >= every else 0
     return {"every": every, **({"offset": offset} if offset else {}), **({"first_dense": first_dense} if first_dense else {})}
 
