@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -353,3 +354,33 @@ def test_minimax_m2_against_its_card():
     assert model.qk_norm == "layer"
     assert total(model) == 1_229_193_216 + 62 * (44_053_504 + 3_624_665_088) + 3072 == 228_689_748_992
     assert round(total(model) / 1e9) == 229 and round((active(model) - 614_596_608) / 1e9) == 10
+
+
+@pytest.mark.parametrize(("stem", "folder", "hf_id"), [
+    ("qwen3-next-80b-a3b", "qwen3-next-80b-a3b-instruct", "Qwen/Qwen3-Next-80B-A3B-Instruct"),
+    ("kimi-k2", "kimi-k2-instruct", "moonshotai/Kimi-K2-Instruct")])
+def test_catalog_entries_are_the_importers_output(stem, folder, hf_id):
+    """The catalog's Qwen3-Next-80B-A3B and Kimi-K2 are `rooflinec import --hf-id` of the configs
+    above, whose counts are checked against the cards: regenerating them changes nothing."""
+    shipped = Path(spec.__file__).parent / "catalog" / "models" / f"{stem}.yaml"
+    assert yaml.safe_load(shipped.read_text(encoding="utf-8")) == yaml.safe_load(hfimport.convert(str(CONFIGS / folder), hf_id)[0])
+
+
+def test_nope_layers_cost_no_rope_and_the_output_gate_its_elementwise_pass():
+    """Issue 28, item 5. Llama 4 Scout at one decode token (M = 1): RoPE is 3 FLOPs an element of
+    q and k, 3 * (40 + 8) * 128 = 18,432 a layer, on the 36 RoPE layers only: 663,552 a step
+    (48 layers would be 884,736); it reads and writes q and k and reads a cos and a sin row,
+    (2 * 48 + 2) * 128 elements of 2 bytes = 25,088 B a layer. Qwen3-Next's output gate: sigmoid
+    (costed as SiLU) and a multiply over 16 * 256 = 4,096 elements of each of its 12 full layers;
+    the multiply reads two operands and writes one, 3 * 4,096 * 2 B = 24,576 B a layer."""
+    scout, _, _ = imported("llama-4-scout-17b-16e")
+    rope = next(o for o in lower(scout, "decode").ops if o.name == "rope")
+    values = {**model_values(scout), M: 1, b: 2}
+    assert (rope.cost.flops * rope.repeat).subs(values) == 36 * 18_432 == 663_552
+    assert rope.cost.bytes.subs(values) == 25_088
+    nxt, _, _ = imported("qwen3-next-80b-a3b-instruct")
+    ops = {o.name: o for o in lower(nxt, "decode").ops}
+    values = {**model_values(nxt), M: 1, b: 2}
+    assert (ops["attn_gate_mul"].cost.flops * ops["attn_gate_mul"].repeat).subs(values) == 12 * 4096
+    assert ops["attn_gate_mul"].cost.bytes.subs(values) == 24_576
+    assert ops["attn_gate_sigmoid"].repeat.subs(values) == 12
