@@ -348,3 +348,16 @@ def test_nope_beside_linear_layers_is_refused(tmp_path):
     with pytest.raises(SpecError) as err:
         spec.load_model(str(path))
     assert "attention.nope" in str(err.value) and "other mixers" in str(err.value)
+
+
+@pytest.mark.parametrize("folder", ["qwen3-next-80b-a3b-instruct", "qwen3-30b-a3b", "llama-4-scout-17b-16e"])
+def test_a_billion_layers_import_in_closed_form(tmp_path, folder):
+    """The per-layer rules (mlp_only_layers, full_attention_interval, no_rope_layer_interval,
+    interleave_moe_layer_step) are read in closed form: a billion layers once ran out of memory
+    building Qwen3-MoE's list of sparse layers. Llama 4's per-layer lists must then be left out."""
+    config = _config(folder)
+    config["num_hidden_layers"] = 10**9
+    for key in ("no_rope_layers", "moe_layers"):
+        config.pop(key, None)
+    model, _, _ = _import(tmp_path, config)
+    assert model.n_layers == 10**9 and model.moe.moe_layers(0, 10**9) > 0
