@@ -361,3 +361,14 @@ def test_a_billion_layers_import_in_closed_form(tmp_path, folder):
         config.pop(key, None)
     model, _, _ = _import(tmp_path, config)
     assert model.n_layers == 10**9 and model.moe.moe_layers(0, 10**9) > 0
+
+
+def test_minimax_m1_is_refused_with_its_reason(tmp_path):
+    """MiniMaxM1ForCausalLM: lightning attention is not the Gated DeltaNet kind; refused, located
+    at `architectures`, saying why (not as an unknown architecture)."""
+    config = _config("minimax-m2.5")
+    config["architectures"] = ["MiniMaxM1ForCausalLM"]
+    with pytest.raises(SpecError) as err:
+        _import(tmp_path, config)
+    assert LOCATED.match(str(err.value)) and "architectures[0]: architecture MiniMaxM1ForCausalLM is not covered: " \
+        "lightning attention" in str(err.value)

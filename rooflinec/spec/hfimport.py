@@ -16,7 +16,8 @@ from rooflinec.spec import validate
 from rooflinec.base import yamlio
 from rooflinec.base.errors import Problem, SpecError, one_line
 from rooflinec.spec.hfconfig import COSTLESS, Reader, _decoder, _layer_types, _optional, _window
-from rooflinec.spec.hfimport_moe import ARCHITECTURES as MOE   # experts and latent attention
+from rooflinec.spec.hfimport_moe import ARCHITECTURES as MOE   # experts, latent and linear attention
+from rooflinec.spec.hfimport_moe import MINIMAX_M1
 
 
 def _llama(r: Reader) -> dict:
@@ -103,6 +104,10 @@ ARCHITECTURES = {
 }
 
 
+# architectures refused with their reason rather than as unknown
+REFUSED = {"MiniMaxM1ForCausalLM": MINIMAX_M1, "MiniMaxText01ForCausalLM": MINIMAX_M1}
+
+
 NAMED = 8                                   # fields the summary line names of each kind
 
 
@@ -157,6 +162,8 @@ def mapped(path: str, hf_id: str | None = None) -> tuple[dict, list[Problem]]:
     r.used.update({"model_type", "_name_or_path"})   # read for the name, or only informative
     archs = r.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs else None
+    if isinstance(arch, str) and arch in REFUSED:
+        raise SpecError([doc.problem(("architectures", 0), f"architecture {arch} is not covered: {REFUSED[arch]}")])
     if not isinstance(arch, str) or arch not in ARCHITECTURES:
         raise SpecError([doc.problem(("architectures", 0) if arch is not None else (),
                                      f"architecture {json.dumps(arch)} is not covered; covered: "
