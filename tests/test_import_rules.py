@@ -28,6 +28,8 @@ The rules, from huggingface/transformers (read at commit 00d4b3d2):
 - src/transformers/models/minimax_m2/modular_minimax_m2.py: MiniMaxM2Attention is
   FlexOlmoAttention's, q_norm = RMSNorm(num_attention_heads * head_dim) and k_norm over
   num_key_value_heads * head_dim (one norm over all heads); every layer full attention and MoE.
+- modular_qwen3_next.py, Qwen3NextRotaryEmbedding.compute_default_rope_parameters (Glm4Moe's is
+  the same): RoPE turns `dim = int(head_dim * partial_rotary_factor)` dimensions of each head.
 """
 
 from __future__ import annotations
@@ -372,3 +374,32 @@ def test_minimax_m1_is_refused_with_its_reason(tmp_path):
         _import(tmp_path, config)
     assert LOCATED.match(str(err.value)) and "architectures[0]: architecture MiniMaxM1ForCausalLM is not covered: " \
         "lightning attention" in str(err.value)
+
+
+@pytest.mark.parametrize(("factor", "turned"), [(0.25, 64), (0.5, 128), (0.3, 76), (1.0, None)])
+def test_partial_rotary_turns_int_head_dim_times_factor(tmp_path, factor, turned):
+    """Qwen3-Next's head_dim 256: RoPE over int(256 * factor) dimensions of each q and k head, 3
+    FLOPs an element: at 0.25, 3 * 64 * (16 + 2) = 3,456 a token and layer (all 256: 13,824)."""
+    config = _config("qwen3-next-80b-a3b-instruct")
+    config["partial_rotary_factor"] = factor
+    model, _, _ = _import(tmp_path, config)
+    assert model.rotary_dim == turned
+    rope = next(o for o in lower(model, "decode").ops if o.name == "rope")
+    assert rope.cost.flops.subs(model_values(model)).subs(M, 1) == 3 * (turned or 256) * 18
+
+
+@pytest.mark.parametrize("bad", [0, -0.5, 1.5, "half", True])
+def test_partial_rotary_out_of_range_is_located(tmp_path, bad):
+    config = _config("glm-4.7")
+    config["partial_rotary_factor"] = bad
+    with pytest.raises(SpecError) as err:
+        _import(tmp_path, config)
+    assert LOCATED.match(str(err.value)) and ": partial_rotary_factor: expected a fraction" in str(err.value)
+
+
+def test_rotary_dim_above_head_dim_is_refused(tmp_path):
+    config = _config("minimax-m2.5")
+    config["rotary_dim"] = 256
+    with pytest.raises(SpecError) as err:
+        _import(tmp_path, config)
+    assert LOCATED.match(str(err.value)) and "rotary_dim 256 exceeds head_dim 128" in str(err.value)

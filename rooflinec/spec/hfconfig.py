@@ -206,8 +206,13 @@ def _decoder(r: Reader, act_key: str = "hidden_act", act_default: str = "silu") 
     }
     if r.data.get("max_position_embeddings") is not None:
         spec["max_context"] = r.need("max_position_embeddings")
-    if r.data.get("partial_rotary_factor", 1.0) != 1.0:
-        r.note("partial_rotary_factor", "that RoPE turns only part of each head; costed on all of it")
-    else:
-        r.used.add("partial_rotary_factor")
+    factor = r.get("partial_rotary_factor", 1.0)
+    if factor is None:
+        factor = 1.0
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
+        raise SpecError([r.problem("partial_rotary_factor", f"expected a fraction of the head above 0 and at "
+                                                            f"most 1, got {json.dumps(factor)}")])
+    rotary = int(head_dim * factor)   # transformers' rotary embeddings: dim = int(head_dim * factor)
+    if rotary < head_dim:
+        spec["attention"]["rotary_dim"] = max(rotary, 1)
     return spec

@@ -196,9 +196,14 @@ def _minimax_m2(r: Reader) -> dict:
                                                        "per_layer")])
         spec["attention"]["qk_norm"] = "layer"
     r.used.add("qk_norm_type")
-    rotary, head = r.get("rotary_dim"), spec["attention"]["head_dim"]
-    if rotary is not None and rotary != head:
-        r.note("rotary_dim", f"that RoPE turns only {rotary} of each head's {head} dimensions; costed on all of them")
+    if r.data.get("rotary_dim") is not None:   # the dimensions of each head RoPE turns (64 of 128)
+        rotary = r.need("rotary_dim")
+        if rotary > spec["attention"]["head_dim"]:
+            raise SpecError([r.problem("rotary_dim", f"rotary_dim {rotary} exceeds head_dim "
+                                                     f"{spec['attention']['head_dim']}")])
+        if rotary < spec["attention"]["head_dim"]:
+            spec["attention"]["rotary_dim"] = rotary
+    r.used.add("rotary_dim")
     for key in ("use_mtp", "num_mtp_modules", "mtp_transformer_layers"):
         r.note(key, "the multi-token-prediction modules (speculative decoding)")
     r.used.update(k for k in ("use_routing_bias",) if k in r.data)   # E biases on the router scores

@@ -12,6 +12,8 @@ parameters and differ only in the keys their scores span.
 
 from __future__ import annotations
 
+import sympy as sp
+
 from rooflinec.model import window
 from rooflinec.model.build import linear, op
 from rooflinec.model.component import layer
@@ -57,12 +59,14 @@ def qk_norms(model, repeat) -> list:
 
 def positions(model, repeat) -> list:
     """q/k norms, then rotary positions on q and k before the scores, on every layer but the
-    NoPE ones (Llama 4: their RoPE op repeats `repeat` minus those layers)."""
+    NoPE ones (Llama 4: their RoPE op repeats `repeat` minus those layers), over each head's
+    rotary_dim dimensions where only part of it turns (Qwen3-Next, GLM-4.5, MiniMax-M2)."""
     ops = qk_norms(model, repeat) if model.qk_norm else []
     rope_layers = repeat - nope_layers(model)
+    turned = sp.Integer(model.rotary_dim) if model.rotary_dim else d_head   # partial rotary: those dims only
     if model.positions == "rope" and rope_layers != 0:
-        ops.append(op("rope", "rope", "elementwise", M, n_q, n_kv, d_head, b, repeat=rope_layers,
-                      shape="rope(Q[M,n_q*d_head]), rope(K[M,n_kv*d_head]) with cos, sin[M,d_head]"))
+        ops.append(op("rope", "rope", "elementwise", M, n_q, n_kv, turned, b, repeat=rope_layers,
+                      shape=f"rope(Q[M,n_q*{turned}]), rope(K[M,n_kv*{turned}]) with cos, sin[M,{turned}]"))
     return ops
 
 
