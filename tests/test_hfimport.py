@@ -384,3 +384,23 @@ def test_nope_layers_cost_no_rope_and_the_output_gate_its_elementwise_pass():
     assert (ops["attn_gate_mul"].cost.flops * ops["attn_gate_mul"].repeat).subs(values) == 12 * 4096
     assert ops["attn_gate_mul"].cost.bytes.subs(values) == 24_576
     assert ops["attn_gate_sigmoid"].repeat.subs(values) == 12
+
+
+def test_llama4_release_config_is_read_through_its_text_config(tmp_path):
+    """The published Llama-4-Scout config.json is Llama4ForConditionalGeneration: its text_config
+    is the Llama4ForCausalLM config (the same count as the text-only one above), vision_config is
+    noted as left out, and a bad text field is located at text_config.FIELD."""
+    model, notes, _ = imported("llama-4-scout-17b-16e-release", "meta-llama/Llama-4-Scout-17B-16E")
+    text_only, _, _ = imported("llama-4-scout-17b-16e")
+    assert total(model) == total(text_only) == 107_769_861_120 and model.nope == text_only.nope
+    assert any(n.path == "vision_config" and "vision encoder" in n.message for n in notes)
+    assert any(n.path == "text_config.use_qk_norm" for n in notes)
+    config = json.loads((CONFIGS / "llama-4-scout-17b-16e-release" / "config.json").read_text())
+    config["text_config"]["num_hidden_layers"] = 0
+    (tmp_path / "config.json").write_text(json.dumps(config, indent=2))
+    with pytest.raises(SpecError) as err:
+        hfimport.convert(str(tmp_path))
+    line = next(i for i, t in enumerate((tmp_path / "config.json").read_text().splitlines(), 1)
+                if '"num_hidden_layers"' in t)
+    assert str(err.value).startswith(f"{tmp_path / 'config.json'}:{line}:") and \
+        "text_config.num_hidden_layers: expected a positive whole number" in str(err.value)

@@ -48,6 +48,7 @@ COST_FREE = {
     "summary_activation": "a classification head the LM does not use",
     "summary_proj_to_labels": "a classification head the LM does not use",
     "tie_word_embeddings": "mapped to tied_embeddings",
+    "boi_token_index": "a token id", "eoi_token_index": "a token id", "image_token_index": "a token id",
 }
 
 
@@ -109,6 +110,18 @@ class Reader:
                     f"not modelled; unknown to the {arch} mapping, so what it changes is not counted")
             out.append(self.doc.problem((key,), text, at_key=True))
         return out
+
+
+class Inner:
+    """The text model's config inside a multimodal one (Llama 4's `text_config`), read as a config
+    of its own: its problems are located at text_config.FIELD in the file."""
+
+    def __init__(self, doc: yamlio.Located, key: str):
+        self.outer, self.key = doc, key
+        self.file, self.data = doc.file, doc.data[key]
+
+    def problem(self, path: tuple, message: str, at_key: bool = False) -> Problem:
+        return self.outer.problem((self.key, *path), message, at_key)
 
 
 def _optional(r: Reader, key: str, default: int) -> int:
