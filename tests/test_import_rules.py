@@ -403,3 +403,11 @@ def test_rotary_dim_above_head_dim_is_refused(tmp_path):
     with pytest.raises(SpecError) as err:
         _import(tmp_path, config)
     assert LOCATED.match(str(err.value)) and "rotary_dim 256 exceeds head_dim 128" in str(err.value)
+
+
+def test_qwen3_next_without_linear_layers_notes_the_unused_shape(tmp_path):
+    config = _config("qwen3-next-80b-a3b-instruct")
+    config["layer_types"] = ["full_attention"] * 48
+    model, text, _ = _import(tmp_path, config)
+    assert not model.pattern and not model.blocks
+    assert "linear_num_value_heads: not modelled; costs nothing (no layer is linear_attention" in text

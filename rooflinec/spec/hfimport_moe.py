@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 
 from rooflinec.base.errors import SpecError
-from rooflinec.spec.hfconfig import Reader, _decoder, _layer_types, _period, _window, count, kind_section
+from rooflinec.model import kinds
+from rooflinec.spec.hfconfig import COSTLESS, Reader, _decoder, _layer_types, _period, _window, count, kind_section
 
 # routing and training switches that change no FLOP or byte count of inference
 ROUTING_FREE = ("router_aux_loss_coef", "output_router_logits", "norm_topk_prob", "aux_loss_alpha",
@@ -148,6 +149,11 @@ def _qwen3_next(r: Reader) -> dict:
     if "linear" in pattern:
         spec["attention"]["pattern"] = pattern
         spec["linear_attention"] = kind_section(r, "linear")
+    else:
+        for key in (k for k in kinds.registry()["linear"].hf.values() if k in r.data):
+            r.used.add(key)
+            r.notes.append(r.doc.problem((key,), f"{COSTLESS} (no layer is linear_attention: the Gated "
+                                                 "DeltaNet shape is unused)", at_key=True))
     # Qwen3NextAttention: q_proj yields the queries and a gate, attn_output * sigmoid(gate)
     spec["attention"]["output_gate"] = True
     shared = count(r, "shared_expert_intermediate_size")
