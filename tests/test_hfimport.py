@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from rooflinec.spec import hfimport, load as spec
 from rooflinec.model import params
+from rooflinec.cost import kvcache
 from rooflinec.base.errors import SpecError
 from rooflinec.cost.evaluate import number
 from rooflinec.model.lower import lower
@@ -407,3 +408,22 @@ def test_llama4_release_config_is_read_through_its_text_config(tmp_path):
                 if '"num_hidden_layers"' in t)
     assert str(err.value).startswith(f"{tmp_path / 'config.json'}:{line}:") and \
         "text_config.num_hidden_layers: expected a positive whole number" in str(err.value)
+
+
+@pytest.mark.parametrize(("folder", "per_token", "at_32k"), [
+    # 12 gated full layers keep K and V of 2 heads of 256 at 2 B: 12 * 2*2*256*2 = 24,576 B a token;
+    # 36 Gated DeltaNet layers keep per sequence 32*128*128 state + 3 * 8,192 conv inputs =
+    # 548,864 elements, 36 * 1,097,728 B = 39,518,208 B: 24,576 * 32,768 + 39,518,208
+    ("qwen3-next-80b-a3b-instruct", 24_576, 844_824_576),
+    # 48 layers of 2*8*128*2 = 4,096 B; the 36 chunked layers keep at most the 8,192-token chunk:
+    # 36 * 4,096 * 8,192 + 12 * 4,096 * 32,768
+    ("llama-4-scout-17b-16e", 196_608, 2_818_572_288),
+    ("glm-4.7", 92 * 2 * 8 * 128 * 2, 92 * 4096 * 32_768),            # 376,832 B a token
+    ("minimax-m2.5", 62 * 2 * 8 * 128 * 2, 62 * 4096 * 32_768),       # 253,952 B a token
+    ("kimi-k2-instruct", 61 * (512 + 64) * 2, 61 * 1152 * 32_768),    # MLA's latent and rope key
+])
+def test_cache_bytes_by_hand(folder, per_token, at_32k):
+    """Issue 28, item 6: KV and state bytes per token and per sequence (S = 32,768, bf16)."""
+    model, _, _ = imported(folder)
+    assert kvcache.per_token(model, 2) == per_token
+    assert kvcache.per_sequence(model, 2, 32_768) == at_32k
