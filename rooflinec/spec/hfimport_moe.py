@@ -248,7 +248,8 @@ def _llama4(r: Reader) -> dict:
     given = r.get("moe_layers")
     every = {"every": step, **({"offset": step - 1} if step > 1 else {})} if given is None else _every(r, given, n)
     d_expert = spec["mlp"]["d_ff"]
-    spec["mlp"]["d_ff"] = r.need("intermediate_size_mlp") if r.data.get("intermediate_size_mlp") is not None else d_expert
+    dense = r.data.get("intermediate_size_mlp") is not None
+    spec["mlp"]["d_ff"] = r.need("intermediate_size_mlp") if dense else d_expert
     r.used.add("intermediate_size_mlp")
     spec["moe"] = {"experts": r.need("num_local_experts"), "top_k": r.need("num_experts_per_tok"),
                    "d_expert": d_expert, "shared_experts": 1, **every}
@@ -268,7 +269,8 @@ def _llama4(r: Reader) -> dict:
 def _every(r: Reader, layers, n: int) -> dict:
     """moe_layers as MoE's every/offset (or first_dense): the listed layers must be exactly those
     i >= first with i % every == offset; else refused, located."""
-    if not (isinstance(layers, list) and layers and all(isinstance(i, int) and not isinstance(i, bool) for i in layers)):
+    whole = lambda i: isinstance(i, int) and not isinstance(i, bool)   # noqa: E731
+    if not (isinstance(layers, list) and layers and all(whole(i) for i in layers)):
         raise SpecError([r.problem("moe_layers", "expected a non-empty list of layer indices")])
     first, every = layers[0], (layers[1] - layers[0] if len(layers) > 1 else n)
     rule = range(first, n, every) if every >= 1 and 0 <= first < n else range(0)
@@ -277,7 +279,8 @@ def _every(r: Reader, layers, n: int) -> dict:
                                                  "which is what a model spec's moe.every/offset/first_dense express")])
     offset = first % every
     first_dense = first - offset if first >= every else 0
-    return {"every": every, **({"offset": offset} if offset else {}), **({"first_dense": first_dense} if first_dense else {})}
+    return {"every": every, **({"offset": offset} if offset else {}),
+            **({"first_dense": first_dense} if first_dense else {})}
 
 
 ARCHITECTURES = {"MixtralForCausalLM": _mixtral, "Qwen3MoeForCausalLM": _qwen3_moe,

@@ -5,9 +5,9 @@ ops are the q/k/v projections (three GEMMs or one fused), q/k norms (per head ov
 Qwen3; or one over all heads, MiniMax-M2) and rotary positions (none on NoPE layers, Llama
 4), then each member kind's score steps (its own: QK^T, scale, mask, softmax, P.V over S
 keys, the score matrix in HBM), an output gate where the model has one (Qwen3-Next:
-sigmoid(X W_g) times the heads' output, W_g folded into q_proj), then the output projection. Windowed kinds
-(rooflinec.model.kinds.windowed) are of this family: they share the projections and
-parameters and differ only in the keys their scores span.
+sigmoid(X W_g) times the heads' output, W_g folded into q_proj), then the output
+projection. Windowed kinds (rooflinec.model.kinds.windowed) are of this family: they share
+the projections and parameters and differ only in the keys their scores span.
 """
 
 from __future__ import annotations
@@ -144,9 +144,10 @@ class FullAttention(Kind):
 
     def ops(self, model, phase, conv, repeat, members):
         attend = [o for kind, r, p in members for o in kind.core(model, phase, conv, r, p)]
+        out = linear("o_proj", M, n_q * d_head, d_model, "X[M,n_q*d_head] @ W[n_q*d_head,d_model]",
+                     model.out_bias, conv, repeat)
         return [*projections(model, conv, repeat), *positions(model, repeat), *attend,
-                *output_gate(model, repeat), *linear("o_proj", M, n_q * d_head, d_model, "X[M,n_q*d_head] @ W[n_q*d_head,d_model]",
-                        model.out_bias, conv, repeat)]
+                *output_gate(model, repeat), *out]
 
     def output(self, prefix):
         return "o_proj"
