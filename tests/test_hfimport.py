@@ -6,11 +6,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rooflinec.spec import hfimport, load as spec
 from rooflinec.model import params
+from rooflinec.cost import kvcache
 from rooflinec.base.errors import SpecError
 from rooflinec.cost.evaluate import number
 from rooflinec.model.lower import lower
@@ -259,3 +261,169 @@ def test_any_field_value_is_imported_or_refused_with_a_located_error(call, folde
         assert err and all(line.startswith(str(cfg)) for line in err.splitlines()), err
     else:
         assert out.startswith("# A model spec imported")
+
+
+# --- the 2025 architectures (issue 28, item 6): counts against the model cards, by hand ---------
+
+def active(model) -> int:
+    return int(number(params.count(model).active, model_values(model)))
+
+
+def test_qwen3_next_against_its_card():
+    """Qwen/Qwen3-Next-80B-A3B-Instruct's card: 80B total, 3B active (its safetensors hold 81.3B
+    with the multi-token-prediction layer, which transformers does not load). By hand: tables
+    2 * 151936*2048 = 622,329,856; 12 gated full-attention layers of q 2048*(2*16*256) (queries
+    and the output gate) + k, v 2048*512 each + o 4096*2048 + q/k norms 2*256 = 27,263,488;
+    36 Gated DeltaNet layers of in_proj_qkvz 2048*12288 + in_proj_ba 2048*64 + conv 8192*4 +
+    dt_bias, A_log 2*32 + gated norm 128 + out_proj 4096*2048 = 33,718,464; 48 MoE layers of
+    router 2048*512 + 512 experts of 3*2048*512 + a shared expert of 3*2048*512 + its gate 2048
+    = 1,614,809,088; two norms a layer and the final norm: 48*4096 + 2048."""
+    model, _, _ = imported("qwen3-next-80b-a3b-instruct", "Qwen/Qwen3-Next-80B-A3B-Instruct")
+    assert total(model) == (622_329_856 + 12 * 27_263_488 + 36 * 33_718_464 + 48 * 1_614_809_088
+                            + 48 * 4096 + 2048) == 79_674_391_296
+    # active: 10 routed experts and the shared one, 48 * (1,048,576 + 11 * 3,145,728 + 2048) =
+    # 1,711,374,336, beside everything that is not an expert: 3,874,929,408 with both tables
+    assert active(model) == 79_674_391_296 - 48 * (512 - 10) * 3_145_728 == 3_874_929_408
+    assert round(total(model) / 1e9) == 80 and int(active(model) / 1e9) == 3
+
+
+def test_kimi_k2_is_deepseek_v3s_class():
+    """moonshotai/Kimi-K2-Instruct (DeepseekV3ForCausalLM): 1T total, 32B activated on its card;
+    1,026,408,209,408 counted here. By hand: tables 2 * 163840*7168 = 2,348,810,240; per layer
+    MLA q_a 7168*1536 + q_b 1536*64*192 + kv_a 7168*576 + kv_b 512*64*256 + o 64*128*7168 +
+    norms 1536 + 512 = 101,124,096 (+ 2*7168 layer norms); 1 dense layer of 3*7168*18432
+    = 396,361,728; 60 MoE layers of router 7168*384 + 385 experts (384 routed, 1 shared) of
+    3*7168*2048 = 16,958,226,432; the final norm 7168."""
+    model, _, _ = imported("kimi-k2-instruct", "moonshotai/Kimi-K2-Instruct")
+    per_layer = 101_124_096 + 2 * 7168
+    assert total(model) == (2_348_810_240 + 61 * per_layer + 396_361_728 + 60 * 16_958_226_432
+                            + 7168) == 1_026_408_209_408
+    assert round(active(model) / 1e9) == 33   # the card's 32B, with both 1.17B tables counted
+
+
+def test_llama4_scout_against_its_card():
+    """meta-llama/Llama-4-Scout-17B-16E's card: 17B active, 109B total (with its 1.9B vision
+    encoder, which a text spec leaves out). Text by hand: tables 2 * 202048*5120 =
+    2,068,971,520; 48 layers of q, o 5120*5120 each + k, v 5120*1024 each + norms 2*5120 =
+    62,924,800 and a MoE of router 5120*16 + 16 experts and a shared one of 3*5120*8192 =
+    2,139,176,960; the final norm 5120. Active: 1 routed expert and the shared one."""
+    model, _, _ = imported("llama-4-scout-17b-16e")
+    assert total(model) == 2_068_971_520 + 48 * (62_924_800 + 2_139_176_960) + 5120 == 107_769_861_120
+    assert active(model) == 107_769_861_120 - 48 * 15 * 125_829_120 == 17_172_894_720
+    assert round(active(model) / 1e9) == 17
+
+
+def test_llama4_maverick_interleaves_dense_and_moe_layers(tmp_path):
+    """Llama-4-Maverick-17B-128E (card: 17B active, 400B total) is Scout's text shape with 128
+    experts on every other layer (interleave_moe_layer_step 2, moe_layers 1, 3, ..., 47) and
+    no qk-norm; its 24 dense layers are an MLP of intermediate_size_mlp 16384. By hand: 24 dense
+    layers of 62,924,800 + 3*5120*16384 = 314,583,040; 24 MoE layers of 62,924,800 + router
+    5120*128 + 129 experts of 125,829,120 = 16,295,536,640; tables and final norm as Scout's."""
+    config = json.loads((CONFIGS / "llama-4-scout-17b-16e" / "config.json").read_text())
+    config.update(num_local_experts=128, interleave_moe_layer_step=2, moe_layers=list(range(1, 48, 2)),
+                  use_qk_norm=False)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    text, _ = hfimport.convert(str(tmp_path))
+    model = spec.load_model(str(tmp_path / "m.yaml"), text)
+    assert (model.moe.every, model.moe.offset, model.d_ff) == (2, 1, 16384)
+    assert total(model) == 2_068_971_520 + 24 * (314_583_040 + 16_295_536_640) + 5120 == 400_711_848_960
+    assert round(total(model) / 1e9) == 401 and round(active(model) / 1e9) == 17
+
+
+def test_glm4_moe_against_the_glm45_card():
+    """GLM-4.5's README (zai-org/GLM-4.5): 355B total, 32B active, for the shape GLM-4.6/4.7 keep
+    (tests/hf_configs/glm-4.7). By hand: tables 2 * 151552*5120 = 1,551,892,480; 92 layers of
+    q 5120*12288 + k, v 5120*1024 each + their biases 12288 + 2*1024 + o 12288*5120 + q/k norms
+    2*128 + norms 2*5120 = 136,339,712; 3 dense layers of 3*5120*12288 = 188,743,680; 89 MoE
+    layers of router 5120*160 + 161 experts (one shared) of 3*5120*1536 = 3,799,285,760; the
+    final norm 5120: 352,797,814,784, 0.6% under the card's rounded 355B (the checkpoint adds
+    the multi-token-prediction layer, which transformers does not load)."""
+    model, notes, _ = imported("glm-4.7")
+    assert total(model) == (1_551_892_480 + 92 * 136_339_712 + 3 * 188_743_680 + 89 * 3_799_285_760
+                            + 5120) == 352_797_814_784
+    assert abs(total(model) / 355e9 - 1) < 0.01 and round(active(model) / 1e9) == 34
+    assert any(n.path == "num_nextn_predict_layers" for n in notes)
+
+
+def test_minimax_m2_against_its_card():
+    """MiniMaxAI/MiniMax-M2's card: 230B total, 10B active (M2.5 keeps the shape:
+    tests/hf_configs/minimax-m2.5). By hand: tables 2 * 200064*3072 = 1,229,193,216; 62 layers
+    of q 3072*6144 + k, v 3072*1024 each + o 6144*3072 + q/k norms over all heads (6144 + 1024)
+    + norms 2*3072 = 44,053,504, and router 3072*256 + 256 experts of 3*3072*1536 =
+    3,624,665,088; the final norm 3072. Without the three multi-token-prediction modules."""
+    model, _, _ = imported("minimax-m2.5")
+    assert model.qk_norm == "layer"
+    assert total(model) == 1_229_193_216 + 62 * (44_053_504 + 3_624_665_088) + 3072 == 228_689_748_992
+    assert round(total(model) / 1e9) == 229 and round((active(model) - 614_596_608) / 1e9) == 10
+
+
+@pytest.mark.parametrize(("stem", "folder", "hf_id"), [
+    ("qwen3-next-80b-a3b", "qwen3-next-80b-a3b-instruct", "Qwen/Qwen3-Next-80B-A3B-Instruct"),
+    ("kimi-k2", "kimi-k2-instruct", "moonshotai/Kimi-K2-Instruct")])
+def test_catalog_entries_are_the_importers_output(stem, folder, hf_id):
+    """The catalog's Qwen3-Next-80B-A3B and Kimi-K2 are `rooflinec import --hf-id` of the configs
+    above, whose counts are checked against the cards: regenerating them changes nothing but the
+    card's figures the shipped source adds."""
+    shipped = yaml.safe_load((Path(spec.__file__).parent / "catalog" / "models" / f"{stem}.yaml").read_text(encoding="utf-8"))
+    imported_now = yaml.safe_load(hfimport.convert(str(CONFIGS / folder), hf_id)[0])
+    assert shipped["source"].startswith(imported_now.pop("source") + "; model card")
+    assert {k: v for k, v in shipped.items() if k != "source"} == imported_now
+
+
+def test_nope_layers_cost_no_rope_and_the_output_gate_its_elementwise_pass():
+    """Issue 28, item 5. Llama 4 Scout at one decode token (M = 1): RoPE is 3 FLOPs an element of
+    q and k, 3 * (40 + 8) * 128 = 18,432 a layer, on the 36 RoPE layers only: 663,552 a step
+    (48 layers would be 884,736); it reads and writes q and k and reads a cos and a sin row,
+    (2 * 48 + 2) * 128 elements of 2 bytes = 25,088 B a layer. Qwen3-Next's output gate: sigmoid
+    (costed as SiLU) and a multiply over 16 * 256 = 4,096 elements of each of its 12 full layers;
+    the multiply reads two operands and writes one, 3 * 4,096 * 2 B = 24,576 B a layer."""
+    scout, _, _ = imported("llama-4-scout-17b-16e")
+    rope = next(o for o in lower(scout, "decode").ops if o.name == "rope")
+    values = {**model_values(scout), M: 1, b: 2}
+    assert (rope.cost.flops * rope.repeat).subs(values) == 36 * 18_432 == 663_552
+    assert rope.cost.bytes.subs(values) == 25_088
+    nxt, _, _ = imported("qwen3-next-80b-a3b-instruct")
+    ops = {o.name: o for o in lower(nxt, "decode").ops}
+    values = {**model_values(nxt), M: 1, b: 2}
+    assert (ops["attn_gate_mul"].cost.flops * ops["attn_gate_mul"].repeat).subs(values) == 12 * 4096
+    assert ops["attn_gate_mul"].cost.bytes.subs(values) == 24_576
+    assert ops["attn_gate_sigmoid"].repeat.subs(values) == 12
+
+
+def test_llama4_release_config_is_read_through_its_text_config(tmp_path):
+    """The published Llama-4-Scout config.json is Llama4ForConditionalGeneration: its text_config
+    is the Llama4ForCausalLM config (the same count as the text-only one above), vision_config is
+    noted as left out, and a bad text field is located at text_config.FIELD."""
+    model, notes, _ = imported("llama-4-scout-17b-16e-release", "meta-llama/Llama-4-Scout-17B-16E")
+    text_only, _, _ = imported("llama-4-scout-17b-16e")
+    assert total(model) == total(text_only) == 107_769_861_120 and model.nope == text_only.nope
+    assert any(n.path == "vision_config" and "vision encoder" in n.message for n in notes)
+    assert any(n.path == "text_config.use_qk_norm" for n in notes)
+    config = json.loads((CONFIGS / "llama-4-scout-17b-16e-release" / "config.json").read_text())
+    config["text_config"]["num_hidden_layers"] = 0
+    (tmp_path / "config.json").write_text(json.dumps(config, indent=2))
+    with pytest.raises(SpecError) as err:
+        hfimport.convert(str(tmp_path))
+    line = next(i for i, t in enumerate((tmp_path / "config.json").read_text().splitlines(), 1)
+                if '"num_hidden_layers"' in t)
+    assert str(err.value).startswith(f"{tmp_path / 'config.json'}:{line}:") and \
+        "text_config.num_hidden_layers: expected a positive whole number" in str(err.value)
+
+
+@pytest.mark.parametrize(("folder", "per_token", "at_32k"), [
+    # 12 gated full layers keep K and V of 2 heads of 256 at 2 B: 12 * 2*2*256*2 = 24,576 B a token;
+    # 36 Gated DeltaNet layers keep per sequence 32*128*128 state + 3 * 8,192 conv inputs =
+    # 548,864 elements, 36 * 1,097,728 B = 39,518,208 B: 24,576 * 32,768 + 39,518,208
+    ("qwen3-next-80b-a3b-instruct", 24_576, 844_824_576),
+    # 48 layers of 2*8*128*2 = 4,096 B; the 36 chunked layers keep at most the 8,192-token chunk:
+    # 36 * 4,096 * 8,192 + 12 * 4,096 * 32,768
+    ("llama-4-scout-17b-16e", 196_608, 2_818_572_288),
+    ("glm-4.7", 92 * 2 * 8 * 128 * 2, 92 * 4096 * 32_768),            # 376,832 B a token
+    ("minimax-m2.5", 62 * 2 * 8 * 128 * 2, 62 * 4096 * 32_768),       # 253,952 B a token
+    ("kimi-k2-instruct", 61 * (512 + 64) * 2, 61 * 1152 * 32_768),    # MLA's latent and rope key
+])
+def test_cache_bytes_by_hand(folder, per_token, at_32k):
+    """Issue 28, item 6: KV and state bytes per token and per sequence (S = 32,768, bf16)."""
+    model, _, _ = imported(folder)
+    assert kvcache.per_token(model, 2) == per_token
+    assert kvcache.per_sequence(model, 2, 32_768) == at_32k

@@ -11,6 +11,25 @@ The rules, from huggingface/transformers (read at commit 00d4b3d2):
 - src/transformers/models/gpt2/modeling_gpt2.py, GPT2Attention.__init__: `head_dim =
   embed_dim // num_heads`, and a ValueError "`embed_dim` must be divisible by num_heads"
   where head_dim * num_heads != embed_dim.
+- src/transformers/models/qwen3_next/configuration_qwen3_next.py, Qwen3NextConfig: without
+  layer_types, layer i is "linear_attention" if (i + 1) % full_attention_interval else
+  "full_attention"; modular_qwen3_next.py, Qwen3NextDecoderLayer: Qwen3NextGatedDeltaNet on
+  linear_attention layers, Qwen3NextAttention (q_proj of num_attention_heads * head_dim * 2,
+  `attn_output * torch.sigmoid(gate)`) on full ones; the MLP rule is Qwen3-MoE's.
+- src/transformers/models/llama4/configuration_llama4.py, Llama4TextConfig: no_rope_layers
+  defaults to `int((layer_idx + 1) % no_rope_layer_interval != 0)`, moe_layers to
+  `range(interleave_moe_layer_step - 1, num_hidden_layers, interleave_moe_layer_step)`,
+  layer_types to "chunked_attention" where no_rope_layers[i] else "full_attention";
+  modeling_llama4.py: Llama4TextAttention applies RoPE where `config.no_rope_layers[layer_idx]`,
+  Llama4TextDecoderLayer is Llama4TextMoe where `layer_idx in config.moe_layers`, else
+  Llama4TextMLP of intermediate_size_mlp.
+- src/transformers/models/glm4_moe/modular_glm4_moe.py, Glm4MoeDecoderLayer: Glm4MoeSparseMoeBlock
+  where `layer_idx >= config.first_k_dense_replace`, else Glm4MoeMLP of intermediate_size.
+- src/transformers/models/minimax_m2/modular_minimax_m2.py: MiniMaxM2Attention is
+  FlexOlmoAttention's, q_norm = RMSNorm(num_attention_heads * head_dim) and k_norm over
+  num_key_value_heads * head_dim (one norm over all heads); every layer full attention and MoE.
+- modular_qwen3_next.py, Qwen3NextRotaryEmbedding.compute_default_rope_parameters (Glm4Moe's is
+  the same): RoPE turns `dim = int(head_dim * partial_rotary_factor)` dimensions of each head.
 """
 
 from __future__ import annotations
@@ -30,7 +49,10 @@ from rooflinec.model import params
 from rooflinec.cli.app import run
 from rooflinec.base.errors import SpecError
 from rooflinec.cost.evaluate import number
+from rooflinec.model import kinds
+from rooflinec.model.lower import lower
 from rooflinec.model.moe import MoE
+from rooflinec.model.symbols import L, M
 from rooflinec.model.symbol_table import model_values
 
 CONFIGS = Path(__file__).resolve().parent / "hf_configs"
@@ -209,3 +231,183 @@ def test_qwen3_moe_mlp_only_layers_the_rule_cannot_hold_are_noted(tmp_path):
     model, text, _ = _import(tmp_path, config)
     assert model.moe.dense_layers(48) == 0   # costed as the step rule says, and the spec says so
     assert any("mlp_only_layers" in line and "not modelled" in line for line in text.splitlines())
+
+
+# --- issue 28, item 6: the 2025 importers against their modeling files --------------------------
+
+def _mixer_per_layer(model) -> list[str]:
+    return [next(k.name for k, n in kinds.counts(model, "mixer", i, i + 1) if n) for i in range(model.n_layers)]
+
+
+@pytest.mark.parametrize(("interval", "n_layers"), [(4, 48), (1, 8), (3, 10), (6, 5)])
+def test_qwen3_next_mixers_follow_full_attention_interval(tmp_path, interval, n_layers):
+    """Qwen3NextConfig's rule (module docstring), layer by layer."""
+    config = _config("qwen3-next-80b-a3b-instruct")
+    config.update(full_attention_interval=interval, num_hidden_layers=n_layers)
+    model, _, _ = _import(tmp_path, config)
+    want = ["linear" if (i + 1) % interval else "full" for i in range(n_layers)]
+    assert _mixer_per_layer(model) == want
+
+
+def test_qwen3_next_layer_types_win_over_the_interval(tmp_path):
+    """A config whose layer_types differ from the interval's pattern is costed with its own."""
+    config = _config("qwen3-next-80b-a3b-instruct")
+    config["layer_types"] = ["full_attention", "linear_attention"] * 24
+    model, _, _ = _import(tmp_path, config)
+    assert model.pattern == ("full", "linear") and _mixer_per_layer(model).count("full") == 24
+
+
+def test_qwen3_next_layer_types_out_of_rule_are_located(tmp_path):
+    config = _config("qwen3-next-80b-a3b-instruct")
+    config["layer_types"] = ["sliding_attention"] * 48
+    with pytest.raises(SpecError) as err:
+        _import(tmp_path, config)
+    assert LOCATED.match(str(err.value)) and ": layer_types: expected a list of 48 entries" in str(err.value)
+
+
+def test_qwen3_next_attention_is_gated_and_its_mlp_follows_qwen3_moe(tmp_path):
+    """q_proj yields queries and the gate (2 * 16 * 256 outputs); the output is multiplied by
+    sigmoid(gate): 1 FLOP an element for the multiply. decoder_sparse_step 2 leaves layers
+    0, 2, ... dense of intermediate_size 5120 (Qwen3MoeDecoderLayer's rule)."""
+    config = _config("qwen3-next-80b-a3b-instruct")
+    config["decoder_sparse_step"] = 2
+    model, _, _ = _import(tmp_path, config)
+    assert model.output_gate and model.moe.shared_gate and model.moe.dense_layers(48) == 24
+    ops = {o.name: o for o in lower(model, "decode").ops}
+    assert ops["q_proj"].cost.flops.subs(model_values(model)).subs(M, 1) == 2 * 2048 * 2 * 16 * 256
+    assert ops["attn_gate_mul"].repeat == L - 36 and "attn_gate_mul" in [o.name for o in lower(model, "prefill").ops]
+    assert _sparse_by_transformers(48, 2).count(True) == model.moe.moe_layers(0, 48) == 24
+
+
+@pytest.mark.parametrize("rope", [[1, 1, 1, 0] * 12, [1, 0] * 24, [0] + [1] * 47, [1] * 48])
+def test_llama4_rope_skips_exactly_the_no_rope_layers(tmp_path, rope):
+    """Llama4TextAttention applies RoPE where no_rope_layers[i] is 1: the RoPE op repeats over
+    those layers only, and a layer attends chunked exactly when it uses RoPE (layer_types'
+    default)."""
+    config = _config("llama-4-scout-17b-16e")
+    config["no_rope_layers"] = rope
+    model, _, _ = _import(tmp_path, config)
+    ops = {o.name: o for o in lower(model, "decode").ops}
+    assert ops["rope"].repeat.subs(L, 48) == rope.count(1)
+    assert _mixer_per_layer(model) == ["sliding" if x else "full" for x in rope]   # chunked: the sliding bound
+
+
+def test_llama4_defaults_follow_its_config_class(tmp_path):
+    """Without no_rope_layers, moe_layers and layer_types: NoPE every no_rope_layer_interval-th
+    layer, MoE every interleave_moe_layer_step-th from step - 1 (Llama4TextConfig)."""
+    config = _config("llama-4-scout-17b-16e")
+    for key in ("no_rope_layers", "moe_layers"):
+        del config[key]
+    config.update(no_rope_layer_interval=3, interleave_moe_layer_step=3, num_hidden_layers=12)
+    model, _, _ = _import(tmp_path, config)
+    assert model.nope == (False, False, True) and model.pattern == ("chunked", "chunked", "full")
+    moe = [model.moe.moe_layers(i, i + 1) == 1 for i in range(12)]
+    assert moe == [i in range(2, 12, 3) for i in range(12)]
+    assert model.moe.dense_layers(12) == 8 and model.d_ff == 16384
+
+
+def test_llama4_moe_layers_off_any_rule_are_located(tmp_path):
+    config = _config("llama-4-scout-17b-16e")
+    config["moe_layers"] = [0, 1, 5]
+    with pytest.raises(SpecError) as err:
+        _import(tmp_path, config)
+    assert LOCATED.match(str(err.value)) and ": moe_layers: these MoE layers are not every k-th" in str(err.value)
+
+
+@pytest.mark.parametrize("first", [0, 3, 91])
+def test_glm4_moe_dense_layers_are_the_first_k(tmp_path, first):
+    """Glm4MoeDecoderLayer: sparse where layer_idx >= first_k_dense_replace."""
+    config = _config("glm-4.7")
+    config["first_k_dense_replace"] = first
+    model, _, _ = _import(tmp_path, config)
+    assert [model.moe.moe_layers(i, i + 1) == 1 for i in range(92)] == [i >= first for i in range(92)]
+
+
+def test_minimax_m2_norms_q_and_k_over_all_heads(tmp_path):
+    """FlexOlmoAttention's q_norm over 48 * 128 and k_norm over 8 * 128 elements: 7,168 gains a
+    layer (a per-head norm would hold 2 * 128); the same FLOPs as per-head norms."""
+    model, _, _ = _import(tmp_path, _config("minimax-m2.5"))
+    per_head = spec.Model(**{**model.__dict__, "qk_norm": True})
+    assert _total(model) - _total(per_head) == 62 * (7168 - 256)
+    ops, heads = ({o.name: o for o in lower(m, "decode").ops} for m in (model, per_head))
+    assert (ops["q_norm"].cost.flops - heads["q_norm"].cost.flops).expand() == 0
+
+
+def test_minimax_lightning_layers_are_refused_located(tmp_path):
+    """attn_type 0 (MiniMax-M1's lightning attention) does not map onto the Gated DeltaNet kind."""
+    config = _config("minimax-m2.5")
+    config["attn_type_list"][7] = 0
+    with pytest.raises(SpecError) as err:
+        _import(tmp_path, config)
+    assert LOCATED.match(str(err.value)) and ": attn_type_list: lightning attention" in str(err.value)
+
+
+def test_nope_beside_linear_layers_is_refused(tmp_path):
+    data = yaml.safe_load(hfimport.convert(str(CONFIGS / "qwen3-next-80b-a3b-instruct"))[0])
+    data["attention"]["nope"] = [False, True]
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(SpecError) as err:
+        spec.load_model(str(path))
+    assert "attention.nope" in str(err.value) and "other mixers" in str(err.value)
+
+
+@pytest.mark.parametrize("folder", ["qwen3-next-80b-a3b-instruct", "qwen3-30b-a3b", "llama-4-scout-17b-16e"])
+def test_a_billion_layers_import_in_closed_form(tmp_path, folder):
+    """The per-layer rules (mlp_only_layers, full_attention_interval, no_rope_layer_interval,
+    interleave_moe_layer_step) are read in closed form: a billion layers once ran out of memory
+    building Qwen3-MoE's list of sparse layers. Llama 4's per-layer lists must then be left out."""
+    config = _config(folder)
+    config["num_hidden_layers"] = 10**9
+    for key in ("no_rope_layers", "moe_layers"):
+        config.pop(key, None)
+    model, _, _ = _import(tmp_path, config)
+    assert model.n_layers == 10**9 and model.moe.moe_layers(0, 10**9) > 0
+
+
+def test_minimax_m1_is_refused_with_its_reason(tmp_path):
+    """MiniMaxM1ForCausalLM: lightning attention is not the Gated DeltaNet kind; refused, located
+    at `architectures`, saying why (not as an unknown architecture)."""
+    config = _config("minimax-m2.5")
+    config["architectures"] = ["MiniMaxM1ForCausalLM"]
+    with pytest.raises(SpecError) as err:
+        _import(tmp_path, config)
+    assert LOCATED.match(str(err.value)) and "architectures[0]: architecture MiniMaxM1ForCausalLM is not covered: " \
+        "lightning attention" in str(err.value)
+
+
+@pytest.mark.parametrize(("factor", "turned"), [(0.25, 64), (0.5, 128), (0.3, 76), (1.0, None)])
+def test_partial_rotary_turns_int_head_dim_times_factor(tmp_path, factor, turned):
+    """Qwen3-Next's head_dim 256: RoPE over int(256 * factor) dimensions of each q and k head, 3
+    FLOPs an element: at 0.25, 3 * 64 * (16 + 2) = 3,456 a token and layer (all 256: 13,824)."""
+    config = _config("qwen3-next-80b-a3b-instruct")
+    config["partial_rotary_factor"] = factor
+    model, _, _ = _import(tmp_path, config)
+    assert model.rotary_dim == turned
+    rope = next(o for o in lower(model, "decode").ops if o.name == "rope")
+    assert rope.cost.flops.subs(model_values(model)).subs(M, 1) == 3 * (turned or 256) * 18
+
+
+@pytest.mark.parametrize("bad", [0, -0.5, 1.5, "half", True])
+def test_partial_rotary_out_of_range_is_located(tmp_path, bad):
+    config = _config("glm-4.7")
+    config["partial_rotary_factor"] = bad
+    with pytest.raises(SpecError) as err:
+        _import(tmp_path, config)
+    assert LOCATED.match(str(err.value)) and ": partial_rotary_factor: expected a fraction" in str(err.value)
+
+
+def test_rotary_dim_above_head_dim_is_refused(tmp_path):
+    config = _config("minimax-m2.5")
+    config["rotary_dim"] = 256
+    with pytest.raises(SpecError) as err:
+        _import(tmp_path, config)
+    assert LOCATED.match(str(err.value)) and "rotary_dim 256 exceeds head_dim 128" in str(err.value)
+
+
+def test_qwen3_next_without_linear_layers_notes_the_unused_shape(tmp_path):
+    config = _config("qwen3-next-80b-a3b-instruct")
+    config["layer_types"] = ["full_attention"] * 48
+    model, text, _ = _import(tmp_path, config)
+    assert not model.pattern and not model.blocks
+    assert "linear_num_value_heads: not modelled; costs nothing (no layer is linear_attention" in text

@@ -41,6 +41,7 @@ class MoE:
     every: int = 1             # a MoE layer every `every` layers after those
     imbalance: float = 1       # rho: routing concentrated on E/rho equally likely experts
     offset: int = 0            # ... namely those i with i % every == offset
+    shared_gate: bool = False  # the shared experts' output scaled by sigmoid(X W[d_model,1]) (Qwen3-Next)
 
     def moe_layers(self, first: int, stop: int) -> int:
         """MoE layers among layers first .. stop - 1: those i >= first_dense with
@@ -64,7 +65,7 @@ def from_spec(section: dict | None) -> MoE | None:
     return MoE(section["experts"], section["top_k"], section["d_expert"],
                section.get("shared_experts", 0), section.get("d_shared", 0),
                section.get("first_dense", 0), section.get("every", 1), section.get("imbalance", 1),
-               section.get("offset", 0))
+               section.get("offset", 0), section.get("shared_gate", False))
 
 
 def values(model) -> dict:
@@ -111,6 +112,11 @@ def ffn(model, dense_mlp, moe_repeat) -> list:
                     repeat=moe_repeat, shape="top-k of softmax(scores[M,E]) -> k gates per token")]
     if model.moe.shared_experts:
         ops += renamed(dense_mlp(), "shared_", moe_repeat, d_s)
+    if model.moe.shared_experts and model.moe.shared_gate:   # Qwen2-MoE / Qwen3-Next's shared_expert_gate
+        ops += [make_op("shared_expert_gate", "gemm", "linear", M, d_model, 1, b, repeat=moe_repeat,
+                        shape="X[M,d_model] @ W[d_model,1]", crossing=M),
+                make_op("shared_expert_scale", "gate_mul", "elementwise", M * d_model, b, repeat=moe_repeat,
+                        shape="sigmoid(g[M,1]) * Y_shared[M,d_model] (the sigmoid's M values left out)")]
     rows, gated = "X[M*k routed rows,d_model]", model.mlp_kind in ("swiglu", "geglu")
     act = {"swiglu": "silu", "geglu": "gelu", "gelu": "gelu"}[model.mlp_kind]
 

@@ -25,6 +25,7 @@ COST_FREE = {
     "summary_first_dropout": "dropout of a classification head the LM does not use",
     "bos_token_id": "a token id", "eos_token_id": "a token id", "pad_token_id": "a token id",
     "torch_dtype": "the checkpoint's storage dtype; the study's dtype sets bytes per element",
+    "dtype": "the checkpoint's storage dtype (torch_dtype's newer name); the study's dtype sets bytes per element",
     "transformers_version": "the library version that wrote the file",
     "use_cache": "a library switch; the cost model always keeps a KV cache in decode",
     "sliding_window_size": "the same as sliding_window, noted there when it is on",
@@ -47,6 +48,7 @@ COST_FREE = {
     "summary_activation": "a classification head the LM does not use",
     "summary_proj_to_labels": "a classification head the LM does not use",
     "tie_word_embeddings": "mapped to tied_embeddings",
+    "boi_token_index": "a token id", "eoi_token_index": "a token id", "image_token_index": "a token id",
 }
 
 
@@ -108,6 +110,18 @@ class Reader:
                     f"not modelled; unknown to the {arch} mapping, so what it changes is not counted")
             out.append(self.doc.problem((key,), text, at_key=True))
         return out
+
+
+class Inner:
+    """The text model's config inside a multimodal one (Llama 4's `text_config`), read as a config
+    of its own: its problems are located at text_config.FIELD in the file."""
+
+    def __init__(self, doc: yamlio.Located, key: str):
+        self.outer, self.key = doc, key
+        self.file, self.data = doc.file, doc.data[key]
+
+    def problem(self, path: tuple, message: str, at_key: bool = False) -> Problem:
+        return self.outer.problem((self.key, *path), message, at_key)
 
 
 def _optional(r: Reader, key: str, default: int) -> int:
@@ -205,8 +219,13 @@ def _decoder(r: Reader, act_key: str = "hidden_act", act_default: str = "silu") 
     }
     if r.data.get("max_position_embeddings") is not None:
         spec["max_context"] = r.need("max_position_embeddings")
-    if r.data.get("partial_rotary_factor", 1.0) != 1.0:
-        r.note("partial_rotary_factor", "that RoPE turns only part of each head; costed on all of it")
-    else:
-        r.used.add("partial_rotary_factor")
+    factor = r.get("partial_rotary_factor", 1.0)
+    if factor is None:
+        factor = 1.0
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
+        raise SpecError([r.problem("partial_rotary_factor", f"expected a fraction of the head above 0 and at "
+                                                            f"most 1, got {json.dumps(factor)}")])
+    rotary = int(head_dim * factor)   # transformers' rotary embeddings: dim = int(head_dim * factor)
+    if rotary < head_dim:
+        spec["attention"]["rotary_dim"] = max(rotary, 1)
     return spec

@@ -15,8 +15,9 @@ import yaml
 from rooflinec.spec import validate
 from rooflinec.base import yamlio
 from rooflinec.base.errors import Problem, SpecError, one_line
-from rooflinec.spec.hfconfig import COSTLESS, Reader, _decoder, _layer_types, _optional, _window
-from rooflinec.spec.hfimport_moe import ARCHITECTURES as MOE   # experts and latent attention
+from rooflinec.spec.hfconfig import COSTLESS, Inner, Reader, _decoder, _layer_types, _optional, _window
+from rooflinec.spec.hfimport_moe import ARCHITECTURES as MOE   # experts, latent and linear attention
+from rooflinec.spec.hfimport_moe import MINIMAX_M1
 
 
 def _llama(r: Reader) -> dict:
@@ -103,6 +104,16 @@ ARCHITECTURES = {
 }
 
 
+# multimodal configs whose text model is a covered architecture: (its class, the section holding
+# it, what the rest leaves out)
+WRAPPED = {"Llama4ForConditionalGeneration": ("Llama4ForCausalLM", "text_config", {
+    "vision_config": "the vision encoder and its projector (images): the spec is the text decoder"})}
+
+
+# architectures refused with their reason rather than as unknown
+REFUSED = {"MiniMaxM1ForCausalLM": MINIMAX_M1, "MiniMaxText01ForCausalLM": MINIMAX_M1}
+
+
 NAMED = 8                                   # fields the summary line names of each kind
 
 
@@ -157,16 +168,38 @@ def mapped(path: str, hf_id: str | None = None) -> tuple[dict, list[Problem]]:
     r.used.update({"model_type", "_name_or_path"})   # read for the name, or only informative
     archs = r.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs else None
-    if not isinstance(arch, str) or arch not in ARCHITECTURES:
+    if isinstance(arch, str) and arch in REFUSED:
+        raise SpecError([doc.problem(("architectures", 0), f"architecture {arch} is not covered: {REFUSED[arch]}")])
+    if not isinstance(arch, str) or arch not in {**ARCHITECTURES, **WRAPPED}:
         raise SpecError([doc.problem(("architectures", 0) if arch is not None else (),
                                      f"architecture {json.dumps(arch)} is not covered; covered: "
-                                     f"{', '.join(ARCHITECTURES)}")])
-    spec = ARCHITECTURES[arch](r)
-    name = _model_name(hf_id, r.data.get("_name_or_path"), arch)
-    source = f"{hf_id or r.data.get('_name_or_path') or 'an unnamed'} config.json ({arch}), imported by rooflinec import"
-    notes = sorted(r.notes + r.leftovers(arch), key=lambda p: (p.line, p.col))
+                                     f"{', '.join([*ARCHITECTURES, *WRAPPED])}")])
+    outer = []
+    if arch in WRAPPED:
+        text_arch, key, left_out = WRAPPED[arch]
+        outer, r = _unwrapped(r, key, left_out, arch), Reader(Inner(doc, key))
+        r.used.update({"model_type", "_name_or_path"})
+    spec = ARCHITECTURES[WRAPPED[arch][0] if arch in WRAPPED else arch](r)
+    if outer and "tie_word_embeddings" not in r.data:   # Llama4Config's own, when the text's is unsaid
+        spec["tied_embeddings"] = outer[0]
+    name = _model_name(hf_id, doc.data.get("_name_or_path"), arch)
+    source = f"{hf_id or doc.data.get('_name_or_path') or 'an unnamed'} config.json ({arch}), imported by rooflinec import"
+    notes = sorted([*outer[1:], *r.notes, *r.leftovers(arch)], key=lambda p: (p.line, p.col))
     head = {"name": name, **({"hf_id": hf_id} if hf_id else {})}
     return {**head, **spec, "source": source}, notes
+
+
+def _unwrapped(r: Reader, key: str, left_out: dict, arch: str) -> list:
+    """The multimodal config's own fields: [its tie_word_embeddings, then the notes on the rest].
+    The text model's section must be a mapping; each other section is noted with what it leaves out."""
+    if not isinstance(r.data.get(key), dict):
+        raise SpecError([r.problem(key, f"expected the text model's config as a mapping, which {arch} "
+                                        f"holds in '{key}'")])
+    r.used.add(key)
+    tied = r.flag("tie_word_embeddings", False)
+    for section, what in left_out.items():
+        r.note(section, what)
+    return [tied, *r.notes, *r.leftovers(arch)]
 
 
 def _model_name(hf_id, name_or_path, arch: str) -> str:

@@ -1,11 +1,17 @@
-"""`rooflinec import` for mixture-of-experts and latent-attention architectures: Mixtral,
-Qwen3-MoE, DeepSeek-V3 and gpt-oss. Each maps the shared decoder fields (hfconfig._decoder),
-then its experts (and DeepSeek's MLA); every other field is mapped, costs nothing, or is noted."""
+"""`rooflinec import` for mixture-of-experts, latent- and linear-attention architectures:
+Mixtral, Qwen3-MoE, Qwen3-Next, DeepSeek-V3 (and Kimi-K2, its class), GLM-4.5 (Glm4Moe),
+MiniMax-M2, Llama 4 and gpt-oss. Each maps the shared decoder fields (hfconfig._decoder), then
+its experts (and DeepSeek's MLA, Qwen3-Next's Gated DeltaNet layers); every other field is
+mapped, costs nothing, or is noted. Each rule cites the transformers class it mirrors
+(tests/test_import_rules.py checks them layer by layer)."""
 
 from __future__ import annotations
 
-from rooflinec.model import quant
-from rooflinec.spec.hfconfig import Reader, _decoder, _layer_types, _window, count, kind_section
+import json
+
+from rooflinec.base.errors import SpecError
+from rooflinec.model import kinds, quant
+from rooflinec.spec.hfconfig import COSTLESS, Reader, _decoder, _layer_types, _period, _window, count, kind_section
 
 # routing and training switches that change no FLOP or byte count of inference
 ROUTING_FREE = ("router_aux_loss_coef", "output_router_logits", "norm_topk_prob", "aux_loss_alpha",
@@ -37,7 +43,7 @@ def _mixtral(r: Reader) -> dict:
 
 def _qwen3_moe(r: Reader) -> dict:
     spec = _decoder(r)
-    spec["attention"]["qk_norm"] = True
+    spec["attention"]["qk_norm"] = True   # Qwen3MoeAttention: q_norm, k_norm = RMSNorm(head_dim)
     # transformers' Qwen3MoeDecoderLayer: layer i is sparse when (i + 1) % decoder_sparse_step == 0
     # (and layer_idx not in mlp_only_layers)
     step = r.need("decoder_sparse_step")
@@ -57,15 +63,14 @@ def _qwen3_moe(r: Reader) -> dict:
 
 def _mlp_only(dense, step: int, n_layers: int) -> int | None:
     """mlp_only_layers as `first_dense`: the first sparse layer, where the sparse layers left are
-    exactly the step rule's from there on (a leading run of dense layers); else None."""
+    exactly the step rule's from there on (a leading run of dense layers); else None. In closed
+    form over the listed layers: a billion layers cost as little as two."""
     if not (isinstance(dense, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in dense)):
         return None
-    rule = [i for i in range(n_layers) if (i + 1) % step == 0]
-    sparse = [i for i in rule if i not in dense]
-    if sparse == rule:
-        return 0
-    first = sparse[0] if sparse else n_layers
-    return first if sparse == [i for i in rule if i >= first] else None
+    removed = sorted({i for i in dense if 0 <= i < n_layers and (i + 1) % step == 0})
+    if removed != [step - 1 + j * step for j in range(len(removed))]:
+        return None   # a rule layer dense in the middle of the sparse ones
+    return min(step - 1 + len(removed) * step, n_layers) if removed else 0
 
 
 def _deepseek_v3(r: Reader) -> dict:
@@ -97,5 +102,190 @@ def _gpt_oss(r: Reader) -> dict:
     return spec
 
 
+def _per_layer(r: Reader, key: str, n: int, accepted: dict) -> list | None:
+    """A per-layer list field as its entries mapped by `accepted` (None where the config leaves
+    it out); refused, located, unless it has one accepted entry per layer."""
+    items = r.get(key)
+    if items is None:
+        return None
+    if not isinstance(items, list) or len(items) != n or any(
+            not isinstance(i, (str, int)) or isinstance(i, bool) or i not in accepted for i in items):
+        raise SpecError([r.problem(key, f"expected a list of {n} entries (num_hidden_layers), each one of "
+                                        f"{', '.join(json.dumps(a) for a in accepted)}")])
+    return [accepted[i] for i in items]
+
+
+def _repeating(items: list) -> list:
+    """A per-layer list as its shortest repeating period (rooflinec's patterns repeat from layer 0)."""
+    return items[:_period(items)]
+
+
+def _every_kth(r: Reader, key: str, n: int, others: str, kth: str) -> list:
+    """The period of a per-layer rule "`kth` where (i + 1) % interval == 0, else `others`"
+    (Qwen3-Next's full_attention_interval, Llama 4's no_rope_layer_interval), in closed form:
+    an interval of a billion layers costs nothing to read."""
+    interval = r.need(key) if r.data.get(key) is not None else 4
+    r.used.add(key)
+    if interval > n:
+        return [others]
+    if interval > PERIOD:
+        raise SpecError([r.problem(key, f"a layer pattern repeating every {interval} layers is not modelled; "
+                                        f"at most {PERIOD}")])
+    return [others] * (interval - 1) + [kth]
+
+
+PERIOD = 1024   # the longest attention pattern a model spec holds (model.schema.json)
+
+
+NEXT_MIXERS = {"linear_attention": "linear", "full_attention": "full"}
+
+
+def _qwen3_next(r: Reader) -> dict:
+    spec = _qwen3_moe(r)   # the sparse-step rule is Qwen3-MoE's (Qwen3NextDecoderLayer)
+    n = spec["n_layers"]
+    # Qwen3NextConfig: layer_types, else "linear_attention" where (i + 1) % full_attention_interval
+    # is non-zero and "full_attention" where it is zero (interval default 4)
+    given = _per_layer(r, "layer_types", n, NEXT_MIXERS)
+    pattern = _repeating(given) if given is not None else _every_kth(r, "full_attention_interval", n, "linear", "full")
+    r.used.add("full_attention_interval")
+    if "linear" in pattern:
+        spec["attention"]["pattern"] = pattern
+        spec["linear_attention"] = kind_section(r, "linear")
+    else:
+        for key in (k for k in kinds.registry()["linear"].hf.values() if k in r.data):
+            r.used.add(key)
+            r.notes.append(r.doc.problem((key,), f"{COSTLESS} (no layer is linear_attention: the Gated "
+                                                 "DeltaNet shape is unused)", at_key=True))
+    # Qwen3NextAttention: q_proj yields the queries and a gate, attn_output * sigmoid(gate)
+    spec["attention"]["output_gate"] = True
+    shared = count(r, "shared_expert_intermediate_size")
+    if shared:   # Qwen2MoeSparseMoeBlock: one shared expert and its sigmoid shared_expert_gate
+        spec["moe"].update(shared_experts=1, d_shared=shared, shared_gate=True)
+    return spec
+
+
+def _glm4_moe(r: Reader) -> dict:
+    spec = _decoder(r)
+    # Glm4MoeAttention: q, k, v biased by attention_bias, o_proj never; q_norm/k_norm =
+    # RMSNorm(head_dim) where use_qk_norm
+    spec["attention"]["out_bias"] = False
+    if r.flag("use_qk_norm", False):
+        spec["attention"]["qk_norm"] = True
+    # Glm4MoeDecoderLayer: layer_idx >= first_k_dense_replace is a MoE layer; its shared
+    # experts are one MLP of moe_intermediate_size * n_shared_experts
+    spec["moe"] = {"experts": r.need("n_routed_experts"), "top_k": r.need("num_experts_per_tok"),
+                   "d_expert": r.need("moe_intermediate_size"), "shared_experts": count(r, "n_shared_experts"),
+                   "first_dense": count(r, "first_k_dense_replace")}
+    r.note("num_nextn_predict_layers", "the multi-token-prediction layer (speculative decoding), which "
+                                       "transformers does not load")
+    _quantized(r)
+    _free(r)
+    return spec
+
+
+def _minimax_m2(r: Reader) -> dict:
+    spec = _decoder(r)
+    # MiniMaxM2SparseMoeBlock: num_local_experts experts of intermediate_size, top
+    # num_experts_per_tok, a sigmoid router with a routing bias; every layer sparse
+    spec["moe"] = {"experts": r.need("num_local_experts"), "top_k": r.need("num_experts_per_tok"),
+                   "d_expert": spec["mlp"]["d_ff"]}
+    if count(r, "shared_intermediate_size"):
+        r.note("shared_intermediate_size", "a shared expert of this width (MiniMax-M2 releases set 0)")
+    kinds = _per_layer(r, "attn_type_list", spec["n_layers"], {1: "full", 0: "lightning"}) or ["full"]
+    if "lightning" in kinds:   # MiniMax-M1/Text-01's lightning attention: see MINIMAX_M1 below
+        raise SpecError([r.problem("attn_type_list", MINIMAX_M1)])
+    # MiniMaxM2Attention (FlexOlmoAttention's): q_norm = RMSNorm(num_attention_heads * head_dim) and
+    # k_norm = RMSNorm(num_key_value_heads * head_dim) on every layer, one norm over all heads at
+    # once (the release's qk_norm_type per_layer); transformers does not read use_qk_norm
+    if r.flag("use_qk_norm", True):
+        qk = r.get("qk_norm_type", "per_layer")
+        if qk != "per_layer":
+            raise SpecError([r.problem("qk_norm_type", f"qk_norm_type {json.dumps(qk)} is not covered; covered: "
+                                                       "per_layer")])
+        spec["attention"]["qk_norm"] = "layer"
+    r.used.add("qk_norm_type")
+    if r.data.get("rotary_dim") is not None:   # the dimensions of each head RoPE turns (64 of 128)
+        rotary = r.need("rotary_dim")
+        if rotary > spec["attention"]["head_dim"]:
+            raise SpecError([r.problem("rotary_dim", f"rotary_dim {rotary} exceeds head_dim "
+                                                     f"{spec['attention']['head_dim']}")])
+        if rotary < spec["attention"]["head_dim"]:
+            spec["attention"]["rotary_dim"] = rotary
+    r.used.add("rotary_dim")
+    for key in ("use_mtp", "num_mtp_modules", "mtp_transformer_layers"):
+        r.note(key, "the multi-token-prediction modules (speculative decoding)")
+    r.used.update(k for k in ("use_routing_bias",) if k in r.data)   # E biases on the router scores
+    _quantized(r)
+    _free(r)
+    return spec
+
+
+MINIMAX_M1 = ("lightning attention (attn_type 0: MiniMax-M1 / Text-01) is not covered: its state is "
+              "a plain d_k x d_v sum with a fixed per-head decay, which the Gated DeltaNet kind (linear) "
+              "would over-count by its delta-rule and gate terms; only full-attention layers (attn_type 1) map")
+
+
+def _llama4(r: Reader) -> dict:
+    spec = _decoder(r)
+    n = spec["n_layers"]
+    # Llama4TextConfig: no_rope_layers (1: the layer uses RoPE), else 1 where
+    # (i + 1) % no_rope_layer_interval != 0; Llama4TextAttention skips RoPE where it is 0
+    given = _per_layer(r, "no_rope_layers", n, {1: False, 0: True})
+    nope = _repeating(given) if given is not None else _every_kth(r, "no_rope_layer_interval", n, False, True)
+    r.used.add("no_rope_layer_interval")
+    if any(nope):
+        spec["attention"]["nope"] = nope
+    # layer_types (else chunked_attention on the RoPE layers, full_attention on the NoPE ones)
+    # with chunks of attention_chunk_size: a chunk's queries see its earlier keys only, costed
+    # as the sliding bound of W = the chunk (rooflinec.model.kinds.windowed)
+    given = _per_layer(r, "layer_types", n, {"chunked_attention": "chunked", "full_attention": "full"})
+    kinds = _repeating(given) if given is not None else ["full" if x else "chunked" for x in nope]
+    if "chunked" in kinds and r.get("attention_chunk_size") is not None:
+        spec["attention"].update(window=r.need("attention_chunk_size"), pattern=kinds)
+    # Llama4TextDecoderLayer: layer_idx in moe_layers is Llama4TextMoe (router, experts of
+    # intermediate_size, one shared expert of intermediate_size), the rest Llama4TextMLP of
+    # intermediate_size_mlp; moe_layers defaults to every interleave_moe_layer_step-th from step - 1
+    step = r.need("interleave_moe_layer_step") if r.data.get("interleave_moe_layer_step") is not None else 1
+    r.used.add("interleave_moe_layer_step")
+    given = r.get("moe_layers")
+    every = {"every": step, **({"offset": step - 1} if step > 1 else {})} if given is None else _every(r, given, n)
+    d_expert = spec["mlp"]["d_ff"]
+    dense = r.data.get("intermediate_size_mlp") is not None
+    spec["mlp"]["d_ff"] = r.need("intermediate_size_mlp") if dense else d_expert
+    r.used.add("intermediate_size_mlp")
+    spec["moe"] = {"experts": r.need("num_local_experts"), "top_k": r.need("num_experts_per_tok"),
+                   "d_expert": d_expert, "shared_experts": 1, **every}
+    if r.flag("use_qk_norm", False):
+        r.note("use_qk_norm", "the weightless L2 norm of q and k on the RoPE layers (about 4 FLOPs an element of "
+                              "q and k)")
+    if r.data.get("attn_temperature_tuning"):
+        r.note("attn_temperature_tuning", "the NoPE layers' query scaling by log1p(floor((pos + 1) / "
+                                          "floor_scale)) * attn_scale + 1 (one multiply per query element)")
+    r.used.update(k for k in ("floor_scale", "attn_scale", "router_jitter_noise", "for_llm_compressor")
+                  if k in r.data)
+    _quantized(r)
+    _free(r)
+    return spec
+
+
+def _every(r: Reader, layers, n: int) -> dict:
+    """moe_layers as MoE's every/offset (or first_dense): the listed layers must be exactly those
+    i >= first with i % every == offset; else refused, located."""
+    whole = lambda i: isinstance(i, int) and not isinstance(i, bool)   # noqa: E731
+    if not (isinstance(layers, list) and layers and all(whole(i) for i in layers)):
+        raise SpecError([r.problem("moe_layers", "expected a non-empty list of layer indices")])
+    first, every = layers[0], (layers[1] - layers[0] if len(layers) > 1 else n)
+    rule = range(first, n, every) if every >= 1 and 0 <= first < n else range(0)
+    if len(rule) != len(layers) or any(a != b for a, b in zip(rule, layers)):
+        raise SpecError([r.problem("moe_layers", "these MoE layers are not every k-th layer from one layer on, "
+                                                 "which is what a model spec's moe.every/offset/first_dense express")])
+    offset = first % every
+    first_dense = first - offset if first >= every else 0
+    return {"every": every, **({"offset": offset} if offset else {}),
+            **({"first_dense": first_dense} if first_dense else {})}
+
+
 ARCHITECTURES = {"MixtralForCausalLM": _mixtral, "Qwen3MoeForCausalLM": _qwen3_moe,
-                 "DeepseekV3ForCausalLM": _deepseek_v3, "GptOssForCausalLM": _gpt_oss}
+                 "Qwen3NextForCausalLM": _qwen3_next, "DeepseekV3ForCausalLM": _deepseek_v3,
+                 "Glm4MoeForCausalLM": _glm4_moe, "MiniMaxM2ForCausalLM": _minimax_m2,
+                 "Llama4ForCausalLM": _llama4, "GptOssForCausalLM": _gpt_oss}

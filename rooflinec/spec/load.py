@@ -78,7 +78,10 @@ class Model:
     positions: str = "rope"
     block: str = "sequential"
     tied_embeddings: bool = False
-    qk_norm: bool = False     # per-head RMSNorm of q and k (Qwen3)
+    qk_norm: bool | str = False   # RMSNorm of q and k: True per head (Qwen3), "layer" over all heads (MiniMax-M2)
+    output_gate: bool = False  # attention output times sigmoid of a gate from q_proj (Qwen3-Next)
+    nope: tuple = ()           # per layer, repeated: True where no RoPE is applied (Llama 4)
+    rotary_dim: int | None = None   # dimensions of each head RoPE turns (partial rotary), None: all
     post_norms: bool = False  # a norm on each sublayer's output too (Gemma 2)
     notes: str = ""
     hf_id: str = ""            # Hugging Face id, how measured runs name the model
@@ -251,6 +254,14 @@ def _model_problems(doc: yamlio.Located) -> list[Problem]:
                                     "with latent attention (mla) are not modelled: the latent cache "
                                     "would keep min(S, W) tokens while its decode reads all S; use "
                                     "full layers, or drop mla"))
+    if isinstance(att, dict) and any(x is True for x in att.get("nope") or ()) and (others or d.get("mla")):
+        # NoPE layers are counted over all layers; beside another mixer kind the RoPE op's
+        # layers would be those two patterns' overlap, which is not modelled
+        problems.append(doc.problem(("attention", "nope"), "NoPE layers are modelled where every layer is "
+                                    "full, sliding or chunked attention; this model has other mixers"))
+    rotary, head = (_count(att, "rotary_dim"), _count(att, "head_dim")) if isinstance(att, dict) else (None, None)
+    if rotary and head and rotary > head:
+        problems.append(doc.problem(("attention", "rotary_dim"), f"{rotary} rotary dimensions exceed head_dim {head}"))
     routed = d.get("moe")
     if isinstance(routed, dict) and all(isinstance(routed.get(x), (int, float)) for x in ("experts", "top_k", "imbalance")) \
             and routed["top_k"] > 0 and routed["imbalance"] > routed["experts"] / routed["top_k"]:
@@ -293,7 +304,8 @@ def load_model(file: str, text: str | None = None) -> Model:
         tied_embeddings=d.get("tied_embeddings", False), qk_norm=att.get("qk_norm", False),
         post_norms=norm.get("post", False), notes=d.get("notes", ""),
         hf_id=d.get("hf_id", ""), window=att.get("window"), pattern=tuple(att.get("pattern", ())),
-        sinks=att.get("sinks", False), file=file, **_kind_sections(d))
+        sinks=att.get("sinks", False), output_gate=att.get("output_gate", False),
+        nope=tuple(att.get("nope", ())), rotary_dim=att.get("rotary_dim"), file=file, **_kind_sections(d))
     dims, ops, _ = custom.declare(doc)
     return replace(model, dimensions=dims, operators=ops) if (dims or ops) else model
 

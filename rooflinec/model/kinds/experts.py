@@ -45,6 +45,11 @@ class MixtureOfExperts(Kind):
                     'd_shared': {'type': 'integer',
                                  'minimum': 1,
                                  'description': "One shared expert's width; default d_expert."},
+                    'shared_gate': {'type': 'boolean',
+                                    'description': "Whether the shared experts' output is scaled by "
+                                                   'sigmoid(X W[d_model,1]), a gate of d_model parameters per '
+                                                   "MoE layer (Qwen2-MoE, Qwen3-Next: shared_expert_gate); "
+                                                   'default false.'},
                     'first_dense': {'type': 'integer',
                                     'minimum': 0,
                                     'description': 'Leading layers with a dense MLP of width mlp.d_ff '
@@ -90,6 +95,9 @@ class MixtureOfExperts(Kind):
         if model.moe.shared_experts:
             parts.append(Component("shared_experts", "mlp", mats * d_model * d_s, repeat, True, False,
                                    "every token: " + note, layers="moe"))
+        if model.moe.shared_experts and model.moe.shared_gate:
+            parts.append(Component("shared_expert_gate", "mlp", d_model, repeat, True, False,
+                                   "sigmoid(X W[d_model,1]) scales the shared output", layers="moe"))
         return parts
 
     def ops(self, model, phase, conv, repeat, members):
