@@ -46,17 +46,18 @@ def test_the_files_the_readme_lists_are_all_read(table):
 
 
 @pytest.mark.slow
-def test_the_uncalibrated_roofline_is_below_every_kernel_but_l2_resident_adds(table):
-    # Every row, every op: max(F / 312 TFLOP/s, B / 2.039 TB/s) <= the measured median. The
-    # exceptions are residual adds whose two inputs (2/3 of their traffic) fit in the 40 MB L2:
-    # the down projection has just written one of them, and the bound counts every byte at HBM
-    # speed. Any other violation would be a spec or shape-mapping error.
-    ratio = table.bound_s / table.measured_s
-    ops = table.column("op")
-    bad = ratio > 1
-    assert set(ops[bad]) <= {"add"}
-    assert (table.nbytes[bad] * 2 / 3 <= A100_L2_BYTES).all()
-    assert ratio[ops != "add"].max() < 0.9
+def test_the_uncalibrated_lower_bound_is_below_every_kernel(table, rep):
+    # Every row, every op: max(F / 312 TFLOP/s, B / 2.039 TB/s) <= the measured median, except
+    # that B is the traffic less the 40 MB L2 (the A100 whitepaper's figure): the kernel before
+    # may have left that much on chip (the down projection has just written the residual add's
+    # input) and writes may stay there. The memory roofline with every byte counted is beaten
+    # only by kernels this changes, and only by adds.
+    assert table.l2_size == 40e6
+    assert (table.least_s <= table.measured_s).all() and rep["bound"]["violations"] == 0
+    faster = table.bound_s > table.measured_s
+    assert faster.any() and table.in_l2[faster].all()
+    assert set(table.column("op")[faster]) <= {"add"}
+    assert rep["bound"]["faster_than_memory"] == int(faster.sum())
 
 
 @pytest.mark.slow

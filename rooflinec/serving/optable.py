@@ -37,10 +37,30 @@ class Table:
     peak: np.ndarray
     bandwidth: float
     measured_s: np.ndarray
+    l2_size: float | None = None   # B: the device's L2, where its spec states it
 
     @property
     def bound_s(self) -> np.ndarray:
+        """The roofline time, every byte at memory bandwidth (what achieved fractions divide)."""
         return self.kernels().predict(BOUND)
+
+    @property
+    def least_bytes(self) -> np.ndarray:
+        """The least memory traffic of a correct kernel: the L2 may hold up to its size of the
+        operands (the kernel before may have left them there) and absorb writes, so only the
+        bytes past it must cross to memory during the kernel."""
+        return np.maximum(self.nbytes - (self.l2_size or 0), 0)
+
+    @property
+    def in_l2(self) -> np.ndarray:
+        """Kernels whose bound counts fewer bytes than their traffic (it exceeds nothing on chip)."""
+        return self.least_bytes < self.nbytes
+
+    @property
+    def least_s(self) -> np.ndarray:
+        """The lower bound: the roofline time of the least traffic (no datasheet gives an L2
+        bandwidth, so the on-chip bytes are counted as free)."""
+        return Kernels(self.flops, self.least_bytes, self.peak, self.bandwidth, self.measured_s).predict(BOUND)
 
     @property
     def intensity(self) -> np.ndarray:
@@ -76,4 +96,5 @@ def table(rows: list, device, resolved: dict) -> Table:
         flops[idx], nbytes[idx] = f, by
         peak[idx] = device.peak(low.units[op], oplowering.DTYPE)
     classes = np.array([op_class(r.op, resolved[(r.model, r.shape)][0]) for r in rows])
-    return Table(rows, classes, flops, nbytes, peak, device.bandwidth, np.array([r.time_s for r in rows]))
+    return Table(rows, classes, flops, nbytes, peak, device.bandwidth, np.array([r.time_s for r in rows]),
+                 device.l2_size)

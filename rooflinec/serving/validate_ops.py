@@ -88,11 +88,15 @@ def _coverage(rows: list[dict]) -> dict:
 
 
 def _bound_check(t: optable.Table) -> dict:
-    ratio = t.bound_s / t.measured_s
+    """Every kernel against its lower bound (`Table.least_s`); `in_l2`: how many kernels the L2
+    lightens; `faster_than_memory`: how many beat the roofline that counts every byte."""
+    ratio = t.least_s / t.measured_s
     bad = ratio > 1
     ops = t.column("op")
     reads = _read_bytes(t)
     return {"rows": int(len(ratio)), "violations": int(bad.sum()),
+            "in_l2": int(t.in_l2.sum()), "l2_size": t.l2_size,
+            "faster_than_memory": int((t.bound_s > t.measured_s).sum()),
             "by_op": {op: int((bad & (ops == op)).sum()) for op in opprofiles.OPS if (bad & (ops == op)).any()},
             "max_ratio": float(ratio.max()),
             "largest_violating_read_bytes": float(reads[bad].max()) if bad.any() else None,

@@ -30,6 +30,7 @@ class Device:
     year: int | None = None
     sm_count: int | None = None
     sram_per_sm: int | None = None   # B
+    l2_size: int | None = None       # B, the L2 all SMs share (optional)
     notes: str = ""
     link: str = ""                        # scale-up interconnect (NVLink), if declared
     link_bandwidth: float | None = None   # B/s per device per direction
@@ -145,6 +146,7 @@ PHYSICAL = {
     ("memory", "bandwidth"): ("bandwidth", 10**9, 10**15, "1 GB/s", "1 PB/s"),
     ("memory", "capacity"): ("bytes", 2**20, 10**15, "1 MiB", "1 PB"),
     ("on_chip", "sram_per_sm"): ("bytes", 2**10, 2**30, "1 KiB", "1 GiB"),
+    ("on_chip", "l2"): ("bytes", 2**10, 2**40, "1 KiB", "1 TiB"),
     ("cache", "size"): ("bytes", 2**10, 2**40, "1 KiB", "1 TiB"),
     ("cache", "bandwidth"): ("bandwidth", 10**9, 10**15, "1 GB/s", "1 PB/s"),
     ("compute", "tensor"): ("flops_rate", 10**9, 10**19, "1 GFLOP/s", "10 EFLOP/s"),
@@ -198,6 +200,7 @@ def load_hardware(file: str) -> Device:
         capacity=parse_quantity(mem["capacity"], "bytes"), source=d["source"], year=d.get("year"),
         sm_count=chip.get("sm_count"),
         sram_per_sm=parse_quantity(chip["sram_per_sm"], "bytes") if chip else None,
+        l2_size=parse_quantity(chip["l2"], "bytes") if "l2" in chip else None,
         notes=d.get("notes", ""), **_interconnect(d.get("interconnect"), "link"),
         **_interconnect(d.get("scale_out"), "network"),
         cache_size=parse_quantity(cache["size"], "bytes") if cache else None,
