@@ -14,12 +14,10 @@ from rooflinec.render.formats import parse as parse_formats
 from rooflinec.cli import measure as measure_cli   # no torch: it loads when a measure runs
 from rooflinec.cli import simulate as simulate_cli
 from rooflinec.cli import plan as plan_cli
-from rooflinec.render import chartdata
 from rooflinec.cli import report
 from rooflinec.spec import load as spec
-from rooflinec.render.charts import Painter
 from rooflinec.render.formats import CHARTED
-from rooflinec.render.pages import render_many
+from rooflinec.render.pages import draw_charts, render_many
 from rooflinec.cli.explain import explain
 
 EPILOG = """\
@@ -127,27 +125,19 @@ def _lacking(path: str, rep: dict, stderr) -> None:
             stderr.write(f"note: {path}: {section['title']}: not evaluated on {row['device']}: {row['why']}\n")
 
 
-def _build_all(specs: list[str], painter=None, progress=None, stderr=None) -> list[tuple[dict, list | None]]:
-    """Load and evaluate every study; raise one SpecError holding every problem.
-
-    With a painter, each section's charts go to it as soon as the section is evaluated;
-    each report comes with its painter tickets, one per section."""
+def _build_all(specs: list[str], progress=None, stderr=None) -> list[dict]:
+    """Load and evaluate every study; raise one SpecError holding every problem."""
     built, problems = [], []
     for path in specs:
-        tickets = [] if painter is not None else None
-
-        def heard(rep, i, section, path=path, tickets=tickets):
-            if progress is not None:
-                progress(f"{path}: evaluated {section['title']}")
-            if tickets is not None:
-                tickets.append(painter.submit(chartdata.plan_section(i, section, rep)))
+        def heard(rep, i, section, path=path):
+            progress(f"{path}: evaluated {section['title']}")
         try:
             study = spec.load_study(path)
             if stderr is not None:
                 _warn(study, stderr)
-            built.append((report.build(study, heard if painter or progress else None), tickets))
+            built.append(report.build(study, heard if progress else None))
             if stderr is not None:
-                _lacking(path, built[-1][0], stderr)
+                _lacking(path, built[-1], stderr)
         except SpecError as exc:
             problems.extend(exc.problems)
     if problems:
@@ -171,26 +161,18 @@ def cmd_build(args, stdout, stderr) -> int:
     _distinct(args.specs)
     say = lambda message: stderr.write(f"{message}\n")   # noqa: E731
     output.probe(args.out, say)   # an unusable folder fails before the analyses run
-    charted = any(f in CHARTED for f in formats)
-    # start matplotlib's import on the other core now; the studies are evaluated meanwhile
-    painter = Painter() if charted and Painter.available() else None
-    try:
-        outputs = _render_all(args, formats, painter, None if args.quiet else Progress(stderr), stderr)
-    finally:
-        if painter is not None:
-            painter.close()
+    outputs = _render_all(args, formats, None if args.quiet else Progress(stderr), stderr)
     for target in output.write_reports(args.out, outputs, say):
         stdout.write(f"wrote {target}\n")
     return 0
 
 
-def _render_all(args, formats, painter, progress, stderr=None) -> dict[str, dict[str, str]]:
+def _render_all(args, formats, progress, stderr=None) -> dict[str, dict[str, str]]:
     """{study stem: {path under --out: text}}."""
     outputs = {}
-    for path, (rep, tickets) in zip(args.specs, _build_all(args.specs, painter, progress, stderr)):
-        svgs = (lambda tickets=tickets, path=path: [drawn(painter.result(t), path, progress)
-                                                    for t in tickets]) \
-            if tickets is not None else None
+    charted = any(f in CHARTED for f in formats)
+    for path, rep in zip(args.specs, _build_all(args.specs, progress, stderr)):
+        svgs = draw_charts(rep, lambda svgs, path=path: drawn(svgs, path, progress)) if charted else None
         files = render_many(rep, formats, svgs)
         if rep["study"] in outputs:
             target = os.path.join(args.out, next(iter(files)))
@@ -236,6 +218,6 @@ def run(argv: list[str], stdout=None, stderr=None) -> int:
 def main() -> None:
     stdout, stderr = streams.process_streams()
     code = streams.guarded(lambda out, err: run(sys.argv[1:], out, err), stdout, stderr)
-    # Leave without tearing the interpreter down: freeing sympy's caches and matplotlib's
-    # state takes a noticeable part of a build and helps no one. Output was flushed.
+    # Leave without tearing the interpreter down: freeing sympy's caches (and matplotlib's
+    # state where a command drew with it) takes a noticeable part of a build and helps no one. Output was flushed.
     os._exit(code)

@@ -1,5 +1,5 @@
 """The report formats, in a module light enough for the command line to read before it
-imports sympy (a build starts its chart painter first, so matplotlib loads alongside)."""
+imports sympy."""
 
 from rooflinec.base.errors import UsageError
 

@@ -243,13 +243,22 @@ def to_json(report: dict) -> str:
     return _compact(json.dumps(report, default=_plain, indent=1, ensure_ascii=False)) + "\n"
 
 
+def draw_charts(report: dict, heard=None) -> list[list[str]]:
+    """Every chart's SVG, per section; `heard(svgs)` hears of each section's as it is drawn."""
+    drawn = []
+    for section in chart_slots(report):
+        drawn.append(draw_all([c["spec"] for c in section]))
+        if heard is not None:
+            heard(drawn[-1])
+    return drawn
+
+
 def render_many(report: dict, formats, svgs=None) -> dict[str, str]:
     """Several formats' files, as {path relative to the output folder: text}.
 
     Markdown comes with its chart files (<stem>/<chart>.svg, which it links), HTML inlines
-    the same charts, JSON is one file. `svgs`, per section, are charts already drawn, or a
-    callable that waits for a Painter's: every format's text is rendered before it is called,
-    so the painter draws meanwhile. Without either, the charts are drawn here.
+    the same charts, JSON is one file. `svgs`, per section, are the charts already drawn
+    (`draw_charts`); without them, the charts are drawn here.
     """
     stem = report["study"]
     unknown = [f for f in formats if f not in FORMATS]
@@ -260,8 +269,6 @@ def render_many(report: dict, formats, svgs=None) -> dict[str, str]:
     out = {f"{stem}.{fmt}": text[fmt](report, slots) for fmt in formats}
     if not slots:
         return out
-    if callable(svgs):
-        svgs = svgs()
     if svgs is None:
         svgs = [draw_all([c["spec"] for c in section]) for section in slots]
     if "html" in formats:
