@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "rooflinec"
 # imported inside functions on purpose, each with its reason beside it: optional extras
-# (torch, transformers, ijson), matplotlib (loaded in the chart painter's process), POSIX fcntl
+# (torch, transformers, ijson), matplotlib (the plan and validation charts), POSIX fcntl
 LAZY = {"torch", "transformers", "ijson", "matplotlib", "fcntl"}
 
 
