@@ -5,7 +5,7 @@ writes them.
 Why by hand: profiled on `build specs/qwen.yaml` (10 charts: 8 rooflines, the GEMM sweep and
 the throughput sweep; 2-core machine at load 1.3), matplotlib cost 0.30 s CPU to import its
 Figure and SVG backend and 0.46 s to draw the charts, 0.30 s of it in `savefig` (at load ~21:
-0.84 s and 1.6 s), beside 1.2 s to evaluate the report: the charts were 2.45x the import
+0.84 s and 1.6 s), beside 1.2 s to evaluate the report: the full build took 2.45x the import
 floor's CPU where JSON alone was 1.24x. These charts are lines, markers and labels whose sizes
 the placement code already estimates from character counts; written here, the same 10 take
 27 ms CPU, and no build imports matplotlib. Same input, same bytes: coordinates printed to
