@@ -20,7 +20,7 @@ from functools import cache
 from rooflinec.base.roofline import ridge as ridge_of
 from rooflinec.base.quantities import SUBUNIT, prefixed, short
 from rooflinec.render import svgplot
-from rooflinec.render.svgplot import CHAR_EM, decades as _decades
+from rooflinec.render.svgplot import CHAR_EM, GRID, PAD_PT, TICK_FONT, TICK_PT, decades as _decades
 
 SERIES_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
                   "#e377c2")
@@ -93,8 +93,6 @@ def _crosses(box: tuple, line) -> bool:
 def _overlap(a: tuple, b: tuple) -> float:
     """The area two boxes (left, bottom, right, top) share."""
     return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-
-
 
 
 def _annotate(plot: svgplot.Plot, groups: list[list[dict]], dev: dict,
@@ -396,10 +394,6 @@ def _title(fig, text: str) -> None:
     fig.text(0.5, 1 - 0.08 / fig.get_figheight(), text, ha="center", va="top", fontsize=10)
 
 
-TICK_PT, PAD_PT, TICK_FONT = 3.5, 3.5, 8   # tick length, gap to its label, label size
-GRID = "#e4e4e4"
-
-
 def _log_axes(ax, xlim: tuple[float, float], ylim: tuple[float, float], xlabel: str, ylabel: str) -> None:
     """Log-log axes with a tick, a label and a grid line at each decade, and the axis titles.
 
@@ -442,8 +436,6 @@ def _svg(fig) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     return buf.getvalue()
-
-
 
 
 def scaling(chart: dict) -> svgplot.Plot:
