@@ -28,9 +28,10 @@ def _q_width(model):
 
 def projections(model, conv, repeat) -> list:
     q = "2*n_q*d_head" if model.output_gate else "n_q*d_head"
-    if conv.qkv == "fused":
-        width = _q_width(model) + 2 * n_kv * d_head
-        return linear("qkv_proj", M, d_model, width, f"X[M,d_model] @ W[d_model,{q}+2*n_kv*d_head]",
+    if conv.qkv == "fused":   # factored as (q + 2 n_kv) d_head, so the ledger prints it so
+        gate = 2 if model.output_gate else 1
+        return linear("qkv_proj", M, d_model, (gate * n_q + 2 * n_kv) * d_head,
+                      f"X[M,d_model] @ W[d_model,({'2*' if gate == 2 else ''}n_q+2*n_kv)*d_head]",
                       model.qkv_bias, conv, repeat)
     return [*linear("q_proj", M, d_model, _q_width(model), f"X[M,d_model] @ W[d_model,{q}]",
                     model.qkv_bias, conv, repeat),
