@@ -213,6 +213,11 @@ def test_an_untimed_schedule_is_the_timed_one(engine):
     m = timed.measured
     got = simulator.retimed_means(STEP8, bare.schedule, m, bare.osl, CAL)
     assert got[0] == pytest.approx(float(np.mean(timed.first_s[m] - timed.arrival_s[m])), rel=1e-9)
+    # the fit's reduced form (sorted flat kernels, affine overheads, pooled) gives the same means
+    pool = simulator.Pool([simulator.Retimer(STEP8, bare.schedule, m, bare.osl)] * 2)
+    for p in (CAL, sc.BOUND, dataclasses.replace(CAL, compute_fraction=0.2, bandwidth_fraction=0.5)):
+        want = simulator.retimed_means(STEP8, bare.schedule, m, bare.osl, p)
+        assert pool.means(p) == pytest.approx(np.array([want, want]), rel=1e-9)
     assert bare.peak_blocks > 0 and not bare.capacity_bound
 
 

@@ -224,10 +224,9 @@ def cmd_calibrate(args, stdout, stderr, specs_root) -> int:
 
     cases = fitting.prepare(rows.read(args.csv), Specs(specs_root))
     try:
-        fits = fitting.fit_all(cases)
+        doc = validation.calibrate(cases, os.path.basename(args.csv))
     except ValueError as exc:
         raise RooflineError(f"{args.csv}: {exc}") from None
-    doc = validation.document(fits, cases, os.path.basename(args.csv), validation.holdouts(cases, fits.fitted))
     return output.write_command_file(args.out, "# rooflinec serving-simulator calibration, written by "
                                      "`rooflinec calibrate --simulate`.\n" + yaml.safe_dump(doc, sort_keys=False, width=120),
                                      stdout)

@@ -260,6 +260,13 @@ def weakest(done) -> list[dict]:
                "ttft_error": r["ttft_error"], "tpot_error": r["tpot_error"]} for r in ranked[:WEAKEST]]
 
 
+def calibrate(cases, source: str) -> dict:
+    """`rooflinec calibrate --simulate`'s document: the fits of the rows, with the intervals
+    from their left-out refits. ValueError where no row is predicted."""
+    fits = fitting.fit_all(cases)
+    return document(fits, cases, source, holdouts(cases, fits.fitted))
+
+
 def document(fits: fitting.Fits, cases, source: str, ho: list[dict] | None = None) -> dict:
     """The calibration YAML's content (`calibration.load` reads it back)."""
     usable = [c for c in cases if c.predicted]
