@@ -126,6 +126,14 @@ def test_intervals_come_from_left_out_residuals_and_cover_left_out_rows():
     assert cover["all"]["rows"] == 270 and 0.7 <= cover["all"]["ttft"] <= 0.9   # exchangeable rows: about 80%
     shifted = [dict(h, residuals=h["residuals"] + (1.0 if h["held_out"] == "0" else 0.0)) for h in ho]
     assert validation.coverage(shifted)["all"]["ttft"] < 0.6   # a group unlike the others falls outside
+    # per kind: the band of a new tp from the leave-one-tp-out residuals alone (90 rows:
+    # 91 x 0.1 = 9.1 -> the 9th smallest; 91 x 0.9 = 81.9 -> the 82nd)
+    tp = np.sort(np.concatenate([h["residuals"][:, 0] for h in ho if h["by"] == "tp"]))
+    assert band["by"]["tp"]["tpot"] == [tp[8], tp[81]]
+    # a row against its kind's other rows: about 80% however unlike its group is (89 others:
+    # 90 x 0.1 = 9 -> their 9th, 90 x 0.9 = 81 -> their 81st; a row of rank j of the 90 is
+    # inside for 10 <= j <= 81: 72 of 90)
+    assert validation.coverage(shifted)["model"]["exchangeable"]["ttft"] == pytest.approx(72 / 90)
 
 
 @pytest.mark.slow

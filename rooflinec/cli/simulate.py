@@ -158,8 +158,11 @@ def cmd_simulate(args, stdout, stderr) -> int:
                                "source": speculative.SOURCE}} if draft else {}),
            **metrics.summary(res, args.tp)}
     if band:
-        out["interval"] = {"level": band["level"], **{f"{w}_mean_s": [float(v) for v in intervals.interval(
-            out[f"{w}_s"]["mean"], *band[w])] for w in ("ttft", "tpot") if out[f"{w}_s"]["mean"] is not None}}
+        def means_within(q):
+            return {f"{w}_mean_s": [float(v) for v in intervals.interval(out[f"{w}_s"]["mean"], *q[w])]
+                    for w in ("ttft", "tpot") if out[f"{w}_s"]["mean"] is not None}
+        out["interval"] = {"level": band["level"], **means_within(band),
+                           **({"new": {k: means_within(q) for k, q in band["by"].items()}} if band.get("by") else {})}
     if args.chart:
         svg = timeline(res, f"{model.key} on {args.tp} x {device.key}, {policy.name}: {work.describe()}")
         try:
@@ -211,6 +214,10 @@ def text(out: dict) -> str:
         lines.append(f"{iv['level']:.0%} interval of the mean (from the calibration's left-out residuals): "
                      + ", ".join(f"{w.upper()} {1e3 * iv[f'{w}_mean_s'][0]:.2f}-{1e3 * iv[f'{w}_mean_s'][1]:.2f} ms"
                                  for w in ("ttft", "tpot") if f"{w}_mean_s" in iv))
+        for kind, q in iv.get("new", {}).items():   # the band of a deployment new in that respect
+            lines.append(f"  where the {kind} is not among the calibrated ones: " + ", ".join(
+                f"{w.upper()} {1e3 * q[f'{w}_mean_s'][0]:.2f}-{1e3 * q[f'{w}_mean_s'][1]:.2f} ms"
+                for w in ("ttft", "tpot") if f"{w}_mean_s" in q))
     per_user = out["tokens_per_s_per_user"]
     lines += ["", f"output tokens/s per GPU {out['tokens_per_s_per_gpu']:.1f}, per user "
               f"{'-' if per_user is None else f'{per_user:.1f}'}; {out['requests_per_s']:.2f} requests/s",
