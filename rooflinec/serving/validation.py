@@ -51,7 +51,11 @@ ASSUMPTIONS = (
     "Bounds: TPOT from the same schedule with every efficiency 1 and every overhead 0; TTFT from the "
     "request's own prompt prefilled alone at the bound. The schedule's TTFT at the bound is not a "
     "bound: the replay's synchronised waves queue prompts behind each other more than the measured "
-    "runs do (the report counts the rows where it exceeds the measurement).",
+    "runs do (the report counts the rows where it exceeds the measurement). A closed loop of fixed "
+    "lengths keeps whatever synchronisation it starts with (the requests of a wave finish in the same "
+    "step), and SGLang's scheduler runs a prefill batch whenever one can be formed, so its decodes "
+    "wait for the whole wave; the measured TTFTs lie between that and a loop whose clients drifted "
+    "apart, as timing noise the deterministic replay lacks would make them.",
     "The KV cache is stored in the row's weight format (the rows do not state it).",
     "Not predicted: attention-DP / expert-parallel layouts (the next issue), pipeline parallelism. "
     "Disaggregated rows are predicted apart (their own section, serving/disagg.py).",
