@@ -54,8 +54,9 @@ ASSUMPTIONS = (
     "runs do (the report counts the rows where it exceeds the measurement). A closed loop of fixed "
     "lengths keeps whatever synchronisation it starts with (the requests of a wave finish in the same "
     "step), and SGLang's scheduler runs a prefill batch whenever one can be formed, so its decodes "
-    "wait for the whole wave; the measured TTFTs lie between that and a loop whose clients drifted "
-    "apart, as timing noise the deterministic replay lacks would make them.",
+    "wait for the whole wave. Where the replay at the bound exceeds the measured TTFT the runs did "
+    "not keep that synchronisation; what spread them (timing noise the deterministic replay lacks is "
+    "one candidate) is not modelled.",
     "The KV cache is stored in the row's weight format (the rows do not state it).",
     "Not predicted: attention-DP / expert-parallel layouts (the next issue), pipeline parallelism. "
     "Disaggregated rows are predicted apart (their own section, serving/disagg.py).",
