@@ -99,7 +99,7 @@ def simulate(model: sc.StepModel, policy: Policy, work: Workload, params: sc.Par
 
 def schedule(model: sc.StepModel, policy: Policy, work: Workload, capacity_tokens: int | None = None) -> Result:
     """A closed loop's schedule alone: the steps are not timed (every time in the Result is
-    0), since in a closed loop the schedule does not depend on them; `Retimer` prices it.
+    0), since in a closed loop the schedule does not depend on them; `Retimer` and `Pool` price it.
     `capacity_tokens`: `kv_capacity_tokens(model, policy)` where the caller has it."""
     if not work.closed:
         raise ValueError("an open loop's schedule depends on the step times: simulate it")
@@ -524,10 +524,6 @@ class Retimer:
         """The non-growing kernels' share of (TTFT, TPOT) at fractions (cf, bf)."""
         n = int(np.searchsorted(self.flat_q, bf / cf, side="right"))
         return self.flat_a[:, n] / cf + (self.flat_b[:, -1] - self.flat_b[:, n]) / bf
-
-    def means(self, p: sc.Parameters) -> tuple[float, float]:
-        ttft, tpot = Pool([self]).means(p)[0]
-        return float(ttft), float(tpot)
 
     def queue_share(self, p: sc.Parameters) -> float:
         """The share of the measured requests' TTFT spent waiting to be scheduled."""
