@@ -5,9 +5,9 @@ schedule re-timed for every candidate parameter set, a few named parameters fitt
 A row's benchmark is a closed loop with fixed lengths, so its schedule does not depend on the
 step times (`simulator` module): the fit re-times the recorded runs in closed form, every
 row of a fit at once (`simulator.Pool`), instead of re-simulating. The fit is
-Levenberg-Marquardt on the log ratios of predicted to measured mean TPOT and mean TTFT together (`calibrate.fit`'s method,
-its coordinates: a fraction 1 / (1 + e^-x), a time 1 us x e^x); the parameters not fitted
-keep their bound values.
+Levenberg-Marquardt on the log ratios of predicted to measured mean TPOT and mean TTFT
+together (`calibrate.fit`'s method, its coordinates: a fraction 1 / (1 + e^-x), a time
+1 us x e^x); the parameters not fitted keep their bound values.
 """
 
 from __future__ import annotations
