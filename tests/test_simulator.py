@@ -213,6 +213,11 @@ def test_an_untimed_schedule_is_the_timed_one(engine):
     m = timed.measured
     got = simulator.retimed_means(STEP8, bare.schedule, m, bare.osl, CAL)
     assert got[0] == pytest.approx(float(np.mean(timed.first_s[m] - timed.arrival_s[m])), rel=1e-9)
+    # the fit's reduced form (sorted flat kernels, affine overheads, pooled) gives the same means
+    pool = simulator.Pool([simulator.Retimer(STEP8, bare.schedule, m, bare.osl)] * 2)
+    for p in (CAL, sc.BOUND, dataclasses.replace(CAL, compute_fraction=0.2, bandwidth_fraction=0.5)):
+        want = simulator.retimed_means(STEP8, bare.schedule, m, bare.osl, p)
+        assert pool.means(p) == pytest.approx(np.array([want, want]), rel=1e-9)
     assert bare.peak_blocks > 0 and not bare.capacity_bound
 
 
@@ -233,21 +238,26 @@ def test_a_calibration_with_intervals_prints_them(call, tmp_path):
     [mean e^-hi, mean e^-lo] of the file's log(predicted / measured) quantiles."""
     cal = tmp_path / "cal.yaml"
     cal.write_text("kind: simulator\ndefault:\n  parameters: {compute_fraction: 0.6}\n"
-                   "intervals: {level: 0.8, tpot: [-0.1, 0.2], ttft: [-0.5, 0.3]}\n")
+                   "intervals: {level: 0.8, tpot: [-0.1, 0.2], ttft: [-0.5, 0.3],\n"
+                   "  by_holdout: {model: {tpot: [-0.4, 0.4], ttft: [-1, 1]}}}\n")
     code, out, err = call("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "vllm", "--concurrency", 4,
                           "--isl", 256, "--osl", 16, "--calibration", cal, "--json")
     assert code == 0, err
     got = json.loads(out)
     mean = got["ttft_s"]["mean"]
     assert got["interval"]["ttft_mean_s"] == pytest.approx([mean * np.exp(-0.3), mean * np.exp(0.5)])
+    assert got["interval"]["new"]["model"]["ttft_mean_s"] == pytest.approx([mean * np.exp(-1), mean * np.exp(1)])
     code, text, err = call("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "vllm", "--concurrency", 4,
                            "--isl", 256, "--osl", 16, "--calibration", cal)
-    assert "80% interval of the mean" in text
+    assert "80% interval of the mean" in text and "where the model is not among the calibrated ones" in text
 
 
 @pytest.mark.parametrize("block, where", [("{level: 1.5, tpot: [0, 1], ttft: [0, 1]}", "level"),
                                           ("{level: 0.8, tpot: [1, 0], ttft: [0, 1]}", "tpot"),
-                                          ("[1, 2]", "intervals")])
+                                          ("[1, 2]", "intervals"),
+                                          ("{level: 0.8, tpot: [0, 1], ttft: [0, 1], by_holdout: {model: {tpot: [1, 0], "
+                                           "ttft: [0, 1]}}}", "by_holdout.model.tpot"),
+                                          ("{level: 0.8, tpot: [0, 1], ttft: [0, 1], by_holdout: [1]}", "by_holdout")])
 def test_a_bad_interval_block_is_located(tmp_path, block, where):
     cal = tmp_path / "cal.yaml"
     cal.write_text(f"kind: simulator\ndefault:\n  parameters: {{}}\nintervals: {block}\n")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from rooflinec.serving import measurements
 from rooflinec.serving import calibration, fitting, rows, validation
@@ -25,6 +26,12 @@ def need(path: Path) -> Path:
     if not path.is_file():
         pytest.skip(f"../shared/measured/{path.name} absent: the measured rows are read in place")
     return path
+
+
+@pytest.fixture(scope="module")
+def visible() -> list[fitting.Case]:
+    """Every visible row's schedule, simulated once for the tests that need all of them."""
+    return fitting.prepare(rows.read(str(need(V2))), measurements.Specs())
 
 
 def small_v2(tmp_path, keep) -> Path:
@@ -119,15 +126,22 @@ def test_intervals_come_from_left_out_residuals_and_cover_left_out_rows():
     assert cover["all"]["rows"] == 270 and 0.7 <= cover["all"]["ttft"] <= 0.9   # exchangeable rows: about 80%
     shifted = [dict(h, residuals=h["residuals"] + (1.0 if h["held_out"] == "0" else 0.0)) for h in ho]
     assert validation.coverage(shifted)["all"]["ttft"] < 0.6   # a group unlike the others falls outside
+    # per kind: the band of a new tp from the leave-one-tp-out residuals alone (90 rows:
+    # 91 x 0.1 = 9.1 -> the 9th smallest; 91 x 0.9 = 81.9 -> the 82nd)
+    tp = np.sort(np.concatenate([h["residuals"][:, 0] for h in ho if h["by"] == "tp"]))
+    assert band["by"]["tp"]["tpot"] == [tp[8], tp[81]]
+    # a row against its kind's other rows: about 80% however unlike its group is (89 others:
+    # 90 x 0.1 = 9 -> their 9th, 90 x 0.9 = 81 -> their 81st; a row of rank j of the 90 is
+    # inside for 10 <= j <= 81: 72 of 90)
+    assert validation.coverage(shifted)["model"]["exchangeable"]["ttft"] == pytest.approx(72 / 90)
 
 
 @pytest.mark.slow
-def test_per_request_bounds_hold_on_every_visible_aggregated_row():
+def test_per_request_bounds_hold_on_every_visible_aggregated_row(visible):
     """Every aggregated row the simulator predicts: the same schedule at efficiencies 1 and
     overheads 0 gives a mean TPOT at or below the measured one; the prompt prefilled alone at
     the bound, a TTFT at or below it."""
-    cases = fitting.prepare(rows.read(str(need(V2))), measurements.Specs())
-    done = [c for c in cases if c.predicted]
+    done = [c for c in visible if c.predicted]
     assert len(done) == 355      # the dense models' 355 aggregated rows; the rest say why not
     over = [(c.row.row_id, w) for c in done for w, lo, m in
             (("tpot", c.means(sc.BOUND)[1], c.row.tpot_s), ("ttft", validation.prompt_alone(c), c.row.ttft_s))
@@ -136,9 +150,11 @@ def test_per_request_bounds_hold_on_every_visible_aggregated_row():
 
 
 @pytest.mark.slow
-def test_shipped_simulator_calibration_is_the_fit_of_the_visible_rows(call, tmp_path):
-    code, _, err = call("calibrate", need(V2), "--out", tmp_path / "c.yaml")
-    assert code == 0, err
+def test_shipped_simulator_calibration_is_the_fit_of_the_visible_rows(visible, tmp_path):
+    """What `rooflinec calibrate --simulate` writes (its document, `validation.calibrate`), on
+    the schedules simulated once for this module."""
+    doc = validation.calibrate(visible, V2.name)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc, sort_keys=False, width=120), encoding="utf-8")
     assert calibration.load(str(tmp_path / "c.yaml")) == calibration.load(calibration.shipped()), \
         "refit: rooflinec calibrate ../shared/measured/serving-v2-visible.csv --out " \
         "rooflinec/serving/calibrations/simulator-visible.yaml"

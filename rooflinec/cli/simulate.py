@@ -161,8 +161,11 @@ def cmd_simulate(args, stdout, stderr) -> int:
                                "source": speculative.SOURCE}} if draft else {}),
            **metrics.summary(res, args.tp)}
     if band:
-        out["interval"] = {"level": band["level"], **{f"{w}_mean_s": [float(v) for v in intervals.interval(
-            out[f"{w}_s"]["mean"], *band[w])] for w in ("ttft", "tpot") if out[f"{w}_s"]["mean"] is not None}}
+        def means_within(q):
+            return {f"{w}_mean_s": [float(v) for v in intervals.interval(out[f"{w}_s"]["mean"], *q[w])]
+                    for w in ("ttft", "tpot") if out[f"{w}_s"]["mean"] is not None}
+        out["interval"] = {"level": band["level"], **means_within(band),
+                           **({"new": {k: means_within(q) for k, q in band["by"].items()}} if band.get("by") else {})}
     if args.chart:
         svg = timeline(res, f"{model.key} on {args.tp} x {device.key}, {policy.name}: {work.describe()}")
         try:
@@ -215,6 +218,10 @@ def text(out: dict) -> str:
         lines.append(f"{iv['level']:.0%} interval of the mean (from the calibration's left-out residuals): "
                      + ", ".join(f"{w.upper()} {1e3 * iv[f'{w}_mean_s'][0]:.2f}-{1e3 * iv[f'{w}_mean_s'][1]:.2f} ms"
                                  for w in ("ttft", "tpot") if f"{w}_mean_s" in iv))
+        for kind, q in iv.get("new", {}).items():   # the band of a deployment new in that respect
+            lines.append(f"  where the {kind} is not among the calibrated ones: " + ", ".join(
+                f"{w.upper()} {1e3 * q[f'{w}_mean_s'][0]:.2f}-{1e3 * q[f'{w}_mean_s'][1]:.2f} ms"
+                for w in ("ttft", "tpot") if f"{w}_mean_s" in q))
     per_user = out["tokens_per_s_per_user"]
     lines += ["", f"output tokens/s per GPU {out['tokens_per_s_per_gpu']:.1f}, per user "
               f"{'-' if per_user is None else f'{per_user:.1f}'}; {out['requests_per_s']:.2f} requests/s",
@@ -228,10 +235,9 @@ def cmd_calibrate(args, stdout, stderr, specs_root) -> int:
 
     cases = fitting.prepare(rows.read(args.csv), Specs(specs_root))
     try:
-        fits = fitting.fit_all(cases)
+        doc = validation.calibrate(cases, os.path.basename(args.csv))
     except ValueError as exc:
         raise RooflineError(f"{args.csv}: {exc}") from None
-    doc = validation.document(fits, cases, os.path.basename(args.csv), validation.holdouts(cases, fits.fitted))
     return output.write_command_file(args.out, "# rooflinec serving-simulator calibration, written by "
                                      "`rooflinec calibrate --simulate`.\n" + yaml.safe_dump(doc, sort_keys=False, width=120),
                                      stdout)

@@ -28,7 +28,8 @@ class Table:
     engines: dict              # engine -> Parameters
     fitted: tuple
     source: str = ""
-    intervals: dict | None = None   # {level, tpot: [lo, hi], ttft: [lo, hi]}: log(predicted / measured) quantiles
+    intervals: dict | None = None   # {level, tpot: [lo, hi], ttft: [lo, hi], by: {kind: {tpot, ttft}}}:
+    #                                 log(predicted / measured) quantiles, pooled and per kind of hold-out
 
     def of(self, device: str, engine: str) -> Parameters:
         return self.groups.get((device, engine)) or self.engines.get(engine) or self.default
@@ -101,11 +102,23 @@ def _intervals(doc, block, problems) -> dict | None:
     level = block.get("level")
     if not (_number(level) and 0 < level < 1):
         problems.append(doc.problem(("intervals", "level"), "level: expected a fraction in (0, 1)"))
-    out = {"level": level}
+    out = {"level": level, **_band(doc, ("intervals",), block, problems)}
+    kinds = block.get("by_holdout", {})
+    if not isinstance(kinds, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in kinds.items()):
+        problems.append(doc.problem(("intervals", "by_holdout"), "by_holdout: expected a mapping of hold-out "
+                                    "kind (model, tp, engine): {tpot: [lo, hi], ttft: [lo, hi]}"))
+        return out
+    out["by"] = {k: _band(doc, ("intervals", "by_holdout", k), v, problems) for k, v in kinds.items()}
+    return out
+
+
+def _band(doc, path, block, problems) -> dict:
+    """{tpot: [lo, hi], ttft: [lo, hi]} from `block`, each checked."""
+    out = {}
     for what in ("tpot", "ttft"):
         v = block.get(what)
         if not (isinstance(v, list) and len(v) == 2 and all(_number(x) for x in v) and v[0] <= v[1]):
-            problems.append(doc.problem(("intervals", what), f"{what}: expected [lo, hi], lo <= hi"))
+            problems.append(doc.problem(path + (what,), f"{what}: expected [lo, hi], lo <= hi"))
         out[what] = v
     return out
 

@@ -3,11 +3,11 @@ schedule re-timed for every candidate parameter set, a few named parameters fitt
 (device, engine).
 
 A row's benchmark is a closed loop with fixed lengths, so its schedule does not depend on the
-step times (`simulator` module): the fit re-times the recorded runs in closed form
-(`simulator.run_times`) instead of re-simulating. The fit is Levenberg-Marquardt on the log
-ratios of predicted to measured mean TPOT and mean TTFT together (`calibrate.fit`'s method,
-its coordinates: a fraction 1 / (1 + e^-x), a time 1 us x e^x); the parameters not fitted
-keep their bound values.
+step times (`simulator` module): the fit re-times the recorded runs in closed form, every
+row of a fit at once (`simulator.Pool`), instead of re-simulating. The fit is
+Levenberg-Marquardt on the log ratios of predicted to measured mean TPOT and mean TTFT
+together (`calibrate.fit`'s method, its coordinates: a fraction 1 / (1 + e^-x), a time
+1 us x e^x); the parameters not fitted keep their bound values.
 """
 
 from __future__ import annotations
@@ -51,9 +51,14 @@ class Case:
         r = self.result
         return simulator.Retimer(self.step, r.schedule, r.measured, r.osl)
 
+    @cached_property
+    def pool(self) -> simulator.Pool:
+        return simulator.Pool([self.retimer])
+
     def means(self, p: sc.Parameters) -> tuple[float, float]:
         """(mean TTFT, mean TPOT) of the row's measured requests under `p`."""
-        return self.retimer.means(p)
+        ttft, tpot = self.pool.means(p)[0]
+        return float(ttft), float(tpot)
 
 
 def prepare(measured: list[rows.Row], specs) -> list[Case]:
@@ -61,7 +66,7 @@ def prepare(measured: list[rows.Row], specs) -> list[Case]:
     engine, the workload and the KV capacity only (the step features count tokens, not
     seconds), so rows that differ in model, device or tp share one simulation wherever the
     capacity never bound it and each row's capacity holds its peak (`simulator.Result`)."""
-    steps, policies, schedules, out = {}, {}, {}, []
+    steps, policies, schedules, capacity, out = {}, {}, {}, {}, []
     for row in measured:
         got = rows.resolve(row, specs)
         if isinstance(got, str):
@@ -80,7 +85,9 @@ def prepare(measured: list[rows.Row], specs) -> list[Case]:
         try:
             if key not in steps:
                 steps[key] = sc.build(dep)
-            res = _schedule(schedules, steps[key], policy, row)
+            if (key, row.engine) not in capacity:       # the weights' bytes are a sympy sum: once
+                capacity[key, row.engine] = simulator.kv_capacity_tokens(steps[key], policy)
+            res = _schedule(schedules, steps[key], policy, row, capacity[key, row.engine])
         except Unpredictable as exc:
             out.append(Case(row, str(exc)))
             continue
@@ -88,16 +95,17 @@ def prepare(measured: list[rows.Row], specs) -> list[Case]:
     return out
 
 
-def _schedule(cache: dict, step: sc.StepModel, policy: engines.Policy, row: rows.Row) -> simulator.Result:
-    """The row's benchmark scheduled, or a cached schedule that its KV capacity reproduces."""
-    tokens = simulator.kv_capacity_tokens(step, policy)
+def _schedule(cache: dict, step: sc.StepModel, policy: engines.Policy, row: rows.Row,
+              tokens: int) -> simulator.Result:
+    """The row's benchmark scheduled, or a cached schedule that its KV capacity (`tokens`)
+    reproduces."""
     blocks = tokens // policy.kv_block_tokens
     shared = cache.setdefault((row.engine, row.concurrency, row.isl, row.osl), [])
     for res in shared:
         same = res.capacity_tokens == tokens
         if same or (not res.capacity_bound and blocks >= res.peak_blocks):
             return res if same else replace(res, capacity_tokens=tokens)
-    res = simulator.schedule(step, policy, workload.benchmark(row.concurrency, row.isl, row.osl))
+    res = simulator.schedule(step, policy, workload.benchmark(row.concurrency, row.isl, row.osl), tokens)
     shared.append(res)
     return res
 
@@ -118,10 +126,11 @@ def parameters(x: np.ndarray, free) -> sc.Parameters:
 def fit(cases: list[Case], free=FITTED) -> sc.Parameters:
     """The Parameters minimising the squared log errors of mean TPOT and mean TTFT."""
     target = np.log([[c.row.tpot_s, c.row.ttft_s] for c in cases])
+    pool = simulator.Pool([c.retimer for c in cases])
 
     def residual(x):
         p = parameters(x, free)
-        got = np.log([c.means(p)[::-1] for c in cases])
+        got = np.log(pool.means(p)[:, ::-1])
         return ((got - target) * [1.0, TTFT_WEIGHT]).ravel()
     x, damping = np.zeros(len(free)), 1e-3
     r = residual(x)

@@ -97,25 +97,26 @@ def simulate(model: sc.StepModel, policy: Policy, work: Workload, params: sc.Par
     return _Loop(model, policy, work, params, prefilled).run()
 
 
-def schedule(model: sc.StepModel, policy: Policy, work: Workload) -> Result:
+def schedule(model: sc.StepModel, policy: Policy, work: Workload, capacity_tokens: int | None = None) -> Result:
     """A closed loop's schedule alone: the steps are not timed (every time in the Result is
-    0), since in a closed loop the schedule does not depend on them; `Retimer` prices it."""
+    0), since in a closed loop the schedule does not depend on them; `Retimer` and `Pool` price it.
+    `capacity_tokens`: `kv_capacity_tokens(model, policy)` where the caller has it."""
     if not work.closed:
         raise ValueError("an open loop's schedule depends on the step times: simulate it")
-    return _Loop(model, policy, work, sc.BOUND, timed=False).run()
+    return _Loop(model, policy, work, sc.BOUND, timed=False, capacity_tokens=capacity_tokens).run()
 
 
 class _Loop:
     """The loop's state is arrays over all requests (NumPy, so each event's work is a few
     vector operations), plus the admission order (for preemption) and the prompts in progress."""
 
-    def __init__(self, model, policy, work, params, prefilled=False, timed=True):
+    def __init__(self, model, policy, work, params, prefilled=False, timed=True, capacity_tokens=None):
         self.m, self.pol, self.w, self.p, self.timed = model, policy, work, params, timed
         self.arrive_prefilled = prefilled
         self.peak, self.bound = 0, False
         self.isl, self.osl = work.lengths()
         n = work.total
-        self.cap_tokens = kv_capacity_tokens(model, policy)
+        self.cap_tokens = kv_capacity_tokens(model, policy) if capacity_tokens is None else capacity_tokens
         self.cap_blocks = self.cap_tokens // policy.kv_block_tokens
         self.prompt = self.isl.copy()
         # tokens a decode step yields: 1, or a speculative step's expectation (speculative.py)
@@ -437,11 +438,24 @@ def run_times(model: sc.StepModel, sched: Schedule, p: sc.Parameters) -> np.ndar
     """Each run's total time under `p`, exactly: in a run only the context grows, by `growth`
     per step, so each kernel's two roofline terms are affine in the step index j and
     sum_j max(a + b j, c + d j) has a closed form (split where the two lines cross)."""
-    a = (sched.x0 @ model.compute.T) / p.compute_fraction           # [R, K]
-    c = (sched.x0 @ model.memory.T) / p.bandwidth_fraction
-    b = np.outer(sched.growth, model.compute[:, sc.CONTEXT]) / p.compute_fraction
-    d = np.outer(sched.growth, model.memory[:, sc.CONTEXT]) / p.bandwidth_fraction
-    k = sched.steps[:, None].astype(float)
+    a, b, c, d = _lines(model, sched, np.ones(len(model.names), bool))
+    k = np.broadcast_to(sched.steps[:, None].astype(float), a.shape)
+    sums = _max_of_lines(a / p.compute_fraction, b / p.compute_fraction,
+                         c / p.bandwidth_fraction, d / p.bandwidth_fraction, k)
+    return sums.sum(axis=1) + sched.steps * model.overheads(sched.x0, p)
+
+
+def _lines(model, sched, kernels):
+    """Per run and kernel (the `kernels` mask) the compute line a + b j and the memory line
+    c + d j of step j, at the peaks: [R, K] each."""
+    a, c = sched.x0 @ model.compute[kernels].T, sched.x0 @ model.memory[kernels].T
+    b = np.outer(sched.growth, model.compute[kernels, sc.CONTEXT])
+    d = np.outer(sched.growth, model.memory[kernels, sc.CONTEXT])
+    return a, b, c, d
+
+
+def _max_of_lines(a, b, c, d, k):
+    """sum over integer j in [0, k) of max(a + b j, c + d j), elementwise."""
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(b != d, (c - a) / (b - d), 0.0)
     # j in [lo, hi) takes the first line (a, b); the rest the second
@@ -450,9 +464,7 @@ def run_times(model: sc.StepModel, sched: Schedule, p: sc.Parameters) -> np.ndar
     hi = np.where(rising, k, np.clip(np.floor(r) + 1, 0, k))
     same = b == d
     lo, hi = np.where(same, 0.0, lo), np.where(same, np.where(a >= c, k, 0.0), hi)
-    first = _series(a, b, lo, hi)
-    second = _series(c, d, 0.0, lo) + _series(c, d, hi, k)
-    return (first + second).sum(axis=1) + sched.steps * model.overheads(sched.x0, p)
+    return _series(a, b, lo, hi) + _series(c, d, 0.0, lo) + _series(c, d, hi, k)
 
 
 def _series(alpha, beta, lo, hi):
@@ -473,30 +485,45 @@ def retimed_means(model: sc.StepModel, sched: Schedule, measured: np.ndarray, os
 
 
 class Retimer:
-    """`retimed_means` for many parameter sets: the schedule's per-run unit costs and each
-    run's weight in the two means computed once (a mean is then a dot product with the run
-    times; the kernels whose cost does not grow with the context take one max per run)."""
+    """`retimed_means` of one schedule, reduced once to what the means depend on. A mean is
+    w @ run times (each run's weight in the mean, `_window_weights`), so with T = (TTFT,
+    TPOT) weights:
+    - a kernel whose cost does not grow with the context contributes w max(A / cf, B / bf)
+      per run (A, B: its compute and memory seconds over the run at the peaks), which is A / cf
+      where B / A <= bf / cf, else B / bf: the (run, kernel) entries sorted by B / A with
+      prefix sums of w A and w B give the sum over all of them at any (cf, bf) in one lookup;
+    - the kernels that grow (attention over the context) keep `_max_of_lines` per run;
+    - the overheads are affine in the parameters: w @ steps, w @ requests and w @ tokens.
+    `Pool` evaluates many of them at once (a fit's rows)."""
 
     def __init__(self, model: sc.StepModel, sched: Schedule, measured: np.ndarray, osl: np.ndarray):
         grows = (model.compute[:, sc.CONTEXT] != 0) | (model.memory[:, sc.CONTEXT] != 0)
         self.model, self.sched, self.measured = model, sched, measured
-        self.flat_compute = (sched.x0 @ model.compute[~grows].T) * sched.steps[:, None]
-        self.flat_memory = (sched.x0 @ model.memory[~grows].T) * sched.steps[:, None]
-        self.grow_model = sc.StepModel(model.deployment, model.compute[grows], model.memory[grows],
-                                       (), 0, 0, np.zeros(2))
         runs = len(sched.steps)
-        self.w_ttft = _window_weights(runs, sched.arrived[measured], sched.first[measured] + 1)
         long = measured & (osl > 1)
-        self.w_tpot = _window_weights(runs, sched.first[long] + 1, sched.finished[long] + 1,
-                                      1 / (osl[long] - 1))
-        self.x_steps = sched.x0 * sched.steps[:, None]        # overheads are affine in x0
+        self.has_tpot = bool(long.any())
+        w = np.stack([_window_weights(runs, sched.arrived[measured], sched.first[measured] + 1),
+                      _window_weights(runs, sched.first[long] + 1, sched.finished[long] + 1, 1 / (osl[long] - 1))])
+        steps = sched.steps.astype(float)
+        flat_a = (sched.x0 @ model.compute[~grows].T) * steps[:, None]        # [R, Kf]
+        flat_b = (sched.x0 @ model.memory[~grows].T) * steps[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.where(flat_a > 0, flat_b / flat_a, np.inf).ravel()
+        order = np.argsort(q, kind="stable")
+        self.flat_q = q[order]
+        zero = np.zeros((2, 1))
+        self.flat_a = np.hstack([zero, np.cumsum((w[:, :, None] * flat_a[None]).reshape(2, -1)[:, order], axis=1)])
+        self.flat_b = np.hstack([zero, np.cumsum((w[:, :, None] * flat_b[None]).reshape(2, -1)[:, order], axis=1)])
+        a, b, c, d = _lines(model, sched, grows)
+        self.grow = tuple(x.ravel() for x in (a, b, c, d, np.broadcast_to(steps[:, None], a.shape)))
+        self.grow_w = np.repeat(w, int(grows.sum()), axis=1)                  # [2, R Kg]
+        x = sched.x0 * steps[:, None]
+        self.totals = w @ np.stack([steps, x[:, sc.DECODES] + x[:, sc.CHUNKS], x[:, sc.TOKENS]], axis=1)   # [2, 3]
 
-    def means(self, p: sc.Parameters) -> tuple[float, float]:
-        t = np.maximum(self.flat_compute / p.compute_fraction, self.flat_memory / p.bandwidth_fraction).sum(axis=1)
-        t += run_times(self.grow_model, self.sched, p) - self.sched.steps * self.grow_model.overheads(self.sched.x0, p)
-        t += _overheads_summed(self.model, self.x_steps, self.sched.steps, p)
-        return (float(self.w_ttft @ t) + p.request_latency_s,
-                float(self.w_tpot @ t) if self.w_tpot.any() else math.nan)
+    def flat(self, cf: float, bf: float) -> np.ndarray:
+        """The non-growing kernels' share of (TTFT, TPOT) at fractions (cf, bf)."""
+        n = int(np.searchsorted(self.flat_q, bf / cf, side="right"))
+        return self.flat_a[:, n] / cf + (self.flat_b[:, -1] - self.flat_b[:, n]) / bf
 
     def queue_share(self, p: sc.Parameters) -> float:
         """The share of the measured requests' TTFT spent waiting to be scheduled."""
@@ -507,11 +534,48 @@ class Retimer:
         return float(wait.sum() / ttft.sum())
 
 
-def _overheads_summed(model, x_steps, steps, p):
-    """sum over a run's steps of model.overheads (affine: the features summed over the steps)."""
-    requests = x_steps[:, sc.DECODES] + x_steps[:, sc.CHUNKS]
-    return (steps * (model.layers * p.per_layer_s + p.per_step_s + model.collectives * p.per_collective_s
-                     + model.link_s[0]) + requests * p.per_request_s + model.link_s[1] * x_steps[:, sc.TOKENS])
+class Pool:
+    """The (TTFT, TPOT) means of many schedules under one parameter set at once: the growing
+    kernels' runs of all of them in one array, the roofline part remembered for the last few
+    (compute, bandwidth) fractions (a fit's Jacobian moves the times with the fractions fixed)."""
+
+    MEMO = 4
+
+    def __init__(self, retimers: list[Retimer]):
+        self.retimers = retimers
+        self.grow = tuple(np.concatenate([r.grow[i] for r in retimers]) for i in range(5))
+        self.grow_w = np.concatenate([r.grow_w for r in retimers], axis=1)
+        self.owner = np.concatenate([np.full(len(r.grow[0]), i) for i, r in enumerate(retimers)]).astype(np.int64)
+        self.totals = np.stack([r.totals for r in retimers])                 # [n, 2, 3]
+        m = [r.model for r in retimers]
+        self.fixed = np.array([[x.layers, x.collectives, x.link_s[0], x.link_s[1]] for x in m], float)
+        self.no_tpot = np.array([not r.has_tpot for r in retimers])
+        self.memo: dict = {}
+
+    def roofline(self, cf: float, bf: float) -> np.ndarray:
+        """[n, 2]: the kernels' share of each schedule's (TTFT, TPOT) at fractions (cf, bf)."""
+        key = (cf, bf)
+        if key not in self.memo:
+            if len(self.memo) >= self.MEMO:
+                self.memo.pop(next(iter(self.memo)))
+            a, b, c, d, k = self.grow
+            per = _max_of_lines(a / cf, b / cf, c / bf, d / bf, k)
+            n = len(self.retimers)
+            grown = np.stack([np.bincount(self.owner, per * self.grow_w[i], minlength=n) for i in range(2)], axis=1)
+            self.memo[key] = grown + np.array([r.flat(cf, bf) for r in self.retimers])
+        return self.memo[key]
+
+    def means(self, p: sc.Parameters) -> np.ndarray:
+        """[n, 2]: mean TTFT (with the front end's latency) and mean TPOT (nan without a
+        request of more than one output token)."""
+        layers, colls, link0, link1 = self.fixed.T
+        per_step = layers * p.per_layer_s + p.per_step_s + colls * p.per_collective_s + link0
+        over = self.totals @ np.array([0.0, p.per_request_s, 0.0]) + self.totals[:, :, 0] * per_step[:, None] \
+            + self.totals[:, :, 2] * link1[:, None]
+        out = self.roofline(p.compute_fraction, p.bandwidth_fraction) + over
+        out[:, 0] += p.request_latency_s
+        out[self.no_tpot, 1] = math.nan
+        return out
 
 
 def _window_weights(runs: int, start: np.ndarray, stop: np.ndarray, scale=None) -> np.ndarray:

@@ -2,7 +2,18 @@
 errors of mean TTFT and mean TPOT per group and left out per group, the per-request bounds
 (the same schedule at efficiencies 1 and overheads 0), and the rows whose scheduling
 assumption carries most of the prediction. The report has the steady-state validation's
-shape (`validate_runs.render` draws it) plus the simulator's own sections."""
+shape (`validate_runs.render` draws it) plus the simulator's own sections.
+
+Prediction intervals (issue 30 item 3): split conformal quantiles of log(predicted / measured)
+over left-out rows, each predicted by a fit that never saw its model, its tp or its engine
+(`holdouts`). The pooled band mixes the three kinds; the band for a deployment new in one
+respect comes from that kind of hold-out alone (a new model's band from the leave-one-model-out
+residuals), since a new model's errors are larger than a new tp's. Coverage is reported per
+kind two ways (`coverage`): a held-out group against the band of the other groups of its kind
+(group transfer: with two models and three engines, one or two groups stand for every other,
+and the visible rows' model and engine shifts fall outside), and each left-out row against the
+band of all the other left-out rows of its kind (the conformal guarantee where a new group's
+errors are drawn like the calibrated groups' ones)."""
 
 from __future__ import annotations
 
@@ -40,7 +51,12 @@ ASSUMPTIONS = (
     "Bounds: TPOT from the same schedule with every efficiency 1 and every overhead 0; TTFT from the "
     "request's own prompt prefilled alone at the bound. The schedule's TTFT at the bound is not a "
     "bound: the replay's synchronised waves queue prompts behind each other more than the measured "
-    "runs do (the report counts the rows where it exceeds the measurement).",
+    "runs do (the report counts the rows where it exceeds the measurement). A closed loop of fixed "
+    "lengths keeps whatever synchronisation it starts with (the requests of a wave finish in the same "
+    "step), and SGLang's scheduler runs a prefill batch whenever one can be formed, so its decodes "
+    "wait for the whole wave. Where the replay at the bound exceeds the measured TTFT the runs did "
+    "not keep that synchronisation; what spread them (timing noise the deterministic replay lacks is "
+    "one candidate) is not modelled.",
     "The KV cache is stored in the row's weight format (the rows do not state it).",
     "Not predicted: attention-DP / expert-parallel layouts (the next issue), pipeline parallelism. "
     "Disaggregated rows are predicted apart (their own section, serving/disagg.py).",
@@ -125,23 +141,44 @@ def holdouts(cases, free) -> list[dict]:
 
 
 def band_of(ho: list[dict], level: float = LEVEL) -> dict | None:
-    """The interval's log-residual quantiles (log predicted / measured) for TPOT and TTFT: split
-    conformal on every left-out row's residual (each row predicted by a fit that never saw its
-    model, its tp or its engine, so the residuals are those of a new deployment), pooled over
-    groups. None where too few rows."""
+    """The interval's log-residual quantiles (log predicted / measured) for TTFT and TPOT: split
+    conformal on left-out rows' residuals (each row predicted by a fit that never saw its
+    model, its tp or its engine, so the residuals are those of a new deployment). Pooled over
+    every kind of hold-out (the default band), and per kind under `by`: the band for a
+    deployment whose model is new is calibrated on the leave-one-model-out residuals alone, and
+    so on (a new model's errors are not a new tp's). None where too few rows."""
     if not ho:
         return None
-    res = np.concatenate([h["residuals"] for h in ho])
     try:
-        return {"level": level, **{w: list(intervals.quantiles(_finite(res[:, i]), level)) for i, w in enumerate(WHATS)}}
+        band = {"level": level, **_quantiles(np.concatenate([h["residuals"] for h in ho]), level)}
     except intervals.TooFewRows:
         return None
+    band["by"] = {}
+    for by in HOLDOUTS:
+        mine = [h["residuals"] for h in ho if h["by"] == by]
+        try:
+            band["by"][by] = _quantiles(np.concatenate(mine), level) if mine else None
+        except intervals.TooFewRows:
+            band["by"][by] = None
+    band["by"] = {k: v for k, v in band["by"].items() if v}
+    return band
+
+
+def _quantiles(res: np.ndarray, level: float) -> dict:
+    return {w: list(intervals.quantiles(_finite(res[:, i]), level)) for i, w in enumerate(WHATS)}
 
 
 def coverage(ho: list[dict], level: float = LEVEL) -> dict:
-    """The share of left-out rows inside their interval, cross-conformal: a held-out group's rows
-    against the interval from the left-out residuals of the other groups of the same kind (the
-    same model, tp or engine never on both sides), per kind and over all."""
+    """The share of left-out rows inside their interval, per kind of hold-out and over all, two
+    ways:
+    - `tpot`, `ttft` (group transfer): a held-out group's rows against the band from the
+      left-out residuals of the other groups of the same kind (the same model, tp or engine
+      never on both sides): what a deployment unlike every calibrated one can expect. With two
+      models and three engines in the visible rows this asks one or two groups to stand for all.
+    - `exchangeable`: each left-out row against its kind's band from every other left-out row
+      of that kind (leave one row out, its own group's other rows included): the conformal
+      guarantee where a new deployment's errors are drawn like the calibrated groups' ones, the
+      band `band_of(...)["by"]` issues."""
     out, every = {}, {w: [] for w in WHATS}
     for by in HOLDOUTS:
         hs = [h for h in ho if h["by"] == by]
@@ -158,11 +195,29 @@ def coverage(ho: list[dict], level: float = LEVEL) -> dict:
                     continue
                 mine = _finite(h["residuals"][:, i])
                 hits[w].extend(((mine >= lo) & (mine <= hi)).tolist())
-        out[by] = {w: _share(hits[w]) for w in WHATS} | {"rows": len(hits["tpot"])}
+        out[by] = {w: _share(hits[w]) for w in WHATS} | {"rows": len(hits["tpot"])} \
+            | {"exchangeable": _jackknife([h["residuals"] for h in hs], level)}
         for w in WHATS:
             every[w].extend(hits[w])
-    out["all"] = {w: _share(every[w]) for w in WHATS} | {"rows": len(every["tpot"])}
+    out["all"] = {w: _share(every[w]) for w in WHATS} | {"rows": len(every["tpot"])} \
+        | {"exchangeable": _jackknife([h["residuals"] for h in ho], level)}
     return {"level": level, **out}
+
+
+def _jackknife(parts: list[np.ndarray], level: float) -> dict:
+    """The share of residuals inside the band from all the others (one left out at a time)."""
+    out = {}
+    for i, w in enumerate(WHATS):
+        r = _finite(np.concatenate(parts)[:, i]) if parts else np.zeros(0)
+        hits = []
+        for j in range(len(r)):
+            try:
+                lo, hi = intervals.quantiles(np.delete(r, j), level)
+            except intervals.TooFewRows:
+                break
+            hits.append(lo <= r[j] <= hi)
+        out[w] = _share(hits)
+    return out
 
 
 def _finite(x):
@@ -226,7 +281,7 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
         "holdout_worst_ttft": {by: max((h["ttft"]["median_abs"] for h in ho if h["by"] == by), default=None)
                                for by in HOLDOUTS},
         "violations": violations,
-        "intervals": band, "coverage": cover,
+        "intervals": band, "coverage": cover, "interval_factors": _factors(band),
         "schedule_ttft_over_measured": sum(r["ttft_schedule_bound_s"] > r["measured_ttft_s"] for r in done),
         "weakest": weakest(done),
         "simulator": True,
@@ -234,6 +289,14 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
                            "reason": r["reason"]} for r in records if not r["predicted"]],
         "rows": records,
     }
+
+
+def _factors(band: dict | None) -> dict:
+    """Measured / predicted at the band's ends, pooled ('all') and per kind of hold-out."""
+    if not band:
+        return {}
+    kinds = {"all": band, **band.get("by", {})}
+    return {by: {w: [math.exp(-q[w][1]), math.exp(-q[w][0])] for w in WHATS} for by, q in kinds.items()}
 
 
 def _disaggregated(case, specs, params) -> dict:
@@ -258,6 +321,13 @@ def weakest(done) -> list[dict]:
     return [{k: r[k] for k in validate_runs.RUN_KEYS}
             | {"queue_share": r["queue_share"], "preemptions": r["preemptions"], "mean_batch": r["mean_batch"],
                "ttft_error": r["ttft_error"], "tpot_error": r["tpot_error"]} for r in ranked[:WEAKEST]]
+
+
+def calibrate(cases, source: str) -> dict:
+    """`rooflinec calibrate --simulate`'s document: the fits of the rows, with the intervals
+    from their left-out refits. ValueError where no row is predicted."""
+    fits = fitting.fit_all(cases)
+    return document(fits, cases, source, holdouts(cases, fits.fitted))
 
 
 def document(fits: fitting.Fits, cases, source: str, ho: list[dict] | None = None) -> dict:
@@ -300,9 +370,20 @@ def _interval_block(ho) -> dict:
         "level": band["level"],
         "method": "split conformal on log(predicted / measured) of every row predicted with its model, "
                   "its tp or its engine left out of the fit, pooled; a prediction y allows measured "
-                  "values in [y e^-hi, y e^-lo]",
+                  "values in [y e^-hi, y e^-lo]; by_holdout: the same from one kind of hold-out alone "
+                  "(the band for a new model from the leave-one-model-out residuals), with its coverage "
+                  "of a held-out group from the other groups (group transfer) and of a row from all "
+                  "the other rows of that kind (exchangeable)",
         **{w: [_r(v) for v in band[w]] for w in WHATS},
-        "left_out_coverage": {w: _r(cover["all"][w]) for w in WHATS}}}
+        "left_out_coverage": {w: _r(cover["all"][w]) for w in WHATS},
+        "by_holdout": {by: {**{w: [_r(v) for v in q[w]] for w in WHATS},
+                            "coverage_group_transfer": {w: _cover(cover[by][w]) for w in WHATS},
+                            "coverage_exchangeable": {w: _cover(cover[by]["exchangeable"][w]) for w in WHATS}}
+                       for by, q in band["by"].items()}}}
+
+
+def _cover(x):
+    return None if x is None else _r(x)
 
 
 def _r(x: float) -> float:

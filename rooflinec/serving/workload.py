@@ -4,7 +4,8 @@ Closed loop (the method of the measured rows: `aiperf --concurrency C --num-requ
 --warmup-request-count 2C`, all C clients start together): C clients, each sending its next
 request the moment its last one finished. The warm-up requests are sent first and not
 measured; the measured phase starts when the warm-up has drained, all C clients together
-again (assumed: aiperf runs its warm-up and profiling phases one after the other).
+again (aiperf's warm-up guide, ai-dynamo/aiperf docs/tutorials/warmup.md: by default it waits
+for every warm-up response before the profiling phase starts).
 Open loop (the method of MLPerf's Server scenario): Poisson arrivals at a rate, from a seeded
 generator. Lengths are fixed, or drawn uniformly from a range, seeded.
 """
