@@ -452,7 +452,7 @@ def run_times(model: sc.StepModel, sched: Schedule, p: sc.Parameters) -> np.ndar
     lo, hi = np.where(same, 0.0, lo), np.where(same, np.where(a >= c, k, 0.0), hi)
     first = _series(a, b, lo, hi)
     second = _series(c, d, 0.0, lo) + _series(c, d, hi, k)
-    return (first + second).sum(axis=1) + sched.steps * model.overheads(sched.x0, p)
+    return (first + second).sum(axis=1) + sched.steps * (model.overheads(sched.x0, p) + model.routed_s(sched.x0, p))
 
 
 def _series(alpha, beta, lo, hi):
@@ -495,6 +495,7 @@ class Retimer:
         t = np.maximum(self.flat_compute / p.compute_fraction, self.flat_memory / p.bandwidth_fraction).sum(axis=1)
         t += run_times(self.grow_model, self.sched, p) - self.sched.steps * self.grow_model.overheads(self.sched.x0, p)
         t += _overheads_summed(self.model, self.x_steps, self.sched.steps, p)
+        t += self.sched.steps * self.model.routed_s(self.sched.x0, p)    # a MoE's, flat in a run
         return (float(self.w_ttft @ t) + p.request_latency_s,
                 float(self.w_tpot @ t) if self.w_tpot.any() else math.nan)
 
