@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rooflinec.serving import stepcost as sc
+from rooflinec.serving import rows, stepcost as sc
 from rooflinec.spec import load as spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,3 +105,29 @@ def test_simulate_a_mixture_of_experts(call):
     got, lo = json.loads(out), json.loads(low)
     for what in ("ttft_s", "tpot_s"):
         assert 0 < lo[what]["mean"] <= got[what]["mean"] and math.isfinite(got[what]["mean"])
+
+
+def test_attention_runs_at_its_operands_format_never_4_bit_weights():
+    # B200 (catalog, NVIDIA datasheet): dense fp4 9, fp8 4.5, bf16 2.25 PFLOP/s
+    b200 = spec.load_hardware(str(CATALOG / "hardware/b200.yaml"))
+    qwen = spec.load_model(str(CATALOG / "models/qwen3-32b.yaml"))
+    peak = lambda w, kv: sc.attention_peak(sc.Deployment(qwen, b200, 1, w, kv))   # noqa: E731
+    assert peak("nvfp4", rows.kv_format("nvfp4")) == b200.peak("matrix", "fp8") == 4.5e15
+    assert peak("nvfp4", "nvfp4") == b200.peak("matrix", "bf16") == 2.25e15
+    assert peak("fp8", rows.kv_format("fp8")) == 4.5e15 and rows.kv_format("bf16") == "bf16"
+
+
+@pytest.mark.slow
+def test_simulate_one_attention_dp_rank_of_an_expert_parallel_deployment(call):
+    args = ("simulate", "deepseek-v3", "--device", "h200-sxm", "--weights", "fp8", "--attention-dp", "8",
+            "--ep", "8", "--engine", "sglang", "--isl", "128", "--osl", "4", "--concurrency", "16",
+            "--requests", "16", "--warmup", "0", "--json")
+    code, out, err = call(*args)
+    assert code == 0, err
+    got = json.loads(out)
+    assert (got["attention_dp"], got["ep"]) == (8, 8) and "closed loop of 2 clients" in got["workload"]
+    code, low, err = call(*args, "--bound")
+    assert code == 0, err
+    assert json.loads(low)["tpot_s"]["mean"] <= got["tpot_s"]["mean"]
+    code, _, err = call(*args[:-7], "--concurrency", "12", "--json")
+    assert code == 2 and "--attention-dp: 8 ranks do not split --concurrency 12 evenly" in err

@@ -75,7 +75,7 @@ def prepare(measured: list[rows.Row], specs) -> list[Case]:
         policy = policies[row.engine]
         # the rows do not state the KV-cache format: assumed stored like the weights (as the
         # steady-state model assumes), not in the engine's default
-        dep, clients = rows.deployment(row, got, got.weights)    # one attention-DP rank's
+        dep, clients = rows.deployment(row, got, rows.kv_format(got.weights))    # one attention-DP rank's
         key = (row.model, row.device, row.tp, row.attention_dp, row.moe_tp, row.moe_ep, got.weights)
         try:
             if key not in steps:

@@ -32,7 +32,7 @@ LAYOUT = ("mode", "gemm_weights", "moe_weights", "tp", "pp", "attention_dp", "mo
 REQUIRED = ("model", "device", "engine", "isl", "osl", "concurrency", "ttft_ms", "tpot_ms", "row_id", *LAYOUT)
 AGG_INTEGERS = ("tp", "pp", "attention_dp", "moe_tp", "moe_ep", "replicas")
 FORMAT_ALIASES = {"fp8-block": "fp8"}
-NOT_YET = "(the deployments-at-scale issue)"
+NOT_YET = "(disaggregated pools of attention-DP ranks are not modelled yet)"
 POOL = ("workers", "tp", "pp", "attention_dp", "moe_tp", "moe_ep", "batch")   # prefill_* and decode_* columns
 # quantized checkpoints measured -> the catalog model they quantize (the
 # model cards: NVIDIA's ModelOpt NVFP4 export of Qwen3-32B; Qwen's block-fp8 Qwen3-235B-A22B)
@@ -216,6 +216,13 @@ def _layout(row, is_moe: bool) -> str:
     return ""
 
 
+def kv_format(weights: str) -> str:
+    """The KV cache's format, which the rows do not state: the weights' where that is 8-bit or
+    wider (as the steady-state model assumes); fp8 beside 4-bit weights (NVFP4 and MXFP4 are
+    weight formats: no engine stores or reads attention's operands in 4 bits), an assumption."""
+    return weights if spec.DTYPE_BYTES[weights] >= 1 else "fp8"
+
+
 def deployment(row: Row, got: Resolved, kv_cache: str):
     """The row's deployment, one attention-DP rank of it (`stepcost.Deployment`), and the clients
     that rank serves (the benchmark's concurrency split evenly over the ranks)."""
@@ -234,7 +241,7 @@ def resolve_disagg(row: Row, specs: measurements.Specs) -> Resolved | str:
     for kind, pool in zip(("prefill", "decode"), row.pools):
         if pool.attention_dp > 1 or (is_moe and pool.moe_ep > 1):
             return (f"disaggregated, {kind} workers with attention data parallelism {pool.attention_dp} x "
-                    f"expert parallelism {pool.moe_ep}: not predicted yet {NOT_YET}")
+                    f"expert parallelism {pool.moe_ep}: pools are tensor-parallel groups {NOT_YET}")
         if pool.pp != 1:
             return f"disaggregated, {kind} workers with pipeline parallelism (pp {pool.pp}): not modelled"
     if not row.concurrency:

@@ -18,7 +18,10 @@ the concurrency splits evenly over the attention-DP ranks, each stepping its own
 cache (memory per rank), and the step is one rank's program as the deployment shards it
 (`Deployment.shard`: a MoE layer sees the tokens of every rank, the busiest expert rank's share
 by pigeonhole), plus the dispatch and combine all-to-alls under uniform routing
-(`program_costs.all_to_all_s`, a prediction; the bounds leave communication out).
+(`program_costs.all_to_all_s`, a prediction; the bounds leave communication out). The
+busiest rank's experts there are the deployment's pigeonhole over the expected distinct experts,
+so under attention DP or expert parallelism `bound` is not a bound: the simulator's
+(`stepcost.Routed`, the least any routing reads) is the one to print.
 
 The lower bounds (`bound`) are computed on a population and step mix that are guaranteed,
 never at the mean mix: a step waits for every kernel in it, and a request's every decode step

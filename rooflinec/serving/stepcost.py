@@ -181,8 +181,10 @@ def build(dep: Deployment) -> StepModel:
     moe = getattr(model, "moe", None)
     # the program without the busiest rank's ceilings (experts split moe_tp ways): Routed adds them
     flat = replace(dep, attention_dp=1, moe_ep=1, moe_tp=dep.expert_tp) if moe is not None else dep
-    rows, names, experts = [], [], []
+    rows, names, experts, attending = [], [], [], set()
     for op, flops, traffic in program_costs.symbolic_ops(flat, "decode", dev, act, stored):
+        if op.category == "attention":
+            attending.add(op.name)
         if moe is not None and routed(op):
             experts.append(_routed_row(op, flops, traffic, model))
             flops, traffic = sp.Integer(0), {}
@@ -192,7 +194,10 @@ def build(dep: Deployment) -> StepModel:
         if op.category == "attention":
             rows.append(_chunk_row(op, flops, traffic))
             names.append(f"{op.name} (prompt chunks)")
-    peaks = np.array([[matrix if op_unit == "matrix" else vector] for op_unit, _, _ in rows])
+            attending.add(names[-1])
+    attention = attention_peak(dep)
+    peaks = np.array([[vector if op_unit != "matrix" else attention if name in attending else matrix]
+                      for (op_unit, _, _), name in zip(rows, names)])
     kernels = _routed(dep, experts, matrix, vector, act) if experts else None
     compute = roofline.compute_time(np.array([f for _, f, _ in rows]), peaks)
     memory = roofline.transfer_time(np.array([m for _, _, m in rows]), dev.bandwidth)
@@ -240,6 +245,17 @@ def _routed(dep, experts, matrix, vector, act) -> Routed:
     d = sp.lambdify(M, distinct(model).xreplace(model_values(model)), "numpy")
     return Routed(row_c, row_m, expert_m, dep.attention_dp, dep.moe_ep, moe.top_k,
                   (moe.experts + dep.redundant_experts) // dep.moe_ep, dep.imbalance, d, a2a)
+
+
+def attention_peak(dep: Deployment) -> float:
+    """The tensor peak attention's matrix products run at: their operands are activations (Q,
+    the scores' probabilities) and the KV cache, never the weights, so the KV cache's format
+    where the device has a peak for it and it is 8-bit or wider (FP8 attention kernels exist in
+    TensorRT-LLM, vLLM and SGLang), else the activations' (no engine's attention kernel takes
+    4-bit operands)."""
+    dev, kv = dep.device, dep.kv_format
+    wide = DTYPE_BYTES[kv] >= 1 and dev.peak("matrix", kv) is not None
+    return dev.peak("matrix", kv if wide else sm.ACTIVATION_DTYPE)
 
 
 def _terms(expr, symbols) -> dict:

@@ -42,7 +42,10 @@ ASSUMPTIONS = (
     "bound: the replay's synchronised waves queue prompts behind each other more than the measured "
     "runs do (the report counts the rows where it exceeds the measurement).",
     "The KV cache is stored in the row's weight format (the rows do not state it).",
-    "Not predicted: attention-DP / expert-parallel layouts (the next issue), pipeline parallelism. "
+    "A mixture of experts' routed experts per step by stepcost.Routed: predicted under uniform routing "
+    "(with the dispatch and combine all-to-alls under expert parallelism), bounded by what any "
+    "routing must read (pigeonhole rows, ceil(k/ep) experts, no all-to-all). "
+    "Not predicted: layouts whose experts' GPUs are not the attention's, pipeline parallelism. "
     "Disaggregated rows are predicted apart (their own section, serving/disagg.py).",
 )
 
