@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rooflinec.serving import rows, stepcost as sc
+from rooflinec.serving import engines, rows, simulator, workload, stepcost as sc
 from rooflinec.spec import load as spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,3 +131,17 @@ def test_simulate_one_attention_dp_rank_of_an_expert_parallel_deployment(call):
     assert json.loads(low)["tpot_s"]["mean"] <= got["tpot_s"]["mean"]
     code, _, err = call(*args[:-7], "--concurrency", "12", "--json")
     assert code == 2 and "--attention-dp: 8 ranks do not split --concurrency 12 evenly" in err
+
+
+@pytest.mark.slow
+def test_a_moe_schedule_retimed_is_the_simulation(mixtral_tp2):
+    """Calibration re-times a recorded schedule (simulator.Retimer); with routed experts, whose
+    cost is not affine, it must still give the simulation's own means."""
+    policy, work = engines.load("vllm"), workload.benchmark(4, 256, 16)
+    res = simulator.simulate(mixtral_tp2, policy, work, PREDICTING)
+    m = res.measured
+    ttft = float(np.mean(res.first_s[m] - res.arrival_s[m]))
+    tpot = float(np.mean((res.finish_s[m] - res.first_s[m]) / (res.osl[m] - 1)))
+    sched = simulator.schedule(mixtral_tp2, policy, work).schedule
+    got = simulator.Retimer(mixtral_tp2, sched, m, res.osl).means(PREDICTING)
+    assert got == pytest.approx((ttft, tpot), rel=1e-9)

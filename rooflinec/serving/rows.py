@@ -216,6 +216,16 @@ def _layout(row, is_moe: bool) -> str:
     return ""
 
 
+def layout(row: Row) -> str:
+    """The row's mode and layout in words (the validation report's groups)."""
+    if row.mode == "disagg":
+        return ("disagg, " + ", ".join(f"{kind} {p.workers} x tp {p.tp}" + (f" x dp {p.attention_dp}" if p.attention_dp > 1 else "")
+                                       for kind, p in zip(("prefill", "decode"), row.pools))) if row.pools else "disagg"
+    if not row.moe_weights:      # a dense model: the expert columns mean nothing
+        return f"agg, tp {row.tp}"
+    return f"agg, tp {row.tp} x dp {row.attention_dp}, experts moe_tp {row.moe_tp} x ep {row.moe_ep}"
+
+
 def kv_format(weights: str) -> str:
     """The KV cache's format, which the rows do not state: the weights' where that is 8-bit or
     wider (as the steady-state model assumes); fp8 beside 4-bit weights (NVFP4 and MXFP4 are

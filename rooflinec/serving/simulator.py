@@ -490,12 +490,14 @@ class Retimer:
         self.w_tpot = _window_weights(runs, sched.first[long] + 1, sched.finished[long] + 1,
                                       1 / (osl[long] - 1))
         self.x_steps = sched.x0 * sched.steps[:, None]        # overheads are affine in x0
+        self.routed = model.routed and {b: model.routed.parts(sched.x0, b) for b in (False, True)}
 
     def means(self, p: sc.Parameters) -> tuple[float, float]:
         t = np.maximum(self.flat_compute / p.compute_fraction, self.flat_memory / p.bandwidth_fraction).sum(axis=1)
         t += run_times(self.grow_model, self.sched, p) - self.sched.steps * self.grow_model.overheads(self.sched.x0, p)
         t += _overheads_summed(self.model, self.x_steps, self.sched.steps, p)
-        t += self.sched.steps * self.model.routed_s(self.sched.x0, p)    # a MoE's, flat in a run
+        if self.routed:      # a MoE's routed experts, flat in a run (their parts computed once)
+            t += self.sched.steps * self.model.routed.seconds(None, p, self.routed[sc.bounding(p)])
         return (float(self.w_ttft @ t) + p.request_latency_s,
                 float(self.w_tpot @ t) if self.w_tpot.any() else math.nan)
 

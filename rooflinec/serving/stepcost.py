@@ -128,13 +128,18 @@ class Routed:
             return np.where(tokens > 0, -(-self.top_k // self.ep), 0.0)
         return np.minimum(self.held, self.distinct(self.dp * tokens) / self.ep)
 
-    def seconds(self, x: np.ndarray, p: Parameters) -> np.ndarray:
-        bound, tokens = bounding(p), x[:, TOKENS]
+    def parts(self, x: np.ndarray, bound: bool) -> tuple:
+        """(compute [n, R], memory [n, R]) seconds at the peaks and the all-to-alls' [n]."""
+        tokens = x[:, TOKENS]
         rows, experts = self.rows(tokens, bound), self.experts(tokens, bound)
-        compute = np.outer(rows, self.row_compute) / p.compute_fraction
-        memory = (np.outer(rows, self.row_memory) + np.outer(experts, self.expert_memory)) / p.bandwidth_fraction
-        link = 0.0 if bound else self.all_to_all_s[0] + self.all_to_all_s[1] * tokens
-        return np.maximum(compute, memory).sum(axis=1) + link
+        link = np.zeros(len(x)) if bound else self.all_to_all_s[0] + self.all_to_all_s[1] * tokens
+        return (np.outer(rows, self.row_compute),
+                np.outer(rows, self.row_memory) + np.outer(experts, self.expert_memory), link)
+
+    def seconds(self, x: np.ndarray, p: Parameters, parts: tuple | None = None) -> np.ndarray:
+        """The routed kernels' times under `p` (`parts`: this x's, computed before)."""
+        compute, memory, link = parts or self.parts(x, bounding(p))
+        return np.maximum(compute / p.compute_fraction, memory / p.bandwidth_fraction).sum(axis=1) + link
 
 
 @dataclass(frozen=True)
