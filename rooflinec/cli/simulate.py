@@ -214,8 +214,9 @@ def _disaggregated(args, work, model, device, policy, params, where, stdout) -> 
 
 
 def text(out: dict) -> str:
-    rank = (f" (one of {out['attention_dp']} attention-DP ranks, ep {out['ep']}: its load, its requests/s)"
-            if "attention_dp" in out else "")
+    dp = out.get("attention_dp", 1)
+    rank = ((f" (one of {dp} attention-DP ranks, ep {out['ep']}: its load, its requests/s)" if dp > 1
+             else f" (ep {out['ep']})") if "ep" in out else "")
     lines = [f"{out['model']} on {out['tp']} x {out['device']}{rank}, {out['engine']['name']} "
              f"{out['engine']['version']}: {out['workload']}",
              f"{out['kind']} ({out['parameters']['source']})",
