@@ -144,3 +144,9 @@ def test_serve_deepseek_v3_at_attention_dp_8_ep_8(call):
     assert (data["attention_dp"], data["ep"]) == (8, 8)
     assert data["serving"]["weight_bytes"] == 98_856_229_888 and data["serving"]["kv_per_token"] == 70_272
     assert data["serving"]["deployment"]["gpus"] == 8
+    # calibrated rows as under tp (the serving model steps one rank: B per rank, 8 B in all)
+    code, out, err = call("serve", "deepseek-v3", "--device", "h200-sxm", "--attention-dp", "8",
+                          "--ep", "8", "--dtype", "fp8", "--batch", "1,64", "--json")
+    assert code == 0, err
+    points = json.loads(out)["calibrated"]["points"]
+    assert points and all("why" not in p and p["tpot_s"] > 0 for p in points), points

@@ -224,3 +224,19 @@ def test_a_device_without_a_vector_or_fp8_peak_is_unpredictable():
 def test_mean_context():
     assert sm.mean_context(sm.Run(LLAMA_8B, H100, "bf16", 1, 1000, 300, 1)) == 1150
     assert math.isclose(sm.mean_context(sm.Run(LLAMA_8B, H100, "bf16", 1, 1, 1, 1)), 1.5)
+
+
+@pytest.mark.slow
+def test_attention_dp_with_expert_parallelism_steps_one_rank_and_adds_the_all_to_alls():
+    """DeepSeek-V3 at attention DP 8 x EP 8: C = 512 clients are 64 per rank; the steady
+    step's link time is its dispatch and combine all-to-alls alone (tp 1: no all-reduce), two per
+    MoE layer at the step's tokens (program_costs.all_to_all_s)."""
+    deepseek = spec.load_model(str(ROOT / "rooflinec/spec/catalog/models/deepseek-v3.yaml"))
+    run = sm.Run(deepseek, H200, "fp8", 1, 1024, 256, 512, attention_dp=8, moe_ep=8)
+    c = sm.costs(run)
+    assert run.per_rank == 64 and c.concurrency == 64
+    tokens = 64 + 64 / 256 * 1024               # the decodes and C/OSL prompts of ISL tokens per step
+    assert c.steady.link_s == pytest.approx(program_costs.all_to_all_s(run.deployment, tokens, 2))
+    assert c.steady.collectives == 2 * 58      # 61 layers, the first 3 dense
+    p = sm.predict(run, c, sm.Efficiency(0.8, 0.6))
+    assert p.tpot_s > c.steady.time(sm.BOUND) - c.steady.link_s > 0

@@ -120,17 +120,21 @@ def choose(file: str | None, device: str, engine: str | None) -> Choice | str:
 
 
 def run(model, device, weights: str, kv_cache: str, tp: int, prompt: int, context: int,
-        batch: int, experts: str | None = None) -> serving_model.Run | str:
-    """The serving model's run for serve's point: `batch` requests of `prompt` tokens, each
-    generating 2 (context - prompt) tokens, so the mean context is `context` (routed experts
-    stored in `experts`); or why not."""
+        batch: int, layout: dict | None = None, experts: str | None = None) -> serving_model.Run | str:
+    """The serving model's run for serve's point: `batch` requests of `prompt` tokens per
+    attention-DP rank, each generating 2 (context - prompt) tokens, so the mean context is
+    `context`; `layout`: serve's attention_dp, ep and moe_tp (the study's `parallel` keys);
+    routed experts stored in `experts`; or why not."""
     if kv_cache != weights:
         return "the calibrated model stores the KV cache in the weights' format; --kv-cache differs"
     if weights not in DTYPE_BYTES:
         return f"the calibrated model runs GEMMs at the weights' dtype; {weights} is a storage format only"
     if context <= prompt:
         return "the calibrated model decodes past the prompt: it needs --context > --prompt"
-    return serving_model.Run(model, device, weights, tp, prompt, 2 * (context - prompt), batch, experts)
+    layout = layout or {}
+    dp = layout.get("attention_dp", 1)
+    return serving_model.Run(model, device, weights, tp, prompt, 2 * (context - prompt), batch * dp,
+                             dp, layout.get("ep", 1), layout.get("moe_tp"), experts)
 
 
 def predict(choice: Choice, run: serving_model.Run | str) -> dict:

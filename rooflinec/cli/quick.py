@@ -339,8 +339,7 @@ def cmd_serve(args, stdout, stderr) -> int:
     asked = sorted(set(batches + (CHART_BATCHES if args.out else [])))
     configs, skipped, several = [], [], len(devices) * len(tps) > 1
     for device in devices:
-        choice = (calibrated.choose(args.calibration, device.key, args.engine) if not layout else
-                  "no calibrated prediction: the calibration's serving model runs tensor parallelism only")
+        choice = calibrated.choose(args.calibration, device.key, args.engine)
         for tp in tps:
             try:
                 section = serving_section(model, device, args.dtype, asked, args.context, args.prompt, tp, storage,
@@ -402,7 +401,8 @@ def _predicted(args, model, device, tp: int, storage: dict, section: dict, choic
     top = section["crossovers"][0]["devices"][0]["max_batch"]
     points = sorted({row["batch"] for row in section["steps"]} | ({top} if top >= 1 else set()))
     return {b: calibrated.predict(choice, calibrated.run(model, device, weights, kv, tp, args.prompt,
-                                                         args.context, b, storage.get("experts"))) for b in points}
+                                                         args.context, b, _layout(args),
+                                                         storage.get("experts"))) for b in points}
 
 
 def _smallest(model, device, args, storage: dict, section: dict):

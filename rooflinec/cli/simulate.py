@@ -54,6 +54,13 @@ def register(sub, streams, parents=()) -> None:
     s.add_argument("--device", required=True, metavar="NAME",
                    help="a catalog device (rooflinec devices) or a hardware spec YAML")
     s.add_argument("--tp", default=1, type=int, metavar="N", help="tensor-parallel degree (default: 1)")
+    s.add_argument("--attention-dp", default=1, type=int, metavar="N", help="attention data-parallel ranks, "
+                   "each with its own batch and KV cache; the load splits evenly over them and one rank "
+                   "is replayed (default: 1)")
+    s.add_argument("--ep", default=1, type=int, metavar="N", help="expert parallelism: a MoE's routed experts "
+                   "over N ranks; tp x attention-dp = moe-tp x ep (default: 1)")
+    s.add_argument("--moe-tp", type=int, metavar="N", help="each routed expert's width over N devices "
+                   "(default: tp x attention-dp / ep)")
     s.add_argument("--engine", required=True, metavar="NAME",
                    help="scheduler policy: trtllm, vllm, sglang, or an engine YAML")
     s.add_argument("--weights", default="bf16", metavar="FORMAT",
@@ -146,8 +153,11 @@ def cmd_simulate(args, stdout, stderr) -> int:
         band = table.intervals
     if args.prefill_workers is not None or args.decode_workers is not None:
         return _disaggregated(args, work, model, device, policy, params, where, stdout)
+    work = _one_rank(work, _positive("attention-dp", args.attention_dp))
+    layout = dict(attention_dp=args.attention_dp, moe_ep=_positive("ep", args.ep), moe_tp=_positive("moe-tp", args.moe_tp))
     try:
-        step = sc.build(sc.Deployment(model, device, args.tp, args.weights, policy.kv_dtype(), experts=args.experts))
+        step = sc.build(sc.Deployment(model, device, args.tp, args.weights, policy.kv_dtype(), experts=args.experts,
+                                      **layout))
         step = speculative.speculative(step, draft) if draft else step
         res = simulator.simulate(step, policy, work, params)
     except Unpredictable as exc:
@@ -155,7 +165,8 @@ def cmd_simulate(args, stdout, stderr) -> int:
     # a bound with speculation only at its best case, alpha = 1; below it, alpha is a prediction
     bound = args.bound and (draft is None or draft.alpha == 1)
     out = {"kind": "bound" if bound else "prediction", "model": model.key, "device": device.key,
-           "tp": args.tp, "engine": {"name": policy.name, "version": policy.version, "file": engine_key},
+           "tp": args.tp, **({"attention_dp": args.attention_dp, "ep": args.ep} if args.attention_dp > 1 or args.ep > 1 else {}),
+           "engine": {"name": policy.name, "version": policy.version, "file": engine_key},
            "workload": work.describe(), "parameters": {"source": where, **vars(params)},
            **({"speculation": {"draft": draft.describe(), "k": draft.k, "tokens_per_step": step.tokens_per_step,
                                "source": speculative.SOURCE}} if draft else {}),
@@ -174,6 +185,17 @@ def cmd_simulate(args, stdout, stderr) -> int:
             raise RooflineError(f"{args.chart}: cannot write: {exc.strerror or exc}") from None
     stdout.write(json.dumps(out, indent=2) + "\n" if args.json else text(out))
     return 0
+
+
+def _one_rank(work: Workload, dp: int) -> Workload:
+    """The load one of `dp` attention-DP ranks serves: C / dp clients (or the rate / dp) and
+    their share of the requests."""
+    if dp == 1:
+        return work
+    if work.closed and work.concurrency % dp:
+        raise UsageError(f"--attention-dp: {dp} ranks do not split --concurrency {work.concurrency} evenly")
+    return Workload(work.isl, work.osl, max(1, work.requests // dp), work.warmup // dp,
+                    work.concurrency // dp if work.closed else None, None if work.closed else work.rate / dp, work.seed)
 
 
 def _disaggregated(args, work, model, device, policy, params, where, stdout) -> int:
@@ -200,7 +222,10 @@ def _disaggregated(args, work, model, device, policy, params, where, stdout) -> 
 
 
 def text(out: dict) -> str:
-    lines = [f"{out['model']} on {out['tp']} x {out['device']}, {out['engine']['name']} "
+    dp = out.get("attention_dp", 1)
+    rank = ((f" (one of {dp} attention-DP ranks, ep {out['ep']}: its load, its requests/s)" if dp > 1
+             else f" (ep {out['ep']})") if "ep" in out else "")
+    lines = [f"{out['model']} on {out['tp']} x {out['device']}{rank}, {out['engine']['name']} "
              f"{out['engine']['version']}: {out['workload']}",
              f"{out['kind']} ({out['parameters']['source']})",
              *([f"speculative decoding: {out['speculation']['draft']}, {out['speculation']['tokens_per_step']:.3g} "

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from functools import cache
 
+from rooflinec.cost import collectives
 from rooflinec.cost.evaluate import number
 from rooflinec.model.lower import LEAST_WORK
 from rooflinec.model.passes import DEFAULT_VARIANT
@@ -41,17 +42,43 @@ def _bench(model, stored: tuple = ()) -> Workbench:
 
 
 def _program(dep, phase: str, device, formats: dict | None):
-    """One device's `phase` program under deployment `dep` (its tensor-parallel shard)."""
+    """One device's `phase` program under deployment `dep`: the workbench's tensor-parallel
+    shard, or, with attention DP, expert parallelism or experts split otherwise than by tp,
+    the deployment's own pass over the whole program (one device's, before any split)."""
     bench = _bench(dep.model, tuple(sorted((formats or {}).items())))
-    return bench, bench.program(phase, VARIANT, device, dep.tp)
+    if (dep.attention_dp, dep.moe_ep, dep.expert_tp) == (1, 1, dep.tp):
+        return bench, bench.program(phase, VARIANT, device, dep.tp)
+    key = (bench, phase, getattr(device, "key", None), dep.tp, dep.attention_dp, dep.moe_ep,
+           dep.expert_tp, dep.redundant_experts, dep.imbalance)
+    if key not in _SHARDED:
+        _SHARDED[key] = dep.shard(bench.program(phase, VARIANT, device, 1))
+    return bench, _SHARDED[key]
+
+
+_SHARDED: dict = {}   # (workbench, phase, device, degrees) -> program: each sharded once
+
+
+def all_to_all_s(dep, tokens, bytes_per_element) -> float:
+    """Seconds of one step's dispatch and combine all-to-alls at `tokens` per attention-DP rank
+    (two per MoE layer; 0 where `dep` moves no tokens between devices): each waits for the
+    predicted busiest device's bytes, sent or received (`Deployment.all_to_all_bytes`, under
+    uniform routing: a prediction), over the workbench's link for the tp x dp devices, with one
+    link latency (every pair's send is concurrent)."""
+    if not dep.all_to_all:
+        return 0.0
+    link = _bench(dep.model).link(dep.device, dep.group, "the MoE layers' dispatch and combine all-to-alls")
+    moved = dep.all_to_all_bytes(tokens, bytes_per_element)
+    layers = dep.model.n_layers - dep.model.moe.dense_layers(dep.model.n_layers)
+    return 2 * layers * collectives.time(max(moved["sent"], moved["received_busiest"]), 1, link)
 
 
 def op_costs(dep, phase: str, device, workload: dict, tokens=None, bytes_per_element=2,
-             formats: dict | None = None) -> list[OpCost]:
+             formats: dict | None = None, category: str | None = None) -> list[OpCost]:
     """Every op of one device's `phase` program under deployment `dep` at `workload`
     ({B: .., S: ..}); `tokens` overrides
     the tokens a linear layer sees (M), as a mixed prefill + decode batch needs; `formats`
-    stores weights and KV cache in their own formats ({"weights": "fp8", ...})."""
+    stores weights and KV cache in their own formats ({"weights": "fp8", ...}); `category`: only
+    the ops of that category (the others not evaluated)."""
     bench, prog = _program(dep, phase, device, formats)
     values = {**bench.at(workload, prog.bindings if tokens is None else {}), b: bytes_per_element}
     if tokens is not None:
@@ -59,6 +86,8 @@ def op_costs(dep, phase: str, device, workload: dict, tokens=None, bytes_per_ele
     values.update(dep.dequant())   # weight-only GEMMs dequantise; on the weights' own peak none
     out = []
     for op in prog.ops:
+        if category is not None and op.category != category:
+            continue
         count = number(op.repeat, values)
         out.append(OpCost(op.name, op.category, op.unit, op.per_layer,
                           count * number(op.cost.flops, values),

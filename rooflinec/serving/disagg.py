@@ -17,9 +17,17 @@ The C clients of the closed loop split between the pools as the time a request s
 (Little's law): with f of the cycle on the prefill side (queueing, prefill, transfer), each
 prefill worker sees ceil(C f / P) clients and each decode worker ceil(C (1 - f) / D); f is
 solved by bisection (a fixed number of halvings, so the answer does not depend on a clock). A
-prediction: TTFT = queueing + prefill + transfer + the decode worker's wait for a slot (no
-layer-by-layer overlap of the transfer with the prefill) + the calibration's front-end latency;
-TPOT from the decode workers.
+prediction: TTFT = queueing + prefill + transfer + half a decode step (the KV cache lands while
+the decode worker is mid-step; the request joins its batch, and its first token goes out, at the
+next step boundary) + the decode worker's wait for a slot (no layer-by-layer overlap of the
+transfer with the prefill) + the calibration's front-end latency; TPOT from the decode workers.
+Where the prefill pool limits the loop's rate X = P / (one prompt's prefill), every client
+waits its turn there: TTFT = C / X - (OSL - 1) TPOT, so a row's own TTFT, TPOT and C say what
+prefill time per prompt a prefill-limited loop implies (`row_record`'s
+`implied_prefill_if_limiting_s`), beside the one predicted.
+
+The KV cache's format beside 4-bit weights is fp8 (`rows.kv_format`), and attention's matrix
+products run at that format's peak, never the 4-bit weights' (`stepcost.attention_peak`).
 
 Rate matching: each pool's capacity in requests/s (P prefill workers with a saturating queue;
 D decode workers holding all C clients between them); the smaller limits the throughput, and
@@ -40,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rooflinec.cost import collectives
-from rooflinec.serving import engines, simulator
+from rooflinec.serving import engines, rows, simulator
 from rooflinec.serving import stepcost as sc
 from rooflinec.serving.serving_model import Unpredictable
 from rooflinec.serving.workload import benchmark
@@ -125,7 +133,7 @@ def simulate(pools: Pools, policy: engines.Policy, clients: int, isl: int, osl: 
         c_d = max(1, math.ceil(clients * (1 - f) / D))
         queued = pre.run(c_p, isl, 1)[0]                 # queueing + prefill, a latency before it
         wait, tpot, _, _ = dec.run(c_d, isl, osl)
-        side = queued + xfer
+        side = queued + xfer + tpot / 2                  # the KV lands mid-step: joins at the next
         return side / (side + wait + (osl - 1) * tpot) - f, (c_p, c_d, queued, wait, tpot)
 
     lo, hi = 0.0, 1.0
@@ -133,13 +141,16 @@ def simulate(pools: Pools, policy: engines.Policy, clients: int, isl: int, osl: 
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if at(mid)[0] > 0 else (lo, mid)
     _, (c_p, c_d, queued, wait, tpot) = at((lo + hi) / 2)
-    ttft = queued + xfer + wait + params.request_latency_s    # and the front end's, once
+    # the front end's latency once; half a decode step on average until the step in progress on
+    # the decode worker ends and admits the request (its first token streams from there)
+    ttft = queued + xfer + tpot / 2 + wait + params.request_latency_s
     cycle = ttft + (osl - 1) * tpot
     match = rate_matching(pre, dec, pools, clients, isl, osl)
     # the loop's rate (Little's law), at most either pool's capacity (whole clients per worker,
     # rounded up, can put a little more load on a pool than the loop has)
     rate = min(clients / cycle, match["prefill_capacity_per_s"], match["decode_capacity_per_s"])
     return {"ttft_s": ttft, "tpot_s": tpot, "prefill_s": queued, "transfer_s": xfer, "decode_wait_s": wait,
+            "step_in_progress_s": tpot / 2,
             "link": {"name": link.name, "bandwidth": link.bandwidth, "latency": link.latency},
             "kv_bytes": kv_bytes(pools, isl), "requests_per_s": rate,
             "tokens_per_s_per_gpu": rate * osl / pools.devices,
@@ -208,8 +219,8 @@ def row_record(row, resolved, policy: engines.Policy, params: sc.Parameters) -> 
     """One disaggregated row (`rows.resolve_disagg`'s) predicted, beside its measurement."""
     pre, dec = row.pools
     clients = row.concurrency
-    deps = [sc.Deployment(resolved.model, resolved.device, p.tp, resolved.weights, resolved.weights)
-            for p in (pre, dec)]
+    kv = rows.kv_format(resolved.weights)
+    deps = [sc.Deployment(resolved.model, resolved.device, p.tp, resolved.weights, kv) for p in (pre, dec)]
     pools = Pools(*deps, pre.workers, dec.workers, pre.batch * pre.attention_dp)
     out = simulate(pools, policy, clients, row.isl, row.osl, params)
     lo = bound(pools, policy, row.isl, row.osl)
@@ -220,4 +231,8 @@ def row_record(row, resolved, policy: engines.Policy, params: sc.Parameters) -> 
             "ttft_s": out["ttft_s"], "tpot_s": out["tpot_s"], "ttft_bound_s": lo["ttft_s"], "tpot_bound_s": lo["tpot_s"],
             "ttft_error": out["ttft_s"] / row.ttft_s - 1, "tpot_error": out["tpot_s"] / row.tpot_s - 1,
             "transfer_s": out["transfer_s"], "link": out["link"]["name"], "limited_by": out["limited_by"],
+            "prefill_s": out["prefill_s"],
+            # were the prefill pool the limit, the measured loop's rate C / (TTFT + (OSL-1) TPOT)
+            # would be P / prefill: the prefill time per prompt the measurement implies
+            "implied_prefill_if_limiting_s": pre.workers * (row.ttft_s + (row.osl - 1) * row.tpot_s) / clients,
             "balanced_prefill_per_decode": out["balanced_prefill_per_decode"]}

@@ -80,14 +80,14 @@ def prepare(measured: list[rows.Row], specs) -> list[Case]:
         policy = policies[row.engine]
         # the rows do not state the KV-cache format: assumed stored like the weights (as the
         # steady-state model assumes), not in the engine's default
-        dep = sc.Deployment(got.model, got.device, row.tp, got.weights, got.weights)
-        key = (row.model, row.device, row.tp, got.weights)
+        dep, clients = rows.deployment(row, got, rows.kv_format(got.weights))    # one attention-DP rank's
+        key = (row.model, row.device, row.tp, row.attention_dp, row.moe_tp, row.moe_ep, got.weights)
         try:
             if key not in steps:
                 steps[key] = sc.build(dep)
             if (key, row.engine) not in capacity:       # the weights' bytes are a sympy sum: once
                 capacity[key, row.engine] = simulator.kv_capacity_tokens(steps[key], policy)
-            res = _schedule(schedules, steps[key], policy, row, capacity[key, row.engine])
+            res = _schedule(schedules, steps[key], policy, row, clients, capacity[key, row.engine])
         except Unpredictable as exc:
             out.append(Case(row, str(exc)))
             continue
@@ -96,16 +96,16 @@ def prepare(measured: list[rows.Row], specs) -> list[Case]:
 
 
 def _schedule(cache: dict, step: sc.StepModel, policy: engines.Policy, row: rows.Row,
-              tokens: int) -> simulator.Result:
-    """The row's benchmark scheduled, or a cached schedule that its KV capacity (`tokens`)
-    reproduces."""
+              clients: int, tokens: int) -> simulator.Result:
+    """The row's benchmark (`clients` of one attention-DP rank) scheduled, or a cached schedule
+    that its KV capacity (`tokens`) reproduces."""
     blocks = tokens // policy.kv_block_tokens
-    shared = cache.setdefault((row.engine, row.concurrency, row.isl, row.osl), [])
+    shared = cache.setdefault((row.engine, clients, row.isl, row.osl), [])
     for res in shared:
         same = res.capacity_tokens == tokens
         if same or (not res.capacity_bound and blocks >= res.peak_blocks):
             return res if same else replace(res, capacity_tokens=tokens)
-    res = simulator.schedule(step, policy, workload.benchmark(row.concurrency, row.isl, row.osl), tokens)
+    res = simulator.schedule(step, policy, workload.benchmark(clients, row.isl, row.osl), tokens)
     shared.append(res)
     return res
 

@@ -2,12 +2,15 @@
 storage-format columns) and the old one (`measurements.read`), as one kind of row; each row
 resolved to a deployment, engine and benchmark, or the reason it is not predicted.
 
-Predicted: aggregated rows on one tensor-parallel group (attention_dp 1; moe_ep 1 for MoE
-models). Disaggregated rows (their `prefill_*` and `decode_*` columns: one worker's layout, its
+Predicted: aggregated rows of one engine instance: a tensor-parallel group, or for a MoE model
+attention tp x attention DP with the routed experts over moe_tp x moe_ep of the same devices
+(`deployment`: the row's `stepcost.Deployment`, one attention-DP rank's; `clients`: the
+concurrency one rank serves, C / attention_dp). Disaggregated rows (their `prefill_*` and `decode_*` columns: one worker's layout, its
 batch, how many workers) are resolved by `resolve_disagg` for `serving/disagg.py`, when both
 pools are tensor-parallel groups; their model may be a quantized checkpoint of a catalog model
 (`CHECKPOINTS`; the row's format columns give its formats). Not predicted, with the reason:
-attention-DP / expert-parallel layouts (the next issue's), pipeline parallelism, rows spread
+layouts whose MoE devices (moe_tp x moe_ep) are not the attention's (tp x attention_dp), a
+dense model under attention DP (its columns then mean nothing), pipeline parallelism, rows spread
 over replicas, models or devices without a spec, devices without a tensor peak for the GEMMs
 (weights whose own peak a device lacks run weight-only, on bf16 GEMMs). `fp8-block` (one scale
 per 128 x 128 block) is read as fp8: its scales add 4 bytes per 16,384 weights (0.02%), left out.
@@ -20,6 +23,7 @@ import io
 import math
 from dataclasses import dataclass
 
+from rooflinec.cost.deployment import Deployment
 from rooflinec.serving import measurements
 from rooflinec.cost.deployment import gemm_dtype
 from rooflinec.spec import load as spec
@@ -30,9 +34,9 @@ LAYOUT = ("mode", "gemm_weights", "moe_weights", "tp", "pp", "attention_dp", "mo
 REQUIRED = ("model", "device", "engine", "isl", "osl", "concurrency", "ttft_ms", "tpot_ms", "row_id", *LAYOUT)
 AGG_INTEGERS = ("tp", "pp", "attention_dp", "moe_tp", "moe_ep", "replicas")
 FORMAT_ALIASES = {"fp8-block": "fp8"}
-NOT_YET = "(the deployments-at-scale issue)"
+NOT_YET = "(disaggregated pools of attention-DP ranks are not modelled yet)"
 POOL = ("workers", "tp", "pp", "attention_dp", "moe_tp", "moe_ep", "batch")   # prefill_* and decode_* columns
-# quantized checkpoints measured in disaggregated rows -> the catalog model they quantize (the
+# quantized checkpoints measured -> the catalog model they quantize (the
 # model cards: NVIDIA's ModelOpt NVFP4 export of Qwen3-32B; Qwen's block-fp8 Qwen3-235B-A22B)
 CHECKPOINTS = {"nvidia/Qwen3-32B-NVFP4": "Qwen/Qwen3-32B", "Qwen/Qwen3-235B-A22B-FP8": "Qwen/Qwen3-235B-A22B"}
 
@@ -189,16 +193,54 @@ def resolve(row: Row, specs: measurements.Specs) -> Resolved | str:
     if row.mode == "disagg":
         return ("disaggregated prefill and decode workers: predicted by serving/disagg.py "
                 "(validate's disaggregated rows), not by one engine's replay")
-    model = specs.models().get(row.model)
+    model = specs.models().get(CHECKPOINTS.get(row.model, row.model))
     is_moe = getattr(model, "moe", None) is not None or bool(row.moe_weights)
-    if row.attention_dp > 1 or (is_moe and row.moe_ep > 1):
-        return (f"attention data parallelism {row.attention_dp} x expert parallelism {row.moe_ep}: "
-                f"not predicted yet {NOT_YET}")
+    why = _layout(row, is_moe)
+    if why:
+        return why
     if row.pp != 1:
         return f"pipeline parallelism (pp {row.pp}) is not modelled"
     if row.replicas != 1:
         return f"load spread over {row.replicas} replicas is not modelled"
     return _formats(row, model, specs, is_moe)
+
+
+def _layout(row, is_moe: bool) -> str:
+    """Why the row's attention-DP / expert layout is not predicted, or ''."""
+    if row.attention_dp > 1 and not is_moe:
+        return f"attention data parallelism {row.attention_dp} of a dense model: not modelled (replicas are)"
+    if is_moe and row.moe_tp * row.moe_ep != row.tp * row.attention_dp:
+        return (f"inconsistent layout: moe_tp {row.moe_tp} x moe_ep {row.moe_ep} GPUs for the experts, "
+                f"tp {row.tp} x attention_dp {row.attention_dp} for attention; one instance's MoE layers "
+                "and attention run on the same GPUs")
+    if row.concurrency % row.attention_dp:
+        return f"concurrency {row.concurrency} does not split evenly over {row.attention_dp} attention-DP ranks"
+    return ""
+
+
+def layout(row: Row) -> str:
+    """The row's mode and layout in words (the validation report's groups)."""
+    if row.mode == "disagg":
+        return ("disagg, " + ", ".join(f"{kind} {p.workers} x tp {p.tp}" + (f" x dp {p.attention_dp}" if p.attention_dp > 1 else "")
+                                       for kind, p in zip(("prefill", "decode"), row.pools))) if row.pools else "disagg"
+    if not row.moe_weights:      # a dense model: the expert columns mean nothing
+        return f"agg, tp {row.tp}"
+    return f"agg, tp {row.tp} x dp {row.attention_dp}, experts moe_tp {row.moe_tp} x ep {row.moe_ep}"
+
+
+def kv_format(weights: str) -> str:
+    """The KV cache's format, which the rows do not state: the weights' where that is 8-bit or
+    wider (as the steady-state model assumes); fp8 beside 4-bit weights (NVFP4 and MXFP4 are
+    weight formats: no engine stores or reads attention's operands in 4 bits), an assumption."""
+    return weights if spec.DTYPE_BYTES[weights] >= 1 else "fp8"
+
+
+def deployment(row: Row, got: Resolved, kv_cache: str):
+    """The row's deployment, one attention-DP rank of it (`stepcost.Deployment`), and the clients
+    that rank serves (the benchmark's concurrency split evenly over the ranks)."""
+    moe = getattr(got.model, "moe", None) is not None
+    layout = dict(attention_dp=row.attention_dp, moe_tp=row.moe_tp, moe_ep=row.moe_ep) if moe else {}
+    return Deployment(got.model, got.device, row.tp, got.weights, kv_cache, **layout), row.concurrency // row.attention_dp
 
 
 def resolve_disagg(row: Row, specs: measurements.Specs) -> Resolved | str:
@@ -211,7 +253,7 @@ def resolve_disagg(row: Row, specs: measurements.Specs) -> Resolved | str:
     for kind, pool in zip(("prefill", "decode"), row.pools):
         if pool.attention_dp > 1 or (is_moe and pool.moe_ep > 1):
             return (f"disaggregated, {kind} workers with attention data parallelism {pool.attention_dp} x "
-                    f"expert parallelism {pool.moe_ep}: not predicted yet {NOT_YET}")
+                    f"expert parallelism {pool.moe_ep}: pools are tensor-parallel groups {NOT_YET}")
         if pool.pp != 1:
             return f"disaggregated, {kind} workers with pipeline parallelism (pp {pool.pp}): not modelled"
     if not row.concurrency:

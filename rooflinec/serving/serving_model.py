@@ -13,6 +13,16 @@ bytes / (bandwidth fraction x bandwidth)), plus fixed times per layer and per st
 tensor-parallel all-reduces. The calibration's efficiencies (`Efficiency`) are the only
 fitted numbers.
 
+Attention data parallelism with expert parallelism (`Run.attention_dp`, `moe_ep`, `moe_tp`):
+the concurrency splits evenly over the attention-DP ranks, each stepping its own batch and KV
+cache (memory per rank), and the step is one rank's program as the deployment shards it
+(`Deployment.shard`: a MoE layer sees the tokens of every rank, the busiest expert rank's share
+by pigeonhole), plus the dispatch and combine all-to-alls under uniform routing
+(`program_costs.all_to_all_s`, a prediction; the bounds leave communication out). The
+busiest rank's experts there are the deployment's pigeonhole over the expected distinct experts,
+so under attention DP or expert parallelism `bound` is not a bound: the simulator's
+(`stepcost.Routed`, the least any routing reads) is the one to print.
+
 The lower bounds (`bound`) are computed on a population and step mix that are guaranteed,
 never at the mean mix: a step waits for every kernel in it, and a request's every decode step
 holds at least that request, at a context of at least its prompt; so TPOT >= the pure decode
@@ -34,6 +44,7 @@ import numpy as np
 from rooflinec.cost import collectives as C
 from rooflinec.cost import parallel, program_costs
 from rooflinec.cost.deployment import Deployment
+from rooflinec.base.errors import DeviceLacks
 from rooflinec.base.roofline import Roofline, roofline
 from rooflinec.spec.load import DTYPE_BYTES
 from rooflinec.model.symbols import B, S
@@ -64,15 +75,25 @@ class Run:
     tp: int
     isl: int
     osl: int
-    concurrency: int
+    concurrency: int           # over every attention-DP rank
+    attention_dp: int = 1
+    moe_ep: int = 1
+    moe_tp: int | None = None
     experts: str | None = None   # routed experts' storage format (None: the weights')
 
     @property
     def deployment(self) -> Deployment:
-        """How the run's model runs: tp devices, weights and KV cache in the weight dtype
-        (routed experts in theirs); GEMMs at the weight dtype, or weight-only where the device
-        has no tensor peak for it."""
-        return Deployment(self.model, self.device, self.tp, self.weights, self.weights, experts=self.experts)
+        """How the run's model runs: tp devices per attention-DP rank, the experts over moe_tp x
+        moe_ep of them, weights and KV cache in the weight dtype (routed experts in theirs);
+        GEMMs at the weight dtype, or weight-only where the device has no tensor peak for it."""
+        return Deployment(self.model, self.device, self.tp, self.weights, self.weights,
+                          attention_dp=self.attention_dp, moe_tp=self.moe_tp, moe_ep=self.moe_ep,
+                          experts=self.experts)
+
+    @property
+    def per_rank(self) -> float:
+        """The concurrency one attention-DP rank serves."""
+        return self.concurrency / self.attention_dp
 
 
 class Unpredictable(ValueError):
@@ -149,9 +170,9 @@ def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float,
     # activations at bf16; weights and the KV cache stored in the run's weight dtype
     stored = dep.formats()   # weights a device has no tensor peak for: weight-only GEMMs
     ops = program_costs.op_costs(dep, "decode", dev, {B: decode_seqs, S: context}, tokens, act, stored)
-    ops += [op for op in program_costs.op_costs(dep, "prefill", dev, {B: prefill_seqs, S: run.isl},
-                                                bytes_per_element=act, formats=stored)
-            if op.category == "attention"]     # the prompts' attention; their GEMMs are above
+    # the prompts' attention; their GEMMs are above
+    ops += program_costs.op_costs(dep, "prefill", dev, {B: prefill_seqs, S: run.isl},
+                                  bytes_per_element=act, formats=stored, category="attention")
     matrix_peak = dev.peak("matrix", dep.gemm_dtype)
     if matrix_peak is None:
         raise Unpredictable(f"{dev.key} lists no tensor peak for {dep.gemm_dtype}")
@@ -160,17 +181,22 @@ def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float,
         raise Unpredictable(f"{dev.key} lists no vector peak (compute.vector) for norms and softmax")
     roofs = [roofline(op.flops, sum(op.traffic.values()), matrix_peak if op.unit == "matrix" else vector_peak,
                       dev.bandwidth) for op in ops]
-    collectives, link_s = 0, 0.0
+    try:
+        collectives, link_s = 0, program_costs.all_to_all_s(dep, tokens, act)
+    except DeviceLacks as exc:    # no link declared for the tp x dp devices
+        raise Unpredictable(str(exc)) from None
+    if dep.all_to_all:
+        collectives = 2 * (run.model.n_layers - run.model.moe.dense_layers(run.model.n_layers))
     if run.tp > 1:
         if dev.link_bandwidth is None:
             raise Unpredictable(f"{dev.key} declares no interconnect bandwidth for tensor parallelism")
-        collectives = dep.all_reduces()
+        collectives += dep.all_reduces()
         payload = tokens * run.model.d_model * DTYPE_BYTES[ACTIVATION_DTYPE]
         link = C.Link(dev.link, dev.link_bandwidth, dev.link_latency)
         volume = float(C.fraction("all_reduce", run.tp)) * payload
         # engines run small all-reduces one-shot over NVSwitch (vLLM's custom all-reduce,
         # TensorRT-LLM's): one link latency per collective, not the ring's 2(n-1) steps
-        link_s = collectives * C.time(volume, 1, link)
+        link_s += dep.all_reduces() * C.time(volume, 1, link)
     return StepCost(np.array([r.t_compute for r in roofs]), np.array([r.t_memory for r in roofs]), run.model.n_layers, collectives, link_s,
                     _curve_times(run, ops, roofs, op_time))
 
@@ -188,7 +214,7 @@ def _curve_times(run, ops, roofs, op_time) -> np.ndarray | None:
 class Costs:
     """A run's steps, at the peaks: what calibration re-times for every candidate Efficiency."""
 
-    concurrency: float         # sequences in flight: min(C, what fits)
+    concurrency: float         # sequences in flight on one attention-DP rank: min(C / dp, what fits)
     steady: StepCost           # a steady-state step (TPOT)
     first: StepCost            # the step that prefills a new request's prompt
     alone: StepCost            # that prompt's prefill alone (the TTFT bound)
@@ -198,9 +224,9 @@ class Costs:
 
 def costs(run: Run, op_time=None) -> Costs:
     """`op_time`: per-op curves for the predicted steps (steady, first); the bounds never take them."""
-    if min(run.tp, run.isl, run.osl, run.concurrency) < 1:
-        raise Unpredictable("tp, isl, osl and concurrency must be at least 1")
-    c = min(run.concurrency, sequences_that_fit(run))
+    if min(run.tp, run.isl, run.osl, run.concurrency, run.attention_dp) < 1:
+        raise Unpredictable("tp, attention DP, isl, osl and concurrency must be at least 1")
+    c = min(run.per_rank, sequences_that_fit(run))
     if c < 1:
         raise Unpredictable("not one sequence's KV cache fits beside the weights")
     ctx = mean_context(run)
@@ -217,7 +243,7 @@ class Prediction:
 def predict(run: Run, c: Costs, eff: Efficiency) -> Prediction:
     tpot = c.steady.time(eff)
     prefill = c.first.time(eff)
-    waiting = run.concurrency / c.concurrency - 1    # Little's law: the share of C that waits
+    waiting = run.per_rank / c.concurrency - 1    # Little's law: the share of C that waits
     return Prediction(tpot, prefill + waiting * (prefill + run.osl * tpot))
 
 

@@ -442,7 +442,7 @@ def run_times(model: sc.StepModel, sched: Schedule, p: sc.Parameters) -> np.ndar
     k = np.broadcast_to(sched.steps[:, None].astype(float), a.shape)
     sums = _max_of_lines(a / p.compute_fraction, b / p.compute_fraction,
                          c / p.bandwidth_fraction, d / p.bandwidth_fraction, k)
-    return sums.sum(axis=1) + sched.steps * model.overheads(sched.x0, p)
+    return sums.sum(axis=1) + sched.steps * (model.overheads(sched.x0, p) + model.routed_s(sched.x0, p))
 
 
 def _lines(model, sched, kernels):
@@ -519,6 +519,16 @@ class Retimer:
         self.grow_w = np.repeat(w, int(grows.sum()), axis=1)                  # [2, R Kg]
         x = sched.x0 * steps[:, None]
         self.totals = w @ np.stack([steps, x[:, sc.DECODES] + x[:, sc.CHUNKS], x[:, sc.TOKENS]], axis=1)   # [2, 3]
+        # a MoE's routed experts depend on a step's tokens alone: flat in a run, their parts
+        # (the bound's and the prediction's) computed once
+        self.w, self.steps = w, steps
+        self.routed = model.routed and {bnd: model.routed.parts(sched.x0, bnd) for bnd in (False, True)}
+
+    def routed_share(self, p: sc.Parameters) -> np.ndarray:
+        """The routed experts' kernels and all-to-alls' share of (TTFT, TPOT) under `p` ([2])."""
+        if not self.routed:
+            return np.zeros(2)
+        return self.w @ (self.model.routed.seconds(None, p, self.routed[sc.bounding(p)]) * self.steps)
 
     def flat(self, cf: float, bf: float) -> np.ndarray:
         """The non-growing kernels' share of (TTFT, TPOT) at fractions (cf, bf)."""
@@ -550,6 +560,7 @@ class Pool:
         m = [r.model for r in retimers]
         self.fixed = np.array([[x.layers, x.collectives, x.link_s[0], x.link_s[1]] for x in m], float)
         self.no_tpot = np.array([not r.has_tpot for r in retimers])
+        self.routed = any(r.routed for r in retimers)
         self.memo: dict = {}
 
     def roofline(self, cf: float, bf: float) -> np.ndarray:
@@ -573,6 +584,8 @@ class Pool:
         over = self.totals @ np.array([0.0, p.per_request_s, 0.0]) + self.totals[:, :, 0] * per_step[:, None] \
             + self.totals[:, :, 2] * link1[:, None]
         out = self.roofline(p.compute_fraction, p.bandwidth_fraction) + over
+        if self.routed:
+            out += np.stack([r.routed_share(p) for r in self.retimers])
         out[:, 0] += p.request_latency_s
         out[self.no_tpot, 1] = math.nan
         return out

@@ -183,6 +183,9 @@ def target_model(dep: sc.Deployment) -> sc.StepModel:
 def speculative(target: sc.StepModel, draft: Draft) -> Speculative:
     """The verification step and the draft's steps of `target`'s deployment (see the module)."""
     dep, k = target.deployment, draft.k
+    if target.routed is not None:     # the verify map is linear; routed experts are not (stepcost.Routed)
+        raise sm.Unpredictable("speculation is not priced for a mixture of experts: its routed experts' "
+                               "cost per step is not affine in the verification's tokens")
     t = verify_map(k)
     if draft.kind == "model":
         own = target_model(sc.Deployment(draft.model, dep.device, dep.tp, dep.weights, dep.kv_cache))

@@ -15,20 +15,46 @@ and the tensor-parallel all-reduces (ring transfer plus a latency per collective
 A prompt chunk's attention: FLOPs from the prefill program's S^2 term as (p + c)^2 - p^2
 (the causal count of c queries after p keys), its query and output traffic over c tokens,
 and its KV traffic over the p + c keys it reads.
+
+A mixture of experts' routed experts are not affine in the step's tokens: the weights read are
+those of the distinct experts the step touches, E(1 - (1 - k/E)^M) under uniform routing, and
+with attention DP or expert parallelism the busiest expert rank's routings take a ceiling. So
+the routed-expert kernels (`Routed`) keep their cost per routed row and per distinct expert
+read, and each step's rows and experts are evaluated exactly in NumPy from its tokens:
+
+- every attention-DP rank steps a batch like this one (the simulator replays one rank, the
+  clients split evenly over the ranks), so a MoE layer sees dp x tokens, routed k ways over
+  moe_ep expert ranks; the step waits for the busiest expert rank;
+- the bound (`Parameters` at BOUND) takes what any routing must cost: the busiest rank serves
+  at least ceil(dp x tokens x k / ep) routed rows (pigeonhole), and since a token routes to an
+  expert at most once, reads at least ceil(k / ep) experts (k at ep 1: every token routed to the
+  same k experts); the dispatch and combine all-to-alls can move nothing (a step routed all
+  local), so they are left out;
+- the prediction takes uniform routing: the busiest rank's rows at the deployment's imbalance
+  factor over the mean, dp x tokens x k / ep; the distinct experts' expectation over the rank's
+  share, D(dp x tokens) / ep; and two all-to-alls per MoE layer, each device sending its (N-1)/N
+  share of its tokens' routed rows (`Deployment.all_to_all_bytes`) over the workbench's link for
+  the N = tp x dp devices, one link latency each (every pair's send is concurrent).
+
+The interface for a deployment at scale is `build(Deployment(..., attention_dp=, moe_ep=,
+moe_tp=))`: one StepModel of one attention-DP rank.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import sympy as sp
 
 from rooflinec.cost import collectives, program_costs
-from rooflinec.cost.deployment import Deployment
+from rooflinec.cost.deployment import Deployment, routed
 from rooflinec.serving import serving_model as sm
 from rooflinec.base import roofline
+from rooflinec.base.errors import DeviceLacks
 from rooflinec.spec.load import DTYPE_BYTES
+from rooflinec.model.moe import distinct
+from rooflinec.model.symbol_table import model_values
 from rooflinec.model.symbols import B, M, S
 
 # step features, in this order
@@ -66,6 +92,56 @@ class NotAffine(sm.Unpredictable):
     """A kernel whose cost is not affine in the step features (the message names it)."""
 
 
+def bounding(p: Parameters) -> bool:
+    """Whether `p` asks for a lower bound (BOUND): routing then costs the least any routing can."""
+    return p == BOUND
+
+
+@dataclass(frozen=True)
+class Routed:
+    """The routed-expert kernels of one step (see the module): seconds at the peaks per routed
+    row (compute, memory) and per distinct expert read (memory), per kernel [R]; the MoE
+    layer's shape; the all-to-alls' link seconds per step at 0 tokens and per token [2]."""
+
+    row_compute: np.ndarray
+    row_memory: np.ndarray
+    expert_memory: np.ndarray
+    dp: int
+    ep: int
+    top_k: int
+    held: int                   # experts one expert rank holds (redundant copies included)
+    imbalance: float
+    distinct: object            # NumPy: expected distinct experts of T tokens under uniform routing
+    all_to_all_s: np.ndarray
+
+    def rows(self, tokens: np.ndarray, bound: bool) -> np.ndarray:
+        """Routed rows the busiest expert rank serves in one MoE layer."""
+        total = self.dp * tokens * self.top_k
+        most = self.dp * tokens * min(self.top_k, self.held)
+        if bound:
+            return np.ceil(total / self.ep)
+        return np.minimum(most, self.imbalance * total / self.ep) if self.ep > 1 else total
+
+    def experts(self, tokens: np.ndarray, bound: bool) -> np.ndarray:
+        """Distinct experts the busiest expert rank reads in one MoE layer."""
+        if bound:
+            return np.where(tokens > 0, -(-self.top_k // self.ep), 0.0)
+        return np.minimum(self.held, self.distinct(self.dp * tokens) / self.ep)
+
+    def parts(self, x: np.ndarray, bound: bool) -> tuple:
+        """(compute [n, R], memory [n, R]) seconds at the peaks and the all-to-alls' [n]."""
+        tokens = x[:, TOKENS]
+        rows, experts = self.rows(tokens, bound), self.experts(tokens, bound)
+        link = np.zeros(len(x)) if bound else self.all_to_all_s[0] + self.all_to_all_s[1] * tokens
+        return (np.outer(rows, self.row_compute),
+                np.outer(rows, self.row_memory) + np.outer(experts, self.expert_memory), link)
+
+    def seconds(self, x: np.ndarray, p: Parameters, parts: tuple | None = None) -> np.ndarray:
+        """The routed kernels' times under `p` (`parts`: this x's, computed before)."""
+        compute, memory, link = parts or self.parts(x, bounding(p))
+        return np.maximum(compute / p.compute_fraction, memory / p.bandwidth_fraction).sum(axis=1) + link
+
+
 @dataclass(frozen=True)
 class StepModel:
     """Per-kernel seconds per unit of each feature at the peaks: compute [K, F], memory
@@ -78,11 +154,17 @@ class StepModel:
     layers: int
     collectives: int
     link_s: np.ndarray          # [2]: link seconds at 0 tokens, per token
+    routed: Routed | None = field(default=None, kw_only=True)   # a MoE's routed experts (rows 0 above)
 
     def durations(self, x: np.ndarray, p: Parameters) -> np.ndarray:
         """Step times for feature rows x [n, F]."""
         kernels = np.maximum((x @ self.compute.T) / p.compute_fraction, (x @ self.memory.T) / p.bandwidth_fraction)
-        return kernels.sum(axis=1) + self.overheads(x, p)
+        return kernels.sum(axis=1) + self.overheads(x, p) + self.routed_s(x, p)
+
+    def routed_s(self, x: np.ndarray, p: Parameters) -> np.ndarray:
+        """The routed experts' kernels and all-to-alls per step (0 without a MoE): they depend
+        on the tokens alone, so a run of steps whose context grows repeats them unchanged."""
+        return np.zeros(len(x)) if self.routed is None else self.routed.seconds(x, p)
 
     def overheads(self, x: np.ndarray, p: Parameters) -> np.ndarray:
         requests = x[:, DECODES] + x[:, CHUNKS]
@@ -101,15 +183,27 @@ def build(dep: Deployment) -> StepModel:
         raise sm.Unpredictable(f"{dev.key} lists no tensor peak for {dep.gemm_dtype}")
     if vector is None:
         raise sm.Unpredictable(f"{dev.key} lists no vector peak (compute.vector) for norms and softmax")
-    rows, names = [], []
-    for op, flops, traffic in program_costs.symbolic_ops(dep, "decode", dev, act, stored):
+    moe = getattr(model, "moe", None)
+    # the program without the busiest rank's ceilings (experts split moe_tp ways): Routed adds them
+    flat = replace(dep, attention_dp=1, moe_ep=1, moe_tp=dep.expert_tp) if moe is not None else dep
+    rows, names, experts, attending = [], [], [], set()
+    for op, flops, traffic in program_costs.symbolic_ops(flat, "decode", dev, act, stored):
+        if op.category == "attention":
+            attending.add(op.name)
+        if moe is not None and routed(op):
+            experts.append(_routed_row(op, flops, traffic, model))
+            flops, traffic = sp.Integer(0), {}
         rows.append(_decode_row(op, flops, traffic))
         names.append(op.name)
-    for op, flops, traffic in program_costs.symbolic_ops(dep, "prefill", dev, act, stored):
+    for op, flops, traffic in program_costs.symbolic_ops(flat, "prefill", dev, act, stored):
         if op.category == "attention":
             rows.append(_chunk_row(op, flops, traffic))
             names.append(f"{op.name} (prompt chunks)")
-    peaks = np.array([[matrix if op_unit == "matrix" else vector] for op_unit, _, _ in rows])
+            attending.add(names[-1])
+    attention = attention_peak(dep)
+    peaks = np.array([[vector if op_unit != "matrix" else attention if name in attending else matrix]
+                      for (op_unit, _, _), name in zip(rows, names)])
+    kernels = _routed(dep, experts, matrix, vector, act) if experts else None
     compute = roofline.compute_time(np.array([f for _, f, _ in rows]), peaks)
     memory = roofline.transfer_time(np.array([m for _, _, m in rows]), dev.bandwidth)
     coll, link = 0, np.zeros(2)
@@ -122,7 +216,51 @@ def build(dep: Deployment) -> StepModel:
         # one-shot all-reduces (as serving_model): affine in tokens, so two points give it exactly
         at = [coll * collectives.time(share * t, 1, ln) for t in (0, 1)]
         link = np.array([at[0], at[1] - at[0]])
-    return StepModel(dep, compute, memory, tuple(names), model.n_layers, coll, link)
+    return StepModel(dep, compute, memory, tuple(names), model.n_layers, coll, link, routed=kernels)
+
+
+def _routed_row(op, flops, traffic, model):
+    """A routed-expert op's (unit, FLOPs per routed row, other bytes per routed row, weight
+    bytes per distinct expert read): its FLOPs and activations linear in M (M k rows), its
+    weights the distinct experts' E(1 - (1 - k/E)^M) times one expert's."""
+    top_k, d = model.moe.top_k, distinct(model).xreplace(model_values(model))
+    per_expert = sp.simplify(traffic.get("weights", sp.Integer(0)) / d)
+    others = sum((e for cls, e in traffic.items() if cls != "weights"), sp.Integer(0))
+    out = []
+    for expr in (flops, others, per_expert * M):
+        terms = _terms(expr, (M,))
+        if set(terms) - {(1,)}:
+            raise NotAffine(f"routed op {op.name}: its cost is not a multiple of its tokens and experts")
+        out.append(terms.get((1,), 0.0))
+    return op.unit, out[0] / top_k, out[1] / top_k, out[2]
+
+
+def _routed(dep, experts, matrix, vector, act) -> Routed:
+    """The routed kernels' seconds at the peaks, and the dispatch and combine all-to-alls."""
+    model, dev, moe = dep.model, dep.device, dep.model.moe
+    peak = np.array([matrix if unit == "matrix" else vector for unit, _, _, _ in experts])
+    row_c = roofline.compute_time(np.array([c for _, c, _, _ in experts]), peak)
+    row_m = roofline.transfer_time(np.array([m for _, _, m, _ in experts]), dev.bandwidth)
+    expert_m = roofline.transfer_time(np.array([w for _, _, _, w in experts]), dev.bandwidth)
+    try:    # affine in tokens: two points give it exactly
+        at = [program_costs.all_to_all_s(dep, t, act) for t in (0, 1)]
+    except DeviceLacks as exc:     # the device declares no link for the tp x dp devices
+        raise sm.Unpredictable(str(exc)) from None
+    a2a = np.array([at[0], at[1] - at[0]])
+    d = sp.lambdify(M, distinct(model).xreplace(model_values(model)), "numpy")
+    return Routed(row_c, row_m, expert_m, dep.attention_dp, dep.moe_ep, moe.top_k,
+                  (moe.experts + dep.redundant_experts) // dep.moe_ep, dep.imbalance, d, a2a)
+
+
+def attention_peak(dep: Deployment) -> float:
+    """The tensor peak attention's matrix products run at: their operands are activations (Q,
+    the scores' probabilities) and the KV cache, never the weights, so the KV cache's format
+    where the device has a peak for it and it is 8-bit or wider (FP8 attention kernels exist in
+    TensorRT-LLM, vLLM and SGLang), else the activations' (no engine's attention kernel takes
+    4-bit operands)."""
+    dev, kv = dep.device, dep.kv_format
+    wide = DTYPE_BYTES[kv] >= 1 and dev.peak("matrix", kv) is not None
+    return dev.peak("matrix", kv if wide else sm.ACTIVATION_DTYPE)
 
 
 def _terms(expr, symbols) -> dict:

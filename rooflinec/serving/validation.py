@@ -58,7 +58,10 @@ ASSUMPTIONS = (
     "not keep that synchronisation; what spread them (timing noise the deterministic replay lacks is "
     "one candidate) is not modelled.",
     "The KV cache is stored in the row's weight format (the rows do not state it).",
-    "Not predicted: attention-DP / expert-parallel layouts (the next issue), pipeline parallelism. "
+    "A mixture of experts' routed experts per step by stepcost.Routed: predicted under uniform routing "
+    "(with the dispatch and combine all-to-alls under expert parallelism), bounded by what any "
+    "routing must read (pigeonhole rows, ceil(k/ep) experts, no all-to-all). "
+    "Not predicted: layouts whose experts' GPUs are not the attention's, pipeline parallelism. "
     "Disaggregated rows are predicted apart (their own section, serving/disagg.py).",
 )
 
@@ -66,7 +69,8 @@ ASSUMPTIONS = (
 def record(case: fitting.Case, p: sc.Parameters, band: dict | None = None) -> dict:
     r = case.row
     rec = {"row_id": r.row_id, "model": r.model, "device": r.device, "engine": r.engine,
-           "weights": r.weights, "tp": r.tp, "isl": r.isl, "osl": r.osl, "concurrency": r.concurrency,
+           "weights": r.weights, "tp": r.tp, "layout": rows.layout(r), "isl": r.isl, "osl": r.osl,
+           "concurrency": r.concurrency,
            "measured_tpot_s": r.tpot_s, "measured_ttft_s": r.ttft_s}
     if not case.predicted:
         return {**rec, "predicted": False, "reason": case.reason}
@@ -244,7 +248,8 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
                   else {"default": sc.BOUND, "groups": {}, "engines": {}})
     ho = holdouts(cases, fitted) if with_holdouts else []
     band = band or band_of(ho)
-    split = [_disaggregated(c, specs, of(c)) for c in cases if c.row.mode == "disagg"]   # serving/disagg.py
+    disaggregated = [c for c in cases if c.row.mode == "disagg"]
+    split = [_disaggregated(c, specs, of(c)) for c in disaggregated]   # serving/disagg.py
     records = [record(c, of(c), band) for c in cases if c.row.mode != "disagg"] + [r for r in split if not r["predicted"]]
     done = [r for r in records if r["predicted"]]
     cover = coverage(ho) if ho else None
@@ -275,6 +280,7 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
         "by_group": [{"model": m, "device": d, "engine": e,
                       **_summaries([r for r in done if (r["model"], r["device"], r["engine"]) == (m, d, e)])}
                      for m, d, e in groups],
+        "by_layout": by_layout([dict(r, layout=rows.layout(c.row)) for c, r in zip(disaggregated, split)] + records),
         "worst_tpot": validate_runs._worst(done, "tpot"), "worst_ttft": validate_runs._worst(done, "ttft"),
         "holdouts": ho,
         "holdout_worst": {by: validate_runs.worst_holdout(ho, by) for by in HOLDOUTS},
@@ -297,6 +303,19 @@ def _factors(band: dict | None) -> dict:
         return {}
     kinds = {"all": band, **band.get("by", {})}
     return {by: {w: [math.exp(-q[w][1]), math.exp(-q[w][0])] for w in WHATS} for by, q in kinds.items()}
+
+
+def by_layout(recs) -> list[dict]:
+    """Rows, rows predicted and errors per mode and layout (`rows.layout`), each row once."""
+    seen, out = {}, []
+    for r in recs:
+        seen.setdefault(r["row_id"], r)
+    for lay in sorted({r["layout"] for r in seen.values()}):
+        group = [r for r in seen.values() if r["layout"] == lay]
+        done = [r for r in group if r["predicted"]]
+        out.append({"layout": lay, "rows": len(group), "predicted": len(done),
+                    **(_summaries(done) if done else {"tpot": None, "ttft": None})})
+    return out
 
 
 def _disaggregated(case, specs, params) -> dict:
