@@ -90,7 +90,7 @@ def small_csv(tmp_path) -> Path:
         rows = list(csv.DictReader(fh))
     keep = [rows[i] for i in HANDFUL]
     keep.append(dict(rows[0], model="example/unknown-model", row_id="unknown-model"))
-    keep.append(dict(rows[0], weights="int4", row_id="no-int4-peak"))
+    keep.append(dict(rows[0], device="tpu-v9", row_id="unknown-device"))
     path = tmp_path / "runs.csv"
     with open(path, "w", encoding="utf-8", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
@@ -119,7 +119,7 @@ def test_calibrate_then_validate_end_to_end(call, small_csv, tmp_path):
         assert 0 < r["tpot_bound_s"] <= r["tpot_s"] and 0 < r["ttft_bound_s"] <= r["ttft_s"]
         assert r["tpot_error"] == pytest.approx(r["tpot_s"] / r["measured_tpot_s"] - 1)
     reasons = {u["row_id"]: u["reason"] for u in rep["unpredictable"]}
-    assert "hf_id" in reasons["unknown-model"] and "int4" in reasons["no-int4-peak"]
+    assert "hf_id" in reasons["unknown-model"] and "tpu-v9" in reasons["unknown-device"]
     assert {h["by"] for h in rep["holdouts"]} == {"model", "tp", "engine"}
     assert rep["violations"] == []
     md = (tmp_path / "out/serving.md").read_text()

@@ -143,5 +143,6 @@ def test_a_moe_schedule_retimed_is_the_simulation(mixtral_tp2):
     ttft = float(np.mean(res.first_s[m] - res.arrival_s[m]))
     tpot = float(np.mean((res.finish_s[m] - res.first_s[m]) / (res.osl[m] - 1)))
     sched = simulator.schedule(mixtral_tp2, policy, work).schedule
-    got = simulator.Retimer(mixtral_tp2, sched, m, res.osl).means(PREDICTING)
-    assert got == pytest.approx((ttft, tpot), rel=1e-9)
+    got = simulator.Pool([simulator.Retimer(mixtral_tp2, sched, m, res.osl)]).means(PREDICTING)[0]
+    assert tuple(got) == pytest.approx((ttft, tpot), rel=1e-9)
+    assert simulator.retimed_means(mixtral_tp2, sched, m, res.osl, PREDICTING) == pytest.approx((ttft, tpot), rel=1e-9)

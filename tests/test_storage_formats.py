@@ -206,7 +206,7 @@ def test_gpt_oss_w4a16_decode_step_on_an_h100_reads_experts_at_mxfp4_and_the_res
     # the serving model (calibrated predictions, simulator) reads the same weight bytes
     from rooflinec.cost import program_costs
     from rooflinec.serving import serving_model as sm
-    run = sm.Run(GPT_OSS, H100, "bf16", 1, 4096, 1, 64, "mxfp4")
+    run = sm.Run(GPT_OSS, H100, "bf16", 1, 4096, 1, 64, experts="mxfp4")
     ops = program_costs.op_costs(run.deployment, "decode", H100, {B: 64, S: 4096}, formats=run.deployment.formats())
     assert sum(o.traffic.get("weights", 0) for o in ops) == pytest.approx(led.traffic("weights"), rel=1e-12)
 

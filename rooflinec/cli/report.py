@@ -174,14 +174,14 @@ def _calibrated(study: Study, bench: Workbench, device, row: dict) -> dict:
     if isinstance(choice, str):
         return {"note": choice, "points": []}
     p = bench.parallel
-    if p.ep > 1 or p.pp > 1:
-        return {"note": "no calibrated prediction: the serving model was calibrated without expert "
-                        "or pipeline parallelism", "points": []}
+    if p.pp > 1:
+        return {"note": "no calibrated prediction: the serving model steps one pipeline stage", "points": []}
+    layout = {"attention_dp": p.attention_dp, "ep": p.ep, "moe_tp": p.moe_tp or None}
     weights, kv = bench.storage("weights"), bench.storage("kv_cache")
     points = []
     for c in row["decode"]:
         for batch in dict.fromkeys((1, c["max_batch"]) if c["max_batch"] >= 1 else ()):
             run = calibrated.run(study.model, device, weights, kv, p.tp, c["context"] // 2, c["context"], batch,
-                                 bench.storage(quant.EXPERTS))
+                                 layout, bench.storage(quant.EXPERTS))
             points.append({"context": c["context"], "batch": batch, **calibrated.predict(choice, run)})
     return {"note": choice.says(command=False), "engine": choice.engine, "points": points}
