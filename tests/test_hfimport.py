@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from rooflinec.spec import hfimport, load as spec
 from rooflinec.model import params
-from rooflinec.cost import kvcache
+from rooflinec.cost import deployment, kvcache
 from rooflinec.base.errors import SpecError
 from rooflinec.cost.evaluate import number
 from rooflinec.model.lower import lower
@@ -465,11 +465,14 @@ def test_deepseek_v32_exp_is_v3_with_an_indexer():
     the multi-token-prediction module; 671,026,404,352 counted for tests/hf_configs/deepseek-v3)
     plus, on each of 61 layers, the lightning indexer: wq_b 1536*64*128 = 12,582,912, wk 7168*128
     = 917,504, its LayerNorm 2*128, weights_proj 7168*64 = 458,752: 13,959,424 a layer,
-    851,524,864 in all: 671,877,929,216, the hand-written catalog entry's count."""
+    851,524,864 in all: 671,877,929,216 without the multi-token-prediction module, the
+    hand-written catalog entry's count (its MTP layer has an indexer too: 11,610,067,968 +
+    13,959,424, test_deepseek_v3_mtp_module_is_counted_not_active)."""
     model, _, text = imported("deepseek-v3.2-exp", "deepseek-ai/DeepSeek-V3.2-Exp")
     v3, _, _ = imported("deepseek-v3")
-    assert total(v3) == 671_026_404_352
-    assert total(model) == 671_026_404_352 + 61 * 13_959_424 == 671_877_929_216
+    assert total(v3) - mtp(v3) == 671_026_404_352
+    assert total(model) - mtp(model) == 671_026_404_352 + 61 * 13_959_424 == 671_877_929_216
+    assert mtp(model) == 11_610_067_968 + 13_959_424
     path = Path(spec.__file__).parent / "catalog" / "models" / "deepseek-v3.2-exp.yaml"
     catalog = yaml.safe_load(path.read_text(encoding="utf-8"))
     imported_spec = yaml.safe_load(text)
@@ -486,3 +489,29 @@ def test_jamba_mamba1_layers_are_refused_located(tmp_path):
         hfimport.convert(str(cfg))
     line = next(i for i, t in enumerate(cfg.read_text().splitlines(), 1) if '"mamba_d_state"' in t)
     assert str(err.value).startswith(f"{cfg}:{line}:20: mamba_d_state: Mamba-1 layers (JambaMambaMixer) are not covered")
+
+
+def mtp(model) -> int:
+    return sum(int(number(c.count, model_values(model))) for c in params.count(model).components if c.group == "mtp")
+
+
+def test_deepseek_v3_mtp_module_is_counted_not_active():
+    """deepseek-ai/DeepSeek-V3's README: 685B total, 671B of the main model and 14B of the
+    multi-token-prediction module; 37B activated. num_nextn_predict_layers 1 becomes mtp_layers 1:
+    one decoder layer like layer 60 (MLA 187,107,328; router 7168*256 + 257 experts of 3*7168*2048
+    = 11,320,164,352; two norms 2*7168), the projection of [h; emb] 2*7168*7168 = 102,760,448 and
+    three norms 3*7168: 11,610,067,968. With the stored copies of the shared embedding and head
+    (2 * 129,280*7168 = 1,853,358,080, the checkpoint's layer 61 keeps its own) the module is
+    13.46B, the whole 684,489,830,400, within 0.1% of 685B (the checkpoint's fp32 block scales are
+    the rest). Not active: a token's forward pass runs it only when speculation drafts with it,
+    and a device holds it only then."""
+    model, notes, text = imported("deepseek-v3")
+    assert "\nmtp_layers: 1\n" in text and not any(n.path == "num_nextn_predict_layers" for n in notes)
+    layer = 187_107_328 + 7168 * 256 + 257 * 3 * 7168 * 2048 + 2 * 7168
+    assert mtp(model) == layer + 2 * 7168 * 7168 + 3 * 7168 == 11_610_067_968
+    assert total(model) == 671_026_404_352 + 11_610_067_968 == 682_636_472_320
+    assert abs((total(model) + 2 * 129_280 * 7168) / 685e9 - 1) < 0.001
+    assert active(model) == 37_552_282_624   # as without the module
+    without = spec.Model(**{**model.__dict__, "mtp_layers": 0})
+    held = deployment.params_per_device
+    assert held(model, 8) == held(without, 8) and total(without) == 671_026_404_352

@@ -81,7 +81,9 @@ def _deepseek_v3(r: Reader) -> dict:
                    "d_expert": r.need("moe_intermediate_size"),
                    "shared_experts": count(r, "n_shared_experts"),
                    "first_dense": count(r, "first_k_dense_replace"), "every": r.need("moe_layer_freq")}
-    r.note("num_nextn_predict_layers", "the multi-token-prediction module (speculative decoding)")
+    mtp = count(r, "num_nextn_predict_layers")   # DeepseekV3 MTP modules: counted, not active
+    if mtp:
+        spec["mtp_layers"] = mtp
     _quantized(r)
     _free(r)
     return spec
