@@ -73,6 +73,9 @@ def _mlp_only(dense, step: int, n_layers: int) -> int | None:
     return min(step - 1 + len(removed) * step, n_layers) if removed else 0
 
 
+MTP_MOST = 64   # model.schema.json's mtp_layers maximum
+
+
 def _deepseek_v3(r: Reader) -> dict:
     spec = _decoder(r)
     spec["attention"]["head_dim"] = r.need("qk_nope_head_dim") + r.need("qk_rope_head_dim")
@@ -82,6 +85,9 @@ def _deepseek_v3(r: Reader) -> dict:
                    "shared_experts": count(r, "n_shared_experts"),
                    "first_dense": count(r, "first_k_dense_replace"), "every": r.need("moe_layer_freq")}
     mtp = count(r, "num_nextn_predict_layers")   # DeepseekV3 MTP modules: counted, not active
+    if mtp > MTP_MOST:
+        raise SpecError([r.problem("num_nextn_predict_layers", f"{mtp} multi-token-prediction modules; a model "
+                                                               f"spec's mtp_layers holds at most {MTP_MOST}")])
     if mtp:
         spec["mtp_layers"] = mtp
     _quantized(r)
