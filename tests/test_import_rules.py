@@ -483,6 +483,18 @@ def test_nemotron_h_patterns_a_layer_cannot_hold_are_located(tmp_path, pattern, 
     assert LOCATED.match(str(err.value))
 
 
+def test_nemotron_h_without_mamba_blocks_notes_the_unused_shape(tmp_path):
+    config = _config("nemotron-h-8b-base-8k")
+    config.update(hybrid_override_pattern="*-*-", num_hidden_layers=4)
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    _, notes = hfimport.convert(str(cfg))
+    unused = {n.path for n in notes if "no block is Mamba-2" in n.message}
+    assert unused == {"mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel",
+                      "use_conv_bias", "chunk_size"}
+    assert not [n for n in notes if "unknown to the" in n.message]
+
+
 def test_nemotron_h_layers_block_type_is_read_like_the_pattern(tmp_path):
     config = _config("nemotron-h-8b-base-8k")
     names = {"M": "mamba", "*": "attention", "-": "mlp"}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 
 from rooflinec.base.errors import SpecError
+from rooflinec.model import kinds
 from rooflinec.spec.hfconfig import COSTLESS, Reader, _decoder, _optional, _period, count, kind_section
 
 # layers_block_type (the newer configs' list) as hybrid_override_pattern's characters
@@ -110,6 +111,11 @@ def _nemotron_h(r: Reader) -> dict:
         spec["attention"]["pattern"] = pattern
     if "mamba" in pattern or "mamba_no_ffn" in pattern:
         spec["mamba"] = kind_section(r, "mamba")
+    else:
+        keys = (k[0] if isinstance(k, tuple) else k for k in kinds.registry()["mamba"].hf.values())
+        for key in (k for k in keys if k in r.data):
+            r.used.add(key)
+            r.notes.append(r.doc.problem((key,), f"{COSTLESS} (no block is Mamba-2: the shape is unused)", at_key=True))
     spec.update(mlp={"kind": "gelu", "d_ff": r.need("intermediate_size"), "bias": r.flag("mlp_bias", False)},
                 norm={"kind": "rmsnorm", "bias": False}, positions="none",
                 tied_embeddings=r.flag("tie_word_embeddings", False))
