@@ -29,7 +29,8 @@ from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "tests" / "hf_configs"
-FOLDERS = sorted(p.name for p in CONFIGS.iterdir() if p.is_dir())
+REFUSED = {"jamba-1.5-mini"}   # refused as published (Mamba-1 layers): nothing to compare a hostile copy with
+FOLDERS = sorted(p.name for p in CONFIGS.iterdir() if p.is_dir() and p.name not in REFUSED)
 LOCATED = re.compile(r"^.+:\d+:\d+: .+: .+$")   # file:line:col: path: message
 SLOW_S = 10.0
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from rooflinec.spec import hfimport, load as spec
 from rooflinec.model import params
-from rooflinec.cost import kvcache
+from rooflinec.cost import deployment, kvcache
 from rooflinec.base.errors import SpecError
 from rooflinec.cost.evaluate import number
 from rooflinec.model.lower import lower
@@ -132,11 +132,16 @@ def sp_equal(a, c) -> bool:
     return (a - c).expand() == 0
 
 
+# configs refused as published (Jamba's Mamba-1 layers), imported with every layer attention
+ALL_ATTENTION = {"jamba-1.5-mini": {"attn_layer_period": 1, "attn_layer_offset": 0}}
+
+
 @pytest.mark.parametrize("folder", sorted(p.name for p in CONFIGS.iterdir() if p.is_dir()))
 def test_every_field_is_mapped_or_noted(folder, tmp_path):
     """Each config field is read by the mapping or named in a located note; a field the
     importer does not know is noted as unknown, at its line."""
     data = json.loads((CONFIGS / folder / "config.json").read_text())
+    data.update(ALL_ATTENTION.get(folder, {}))
     data["frobnicate_layers"] = 3
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(data, indent=2))
@@ -421,9 +426,92 @@ def test_llama4_release_config_is_read_through_its_text_config(tmp_path):
     ("glm-4.7", 92 * 2 * 8 * 128 * 2, 92 * 4096 * 32_768),            # 376,832 B a token
     ("minimax-m2.5", 62 * 2 * 8 * 128 * 2, 62 * 4096 * 32_768),       # 253,952 B a token
     ("kimi-k2-instruct", 61 * (512 + 64) * 2, 61 * 1152 * 32_768),    # MLA's latent and rope key
+    # 4 attention layers of 2*8*128*2 = 4,096 B; 24 Mamba-2 layers keep per sequence 128*64*128 state
+    # + 3 * (8192 + 2*8*128) conv inputs = 1,079,296 elements, 24 * 2,158,592 B = 51,806,208 B
+    ("nemotron-h-8b-base-8k", 16_384, 16_384 * 32_768 + 51_806_208),
+    # the latent and rope key (576 * 2 B) and the indexer's fp8 key and fp32 scale (128 + 4 B)
+    ("deepseek-v3.2-exp", 61 * 1284, 61 * 1284 * 32_768),
 ])
 def test_cache_bytes_by_hand(folder, per_token, at_32k):
     """Issue 28, item 6: KV and state bytes per token and per sequence (S = 32,768, bf16)."""
     model, _, _ = imported(folder)
     assert kvcache.per_token(model, 2) == per_token
     assert kvcache.per_sequence(model, 2, 32_768) == at_32k
+
+
+def test_nemotron_h_against_its_card():
+    """nvidia/Nemotron-H-8B-Base-8K's card: 8B. By hand (transformers' NemotronHBlock: a norm and
+    one mixer a block): tables 2 * 131072*4096 = 1,073,741,824; 24 Mamba-2 blocks of in_proj
+    4096*(2*8192 + 2*8*128 + 128) = 76,021,760 + conv (8192 + 2*8*128)*(4 + 1) = 51,200 + dt_bias,
+    A_log, D 3*128 + gated norm 8192 + out_proj 8192*4096 = 33,554,432 + the block's norm 4096 =
+    109,640,064; 4 attention blocks of q, o 4096*4096 each + k, v 4096*1024 each + norm 4096 =
+    41,947,136; 24 MLP blocks of up, down 4096*21504 each + norm 4096 = 176,164,864; the final norm
+    4096: 8,100,852,736. rooflinec's layer is two sublayers, so the 4 Mamba-2 blocks with no MLP
+    after them count a second norm each, noted: 4 * 4096 more, as the hand-written catalog entry."""
+    model, notes, _ = imported("nemotron-h-8b-base-8k", "nvidia/Nemotron-H-8B-Base-8K")
+    by_blocks = 1_073_741_824 + 24 * 109_640_064 + 4 * 41_947_136 + 24 * 176_164_864 + 4096
+    assert by_blocks == 8_100_852_736 and total(model) == by_blocks + 4 * 4096 == active(model)
+    assert any(n.path == "hybrid_override_pattern" and "16,384 parameters" in n.message for n in notes)
+    path = Path(spec.__file__).parent / "catalog" / "models" / "nemotron-h-8b.yaml"
+    catalog = spec.load_model(str(path), path.read_text(encoding="utf-8"))
+    layers = lambda m: [m.pattern[i % len(m.pattern)] for i in range(m.n_layers)]   # noqa: E731
+    assert (layers(model), model.n_layers, model.positions) == (layers(catalog), 28, "none")
+    assert len(model.pattern) == 25   # its shortest period: layers 25..27 repeat layers 0..2
+    assert total(catalog) == total(model)
+
+
+def test_deepseek_v32_exp_is_v3_with_an_indexer():
+    """deepseek-ai/DeepSeek-V3.2-Exp (DeepseekV32ForCausalLM): DeepSeek-V3's shape (671B without
+    the multi-token-prediction module; 671,026,404,352 counted for tests/hf_configs/deepseek-v3)
+    plus, on each of 61 layers, the lightning indexer: wq_b 1536*64*128 = 12,582,912, wk 7168*128
+    = 917,504, its LayerNorm 2*128, weights_proj 7168*64 = 458,752: 13,959,424 a layer,
+    851,524,864 in all: 671,877,929,216 without the multi-token-prediction module, the
+    hand-written catalog entry's count (its MTP layer has an indexer too: 11,610,067,968 +
+    13,959,424, test_deepseek_v3_mtp_module_is_counted_not_active)."""
+    model, _, text = imported("deepseek-v3.2-exp", "deepseek-ai/DeepSeek-V3.2-Exp")
+    v3, _, _ = imported("deepseek-v3")
+    assert total(v3) - mtp(v3) == 671_026_404_352
+    assert total(model) - mtp(model) == 671_026_404_352 + 61 * 13_959_424 == 671_877_929_216
+    assert mtp(model) == 11_610_067_968 + 13_959_424
+    path = Path(spec.__file__).parent / "catalog" / "models" / "deepseek-v3.2-exp.yaml"
+    catalog = yaml.safe_load(path.read_text(encoding="utf-8"))
+    imported_spec = yaml.safe_load(text)
+    for key in ("d_model", "n_layers", "vocab", "mla", "sparse_attention", "moe"):
+        assert imported_spec[key] == catalog[key], key
+
+
+def test_jamba_mamba1_layers_are_refused_located(tmp_path):
+    """ai21labs/AI21-Jamba-1.5-Mini (52B total, 12B active on its card): 28 of its 32 layers are
+    Mamba-1 (JambaConfig.layers_block_type), which the Mamba-2 kind would miscount; the refusal
+    names the field and why, with no traceback."""
+    cfg = CONFIGS / "jamba-1.5-mini" / "config.json"
+    with pytest.raises(SpecError) as err:
+        hfimport.convert(str(cfg))
+    line = next(i for i, t in enumerate(cfg.read_text().splitlines(), 1) if '"mamba_d_state"' in t)
+    assert str(err.value).startswith(f"{cfg}:{line}:20: mamba_d_state: Mamba-1 layers (JambaMambaMixer) are not covered")
+
+
+def mtp(model) -> int:
+    return sum(int(number(c.count, model_values(model))) for c in params.count(model).components if c.group == "mtp")
+
+
+def test_deepseek_v3_mtp_module_is_counted_not_active():
+    """deepseek-ai/DeepSeek-V3's README: 685B total, 671B of the main model and 14B of the
+    multi-token-prediction module; 37B activated. num_nextn_predict_layers 1 becomes mtp_layers 1:
+    one decoder layer like layer 60 (MLA 187,107,328; router 7168*256 + 257 experts of 3*7168*2048
+    = 11,320,164,352; two norms 2*7168), the projection of [h; emb] 2*7168*7168 = 102,760,448 and
+    three norms 3*7168: 11,610,067,968. With the stored copies of the shared embedding and head
+    (2 * 129,280*7168 = 1,853,358,080, the checkpoint's layer 61 keeps its own) the module is
+    13.46B, the whole 684,489,830,400, within 0.1% of 685B (the checkpoint's fp32 block scales are
+    the rest). Not active: a token's forward pass runs it only when speculation drafts with it,
+    and a device holds it only then."""
+    model, notes, text = imported("deepseek-v3")
+    assert "\nmtp_layers: 1\n" in text and not any(n.path == "num_nextn_predict_layers" for n in notes)
+    layer = 187_107_328 + 7168 * 256 + 257 * 3 * 7168 * 2048 + 2 * 7168
+    assert mtp(model) == layer + 2 * 7168 * 7168 + 3 * 7168 == 11_610_067_968
+    assert total(model) == 671_026_404_352 + 11_610_067_968 == 682_636_472_320
+    assert abs((total(model) + 2 * 129_280 * 7168) / 685e9 - 1) < 0.001
+    assert active(model) == 37_552_282_624   # as without the module
+    without = spec.Model(**{**model.__dict__, "mtp_layers": 0})
+    held = deployment.params_per_device
+    assert held(model, 8) == held(without, 8) and total(without) == 671_026_404_352

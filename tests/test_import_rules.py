@@ -28,6 +28,17 @@ The rules, from huggingface/transformers (read at commit 00d4b3d2):
 - src/transformers/models/minimax_m2/modular_minimax_m2.py: MiniMaxM2Attention is
   FlexOlmoAttention's, q_norm = RMSNorm(num_attention_heads * head_dim) and k_norm over
   num_key_value_heads * head_dim (one norm over all heads); every layer full attention and MoE.
+- src/transformers/models/nemotron_h/modular_nemotron_h.py, NemotronHBlock: one norm
+  (NemotronHRMSNorm(hidden_size)), one mixer of MIXER_TYPES[config.layers_block_type[layer_idx]]
+  (NemotronHMamba2Mixer, NemotronHAttention, NemotronHMLP, NemotronHMoE) and the residual add;
+  configuration_nemotron_h.py, NemotronHConfig._pattern_to_list: hybrid_override_pattern's "M",
+  "*", "-", "E" one block each. NemotronHMamba2Mixer: in_proj hidden_size -> d_inner + conv_dim
+  + num_heads, conv1d over conv_dim = d_inner + 2 n_groups ssm_state_size (bias use_conv_bias),
+  dt_bias, A_log, D per head, a gated norm over d_inner, out_proj; NemotronHMLP: up_proj, down_proj.
+- src/transformers/models/jamba/configuration_jamba.py, JambaConfig.layers_block_type:
+  "attention" if i % attn_layer_period == attn_layer_offset else "mamba"; layers_num_experts:
+  num_experts if i % expert_layer_period == expert_layer_offset else 1 (JambaDecoderLayer's MoE
+  where more than one); _check_supported_offset refuses an offset >= its period.
 - modular_qwen3_next.py, Qwen3NextRotaryEmbedding.compute_default_rope_parameters (Glm4Moe's is
   the same): RoPE turns `dim = int(head_dim * partial_rotary_factor)` dimensions of each head.
 """
@@ -411,3 +422,103 @@ def test_qwen3_next_without_linear_layers_notes_the_unused_shape(tmp_path):
     model, text, _ = _import(tmp_path, config)
     assert not model.pattern and not model.blocks
     assert "linear_num_value_heads: not modelled; costs nothing (no layer is linear_attention" in text
+
+
+# --- Nemotron-H and Jamba against their transformers classes -----------------------------------
+
+def _nemotron_blocks_by_transformers(config: dict) -> int:
+    """Parameters of NemotronHForCausalLM block by block (module docstring): each block's norm and
+    mixer, the untied tables and the final norm."""
+    d, heads, kv, hd = config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"], 128
+    n_h, d_h, n, g, k = (config[key] for key in ("mamba_num_heads", "mamba_head_dim", "ssm_state_size",
+                                                  "n_groups", "conv_kernel"))
+    inner, conv = n_h * d_h, n_h * d_h + 2 * g * n
+    mixer = {"M": d * (inner + conv + n_h) + conv * (k + 1) + 3 * n_h + inner + inner * d,
+             "*": 2 * d * heads * hd + 2 * d * kv * hd, "-": 2 * d * config["intermediate_size"]}
+    blocks = config["hybrid_override_pattern"]
+    return 2 * config["vocab_size"] * d + sum(d + mixer[b] for b in blocks) + d
+
+
+NEMOTRON_UNITS = ["M-", "M", "*-"]   # the pairs a rooflinec layer holds
+
+
+@pytest.mark.slow
+@settings(max_examples=15)
+@given(units=st.lists(st.sampled_from(NEMOTRON_UNITS), min_size=1, max_size=12))
+def test_nemotron_h_blocks_follow_transformers(tmp_path_factory, units):
+    """Any pattern of the pairs: each Mamba-2 block a mamba layer, each attention block a full one,
+    each MLP block a dense MLP; the count is transformers' block by block plus the noted norm of
+    each Mamba-2 block with no MLP after it."""
+    pattern = "".join(units)
+    _check_nemotron(tmp_path_factory.mktemp("n"), pattern)
+
+
+@pytest.mark.parametrize("pattern", ["M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", "MM*-M", "*-"])
+def test_nemotron_h_published_and_edge_patterns_follow_transformers(tmp_path, pattern):
+    _check_nemotron(tmp_path, pattern)
+
+
+def _check_nemotron(tmp: Path, pattern: str) -> None:
+    config = _config("nemotron-h-8b-base-8k")
+    config.update(hybrid_override_pattern=pattern, num_hidden_layers=len(pattern))
+    model, _, _ = _import(tmp, config)
+    per_layer = [model.pattern[i % len(model.pattern)] for i in range(model.n_layers)] if model.pattern else \
+        ["full"] * model.n_layers
+    ssm = sum(kind in ("mamba", "mamba_no_ffn") for kind in per_layer)
+    assert (ssm, per_layer.count("full")) == (pattern.count("M"), pattern.count("*"))
+    assert model.n_layers - per_layer.count("mamba_no_ffn") == pattern.count("-")
+    bare = per_layer.count("mamba_no_ffn")
+    assert _total(model) == _nemotron_blocks_by_transformers(config) + bare * config["hidden_size"]
+
+
+@pytest.mark.parametrize(("pattern", "block", "what"), [
+    ("M--", 2, "an MLP block after no Mamba-2"), ("-M", 0, "an MLP block after no"),
+    ("M*M-", 1, "an attention block with no MLP block after it"), ("MEM-", 1, "a MoE block (E)")])
+def test_nemotron_h_patterns_a_layer_cannot_hold_are_located(tmp_path, pattern, block, what):
+    config = _config("nemotron-h-8b-base-8k")
+    config.update(hybrid_override_pattern=pattern, num_hidden_layers=len(pattern))
+    with pytest.raises(SpecError) as err:
+        _import(tmp_path, config)
+    assert f"hybrid_override_pattern: block {block} is {what}" in str(err.value)
+    assert LOCATED.match(str(err.value))
+
+
+def test_nemotron_h_without_mamba_blocks_notes_the_unused_shape(tmp_path):
+    config = _config("nemotron-h-8b-base-8k")
+    config.update(hybrid_override_pattern="*-*-", num_hidden_layers=4)
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    _, notes = hfimport.convert(str(cfg))
+    unused = {n.path for n in notes if "no block is Mamba-2" in n.message}
+    assert unused == {"mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel",
+                      "use_conv_bias", "chunk_size"}
+    assert not [n for n in notes if "unknown to the" in n.message]
+
+
+def test_nemotron_h_layers_block_type_is_read_like_the_pattern(tmp_path):
+    config = _config("nemotron-h-8b-base-8k")
+    names = {"M": "mamba", "*": "attention", "-": "mlp"}
+    config["layers_block_type"] = [names[c] for c in config.pop("hybrid_override_pattern")]
+    model, _, _ = _import(tmp_path, config)
+    assert _total(model) == 8_100_852_736 + 4 * 4096
+
+
+def test_jamba_with_every_layer_attention_follows_layers_num_experts(tmp_path):
+    """attn_layer_period 1: no Mamba-1 layer, so Jamba maps (a Mixtral-like decoder without RoPE);
+    its MoE layers are JambaConfig.layers_num_experts' for each expert period and offset."""
+    for every, offset in ((2, 1), (1, 0), (4, 3), (3, 0)):
+        config = _config("jamba-1.5-mini")
+        config.update(attn_layer_period=1, attn_layer_offset=0, expert_layer_period=every,
+                      expert_layer_offset=offset, num_hidden_layers=12)
+        (tmp_path / f"{every}{offset}").mkdir()
+        model, _, _ = _import(tmp_path / f"{every}{offset}", config)
+        got = [model.moe.moe_layers(i, i + 1) == 1 for i in range(12)]
+        assert got == [i % every == offset for i in range(12)] and model.positions == "none"
+
+
+def test_jamba_offset_past_its_period_is_refused(tmp_path):
+    config = _config("jamba-1.5-mini")
+    config.update(attn_layer_period=1, attn_layer_offset=0, expert_layer_offset=2)
+    with pytest.raises(SpecError) as err:
+        _import(tmp_path, config)
+    assert "expert_layer_offset: expert_layer_offset 2 must be smaller than expert_layer_period 2" in str(err.value)

@@ -210,3 +210,18 @@ def test_simulate_takes_the_speculation_flags(call):
     assert code == 0, err
     doc = json.loads(out)
     assert doc["speculation"]["tokens_per_step"] == pytest.approx(sp.expected_tokens(0.6, 4))
+
+
+def test_serve_out_draws_where_speculation_stops_paying(call, tmp_path):
+    """Issue 28, item 4: with a draft, `serve --out` draws the speedup against batch (1 to
+    16,384), ringed at the batch from which it stops paying, the batch the table prints."""
+    argv = ["serve", "llama-3.1-8b", "--device", "h100-sxm", "--context", "512", "--draft", "llama-3.2-1b",
+            "--draft-k", "4", "--acceptance", "0.7"]
+    code, out, err = call(*argv, "--json")
+    stop = json.loads(out)["speculation"]["stops_paying_from"]
+    assert code == 0 and stop is not None and stop > 1
+    code, out, err = call(*argv, "--out", tmp_path / "s.svg")
+    svg = (tmp_path / "s.svg").read_text(encoding="utf-8")
+    assert code == 0 and f"stops paying from batch {stop:,}" in out
+    assert f">{stop:,}</text>" in svg and "stops paying from this batch" in svg and ">10k</text>" in svg   # batches 1 to 16,384
+    assert "speculation&#x27;s speedup, a draft model, k = 4, context 512" in svg and "1x: plain decoding" in svg

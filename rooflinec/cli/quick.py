@@ -112,7 +112,8 @@ def register(sub, streams, parents=()) -> None:
     s.add_argument("--engine", metavar="NAME", help="the calibration's engine, e.g. trtllm, vllm "
                    "(default: the one with the most runs on the device)")
     s.add_argument("--out", metavar="FILE", help="also write an SVG chart of tokens/s per GPU "
-                   "against batch, one line per configuration")
+                   "against batch, one line per configuration; with --speculate or --draft, the "
+                   "speedup over plain decoding against batch, where it stops paying ringed")
     speculation.add_arguments(s)
     for command in (d, m, i, s):   # a UsageError prints the command's own usage line
         command.set_defaults(parser=command)
@@ -366,7 +367,11 @@ def cmd_serve(args, stdout, stderr) -> int:
         raise UsageError(f"{'--draft' if args.draft else '--speculate'}: speculation is priced for one "
                          "--device and one --tp at a time")
     spec = _speculation(model, configs[0].device, configs[0].tp, args, storage, draft, batches)
-    if args.out:
+    if args.out and spec:   # with a draft: where speculation stops paying as the batch grows
+        drawn = _speculation(model, configs[0].device, configs[0].tp, args, storage, draft,
+                             sorted(set(batches + CHART_BATCHES)))
+        write_file(args.out, speculation.chart(model.name, drawn))
+    elif args.out:
         write_file(args.out, table.chart(model.name, args.context, configs))
     if args.json:
         docs = [_document(model, c, args, storage) | layout | ({"speculation": _plain(spec)} if spec else {})

@@ -7,8 +7,9 @@ a catalog name, a model spec YAML or a config.json). The algebra is serving/spec
 
 from __future__ import annotations
 
-from rooflinec.base.errors import UsageError
+from rooflinec.base.errors import UsageError, one_line
 from rooflinec.base.quantities import gib, seconds, sig
+from rooflinec.render import charts
 from rooflinec.serving import speculative
 
 EPILOG = """\
@@ -85,3 +86,20 @@ def text(tab: dict) -> str:
                                                 else f"pays at every batch up to {tab['search_limit']:,}")
                      + f"; the largest batch that fits with the draft is {tab['max_batch']:,}")
     return "\n".join(lines) + "\n"
+
+
+def chart(model_name: str, tab: dict) -> str:
+    """`serve --out`'s chart with a draft: the speedup over plain decoding against batch, at the
+    draft's alpha (a prediction) and at alpha = 1 (a bound), where it stops paying ringed; faint
+    past the largest batch that fits with the draft."""
+    batches = [r["batch"] for r in tab["rows"]]
+    fits = [b <= tab["max_batch"] for b in batches]
+    plain = [r["plain_tokens_per_s"] for r in tab["rows"]]
+    lines = [{"label": f"at alpha {tab['alpha']:g} (prediction)", "x": batches, "fits": fits,
+              "y": [r["predicted_tokens_per_s"] / p for r, p in zip(tab["rows"], plain)]},
+             {"label": "at alpha = 1 (bound)", "x": batches, "fits": fits, "style": "--",
+              "y": [r["bound_tokens_per_s"] / p for r, p in zip(tab["rows"], plain)]}]
+    what = {"model": "a draft model", "mtp": "MTP heads", "ngram": "n-gram drafts"}.get(tab["kind"], tab["kind"])
+    title = f"{model_name}: speculation's speedup, {what}, k = {tab['k']}, context {tab['context']:,}"
+    return charts.draw({"kind": "speedup", "lines": lines, "stops_paying_from": tab["stops_paying_from"],
+                        "title": one_line(title), "xlabel": "batch B", "ylabel": "tokens/s over plain decoding"})

@@ -417,6 +417,8 @@ def stage_params(model, tp: int, pp: int = 1, ep: int = 1, moe_tp: int | None = 
     shard, values = per_device(model, tp, ep, moe_tp), model_values(model)
     layered, once = [], sp.Integer(0)
     for c in count(model).components:
+        if c.group == "mtp":   # multi-token-prediction modules: held only by a speculative draft
+            continue
         # routed_only splits the routed experts' matrices from everything else, their biases
         # included (stored beside a block format, as gpt-oss's checkpoint does)
         routed_part = {None: c.per, True: c.per - c.biases, False: c.biases}[routed_only] \

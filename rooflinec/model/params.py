@@ -120,8 +120,34 @@ def _head(model) -> list[Component]:
 
 def count(model) -> Params:
     """Every parameter of the model, one component per kind of tensor."""
-    parts = _embeddings(model) + _sublayers(model) + _norms(model) + _head(model)
+    parts = _embeddings(model) + _sublayers(model) + _norms(model) + _head(model) + _mtp(model)
     return Params(model.name, tuple(parts + _declared(model)))
+
+
+def _last_layer(model) -> sp.Expr:
+    """Parameters of one decoder layer of the kinds the model's last layer has (its mixer's
+    family and its feed-forward, one copy each) and its norms."""
+    out = sp.Integer(0)
+    for slot in kinds.SLOTS:
+        for kind, _ in kinds.counts(model, slot, model.n_layers - 1, model.n_layers):
+            base = kinds.registry()[kind.family or kind.name]
+            out += sp.Add(*(c.per for c in base.params(model, ONE, False)))
+    return out + _norms(model)[0].per
+
+
+def _mtp(model) -> list[Component]:
+    """DeepSeek-V3's multi-token-prediction modules (DeepSeek-AI 2024, "DeepSeek-V3 Technical
+    Report", section 2.2): each a decoder layer like the main model's (the last one's kinds), the
+    projection M_k of the two normed inputs [h; emb] (2 d_model x d_model), those two RMSNorms and
+    the norm before the head; the embedding and the LM head are the model's own. Their tokens'
+    share of the active count is 0: only a speculative draft runs them."""
+    if not getattr(model, "mtp_layers", 0):
+        return []
+    per = _last_layer(model) + 2 * d_model * d_model + 3 * d_model
+    return [Component("mtp", "mtp", per, sp.Integer(model.mtp_layers), True, False,
+                      f"{model.mtp_layers} multi-token-prediction module(s): a decoder layer, the 2 d_model x "
+                      "d_model projection and three norms; embedding and head shared; not active per token",
+                      active_per=sp.Integer(0))]
 
 
 def _declared(model) -> list[Component]:

@@ -276,6 +276,44 @@ def throughput(chart: dict) -> svgplot.Plot:
     return plot
 
 
+def speedup(chart: dict) -> svgplot.Plot:
+    """Speculative decoding's speedup over plain decoding against batch (log batch, linear
+    speedup): a line per series (faint past the largest batch that fits with the draft), the
+    break-even line at 1x, and a ring where the first series stops paying."""
+    plot = _plot()
+    xs = [x for line in chart["lines"] for x in line["x"]]
+    ys = [y for line in chart["lines"] for y in line["y"]] + [1.0]
+    plot.limits((min(xs) / 1.2, max(xs) * 1.2), (0, max(ys) * 1.1), ylog=False)
+    plot.hline(1.0, ROOF, 0.9, "--")
+    for i, line in enumerate(chart["lines"]):
+        colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
+        plot.line(line["x"], line["y"], colour, 1.0, line.get("style", "-"), opacity=0.3)
+        plot.line(line["x"], [y if f else math.nan for y, f in zip(line["y"], line["fits"])], colour, 1.4,
+                  line.get("style", "-"))
+    rows = [{"label": line["label"], "colour": SERIES_COLOURS[i % len(SERIES_COLOURS)], "width": 1.6,
+             "style": line.get("style", "-")} for i, line in enumerate(chart["lines"])]
+    rows.append({"label": "1x: plain decoding", "colour": ROOF, "width": 0.9, "style": "--"})
+    stop = chart.get("stops_paying_from")
+    if stop is not None:
+        plot.dot(stop, 1.0, "o", 7, "none", SERIES_COLOURS[0], 1.4)
+        plot.text(plot.x(stop) + 5, plot.y(1.0) + 10, f"{stop:,}", 7, colour=SERIES_COLOURS[0])
+        rows.append({"label": "stops paying from this batch", "colour": ROOF, "shape": "o", "size": 7,
+                     "fill": "none", "edge": SERIES_COLOURS[0], "edge_width": 1.2})
+    if not all(f for line in chart["lines"] for f in line["fits"]):
+        rows.append({"label": "faint: does not fit memory with the draft", "colour": ROOF, "width": 1.0,
+                     "opacity": 0.3})
+    ticks = _decades(plot.x.lo, plot.x.hi)
+    plot.x_ticks(ticks, [_tick(t) for t in ticks])
+    yt = svgplot.nice_ticks(0, plot.y.hi)
+    labels = [f"{t:g}x" for t in yt]
+    plot.y_ticks(yt, labels)
+    plot.spines()
+    plot.axis_titles(chart["xlabel"], chart["ylabel"], max(svgplot.text_width(t, TICK_FONT) for t in labels))
+    plot.title(chart["title"])
+    plot.legend(rows, "upper right")
+    return plot
+
+
 def _seconds_tick(t: float) -> str:
     value, prefix = prefixed(t, SUBUNIT)
     return f"{value:.4g} {prefix}s" if t else "0"
@@ -487,7 +525,7 @@ def scaling(chart: dict) -> svgplot.Plot:
     return left
 
 
-DRAW = {"roofline": roofline, "sweep": sweep, "throughput": throughput, "split": split,
+DRAW = {"roofline": roofline, "sweep": sweep, "throughput": throughput, "speedup": speedup, "split": split,
         "catalog": catalog, "bars": bars, "scaling": scaling}
 
 

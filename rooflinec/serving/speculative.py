@@ -239,7 +239,7 @@ def mtp_parameters(model) -> float:
     not in `model.params`, which counts what the spec declares."""
     values = model_values(model)
     count = params.count(model)
-    layers = sum(number(c.count, values) for c in count.components if c.repeat != 1)
+    layers = sum(number(c.count, values) for c in count.components if c.repeat != 1 and c.group != "mtp")
     return layers / model.n_layers + 2 * model.d_model ** 2 + 2 * model.d_model
 
 

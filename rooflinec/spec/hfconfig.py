@@ -141,9 +141,18 @@ def count(r: Reader, key: str) -> int:
 
 def kind_section(r: Reader, name: str) -> dict:
     """A layer kind's spec section read by its own map (rooflinec.model.kinds: `Kind.hf`, spec
-    field -> config key, or (config key, 0) for a count the config may leave out or null)."""
-    return {field: count(r, key[0]) if isinstance(key, tuple) else r.need(key)
+    field -> config key, or (config key, default) for a field the config may leave out or null)."""
+    return {field: _defaulted(r, *key) if isinstance(key, tuple) else r.need(key)
             for field, key in kinds.registry()[name].hf.items()}
+
+
+def _defaulted(r: Reader, key: str, default):
+    """A kind's field the config may leave out or null (meaning `default`): a switch where the
+    default is one, else a count that may be 0."""
+    if r.data.get(key) is None:
+        r.used.add(key)
+        return default
+    return r.flag(key, default) if isinstance(default, bool) else count(r, key)
 
 
 def _window(r: Reader, spec: dict, alternating: bool = False) -> None:

@@ -18,6 +18,7 @@ from rooflinec.base.errors import Problem, SpecError, one_line
 from rooflinec.spec.hfconfig import COSTLESS, Inner, Reader, _decoder, _layer_types, _optional, _window
 from rooflinec.spec.hfimport_moe import ARCHITECTURES as MOE   # experts, latent and linear attention
 from rooflinec.spec.hfimport_moe import MINIMAX_M1
+from rooflinec.spec.hfimport_hybrid import ARCHITECTURES as HYBRID   # Mamba-2 (Nemotron-H), Jamba
 
 
 def _llama(r: Reader) -> dict:
@@ -100,7 +101,7 @@ ARCHITECTURES = {
     "LlamaForCausalLM": _llama, "MistralForCausalLM": _llama, "Qwen2ForCausalLM": _qwen2,
     "Qwen3ForCausalLM": _qwen3, "Gemma2ForCausalLM": _gemma2, "Phi3ForCausalLM": _phi3,
     "GPT2LMHeadModel": _gpt2,
-    **MOE,
+    **MOE, **HYBRID,
 }
 
 

@@ -1,7 +1,7 @@
 """`rooflinec import` for mixture-of-experts, latent- and linear-attention architectures:
 Mixtral, Qwen3-MoE, Qwen3-Next, DeepSeek-V3 (and Kimi-K2, its class), GLM-4.5 (Glm4Moe),
-MiniMax-M2, Llama 4 and gpt-oss. Each maps the shared decoder fields (hfconfig._decoder), then
-its experts (and DeepSeek's MLA, Qwen3-Next's Gated DeltaNet layers); every other field is
+MiniMax-M2, Llama 4, gpt-oss and DeepSeek-V3.2 (DeepSeek Sparse Attention on V3's latent
+attention). Each maps the shared decoder fields (hfconfig._decoder), then its experts (and DeepSeek's MLA, Qwen3-Next's Gated DeltaNet layers); every other field is
 mapped, costs nothing, or is noted. Each rule cites the transformers class it mirrors
 (tests/test_import_rules.py checks them layer by layer)."""
 
@@ -73,6 +73,9 @@ def _mlp_only(dense, step: int, n_layers: int) -> int | None:
     return min(step - 1 + len(removed) * step, n_layers) if removed else 0
 
 
+MTP_MOST = 64   # model.schema.json's mtp_layers maximum
+
+
 def _deepseek_v3(r: Reader) -> dict:
     spec = _decoder(r)
     spec["attention"]["head_dim"] = r.need("qk_nope_head_dim") + r.need("qk_rope_head_dim")
@@ -81,9 +84,26 @@ def _deepseek_v3(r: Reader) -> dict:
                    "d_expert": r.need("moe_intermediate_size"),
                    "shared_experts": count(r, "n_shared_experts"),
                    "first_dense": count(r, "first_k_dense_replace"), "every": r.need("moe_layer_freq")}
-    r.note("num_nextn_predict_layers", "the multi-token-prediction module (speculative decoding)")
+    mtp = count(r, "num_nextn_predict_layers")   # DeepseekV3 MTP modules: counted, not active
+    if mtp > MTP_MOST:
+        raise SpecError([r.problem("num_nextn_predict_layers", f"{mtp} multi-token-prediction modules; a model "
+                                                               f"spec's mtp_layers holds at most {MTP_MOST}")])
+    if mtp:
+        spec["mtp_layers"] = mtp
     _quantized(r)
     _free(r)
+    return spec
+
+
+def _deepseek_v32(r: Reader) -> dict:
+    # DeepseekV32Config is DeepseekV3Config plus the lightning indexer's index_n_heads,
+    # index_head_dim and index_topk (DeepseekV32Indexer, on every layer's latent attention)
+    spec = _deepseek_v3(r)
+    spec["sparse_attention"] = kind_section(r, "dsa")
+    if "indexer_rope_interleave" in r.data:   # the rotary layout of the indexer's d_rope: same count
+        r.used.add("indexer_rope_interleave")
+        r.notes.append(r.doc.problem(("indexer_rope_interleave",), f"{COSTLESS} (how the indexer's rotary "
+                                                                    "dimensions are paired)", at_key=True))
     return spec
 
 
@@ -287,5 +307,6 @@ def _every(r: Reader, layers, n: int) -> dict:
 
 ARCHITECTURES = {"MixtralForCausalLM": _mixtral, "Qwen3MoeForCausalLM": _qwen3_moe,
                  "Qwen3NextForCausalLM": _qwen3_next, "DeepseekV3ForCausalLM": _deepseek_v3,
+                 "DeepseekV32ForCausalLM": _deepseek_v32,
                  "Glm4MoeForCausalLM": _glm4_moe, "MiniMaxM2ForCausalLM": _minimax_m2,
                  "Llama4ForCausalLM": _llama4, "GptOssForCausalLM": _gpt_oss}

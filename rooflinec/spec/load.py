@@ -84,6 +84,7 @@ class Model:
     nope: tuple = ()           # per layer, repeated: True where no RoPE is applied (Llama 4)
     rotary_dim: int | None = None   # dimensions of each head RoPE turns (partial rotary), None: all
     post_norms: bool = False  # a norm on each sublayer's output too (Gemma 2)
+    mtp_layers: int = 0       # multi-token-prediction modules (DeepSeek-V3), counted by rooflinec.model.params
     notes: str = ""
     hf_id: str = ""            # Hugging Face id, how measured runs name the model
     dimensions: tuple = ()    # (name, value) pairs: the model's own symbols (rooflinec.model.custom)
@@ -305,7 +306,7 @@ def load_model(file: str, text: str | None = None) -> Model:
         norm_kind=norm.get("kind", "rmsnorm"), norm_bias=norm.get("bias", False),
         positions=d.get("positions", "rope"), block=d.get("block", "sequential"),
         tied_embeddings=d.get("tied_embeddings", False), qk_norm=att.get("qk_norm", False),
-        post_norms=norm.get("post", False), notes=d.get("notes", ""),
+        post_norms=norm.get("post", False), mtp_layers=d.get("mtp_layers", 0), notes=d.get("notes", ""),
         hf_id=d.get("hf_id", ""), window=att.get("window"), pattern=tuple(att.get("pattern", ())),
         sinks=att.get("sinks", False), output_gate=att.get("output_gate", False),
         nope=tuple(att.get("nope", ())), rotary_dim=att.get("rotary_dim"), file=file, **_kind_sections(d))
