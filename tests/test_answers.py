@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -452,3 +453,15 @@ def test_calibrated_rows_appear_where_the_shipped_calibration_was_fitted(call, t
     md = (tmp_path / "out" / "study.md").read_text()
     assert f"| h100-sxm | decode, S = {summary.CONTEXT}, B = 1, calibrated (trtllm) | TPOT " in md
     assert "Calibrated rows are predictions, not bounds" in md
+
+
+def test_per_user_is_one_sequences_rate_under_attention_dp():
+    """A user's tokens/s is 1 / step, whatever the group: under attention DP 8 the group's
+    tokens/s (B x 8 / step) counts 8 ranks' batches, so per user = tokens/s / (B x 8) (it read
+    the group's 1,731 tokens/s at B = 1 as one user's)."""
+    doc = json.loads((Path(__file__).resolve().parents[1] / "reports/moe-mixtral-ep.json").read_text())
+    for dev in doc["summary"]["devices"]:
+        for row in dev["decode"]:
+            for point, batch in ((row["batch_1"], 1), (row["at_max_batch"], max(row["max_batch"], 1))):
+                assert point["per_user"] == pytest.approx(1 / point["time_s"])
+                assert point["tokens_per_s"] == pytest.approx(point["per_user"] * batch * 8)
