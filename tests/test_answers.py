@@ -465,3 +465,13 @@ def test_per_user_is_one_sequences_rate_under_attention_dp():
             for point, batch in ((row["batch_1"], 1), (row["at_max_batch"], max(row["max_batch"], 1))):
                 assert point["per_user"] == pytest.approx(1 / point["time_s"])
                 assert point["tokens_per_s"] == pytest.approx(point["per_user"] * batch * 8)
+
+
+def test_serve_per_user_under_attention_dp_is_one_over_the_step(call):
+    code, text, err = call("serve", "mixtral-8x7b", "--device", "h100-sxm", "--attention-dp", "8", "--ep", "8",
+                           "--batch", "1", "--context", "4096", "--prompt", "2048")
+    assert code == 0, err
+    step = next(r for r in text.splitlines() if r.strip().startswith("1 "))
+    per_user, per_gpu = (float(c.replace(",", "")) for c in step.split()[1:3])
+    # 8 ranks, one sequence each, over 8 GPUs: per user = per GPU = 1 / step (it read 8x per user)
+    assert per_user == pytest.approx(per_gpu, rel=1e-3)

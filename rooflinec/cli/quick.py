@@ -474,7 +474,7 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None, 
     rows = [head + (("calibrated TPOT (80%)", "calibrated TTFT") if predicted else ())]
     for row in section["steps"]:
         d = row["devices"][0]
-        user, gpu = table.rates(d["tokens_per_s"], row["batch"], gpus)
+        user, gpu = table.rates(d, gpus)
         rows.append((str(row["batch"]), sig(user), sig(gpu), seconds(d["time_s"]), d["bound"],
                      gib(row["memory_needed"]), "yes" if d["fits"] else "no")
                     + (table.calibrated_cells(predicted.get(row["batch"])) if predicted else ()))
