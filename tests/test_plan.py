@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import replace
+from dataclasses import astuple, replace
 from itertools import product
 
 import numpy as np
@@ -374,3 +374,103 @@ def test_the_moe_bound_at_one_token_moves_what_the_lowered_program_moves(case):
     ops = program_costs.op_costs(dep, "decode", dev, {B: 1, S: 1024}, tokens=1,
                                  formats={"weights": "bf16", "kv_cache": "bf16"})
     assert seconds * dev.bandwidth == pytest.approx(sum(sum(o.traffic.values()) for o in ops), rel=1e-9)
+
+
+# --- weights the device has no tensor peak for: weight-only GEMMs (issue 27 item 3) ------------
+
+def _weight_only_rows(t, dev, model, fmt):
+    """Each row's weight bytes (memory less the batch's KV cache) beside Deployment.weight_bytes()."""
+    for i in range(len(t["batch"])):
+        dep = plan_step.deployment_of(model, dev, {a: int(t[a][i]) for a in ("tp", "dp", "ep", "pp")},
+                                      fmt.weights, fmt.kv_cache, fmt.experts)
+        kv = float(replace(dep, pp=1).kv_per_token()) * (WORK.isl + WORK.osl / 2) * t["batch"][i]
+        yield t["memory_bytes"][i] - kv, dep.weight_bytes()
+
+
+@pytest.mark.slow
+def test_nvfp4_weights_plan_weight_only_on_hopper(case):
+    """Llama-3.1-70B (model card config: d_model 8192, d_ff 28672, 64 query and 8 KV heads of 128,
+    80 layers, vocabulary 128256) with nvfp4 weights on H100 SXM, which lists no fp4 tensor peak:
+    the GEMMs run on the bf16 peak (989.4 TFLOP/s dense) and dequantise every weight element they
+    read, 2 FLOPs each. At tp 8 one device's GEMMs read, per layer, q and o 8192 x 8192 / 8 each,
+    k and v 8192 x 1024 / 8 each, gate, up and down 8192 x 28672 / 8 each:
+    (2 x 67,108,864 + 2 x 8,388,608 + 3 x 234,881,024) / 8 = 106,954,752; x 80 layers =
+    8,556,380,160, plus the LM head's 128256 x 8192 / 8 = 131,334,144: 8,687,714,304 elements,
+    17,375,428,608 FLOPs a step whatever its tokens (the step model's constant column)."""
+    _, dev, params = case
+    model = quick._model("llama-3.1-70b")
+    fmt = plan.Formats("nvfp4", "fp8")
+    step = plan_step.step_for(plan_step.deployment_of(model, dev, {"tp": 8, "dp": 1, "ep": 1, "pp": 1}, "nvfp4", "fp8"))
+    assert step.deployment.gemm_dtype == "bf16"
+    assert step.step.compute[:, sc.ONE].sum() * dev.peak("matrix", "bf16") == pytest.approx(2 * 8_687_714_304, rel=1e-9)
+    t = plan.search(model, [dev], 8, WORK, plan.Slo(2.0, 0.05), lambda d: params, lambda d: [fmt],
+                    disaggregated=False).table()
+    assert len(t["batch"]) and set(t["weights"]) == {"nvfp4"}
+    assert np.all(t["tpot_s"] >= t["tpot_bound_s"]) and np.all(t["per_gpu"] <= t["per_gpu_bound"])
+    for got, want in _weight_only_rows(t, dev, model, fmt):
+        assert got == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.slow
+def test_mxfp4_experts_beside_bf16_attention_plan_on_hopper(case):
+    """Qwen3-30B-A3B (model card config: d_model 2048, expert width 768, 48 layers, 128 experts,
+    top-8) with mxfp4 routed experts and bf16 attention (as gpt-oss ships) on H100 SXM: the
+    experts run weight-only in bf16 GEMMs; each expert read dequantises 3 x 2048 x 768 x 48 =
+    226,492,416 elements, 2 FLOPs each, on the bf16 peak (the per-expert compute); the rest
+    dequantises nothing."""
+    _, dev, params = case
+    model = quick._model("qwen3-30b-a3b")
+    fmt = plan.Formats("bf16", "bf16", "mxfp4")
+    dep = plan_step.deployment_of(model, dev, {"tp": 1, "dp": 2, "ep": 2, "pp": 1}, *astuple(fmt))
+    step = plan_step.step_for(dep)
+    assert step.expert_compute.sum() * dev.peak("matrix", "bf16") == pytest.approx(2 * 226_492_416, rel=1e-9)
+    assert step.base.compute[:, sc.ONE].sum() == 0
+    assert plan_step.compute_of(dep)["weight_only"].startswith("weight-only: routed experts mxfp4")
+    t = plan.search(model, [dev], 4, WORK, plan.Slo(2.0, 0.05), lambda d: params, lambda d: [fmt],
+                    disaggregated=False).table()
+    assert len(t["batch"]) and set(t["experts"]) == {"mxfp4"}
+    assert np.all(t["tpot_s"] >= t["tpot_bound_s"])
+    for got, want in _weight_only_rows(t, dev, model, fmt):
+        assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_experts_with_their_own_peak_run_on_it():
+    """nvfp4 experts beside bf16 attention on B200 (fp4 tensor peak listed) run at fp4, nothing
+    dequantised; beside fp8 on H100 they dequantise into the fp8 GEMMs (W4A8)."""
+    model = quick._model("qwen3-30b-a3b")
+    b200, h100 = quick._device("b200"), quick._device("h100-sxm")
+    one = {"tp": 1, "dp": 1, "ep": 1, "pp": 1}
+    on_b200 = plan_step.compute_of(plan_step.deployment_of(model, b200, one, "bf16", "bf16", "nvfp4"))
+    assert on_b200 == {"gemm_dtype": "bf16", "experts_gemm_dtype": "nvfp4", "weight_only": None}
+    on_h100 = plan_step.compute_of(plan_step.deployment_of(model, h100, one, "fp8", "fp8", "nvfp4"))
+    assert on_h100["gemm_dtype"] == "fp8" and on_h100["experts_gemm_dtype"] is None and on_h100["weight_only"]
+
+
+def test_the_plan_cli_takes_formats_per_class_and_labels_weight_only():
+    model = quick._model("qwen3-30b-a3b")
+    from rooflinec.cli import plan as cli_plan
+    got = cli_plan._weight_choices(["fp8,nvfp4", "experts=mxfp4,attention=bf16", "experts=nvfp4"], model)
+    assert got == [{"weights": "fp8"}, {"weights": "nvfp4"}, {"weights": "bf16", "experts": "mxfp4"},
+                   {"weights": "bf16", "experts": "nvfp4"}]
+    code, _, err = _cli("plan", "llama-3.1-8b", "--slo", "tpot<=1s", "--devices", "h100-sxm", "--weights", "experts=mxfp4")
+    assert code == 2 and "no routed experts" in err
+    code, out, err = _cli("plan", "llama-3.1-8b", "--slo", "tpot<=30ms", "--devices", "h100-sxm", "--gpus", "1",
+                          "--concurrency", "1,16", "--weights", "nvfp4", "--aggregated", "--json")
+    assert code == 0, err
+    row = json.loads(out)["frontier"][0]
+    assert row["gemm"]["gemm_dtype"] == "bf16" and row["gemm"]["weight_only"].startswith("weight-only: weights nvfp4")
+
+
+@pytest.mark.slow
+def test_the_inverse_solve_with_nvfp4_weights_on_hopper_checks_by_substitution():
+    """The weight-only step: matrix kernels on the bf16 peak with the dequantisation FLOPs in
+    theirs; the bandwidth and peak answers met at the value and missed just below it."""
+    model, dev = quick._model("llama-3.1-70b"), quick._device("h100-sxm")
+    step = inverse.decode_step(model, dev, 8, "nvfp4", "fp8", 64, 8192)
+    assert {k.peak for k in step.kernels if k.scales} == {inverse._exact(dev.peak("matrix", "bf16"))}
+    for knob in ("bandwidth", "peak"):
+        s = inverse.solve(step, knob, sp.Rational(20, 1000))
+        t = inverse.time_of(step, knob)
+        assert t.subs(inverse.X, s.value) <= sp.Rational(20, 1000) < t.subs(inverse.X, s.value * sp.Rational(999999, 10 ** 6))
+    need = inverse.memory_needed(model, 8, "nvfp4", "fp8", 64, 8192)
+    assert need["weights"] == Deployment(model, dev, 8, "nvfp4", "fp8").weight_bytes()

@@ -67,7 +67,7 @@ def prompt_features(isl: int) -> np.ndarray:
 def search(res, steps, model, device, gpus: int, work, slo, p: sc.Parameters, pairs, batch, at_one: dict) -> None:
     """Every disaggregated (tp_p, tp_d, ratio, formats, batch) of `device` into `res` (see the module)."""
     xs = (decode_features(batch, work.isl + work.osl / 2), decode_features(batch, work.isl), prompt_features(work.isl))
-    for weights, kv in pairs:
+    for fmt in pairs:
         for tp_p, tp_d in ((a, b) for a in plan_step.powers(gpus) for b in plan_step.powers(gpus)):
             combos = ratios(tp_p, tp_d, gpus)
             n = len(batch) * len(combos)
@@ -75,18 +75,20 @@ def search(res, steps, model, device, gpus: int, work, slo, p: sc.Parameters, pa
             if n == 0:
                 continue
             try:
-                pools = _pools(steps, model, device, at_one, weights, kv, tp_p, tp_d, work)
+                pools = _pools(steps, model, device, at_one, fmt, tp_p, tp_d, work)
             except sm.Unpredictable as exc:   # its message starts with the reason's kind
                 res.count(str(exc), n)
                 continue
-            _ratios(res, pools, combos, device, work, slo, p, batch, xs, weights, kv, at_one)
+            _ratios(res, pools, combos, device, work, slo, p, batch, xs, fmt, at_one)
 
 
-def _pools(steps, model, device, at_one, weights, kv, tp_p, tp_d, work):
-    if device.peak("matrix", weights) is None:
-        raise sm.Unpredictable(f"device: {device.key} has no tensor peak for {weights}")
+def _pools(steps, model, device, at_one, fmt, tp_p, tp_d, work):
+    reason = plan_step.no_peak(model, device, fmt)
+    if reason:
+        raise sm.Unpredictable(reason)
     try:
-        pre, dec = (plan_step.cached_step(steps, model, device, {**at_one, "tp": t}, weights, kv) for t in (tp_p, tp_d))
+        pre, dec = (plan_step.cached_step(steps, model, device, {**at_one, "tp": t}, fmt.weights, fmt.kv_cache,
+                                          fmt.experts) for t in (tp_p, tp_d))
     except sm.Unpredictable as exc:
         raise sm.Unpredictable(f"unpredictable: {exc}") from None
     prompt = plan_step.cached_weights(steps, pre, 1) + work.isl * float(pre.deployment.kv_per_token())
@@ -95,7 +97,7 @@ def _pools(steps, model, device, at_one, weights, kv, tp_p, tp_d, work):
     return pre, dec, plan_step.cached_weights(steps, dec, 1)
 
 
-def _ratios(res, pools, combos, device, work, slo, p, batch, xs, weights, kv, at_one) -> None:
+def _ratios(res, pools, combos, device, work, slo, p, batch, xs, fmt, at_one) -> None:
     (pre, dec, dec_weights), (steady_x, least_x, prompt_x) = pools, xs
     memory = dec_weights + batch * float(dec.deployment.kv_per_token()) * (work.isl + work.osl / 2)
     fits = memory <= device.capacity
@@ -123,5 +125,5 @@ def _ratios(res, pools, combos, device, work, slo, p, batch, xs, weights, kv, at
             dep = {**at_one, "tp": dec.deployment.tp, "mode": "disagg", "prefill_tp": pre.deployment.tp,
                    "prefill_workers": workers_p, "decode_workers": workers_d}
             most = np.minimum(workers_d * batch / bound, workers_p * work.osl / prefill_bound)
-            res.add(device.key, dep, weights, kv, batch, met, tpot, np.full(len(batch), ttft), bound,
+            res.add(device.key, dep, fmt, batch, met, tpot, np.full(len(batch), ttft), bound,
                     workers_d * batch / tpot, most, gpus, memory)
