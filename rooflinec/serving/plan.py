@@ -322,7 +322,7 @@ def _evaluate(res, steps, model, device, dep, fmt, batch, xs, work, slo, p) -> N
     if weight_b >= device.capacity:
         res.count("memory: the weights alone exceed the device", n)
         return
-    kv_seq = float(step.deployment.kv_per_token()) * (work.isl + work.osl / 2)
+    kv_seq = plan_step.cached_kv_per_token(steps, step) * (work.isl + work.osl / 2)
     memory = weight_b + batch * kv_seq      # pp x B sequences, 1/pp of the layers each
     fits = memory <= device.capacity
     res.count("memory: the KV cache of the batch does not fit beside the weights", (~fits).sum())

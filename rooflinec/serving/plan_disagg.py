@@ -91,22 +91,26 @@ def _pools(steps, model, device, at_one, fmt, tp_p, tp_d, work):
                                           fmt.experts) for t in (tp_p, tp_d))
     except sm.Unpredictable as exc:
         raise sm.Unpredictable(f"unpredictable: {exc}") from None
-    prompt = plan_step.cached_weights(steps, pre, 1) + work.isl * float(pre.deployment.kv_per_token())
+    prompt = plan_step.cached_weights(steps, pre, 1) + work.isl * plan_step.cached_kv_per_token(steps, pre)
     if prompt > device.capacity:
         raise sm.Unpredictable("memory: a prefill worker's weights and one prompt's KV cache do not fit")
-    return pre, dec, plan_step.cached_weights(steps, dec, 1)
+    return pre, dec, plan_step.cached_weights(steps, dec, 1), plan_step.cached_kv_per_token(steps, dec)
 
 
 def _ratios(res, pools, combos, device, work, slo, p, batch, xs, fmt, at_one) -> None:
-    (pre, dec, dec_weights), (steady_x, least_x, prompt_x) = pools, xs
-    memory = dec_weights + batch * float(dec.deployment.kv_per_token()) * (work.isl + work.osl / 2)
+    (pre, dec, dec_weights, dec_kv), (steady_x, least_x, prompt_x) = pools, xs
+    memory = dec_weights + batch * dec_kv * (work.isl + work.osl / 2)
     fits = memory <= device.capacity
     tpot, bound = dec.durations(steady_x, p), dec.bound(least_x)
     prefill_s, prefill_bound = float(pre.durations(prompt_x, p)[0]), float(pre.bound(prompt_x)[0])
+    moves = {}
     for workers_p, workers_d in combos:
         pair = disagg.Pools(pre.deployment, dec.deployment, workers_p, workers_d)
         try:
-            ttft = prefill_s + disagg.transfer_s(pair, work.isl, disagg.kv_link(pair)) + p.request_latency_s
+            link = disagg.kv_link(pair)
+            if link not in moves:    # the same bytes over each link the pairs' sizes pick
+                moves[link] = disagg.transfer_s(pair, work.isl, link)
+            ttft = prefill_s + moves[link] + p.request_latency_s
         except sm.Unpredictable as exc:
             res.count(f"device: {exc}", len(batch))
             continue

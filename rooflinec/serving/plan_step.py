@@ -331,3 +331,10 @@ def cached_weights(steps: dict, step, pp: int) -> int:
     d = step.deployment
     return _memo(steps, ("weights", d.tp, d.moe_ep, d.expert_tp, pp, d.weights, d.experts_format),
                  lambda: replace(d, pp=pp).weight_bytes())
+
+
+def cached_kv_per_token(steps: dict, step) -> float:
+    """KV-cache bytes one token keeps on the busiest device (`Deployment.kv_per_token`), once
+    per split and KV format."""
+    d = step.deployment
+    return _memo(steps, ("kv", d.tp, d.moe_ep, d.pp, d.kv_format), lambda: float(d.kv_per_token()))
