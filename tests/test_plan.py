@@ -336,12 +336,19 @@ def test_a_dp_ep_point_of_mixtral_by_hand(case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["mixtral-8x7b", "deepseek-v3", "qwen3-235b-a22b"])
-def test_the_catalog_moe_models_plan(case, name):
+@pytest.mark.parametrize("name, fmt", [("mixtral-8x7b", ("fp8", "fp8")), ("deepseek-v3", ("fp8", "fp8")),
+                                       ("qwen3-235b-a22b", ("fp8", "fp8")), ("gpt-oss-120b", ("bf16", "fp8", "mxfp4"))])
+def test_the_catalog_moe_models_plan(case, name, fmt):
+    """gpt-oss as it ships (bf16 attention, mxfp4 experts, weight-only on Hopper; its sliding
+    window at isl 1024): each row's weights are Deployment.weight_bytes()."""
     _, dev, params = case
-    t = plan.search(quick._model(name), [dev], 8, plan.Workload(1024, 256, (1, 64)), plan.Slo(2.0, 0.1),
-                    lambda d: params, lambda d: [("fp8", "fp8")]).table()
+    model = quick._model(name)
+    t = plan.search(model, [dev], 8, plan.Workload(1024, 256, (1, 64)), plan.Slo(2.0, 0.1),
+                    lambda d: params, lambda d: [fmt]).table()
     assert len(t["batch"]) and np.all(t["tpot_s"] >= t["tpot_bound_s"]) and np.all(t["per_gpu"] <= t["per_gpu_bound"])
+    agg = {k: v[t["mode"] == "agg"] for k, v in t.items()}
+    for got, want in _weight_only_rows(agg, dev, model, plan.formats_of(model, [fmt])[0]):
+        assert got == pytest.approx(want, rel=1e-9)
 
 
 def test_labels_name_every_axis_and_the_pools():
@@ -362,17 +369,20 @@ def test_ep_never_exceeds_the_devices_it_splits():
     assert plan._deployment_check(model, {"tp": 1, "dp": 2, "ep": 4, "pp": 1}).startswith("divisibility")
 
 
-def test_the_moe_bound_at_one_token_moves_what_the_lowered_program_moves(case):
+@pytest.mark.parametrize("name, tp, experts", [("mixtral-8x7b", 2, None),
+                                               pytest.param("gpt-oss-120b", 1, "mxfp4", marks=pytest.mark.slow)])
+def test_the_moe_bound_at_one_token_moves_what_the_lowered_program_moves(case, name, tp, experts):
     """At one token a step reads exactly k experts (the pigeonhole least is the count), so the
-    bound's bytes equal the decode program's own at B = 1, S = 1024 (program_costs.op_costs)."""
+    bound's bytes equal the decode program's own at B = 1, S = 1024 (program_costs.op_costs).
+    gpt-oss: its 128-token sliding window priced as 128 keys (every context >= 1024), its mxfp4
+    experts at their bytes."""
     _, dev, _ = case
-    dep = Deployment(quick._model("mixtral-8x7b"), dev, 2, "bf16", "bf16")
-    step = plan_step.step_for(dep)
+    dep = Deployment(quick._model(name), dev, tp, "bf16", "bf16", experts=experts)
+    step = plan_step.step_for(dep, shortest_context=1024)
     x = plan.bound_features(np.array([1.0]), 1024)
     rows, experts = step.rows_and_experts(x[:, sc.TOKENS], bound=True)
     seconds = (x @ step.base.memory.T).sum() + rows[0] * step.row_memory.sum() + experts[0] * step.expert_memory.sum()
-    ops = program_costs.op_costs(dep, "decode", dev, {B: 1, S: 1024}, tokens=1,
-                                 formats={"weights": "bf16", "kv_cache": "bf16"})
+    ops = program_costs.op_costs(dep, "decode", dev, {B: 1, S: 1024}, tokens=1, formats=dep.formats())
     assert seconds * dev.bandwidth == pytest.approx(sum(sum(o.traffic.values()) for o in ops), rel=1e-9)
 
 
@@ -474,3 +484,12 @@ def test_the_inverse_solve_with_nvfp4_weights_on_hopper_checks_by_substitution()
         assert t.subs(inverse.X, s.value) <= sp.Rational(20, 1000) < t.subs(inverse.X, s.value * sp.Rational(999999, 10 ** 6))
     need = inverse.memory_needed(model, 8, "nvfp4", "fp8", 64, 8192)
     assert need["weights"] == Deployment(model, dev, 8, "nvfp4", "fp8").weight_bytes()
+
+
+def test_a_window_past_the_shortest_context_is_a_counted_reason(case):
+    """gpt-oss's 128-token window is exact only where every context holds 128 tokens."""
+    _, dev, params = case
+    res = plan.search(quick._model("gpt-oss-120b"), [dev], 1, plan.Workload(64, 16, (1,)), plan.Slo(), lambda d: params,
+                      lambda d: [("fp8", "fp8")], disaggregated=False)
+    assert not len(res.table()["batch"])
+    assert any("sliding window of 128 tokens" in r and "--isl of at least 128" in r for r in res.pruned)

@@ -50,7 +50,7 @@ from rooflinec.cost import collectives, program_costs
 from rooflinec.cost.deployment import Deployment, gemm_dtype, routed
 from rooflinec.cost.workbench import Workbench
 from rooflinec.model import quant
-from rooflinec.model.symbols import M
+from rooflinec.model.symbols import M, S
 from rooflinec.serving import serving_model as sm
 from rooflinec.serving import stepcost as sc
 from rooflinec.spec.load import DTYPE_BYTES
@@ -123,17 +123,19 @@ class MoeStep:
         return np.maximum(compute, memory)
 
 
-def step_for(dep: Deployment, memo: dict | None = None):
+def step_for(dep: Deployment, memo: dict | None = None, shortest_context: int | None = None):
     """The planner's step model of `dep`: stepcost's for a dense tensor-parallel deployment,
     `MoeStep` for a mixture of experts (the seam the module describes). `memo` keeps the
     programs' readings of one model between calls (per device, tp and formats: every dp and ep
-    of a tp shares them)."""
+    of a tp shares them). `shortest_context`: the fewest tokens any sequence the step model
+    prices holds (the planner's isl), which prices a sliding window no longer than it exactly
+    (`_windowed`)."""
     sm.checked(dep)
     if getattr(dep.model, "moe", None) is None:
         if dep.attention_dp > 1 or dep.moe_ep > 1:
             raise sm.Unpredictable("attention DP and EP are searched for mixtures of experts only")
         return DenseStep(sc.build(dep))
-    return build_moe(dep, {} if memo is None else memo)
+    return build_moe(dep, {} if memo is None else memo, shortest_context)
 
 
 def experts_gemm_dtype(dep: Deployment) -> str:
@@ -177,11 +179,11 @@ def _program(dep, tp, phase, compute=None):
     return program_costs.symbolic_ops(at, phase, dep.device, DTYPE_BYTES[sm.ACTIVATION_DTYPE], dep.formats())
 
 
-def build_moe(dep: Deployment, memo: dict) -> MoeStep:
+def build_moe(dep: Deployment, memo: dict, shortest_context: int | None = None) -> MoeStep:
     """The coefficients of a MoE deployment's busiest-device step (see the module)."""
     model, dev = dep.model, dep.device
     compute, memory, names = _memo(memo, ("base", dev.key, dev.file, dep.tp, dep.weights, dep.kv_format,
-                                          dep.compute), lambda: _base_rows(dep))
+                                          dep.compute, shortest_context), lambda: _base_rows(dep, shortest_context))
     coll, link = _all_reduces(dep)
     base = sc.StepModel(dep, compute, memory, names, model.n_layers, coll, link)
     routed_rows = _memo(memo, ("routed", dev.key, dev.file, dep.expert_tp, dep.weights, dep.experts_format,
@@ -196,23 +198,43 @@ def _memo(memo: dict, key, make):
     return memo[key]
 
 
-def _base_rows(dep: Deployment):
+def _base_rows(dep: Deployment, shortest_context: int | None = None):
     """Seconds per unit of each step feature at the peaks, [K, F] compute and memory, of every
     op but the routed experts' (`stepcost`'s row readers), and the ops' names."""
     dev = dep.device
     matrix, vector = _peaks(dev, dep.gemm_dtype)
     rows, names = [], []
-    for op, flops, traffic in _program(dep, dep.tp, "decode"):
+    for op, flops, traffic in _windowed(_program(dep, dep.tp, "decode"), shortest_context):
         if not routed(op):
             rows.append(sc._decode_row(op, flops, traffic))
             names.append(op.name)
-    for op, flops, traffic in _program(dep, dep.tp, "prefill"):
+    for op, flops, traffic in _windowed(_program(dep, dep.tp, "prefill"), shortest_context):
         if op.category == "attention":
             rows.append(sc._chunk_row(op, flops, traffic))
             names.append(f"{op.name} (prompt chunks)")
     peaks = np.array([[matrix if unit == "matrix" else vector] for unit, _, _ in rows])
     return (roofline.compute_time(np.array([f for _, f, _ in rows]), peaks),
             roofline.transfer_time(np.array([m for _, _, m in rows]), dev.bandwidth), tuple(names))
+
+
+def _windowed(ops, shortest_context: int | None):
+    """`ops` with each sliding window's Min(W, S) as W: exact where every context the step
+    prices holds at least W tokens (decodes at isl and beyond; a prompt of isl as one chunk from
+    position 0, whose W S - W^2 / 2 attended keys are then affine in its tokens), else why not
+    (a window past the shortest context is not affine in the step features)."""
+    def window(*args):
+        w = next((a for a in args if a.is_number), None)
+        if w is None or len(args) != 2 or S not in set().union(*(a.free_symbols for a in args)):
+            raise sc.NotAffine(f"a minimum of {args} in the step")
+        if shortest_context is None or w > shortest_context:
+            raise sc.NotAffine(f"a sliding window of {w} tokens is longer than the shortest context priced "
+                               f"({shortest_context or 'none given'}): give --isl of at least {w}")
+        return w
+
+    def fix(e):
+        e = sp.sympify(e)
+        return e.replace(sp.Min, window) if e.has(sp.Min) else e
+    return [(op, fix(f), {c: fix(e) for c, e in t.items()}) for op, f, t in ops]
 
 
 def _routed(dep: Deployment):
@@ -309,16 +331,18 @@ def no_peak(model, device, fmt) -> str:
     return ""
 
 
-def cached_step(steps: dict, model, device, dep, weights, kv, experts=None):
+def cached_step(steps: dict, model, device, dep, weights, kv, experts=None, shortest_context=None):
     """One step model per (model, device, deployment but pp, formats): pp and batches share it."""
     key = (device.key, device.file, tuple((k, v) for k, v in dep.items() if k != "pp"), weights, kv, experts)
     if key not in steps:
         try:
-            steps[key] = step_for(deployment_of(model, device, {**dep, "pp": 1}, weights, kv, experts), steps)
+            steps[key] = step_for(deployment_of(model, device, {**dep, "pp": 1}, weights, kv, experts), steps,
+                                  shortest_context)
         except sm.Unpredictable as exc:
             steps[key] = exc
         except Exception as exc:   # sympy cannot read a step as affine
-            steps[key] = sm.Unpredictable(f"the step model is not affine for this model ({type(exc).__name__})")
+            what = " ".join(str(exc).split())[:100]
+            steps[key] = sm.Unpredictable(f"the step model is not affine for this model ({type(exc).__name__}: {what})")
     found = steps[key]
     if isinstance(found, Exception):
         raise found
