@@ -370,15 +370,17 @@ def test_ep_never_exceeds_the_devices_it_splits():
 
 
 @pytest.mark.parametrize("name, tp, experts", [("mixtral-8x7b", 2, None),
-                                               pytest.param("gpt-oss-120b", 1, "mxfp4", marks=pytest.mark.slow)])
+                                               pytest.param("gpt-oss-120b", 1, "mxfp4", marks=pytest.mark.slow),
+                                               pytest.param("deepseek-v3.2-exp", 8, None, marks=pytest.mark.slow)])
 def test_the_moe_bound_at_one_token_moves_what_the_lowered_program_moves(case, name, tp, experts):
     """At one token a step reads exactly k experts (the pigeonhole least is the count), so the
     bound's bytes equal the decode program's own at B = 1, S = 1024 (program_costs.op_costs).
     gpt-oss: its 128-token sliding window priced as 128 keys (every context >= 1024), its mxfp4
-    experts at their bytes."""
+    experts at their bytes; DeepSeek-V3.2-Exp: the 2048 keys its sparse attention selects as S
+    (no context past 1280), its indexer's per-context top-k as attention's context term."""
     _, dev, _ = case
     dep = Deployment(quick._model(name), dev, tp, "bf16", "bf16", experts=experts)
-    step = plan_step.step_for(dep, shortest_context=1024)
+    step = plan_step.step_for(dep, contexts=(1024, 1280))
     x = plan.bound_features(np.array([1.0]), 1024)
     rows, experts = step.rows_and_experts(x[:, sc.TOKENS], bound=True)
     seconds = (x @ step.base.memory.T).sum() + rows[0] * step.row_memory.sum() + experts[0] * step.expert_memory.sum()
@@ -487,9 +489,11 @@ def test_the_inverse_solve_with_nvfp4_weights_on_hopper_checks_by_substitution()
 
 
 def test_a_window_past_the_shortest_context_is_a_counted_reason(case):
-    """gpt-oss's 128-token window is exact only where every context holds 128 tokens."""
+    """gpt-oss's 128-token window is exact where every context holds at least 128 tokens (W keys)
+    or none more (S keys); contexts from 100 to 164 tokens straddle it."""
     _, dev, params = case
-    res = plan.search(quick._model("gpt-oss-120b"), [dev], 1, plan.Workload(64, 16, (1,)), plan.Slo(), lambda d: params,
+    model = quick._model("gpt-oss-120b")
+    res = plan.search(model, [dev], 1, plan.Workload(100, 64, (1,)), plan.Slo(), lambda d: params,
                       lambda d: [("fp8", "fp8")], disaggregated=False)
     assert not len(res.table()["batch"])
-    assert any("sliding window of 128 tokens" in r and "--isl of at least 128" in r for r in res.pruned)
+    assert any("window of 128 tokens" in r and "--isl of at least 128" in r for r in res.pruned)

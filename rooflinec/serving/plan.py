@@ -308,7 +308,7 @@ def _evaluate(res, steps, model, device, dep, fmt, batch, xs, work, slo, p) -> N
         res.count(reason, n)
         return
     try:
-        step = plan_step.cached_step(steps, model, device, dep, fmt.weights, fmt.kv_cache, fmt.experts, work.isl)
+        step = plan_step.cached_step(steps, model, device, dep, fmt.weights, fmt.kv_cache, fmt.experts, (work.isl, work.isl + work.osl))
     except sm.Unpredictable as exc:
         res.count(f"unpredictable: {exc}", n)
         return

@@ -88,7 +88,7 @@ def _pools(steps, model, device, at_one, fmt, tp_p, tp_d, work):
         raise sm.Unpredictable(reason)
     try:
         pre, dec = (plan_step.cached_step(steps, model, device, {**at_one, "tp": t}, fmt.weights, fmt.kv_cache,
-                                          fmt.experts, work.isl) for t in (tp_p, tp_d))
+                                          fmt.experts, (work.isl, work.isl + work.osl)) for t in (tp_p, tp_d))
     except sm.Unpredictable as exc:
         raise sm.Unpredictable(f"unpredictable: {exc}") from None
     prompt = plan_step.cached_weights(steps, pre, 1) + work.isl * plan_step.cached_kv_per_token(steps, pre)

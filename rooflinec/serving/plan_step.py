@@ -50,7 +50,7 @@ from rooflinec.cost import collectives, program_costs
 from rooflinec.cost.deployment import Deployment, gemm_dtype, routed
 from rooflinec.cost.workbench import Workbench
 from rooflinec.model import quant
-from rooflinec.model.symbols import M, S
+from rooflinec.model.symbols import B, M, S
 from rooflinec.serving import serving_model as sm
 from rooflinec.serving import stepcost as sc
 from rooflinec.spec.load import DTYPE_BYTES
@@ -123,19 +123,19 @@ class MoeStep:
         return np.maximum(compute, memory)
 
 
-def step_for(dep: Deployment, memo: dict | None = None, shortest_context: int | None = None):
+def step_for(dep: Deployment, memo: dict | None = None, contexts: tuple | None = None):
     """The planner's step model of `dep`: stepcost's for a dense tensor-parallel deployment,
     `MoeStep` for a mixture of experts (the seam the module describes). `memo` keeps the
     programs' readings of one model between calls (per device, tp and formats: every dp and ep
-    of a tp shares them). `shortest_context`: the fewest tokens any sequence the step model
-    prices holds (the planner's isl), which prices a sliding window no longer than it exactly
+    of a tp shares them). `contexts`: the fewest and the most tokens a sequence the step model
+    prices holds (the planner's isl and isl + osl), which price a window outside them exactly
     (`_windowed`)."""
     sm.checked(dep)
     if getattr(dep.model, "moe", None) is None:
         if dep.attention_dp > 1 or dep.moe_ep > 1:
             raise sm.Unpredictable("attention DP and EP are searched for mixtures of experts only")
         return DenseStep(sc.build(dep))
-    return build_moe(dep, {} if memo is None else memo, shortest_context)
+    return build_moe(dep, {} if memo is None else memo, contexts)
 
 
 def experts_gemm_dtype(dep: Deployment) -> str:
@@ -179,11 +179,11 @@ def _program(dep, tp, phase, compute=None):
     return program_costs.symbolic_ops(at, phase, dep.device, DTYPE_BYTES[sm.ACTIVATION_DTYPE], dep.formats())
 
 
-def build_moe(dep: Deployment, memo: dict, shortest_context: int | None = None) -> MoeStep:
+def build_moe(dep: Deployment, memo: dict, contexts: tuple | None = None) -> MoeStep:
     """The coefficients of a MoE deployment's busiest-device step (see the module)."""
     model, dev = dep.model, dep.device
     compute, memory, names = _memo(memo, ("base", dev.key, dev.file, dep.tp, dep.weights, dep.kv_format,
-                                          dep.compute, shortest_context), lambda: _base_rows(dep, shortest_context))
+                                          dep.compute, contexts), lambda: _base_rows(dep, contexts))
     coll, link = _all_reduces(dep)
     base = sc.StepModel(dep, compute, memory, names, model.n_layers, coll, link)
     routed_rows = _memo(memo, ("routed", dev.key, dev.file, dep.expert_tp, dep.weights, dep.experts_format,
@@ -198,17 +198,17 @@ def _memo(memo: dict, key, make):
     return memo[key]
 
 
-def _base_rows(dep: Deployment, shortest_context: int | None = None):
+def _base_rows(dep: Deployment, contexts: tuple | None = None):
     """Seconds per unit of each step feature at the peaks, [K, F] compute and memory, of every
     op but the routed experts' (`stepcost`'s row readers), and the ops' names."""
     dev = dep.device
     matrix, vector = _peaks(dev, dep.gemm_dtype)
     rows, names = [], []
-    for op, flops, traffic in _windowed(_program(dep, dep.tp, "decode"), shortest_context):
+    for op, flops, traffic in _windowed(_program(dep, dep.tp, "decode"), contexts):
         if not routed(op):
             rows.append(sc._decode_row(op, flops, traffic))
             names.append(op.name)
-    for op, flops, traffic in _windowed(_program(dep, dep.tp, "prefill"), shortest_context):
+    for op, flops, traffic in _windowed(_program(dep, dep.tp, "prefill"), contexts):
         if op.category == "attention":
             rows.append(sc._chunk_row(op, flops, traffic))
             names.append(f"{op.name} (prompt chunks)")
@@ -217,24 +217,38 @@ def _base_rows(dep: Deployment, shortest_context: int | None = None):
             roofline.transfer_time(np.array([m for _, _, m in rows]), dev.bandwidth), tuple(names))
 
 
-def _windowed(ops, shortest_context: int | None):
-    """`ops` with each sliding window's Min(W, S) as W: exact where every context the step
-    prices holds at least W tokens (decodes at isl and beyond; a prompt of isl as one chunk from
-    position 0, whose W S - W^2 / 2 attended keys are then affine in its tokens), else why not
-    (a window past the shortest context is not affine in the step features)."""
+def _windowed(ops, contexts: tuple | None):
+    """`ops` with each window's Min(W, S) (a sliding window; the keys sparse attention selects)
+    as W where every context priced holds at least W tokens (decodes from isl on; a prompt of
+    isl as one chunk from position 0, whose W S - W^2 / 2 attended keys are then affine in its
+    tokens), as S where none holds more than W (isl + osl <= W): exact either way. A window
+    inside the range is not affine in the step features: why not, naming the fix. An op costing
+    per token of context outside attention (DSA's indexer top-k) is read as attention is."""
     def window(*args):
         w = next((a for a in args if a.is_number), None)
         if w is None or len(args) != 2 or S not in set().union(*(a.free_symbols for a in args)):
             raise sc.NotAffine(f"a minimum of {args} in the step")
-        if shortest_context is None or w > shortest_context:
-            raise sc.NotAffine(f"a sliding window of {w} tokens is longer than the shortest context priced "
-                               f"({shortest_context or 'none given'}): give --isl of at least {w}")
-        return w
+        if contexts is not None and w <= contexts[0]:
+            return w
+        if contexts is not None and w >= contexts[1]:
+            return next(a for a in args if not a.is_number)
+        raise sc.NotAffine(f"a window of {w} tokens (sliding, or the keys sparse attention selects) lies inside "
+                           f"the contexts priced ({'isl %d to isl + osl %d' % contexts if contexts else 'none given'}): "
+                           f"give --isl of at least {w}, or isl + osl of at most {w}")
 
     def fix(e):
         e = sp.sympify(e)
         return e.replace(sp.Min, window) if e.has(sp.Min) else e
-    return [(op, fix(f), {c: fix(e) for c, e in t.items()}) for op, f, t in ops]
+
+    def per_context(op, exprs):
+        if op.category != "attention" and any(sp.expand(e).coeff(B).has(S) for e in exprs):
+            return replace(op, category="attention")   # stepcost places B x S as context only there
+        return op
+    out = []
+    for op, f, t in ops:
+        f, t = fix(f), {c: fix(e) for c, e in t.items()}
+        out.append((per_context(op, [f, *t.values()]), f, t))
+    return out
 
 
 def _routed(dep: Deployment):
@@ -331,13 +345,13 @@ def no_peak(model, device, fmt) -> str:
     return ""
 
 
-def cached_step(steps: dict, model, device, dep, weights, kv, experts=None, shortest_context=None):
+def cached_step(steps: dict, model, device, dep, weights, kv, experts=None, contexts=None):
     """One step model per (model, device, deployment but pp, formats): pp and batches share it."""
     key = (device.key, device.file, tuple((k, v) for k, v in dep.items() if k != "pp"), weights, kv, experts)
     if key not in steps:
         try:
             steps[key] = step_for(deployment_of(model, device, {**dep, "pp": 1}, weights, kv, experts), steps,
-                                  shortest_context)
+                                  contexts)
         except sm.Unpredictable as exc:
             steps[key] = exc
         except Exception as exc:   # sympy cannot read a step as affine
