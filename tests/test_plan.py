@@ -497,3 +497,20 @@ def test_a_window_past_the_shortest_context_is_a_counted_reason(case):
                       lambda d: [("fp8", "fp8")], disaggregated=False)
     assert not len(res.table()["batch"])
     assert any("window of 128 tokens" in r and "--isl of at least 128" in r for r in res.pruned)
+
+
+@pytest.mark.slow
+def test_a_dense_model_with_sliding_windows_plans(case):
+    """Gemma-2-9B alternates 4096-token sliding windows with global layers (stepcost's readers
+    take no Min(W, S)): at isl 8192 every window holds 4096 keys, so the bound at B = 1 moves
+    what the lowered decode program moves at S = 8192; a model without windows keeps
+    stepcost's own step model."""
+    _, dev, _ = case
+    dep = Deployment(quick._model("gemma-2-9b"), dev, 1, "bf16", "bf16")
+    step = plan_step.step_for(dep, contexts=(8192, 8448))
+    x = plan.bound_features(np.array([1.0]), 8192)
+    ops = program_costs.op_costs(dep, "decode", dev, {B: 1, S: 8192}, tokens=1, formats=dep.formats())
+    assert (x @ step.step.memory.T).sum() * dev.bandwidth == pytest.approx(sum(sum(o.traffic.values()) for o in ops),
+                                                                            rel=1e-9)
+    dense = plan_step.step_for(Deployment(quick._model("llama-3.1-8b"), dev, 2, "bf16", "bf16"))
+    assert np.array_equal(dense.step.compute, sc.build(dense.deployment).compute)

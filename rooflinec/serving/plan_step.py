@@ -129,13 +129,30 @@ def step_for(dep: Deployment, memo: dict | None = None, contexts: tuple | None =
     programs' readings of one model between calls (per device, tp and formats: every dp and ep
     of a tp shares them). `contexts`: the fewest and the most tokens a sequence the step model
     prices holds (the planner's isl and isl + osl), which price a window outside them exactly
-    (`_windowed`)."""
+    (`_windowed`; a dense model with windows, which stepcost's readers do not take, is read
+    here the same way)."""
     sm.checked(dep)
+    memo = {} if memo is None else memo
     if getattr(dep.model, "moe", None) is None:
         if dep.attention_dp > 1 or dep.moe_ep > 1:
             raise sm.Unpredictable("attention DP and EP are searched for mixtures of experts only")
-        return DenseStep(sc.build(dep))
-    return build_moe(dep, {} if memo is None else memo, contexts)
+        try:
+            return DenseStep(sc.build(dep))
+        except sp.PolynomialError:     # a window's Min(W, S) (gemma-2's sliding layers)
+            return DenseStep(_dense_windowed(dep, memo, contexts))
+    return build_moe(dep, memo, contexts)
+
+
+def _dense_windowed(dep: Deployment, memo: dict, contexts: tuple | None) -> sc.StepModel:
+    """`stepcost.build`'s step model of a dense deployment, its windows read by `_windowed`."""
+    return sc.StepModel(dep, *_base(dep, memo, contexts), dep.model.n_layers, *_all_reduces(dep))
+
+
+def _base(dep: Deployment, memo: dict, contexts: tuple | None):
+    """`_base_rows` once per device, tp, formats and context range."""
+    dev = dep.device
+    return _memo(memo, ("base", dev.key, dev.file, dep.tp, dep.weights, dep.kv_format, dep.compute, contexts),
+                 lambda: _base_rows(dep, contexts))
 
 
 def experts_gemm_dtype(dep: Deployment) -> str:
@@ -182,8 +199,7 @@ def _program(dep, tp, phase, compute=None):
 def build_moe(dep: Deployment, memo: dict, contexts: tuple | None = None) -> MoeStep:
     """The coefficients of a MoE deployment's busiest-device step (see the module)."""
     model, dev = dep.model, dep.device
-    compute, memory, names = _memo(memo, ("base", dev.key, dev.file, dep.tp, dep.weights, dep.kv_format,
-                                          dep.compute, contexts), lambda: _base_rows(dep, contexts))
+    compute, memory, names = _base(dep, memo, contexts)
     coll, link = _all_reduces(dep)
     base = sc.StepModel(dep, compute, memory, names, model.n_layers, coll, link)
     routed_rows = _memo(memo, ("routed", dev.key, dev.file, dep.expert_tp, dep.weights, dep.experts_format,
