@@ -209,9 +209,20 @@ def build_moe(dep: Deployment, memo: dict, contexts: tuple | None = None) -> Moe
 
 
 def _memo(memo: dict, key, make):
+    """memo[key], made once; a failure too (a device without a peak fails every dp and ep alike)."""
     if key not in memo:
-        memo[key] = make()
+        try:
+            memo[key] = make()
+        except Exception as exc:   # re-raised below, each time the key is asked
+            memo[key] = _Failed(exc)
+    if isinstance(memo[key], _Failed):
+        raise memo[key].exc
     return memo[key]
+
+
+@dataclass(frozen=True)
+class _Failed:
+    exc: Exception
 
 
 def _base_rows(dep: Deployment, contexts: tuple | None = None):
