@@ -19,7 +19,7 @@ from rooflinec.cli.app import run
 from rooflinec.cost import inverse, program_costs
 from rooflinec.cost.deployment import Deployment
 from rooflinec.model.symbols import B, S
-from rooflinec.serving import calibration, disagg, plan, plan_cost, plan_disagg, plan_step
+from rooflinec.serving import calibration, disagg, engines, plan, plan_cost, plan_disagg, plan_step
 from rooflinec.serving import stepcost as sc
 
 FORMATS = [("bf16", "bf16"), ("fp8", "fp8")]
@@ -514,3 +514,14 @@ def test_a_dense_model_with_sliding_windows_plans(case):
                                                                             rel=1e-9)
     dense = plan_step.step_for(Deployment(quick._model("llama-3.1-8b"), dev, 2, "bf16", "bf16"))
     assert np.array_equal(dense.step.compute, sc.build(dense.deployment).compute)
+
+
+def test_a_moe_frontier_point_the_simulator_cannot_read_says_why(case):
+    """Where stepcost, the simulator's step model, reads no routing term E(1 - (1 - k/E)^M) (as
+    now), the point is 'not simulated' with the reason, not a traceback; once it does, simulated."""
+    _, dev, params = case
+    row = {"deployment": {"tp": 1, "dp": 1, "ep": 1, "pp": 1, **plan.AGGREGATED}, "device": dev.key, "batch": 1,
+           "weights": "bf16", "kv_cache": "bf16", "experts": None, "isl": 64, "osl": 8, "gpus": 1}
+    got = plan.simulate_points(quick._model("mixtral-8x7b"), {dev.key: dev}, [row], engines.load("trtllm"),
+                               lambda d: params)
+    assert got[0].get("tpot_s", {}).get("mean", 0) > 0 or "(stepcost) does not read" in got[0]["not_simulated"]
