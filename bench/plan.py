@@ -4,7 +4,9 @@
 
 Searches Mixtral-8x7B (a mixture of experts, so every axis is searched: tp, attention dp, ep,
 pp, and disaggregated prefill:decode pools) over every catalog device, every deployment of at
-most 8 GPUs, three weight and two KV-cache formats and 130 batch sizes (1 to 1024), at ISL 1024,
+most 8 GPUs, five weight choices (bf16, fp8, nvfp4 everywhere; bf16 attention with mxfp4
+experts, fp8 with nvfp4 experts; fp4 on devices without an fp4 peak weight-only) and two KV-cache
+formats and 130 batch sizes (1 to 1024), at ISL 1024,
 OSL 256 and TTFT <= 2 s, TPOT <= 50 ms: over 100,000 configurations.
 Timed from a fresh process's first search (the step models are built inside the timing; the
 imports are not). CPU time is the process's (time.process_time), so a busy machine's other
@@ -35,7 +37,8 @@ def main() -> int:
     table = calibration.load(calibration.shipped())
     batches = tuple(range(1, 121)) + tuple(round(128 * 8 ** (i / 9)) for i in range(10))   # 130: 1 to 1024
     work = plan.Workload(1024, 256, batches)
-    pairs = [(w, k) for w in ("bf16", "fp8", "nvfp4") for k in ("bf16", "fp8")]
+    pairs = [plan.Formats(w, k, e) for w, e in (("bf16", None), ("fp8", None), ("nvfp4", None),
+                                                 ("bf16", "mxfp4"), ("fp8", "nvfp4")) for k in ("bf16", "fp8")]
     wall, cpu = time.perf_counter(), time.process_time()
     res = plan.search(model, devices, 8, work, plan.Slo(2.0, 0.05), lambda d: table.of(d.key, ""), lambda d: pairs)
     found = res.table()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import replace
+from dataclasses import astuple, replace
 from itertools import product
 
 import numpy as np
@@ -19,7 +19,7 @@ from rooflinec.cli.app import run
 from rooflinec.cost import inverse, program_costs
 from rooflinec.cost.deployment import Deployment
 from rooflinec.model.symbols import B, S
-from rooflinec.serving import calibration, disagg, plan, plan_cost, plan_disagg, plan_step
+from rooflinec.serving import calibration, disagg, engines, plan, plan_cost, plan_disagg, plan_step
 from rooflinec.serving import stepcost as sc
 
 FORMATS = [("bf16", "bf16"), ("fp8", "fp8")]
@@ -336,12 +336,19 @@ def test_a_dp_ep_point_of_mixtral_by_hand(case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["mixtral-8x7b", "deepseek-v3", "qwen3-235b-a22b"])
-def test_the_catalog_moe_models_plan(case, name):
+@pytest.mark.parametrize("name, fmt", [("mixtral-8x7b", ("fp8", "fp8")), ("deepseek-v3", ("fp8", "fp8")),
+                                       ("qwen3-235b-a22b", ("fp8", "fp8")), ("gpt-oss-120b", ("bf16", "fp8", "mxfp4"))])
+def test_the_catalog_moe_models_plan(case, name, fmt):
+    """gpt-oss as it ships (bf16 attention, mxfp4 experts, weight-only on Hopper; its sliding
+    window at isl 1024): each row's weights are Deployment.weight_bytes()."""
     _, dev, params = case
-    t = plan.search(quick._model(name), [dev], 8, plan.Workload(1024, 256, (1, 64)), plan.Slo(2.0, 0.1),
-                    lambda d: params, lambda d: [("fp8", "fp8")]).table()
+    model = quick._model(name)
+    t = plan.search(model, [dev], 8, plan.Workload(1024, 256, (1, 64)), plan.Slo(2.0, 0.1),
+                    lambda d: params, lambda d: [fmt]).table()
     assert len(t["batch"]) and np.all(t["tpot_s"] >= t["tpot_bound_s"]) and np.all(t["per_gpu"] <= t["per_gpu_bound"])
+    agg = {k: v[t["mode"] == "agg"] for k, v in t.items()}
+    for got, want in _weight_only_rows(agg, dev, model, plan.formats_of(model, [fmt])[0]):
+        assert got == pytest.approx(want, rel=1e-9)
 
 
 def test_labels_name_every_axis_and_the_pools():
@@ -362,15 +369,159 @@ def test_ep_never_exceeds_the_devices_it_splits():
     assert plan._deployment_check(model, {"tp": 1, "dp": 2, "ep": 4, "pp": 1}).startswith("divisibility")
 
 
-def test_the_moe_bound_at_one_token_moves_what_the_lowered_program_moves(case):
+@pytest.mark.parametrize("name, tp, experts", [("mixtral-8x7b", 2, None),
+                                               pytest.param("gpt-oss-120b", 1, "mxfp4", marks=pytest.mark.slow),
+                                               pytest.param("deepseek-v3.2-exp", 8, None, marks=pytest.mark.slow)])
+def test_the_moe_bound_at_one_token_moves_what_the_lowered_program_moves(case, name, tp, experts):
     """At one token a step reads exactly k experts (the pigeonhole least is the count), so the
-    bound's bytes equal the decode program's own at B = 1, S = 1024 (program_costs.op_costs)."""
+    bound's bytes equal the decode program's own at B = 1, S = 1024 (program_costs.op_costs).
+    gpt-oss: its 128-token sliding window priced as 128 keys (every context >= 1024), its mxfp4
+    experts at their bytes; DeepSeek-V3.2-Exp: the 2048 keys its sparse attention selects as S
+    (no context past 1280), its indexer's per-context top-k as attention's context term."""
     _, dev, _ = case
-    dep = Deployment(quick._model("mixtral-8x7b"), dev, 2, "bf16", "bf16")
-    step = plan_step.step_for(dep)
+    dep = Deployment(quick._model(name), dev, tp, "bf16", "bf16", experts=experts)
+    step = plan_step.step_for(dep, contexts=(1024, 1280))
     x = plan.bound_features(np.array([1.0]), 1024)
     rows, experts = step.rows_and_experts(x[:, sc.TOKENS], bound=True)
     seconds = (x @ step.base.memory.T).sum() + rows[0] * step.row_memory.sum() + experts[0] * step.expert_memory.sum()
-    ops = program_costs.op_costs(dep, "decode", dev, {B: 1, S: 1024}, tokens=1,
-                                 formats={"weights": "bf16", "kv_cache": "bf16"})
+    ops = program_costs.op_costs(dep, "decode", dev, {B: 1, S: 1024}, tokens=1, formats=dep.formats())
     assert seconds * dev.bandwidth == pytest.approx(sum(sum(o.traffic.values()) for o in ops), rel=1e-9)
+
+
+# --- weights the device has no tensor peak for: weight-only GEMMs (issue 27 item 3) ------------
+
+def _weight_only_rows(t, dev, model, fmt):
+    """Each row's weight bytes (memory less the batch's KV cache) beside Deployment.weight_bytes()."""
+    for i in range(len(t["batch"])):
+        dep = plan_step.deployment_of(model, dev, {a: int(t[a][i]) for a in ("tp", "dp", "ep", "pp")},
+                                      fmt.weights, fmt.kv_cache, fmt.experts)
+        kv = float(replace(dep, pp=1).kv_per_token()) * (WORK.isl + WORK.osl / 2) * t["batch"][i]
+        yield t["memory_bytes"][i] - kv, dep.weight_bytes()
+
+
+@pytest.mark.slow
+def test_nvfp4_weights_plan_weight_only_on_hopper(case):
+    """Llama-3.1-70B (model card config: d_model 8192, d_ff 28672, 64 query and 8 KV heads of 128,
+    80 layers, vocabulary 128256) with nvfp4 weights on H100 SXM, which lists no fp4 tensor peak:
+    the GEMMs run on the bf16 peak (989.4 TFLOP/s dense) and dequantise every weight element they
+    read, 2 FLOPs each. At tp 8 one device's GEMMs read, per layer, q and o 8192 x 8192 / 8 each,
+    k and v 8192 x 1024 / 8 each, gate, up and down 8192 x 28672 / 8 each:
+    (2 x 67,108,864 + 2 x 8,388,608 + 3 x 234,881,024) / 8 = 106,954,752; x 80 layers =
+    8,556,380,160, plus the LM head's 128256 x 8192 / 8 = 131,334,144: 8,687,714,304 elements,
+    17,375,428,608 FLOPs a step whatever its tokens (the step model's constant column)."""
+    _, dev, params = case
+    model = quick._model("llama-3.1-70b")
+    fmt = plan.Formats("nvfp4", "fp8")
+    step = plan_step.step_for(plan_step.deployment_of(model, dev, {"tp": 8, "dp": 1, "ep": 1, "pp": 1}, "nvfp4", "fp8"))
+    assert step.deployment.gemm_dtype == "bf16"
+    assert step.step.compute[:, sc.ONE].sum() * dev.peak("matrix", "bf16") == pytest.approx(2 * 8_687_714_304, rel=1e-9)
+    t = plan.search(model, [dev], 8, WORK, plan.Slo(2.0, 0.05), lambda d: params, lambda d: [fmt],
+                    disaggregated=False).table()
+    assert len(t["batch"]) and set(t["weights"]) == {"nvfp4"}
+    assert np.all(t["tpot_s"] >= t["tpot_bound_s"]) and np.all(t["per_gpu"] <= t["per_gpu_bound"])
+    for got, want in _weight_only_rows(t, dev, model, fmt):
+        assert got == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.slow
+def test_mxfp4_experts_beside_bf16_attention_plan_on_hopper(case):
+    """Qwen3-30B-A3B (model card config: d_model 2048, expert width 768, 48 layers, 128 experts,
+    top-8) with mxfp4 routed experts and bf16 attention (as gpt-oss ships) on H100 SXM: the
+    experts run weight-only in bf16 GEMMs; each expert read dequantises 3 x 2048 x 768 x 48 =
+    226,492,416 elements, 2 FLOPs each, on the bf16 peak (the per-expert compute); the rest
+    dequantises nothing."""
+    _, dev, params = case
+    model = quick._model("qwen3-30b-a3b")
+    fmt = plan.Formats("bf16", "bf16", "mxfp4")
+    dep = plan_step.deployment_of(model, dev, {"tp": 1, "dp": 2, "ep": 2, "pp": 1}, *astuple(fmt))
+    step = plan_step.step_for(dep)
+    assert step.expert_compute.sum() * dev.peak("matrix", "bf16") == pytest.approx(2 * 226_492_416, rel=1e-9)
+    assert step.base.compute[:, sc.ONE].sum() == 0
+    assert plan_step.compute_of(dep)["weight_only"].startswith("weight-only: routed experts mxfp4")
+    t = plan.search(model, [dev], 4, WORK, plan.Slo(2.0, 0.05), lambda d: params, lambda d: [fmt],
+                    disaggregated=False).table()
+    assert len(t["batch"]) and set(t["experts"]) == {"mxfp4"}
+    assert np.all(t["tpot_s"] >= t["tpot_bound_s"])
+    for got, want in _weight_only_rows(t, dev, model, fmt):
+        assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_experts_with_their_own_peak_run_on_it():
+    """nvfp4 experts beside bf16 attention on B200 (fp4 tensor peak listed) run at fp4, nothing
+    dequantised; beside fp8 on H100 they dequantise into the fp8 GEMMs (W4A8)."""
+    model = quick._model("qwen3-30b-a3b")
+    b200, h100 = quick._device("b200"), quick._device("h100-sxm")
+    one = {"tp": 1, "dp": 1, "ep": 1, "pp": 1}
+    on_b200 = plan_step.compute_of(plan_step.deployment_of(model, b200, one, "bf16", "bf16", "nvfp4"))
+    assert on_b200 == {"gemm_dtype": "bf16", "experts_gemm_dtype": "nvfp4", "weight_only": None}
+    on_h100 = plan_step.compute_of(plan_step.deployment_of(model, h100, one, "fp8", "fp8", "nvfp4"))
+    assert on_h100["gemm_dtype"] == "fp8" and on_h100["experts_gemm_dtype"] is None and on_h100["weight_only"]
+
+
+def test_the_plan_cli_takes_formats_per_class_and_labels_weight_only():
+    model = quick._model("qwen3-30b-a3b")
+    from rooflinec.cli import plan as cli_plan
+    got = cli_plan._weight_choices(["fp8,nvfp4", "experts=mxfp4,attention=bf16", "experts=nvfp4"], model)
+    assert got == [{"weights": "fp8"}, {"weights": "nvfp4"}, {"weights": "bf16", "experts": "mxfp4"},
+                   {"weights": "bf16", "experts": "nvfp4"}]
+    code, _, err = _cli("plan", "llama-3.1-8b", "--slo", "tpot<=1s", "--devices", "h100-sxm", "--weights", "experts=mxfp4")
+    assert code == 2 and "no routed experts" in err
+    code, out, err = _cli("plan", "llama-3.1-8b", "--slo", "tpot<=30ms", "--devices", "h100-sxm", "--gpus", "1",
+                          "--concurrency", "1,16", "--weights", "nvfp4", "--aggregated", "--json")
+    assert code == 0, err
+    row = json.loads(out)["frontier"][0]
+    assert row["gemm"]["gemm_dtype"] == "bf16" and row["gemm"]["weight_only"].startswith("weight-only: weights nvfp4")
+
+
+@pytest.mark.slow
+def test_the_inverse_solve_with_nvfp4_weights_on_hopper_checks_by_substitution():
+    """The weight-only step: matrix kernels on the bf16 peak with the dequantisation FLOPs in
+    theirs; the bandwidth and peak answers met at the value and missed just below it."""
+    model, dev = quick._model("llama-3.1-70b"), quick._device("h100-sxm")
+    step = inverse.decode_step(model, dev, 8, "nvfp4", "fp8", 64, 8192)
+    assert {k.peak for k in step.kernels if k.scales} == {inverse._exact(dev.peak("matrix", "bf16"))}
+    for knob in ("bandwidth", "peak"):
+        s = inverse.solve(step, knob, sp.Rational(20, 1000))
+        t = inverse.time_of(step, knob)
+        assert t.subs(inverse.X, s.value) <= sp.Rational(20, 1000) < t.subs(inverse.X, s.value * sp.Rational(999999, 10 ** 6))
+    need = inverse.memory_needed(model, 8, "nvfp4", "fp8", 64, 8192)
+    assert need["weights"] == Deployment(model, dev, 8, "nvfp4", "fp8").weight_bytes()
+
+
+def test_a_window_past_the_shortest_context_is_a_counted_reason(case):
+    """gpt-oss's 128-token window is exact where every context holds at least 128 tokens (W keys)
+    or none more (S keys); contexts from 100 to 164 tokens straddle it."""
+    _, dev, params = case
+    model = quick._model("gpt-oss-120b")
+    res = plan.search(model, [dev], 1, plan.Workload(100, 64, (1,)), plan.Slo(), lambda d: params,
+                      lambda d: [("fp8", "fp8")], disaggregated=False)
+    assert not len(res.table()["batch"])
+    assert any("window of 128 tokens" in r and "--isl of at least 128" in r for r in res.pruned)
+
+
+@pytest.mark.slow
+def test_a_dense_model_with_sliding_windows_plans(case):
+    """Gemma-2-9B alternates 4096-token sliding windows with global layers (stepcost's readers
+    take no Min(W, S)): at isl 8192 every window holds 4096 keys, so the bound at B = 1 moves
+    what the lowered decode program moves at S = 8192; a model without windows keeps
+    stepcost's own step model."""
+    _, dev, _ = case
+    dep = Deployment(quick._model("gemma-2-9b"), dev, 1, "bf16", "bf16")
+    step = plan_step.step_for(dep, contexts=(8192, 8448))
+    x = plan.bound_features(np.array([1.0]), 8192)
+    ops = program_costs.op_costs(dep, "decode", dev, {B: 1, S: 8192}, tokens=1, formats=dep.formats())
+    assert (x @ step.step.memory.T).sum() * dev.bandwidth == pytest.approx(sum(sum(o.traffic.values()) for o in ops),
+                                                                            rel=1e-9)
+    dense = plan_step.step_for(Deployment(quick._model("llama-3.1-8b"), dev, 2, "bf16", "bf16"))
+    assert np.array_equal(dense.step.compute, sc.build(dense.deployment).compute)
+
+
+def test_a_moe_frontier_point_the_simulator_cannot_read_says_why(case):
+    """Where stepcost, the simulator's step model, reads no routing term E(1 - (1 - k/E)^M) (as
+    now), the point is 'not simulated' with the reason, not a traceback; once it does, simulated."""
+    _, dev, params = case
+    row = {"deployment": {"tp": 1, "dp": 1, "ep": 1, "pp": 1, **plan.AGGREGATED}, "device": dev.key, "batch": 1,
+           "weights": "bf16", "kv_cache": "bf16", "experts": None, "isl": 64, "osl": 8, "gpus": 1}
+    got = plan.simulate_points(quick._model("mixtral-8x7b"), {dev.key: dev}, [row], engines.load("trtllm"),
+                               lambda d: params)
+    assert got[0].get("tpot_s", {}).get("mean", 0) > 0 or "(stepcost) does not read" in got[0]["not_simulated"]

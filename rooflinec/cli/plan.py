@@ -14,10 +14,12 @@ import sympy as sp
 
 from rooflinec.base.errors import RooflineError, UsageError
 from rooflinec.base.units import QuantityError, parse_quantity
-from rooflinec.cli import quick
+from rooflinec.cli import quick, storage
 from rooflinec.cli.output import check_file_target, write_file
 from rooflinec.cost import inverse
-from rooflinec.serving import calibration, engines, plan, plan_cost
+from rooflinec.cost.deployment import Deployment
+from rooflinec.cost.parallel import Unshardable
+from rooflinec.serving import calibration, engines, plan, plan_cost, plan_step
 from rooflinec.serving.plan_chart import pareto_svg
 from rooflinec.serving import serving_model as sm
 from rooflinec.spec import catalog
@@ -42,10 +44,14 @@ examples:
   rooflinec plan mixtral-8x7b --slo "ttft<=1s,tpot<=30ms" --devices h200-sxm --gpus 8   # dp, ep, disagg
   rooflinec plan llama-3.1-8b --slo "tpot<=20ms" --isl 2048 --osl 256 --price h200-sxm=3.5 --out front.svg
   rooflinec plan llama-3.1-8b --slo "ttft<=1s,tpot<=30ms" --devices h100-sxm --gpus 4 --simulate trtllm
+  rooflinec plan qwen3-30b-a3b --slo "tpot<=50ms" --devices h100-sxm --weights fp8 --weights experts=mxfp4,attention=bf16
   rooflinec plan llama-3.1-70b --solve bandwidth --device h100-sxm --tp 8 --batch 64 --context 8192 --slo "tpot<=20ms"
 """
 
 DEFAULT_WEIGHTS = ("bf16", "fp8", "nvfp4")
+# for a mixture of experts also per class (attention and dense weights, routed experts): gpt-oss's
+# checkpoint (bf16 attention, mxfp4 experts) and fp8 attention beside nvfp4 experts
+DEFAULT_MIXED = ({"weights": "bf16", "experts": "mxfp4"}, {"weights": "fp8", "experts": "nvfp4"})
 DEFAULT_KV = ("bf16", "fp8")
 
 
@@ -65,8 +71,12 @@ def register(sub, streams, parents=()) -> None:
     s.add_argument("--concurrency", metavar="LIST|LO-HI",
                    help="sequences in flight per stage to search: '1,8,64' or '1-1024' (default: 1 to 1024, "
                         "four per doubling)")
-    s.add_argument("--weights", metavar="LIST", help=f"weight formats to try (default: {','.join(DEFAULT_WEIGHTS)}; "
-                   "those a device has no tensor peak for are pruned)")
+    s.add_argument("--weights", metavar="LIST", action="append",
+                   help=f"weight formats to try: a list (default: {','.join(DEFAULT_WEIGHTS)}, and for a mixture of "
+                   "experts bf16 attention with mxfp4 experts and fp8 with nvfp4), or one choice per class as "
+                   "`serve --weights` takes it, experts=mxfp4,attention=bf16; repeat the flag for several. Where a "
+                   "device has no tensor peak for a format (fp4 on Hopper) its GEMMs run weight-only: bf16 GEMMs "
+                   "dequantising the weights, the FLOPs counted, the bytes at the format")
     s.add_argument("--kv-cache", metavar="LIST", help=f"KV-cache formats to try (default: {','.join(DEFAULT_KV)})")
     s.add_argument("--engine", default="", metavar="NAME",
                    help="the calibration's (device, engine) parameters (default: the pooled fit)")
@@ -132,6 +142,24 @@ def _formats(text: str | None, default: tuple, flag: str) -> tuple:
     return names
 
 
+def _weight_choices(given: list | None, model) -> list[dict]:
+    """--weights as quantization keys, one dict per choice: each flag a list of formats (one
+    choice each) or one per-class choice (`cli/storage.py`'s parser, as `serve` reads it)."""
+    moe = getattr(model, "moe", None) is not None
+    if not given:
+        return [{"weights": w} for w in DEFAULT_WEIGHTS] + (list(DEFAULT_MIXED) if moe else [])
+    out = []
+    for text in given:
+        if "=" in text:
+            choice = storage.weights(text)
+            if "experts" in choice and not moe:
+                raise UsageError(f"--weights {text}: {model.name} has no routed experts; give one format for its weights")
+            out.append({"weights": choice.get("weights", "bf16"), **choice})
+        else:
+            out += [{"weights": storage.check_format(w, "--weights")} for w in dict.fromkeys(v.strip() for v in text.split(","))]
+    return out
+
+
 def _positive(name, v):
     if v is None or v < 1:
         raise UsageError(f"--{name}: expected a count of at least 1")
@@ -155,7 +183,7 @@ def cmd_plan(args, stdout, stderr) -> int:
         devices = [quick._device(r.strip()) for r in dict.fromkeys(refs)]
     except UsageError as exc:
         raise UsageError(str(exc).replace("--device:", "--devices:", 1)) from None
-    weights, kv = _formats(args.weights, DEFAULT_WEIGHTS, "--weights"), _formats(args.kv_cache, DEFAULT_KV, "--kv-cache")
+    weights, kv = _weight_choices(args.weights, model), _formats(args.kv_cache, DEFAULT_KV, "--kv-cache")
     table = calibration.load(args.calibration or calibration.shipped())
     engine = args.engine or (os.path.basename(args.simulate).removesuffix(".yaml") if args.simulate else "")
     prices = plan_cost.load(plan_cost.default_file())
@@ -163,7 +191,8 @@ def cmd_plan(args, stdout, stderr) -> int:
         prices.update(plan_cost.load(args.prices))
     prices.update(plan_cost.parse_flags(args.price))
     res = plan.search(model, devices, args.gpus, work, slo, lambda d: table.of(d.key, engine),
-                      lambda d: [(w, k) for w in weights for k in kv], disaggregated=not args.aggregated)
+                      lambda d: [plan.Formats(w["weights"], k, w.get("experts")) for w in weights for k in kv],
+                      disaggregated=not args.aggregated)
     out = document(model, devices, work, slo, res, prices, args, engine, 
                    table.source or os.path.basename(args.calibration or calibration.shipped()))
     if args.simulate:
@@ -183,14 +212,17 @@ def cmd_plan(args, stdout, stderr) -> int:
     return 0
 
 
-def _row(t: dict, i: int, devices: dict, prices: dict, isl: int, osl: int) -> dict:
+def _row(model, t: dict, i: int, devices: dict, prices: dict, isl: int, osl: int) -> dict:
     dev = devices[t["device"][i]]
     per_gpu = float(t["per_gpu"][i])
     price = prices.get(dev.key)
     dep = {k: t[k][i] if k == "mode" else int(t[k][i]) for k in plan.DEPLOYMENT}
     return {
         "device": dev.key, "deployment": dep, "label": plan.label(dep), "mode": dep["mode"], "gpus": int(t["gpus"][i]),
-        "weights": t["weights"][i], "kv_cache": t["kv_cache"][i], "batch": int(t["batch"][i]),
+        "weights": t["weights"][i], "experts": t["experts"][i] or None, "kv_cache": t["kv_cache"][i],
+        "gemm": plan_step.compute_of(plan_step.deployment_of(model, dev, dep, t["weights"][i], t["kv_cache"][i],
+                                                             t["experts"][i] or None)),
+        "batch": int(t["batch"][i]),
         "prediction": {"tpot_s": float(t["tpot_s"][i]), "ttft_s": float(t["ttft_s"][i]),
                        "tokens_per_s_per_gpu": per_gpu, "tokens_per_s_per_user": float(t["per_user"][i])},
         "bound": {"tpot_s_at_least": float(t["tpot_bound_s"][i]),
@@ -218,7 +250,7 @@ def document(model, devices, work, slo, res, prices, args, engine, calibration_s
             key = tuple(t[k][i] for k in plan.DEPLOYMENT)     # one row per deployment, its best
             if key not in seen and len(rows) < args.top:
                 seen.add(key)
-                rows.append(_row(t, int(i), by_key, prices, work.isl, work.osl))
+                rows.append(_row(model, t, int(i), by_key, prices, work.isl, work.osl))
         best[dev] = rows
     return {
         "kind": "plan", "model": model.key, "workload": {"isl": work.isl, "osl": work.osl,
@@ -229,7 +261,7 @@ def document(model, devices, work, slo, res, prices, args, engine, calibration_s
         "calibration": {"source": calibration_source, "engine": engine or "pooled"},
         "searched": res.searched, "feasible": n, "pruned": dict(sorted(res.pruned.items(), key=lambda kv: -kv[1])),
         "best_per_device": best,
-        "frontier": [_row(t, int(i), by_key, prices, work.isl, work.osl) for i in front],
+        "frontier": [_row(model, t, int(i), by_key, prices, work.isl, work.osl) for i in front],
         "devices_without_price": sorted(d.key for d in devices if d.key not in prices),
         "devices_without_power": sorted(d.key for d in devices if d.board_power is None),
         "_front": [int(i) for i in front], "_table": t,
@@ -246,7 +278,9 @@ def _chart(out: dict) -> str:
 def _cells(r: dict) -> list:
     p, c = r["prediction"], r["cost"]
     e = r["energy_per_output_token_j_at_most"]
-    return [r["device"], r["label"], f"{r['weights']}/{r['kv_cache']}", str(r["batch"]),
+    g = r["gemm"]
+    gemm = g["gemm_dtype"] + (f"/{g['experts_gemm_dtype']}" if g["experts_gemm_dtype"] else "") + (" W-only" if g["weight_only"] else "")
+    return [r["device"], r["label"], plan.Formats(r["weights"], r["kv_cache"], r["experts"]).label(), gemm, str(r["batch"]),
             f"{p['tpot_s'] * 1e3:.2f}", f"{r['bound']['tpot_s_at_least'] * 1e3:.2f}", f"{p['ttft_s'] * 1e3:.0f}",
             f"{p['tokens_per_s_per_gpu']:.0f}", f"{r['bound']['tokens_per_s_per_gpu_at_most']:.0f}",
             f"{p['tokens_per_s_per_user']:.1f}",
@@ -260,13 +294,13 @@ def _sim_cells(sim: dict) -> list:
     return [f"{sim['tpot_s']['mean'] * 1e3:.2f}", f"{sim['ttft_s']['mean'] * 1e3:.0f}", f"{sim['tokens_per_s_per_gpu']:.0f}"]
 
 
-HEAD = ["device", "deployment", "w/kv", "B", "TPOT ms", ">= bound", "TTFT ms", "tok/s/GPU", "<= bound",
+HEAD = ["device", "deployment", "w/kv", "GEMMs", "B", "TPOT ms", ">= bound", "TTFT ms", "tok/s/GPU", "<= bound",
         "tok/s/user", "$/M out", "$/M in", "J/tok <="]
 
 
 def _table(rows: list[list[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.rjust(w) if i > 2 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    return ["  ".join(c.rjust(w) if i > 3 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
 
 
 def text(out: dict) -> str:
@@ -291,11 +325,21 @@ def text(out: dict) -> str:
         why = sorted({r["simulated"]["not_simulated"] for r in out["frontier"] if "not_simulated" in r.get("simulated", {})})
         lines += [f"sim: the serving simulator's closed loop at the same clients, {out['calibration']['engine']}'s "
                   "scheduler (a prediction)" + (f"; - where not simulated: {'; '.join(why)}" if why else "")]
+    lines += _weight_only_notes(out)
     if out["devices_without_price"]:
         lines += ["", f"no price (give --price DEVICE=USD): {', '.join(out['devices_without_price'])}"]
     if out["devices_without_power"]:
         lines += [f"no board power in the hardware spec: {', '.join(out['devices_without_power'])}"]
     return "\n".join(lines) + "\n"
+
+
+def _weight_only_notes(out: dict) -> list[str]:
+    """What the rows marked W-only mean: each weight-only statement shown, once."""
+    rows = [r for rows in out["best_per_device"].values() for r in rows] + out["frontier"]
+    said = dict.fromkeys(r["gemm"]["weight_only"] for r in rows if r["gemm"]["weight_only"])
+    return ["", "W-only: weights in a format the device has no tensor peak for (GEMMs: their dtype, "
+                "/ the routed experts' where it differs):"] + \
+        [f"  {s}" for s in said] if said else []
 
 
 # --- inverse design ----------------------------------------------------------------------
@@ -309,14 +353,19 @@ def _solve(args, model, slo, stdout) -> int:
     for name in ("tp", "batch", "context"):
         _positive(name, getattr(args, name))
     device = quick._device(args.device)
-    weights = _formats(args.weights, ("bf16",), "--weights")[0]
+    choices = _weight_choices(args.weights or ["bf16"], model)
+    if len(choices) > 1:
+        raise UsageError("--weights: --solve takes one choice (a format, or one per class: experts=mxfp4,attention=bf16)")
+    weights, experts = choices[0]["weights"], choices[0].get("experts")
     kv = _formats(args.kv_cache, (weights,), "--kv-cache")[0]
+    dep = Deployment(model, device, args.tp, weights, kv, experts=experts)
     unit, scale = UNITS[args.solve]
     head = {"kind": "inverse", "model": model.key, "device": device.key, "tp": args.tp, "batch": args.batch,
-            "context": args.context, "weights": weights, "kv_cache": kv, "knob": args.solve, "unit": unit}
+            "context": args.context, "weights": weights, "experts": experts, "kv_cache": kv, "knob": args.solve,
+            "unit": unit, "gemm": plan_step.compute_of(dep)}
     try:
         if args.solve == "memory":
-            need = inverse.memory_needed(model, args.tp, weights, kv, args.batch, args.context)
+            need = inverse.memory_needed(model, args.tp, weights, kv, args.batch, args.context, experts)
             out = {**head, "value": float(need["total"]) / scale, "exact_bytes": str(need["total"]),
                    "derivation": f"capacity >= weights {float(need['weights']) / 1e9:.3f} GB + {args.batch} x KV cache "
                                  f"per sequence at S = {args.context} ({float(need['kv_cache']) / 1e9:.3f} GB)",
@@ -325,7 +374,7 @@ def _solve(args, model, slo, stdout) -> int:
         else:
             if math.isinf(slo.tpot_s):
                 raise UsageError("--slo: --solve needs a tpot target, e.g. 'tpot<=20ms'")
-            step = inverse.decode_step(model, device, args.tp, weights, kv, args.batch, args.context)
+            step = inverse.decode_step(model, device, args.tp, weights, kv, args.batch, args.context, experts=experts)
             s = inverse.solve(step, args.solve, slo.tpot_s)
             fixed, varying = s.piece.as_independent(inverse.X, as_Add=True)
             c = sp.simplify(varying * inverse.X)
@@ -334,28 +383,31 @@ def _solve(args, model, slo, stdout) -> int:
             out = {**head, "target_tpot_s": slo.tpot_s, "value": float(s.value) / scale, "exact": str(s.value),
                    "derivation": f"T(x) = a + c / x on the piece holding the answer: a = {float(fixed) * 1e3:.4g} ms "
                                  f"(terms not depending on x), c = {float(c):.6g} ({what}); "
-                                 f"x = c / (target - a) = {s.value}",
+                                 f"x = c / (target - a) = {float(s.value):.6g} (exact in --json's 'exact')",
                    "shares_s": {k: float(v) for k, v in s.shares.items()}, "setter": s.setter,
                    "check": {"met_at_value": s.met_at, "missed_just_below": s.missed_below},
-                   "device_has": _device_has(device, args.solve, weights) / scale}
-    except (inverse.Unreachable, sm.Unpredictable, ValueError) as exc:
+                   "device_has": _device_has(device, args.solve, dep.gemm_dtype) / scale}
+    except (inverse.Unreachable, sm.Unpredictable, Unshardable, ValueError) as exc:
         raise RooflineError(f"cannot solve: {exc}") from None
     stdout.write(json.dumps(out, indent=1) + "\n" if args.json else _solve_text(out))
     return 0
 
 
-def _device_has(device, knob, weights):
-    return {"bandwidth": device.bandwidth, "peak": device.peak("matrix", weights) or 0,
+def _device_has(device, knob, gemm_dtype):
+    return {"bandwidth": device.bandwidth, "peak": device.peak("matrix", gemm_dtype) or 0,
             "link": device.link_bandwidth or 0}[knob]
 
 
 def _solve_text(o: dict) -> str:
-    lines = [f"{o['model']} on {o['tp']} x {o['device']} ({o['weights']} weights, {o['kv_cache']} KV), "
+    weights = o["weights"] + (f" attention and dense, {o['experts']} routed experts" if o["experts"] else "")
+    lines = [f"{o['model']} on {o['tp']} x {o['device']} ({weights} weights, {o['kv_cache']} KV), "
              f"B = {o['batch']}, S = {o['context']}: the smallest {o['knob']} per GPU"
              + (f" for TPOT <= {o['target_tpot_s'] * 1e3:g} ms (the roofline decode step at the datasheet's "
                 "other figures, no calibration)" if "target_tpot_s" in o else " holding the batch"),
              f"  {o['value']:.4g} {o['unit']}  ({o['device']} has {o['device_has']:.4g} {o['unit']})",
              f"  {o['derivation']}", f"  set by: {o['setter']}"]
+    if o["gemm"]["weight_only"]:
+        lines.insert(1, f"  {o['gemm']['weight_only']}")
     if "shares_s" in o:
         lines += [f"    {k:>16}: {v * 1e3:.3f} ms" for k, v in sorted(o["shares_s"].items(), key=lambda kv: -kv[1])]
         c = o["check"]

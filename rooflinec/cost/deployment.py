@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import cache
 
 import sympy as sp
 
@@ -435,6 +436,7 @@ def stage_params(model, tp: int, pp: int = 1, ep: int = 1, moe_tp: int | None = 
             for first, stop in stages(model.n_layers, pp)], once
 
 
+@cache   # a pure function of a frozen model and counts; the planner asks it per format of each split
 def params_per_device(model, tp: int, pp: int = 1, ep: int = 1, moe_tp: int | None = None,
                       redundant: int = 0, routed_only: bool | None = None) -> int:
     """Parameters one device holds: its tensor-parallel shard of the busiest pipeline stage's

@@ -6,7 +6,8 @@ context S the step is a sum of exact numbers and one unknown x. The step's time 
 T(x) = sum_k max(F_k / P_k, D_k / W) + n_c x (v / L + latency): each kernel's roofline (at
 the datasheet peaks, no overlap between kernels, no calibration: the roofline step) plus the
 tensor-parallel all-reduces, one-shot. With x one of W (memory bandwidth), P (the tensor peak
-of the weights' format; the vector peak stays) or L (link bandwidth), T is non-increasing in x
+of the GEMMs' dtype, `Deployment.gemm_dtype`: bf16 for fp4 weights on Hopper, which run
+weight-only, their dequantisation FLOPs in the GEMMs'; the vector peak stays) or L (link bandwidth), T is non-increasing in x
 and each max switches branch at one point x_k. Between consecutive switch points T is
 a + c / x; sympy solves a + c / x = target exactly on each piece, and the smallest x on the
 first piece (from above) where the root lies is the answer. The pieces are at most one per
@@ -26,10 +27,8 @@ import sympy as sp
 
 from rooflinec.base import budget
 from rooflinec.base.roofline import compute_time, transfer_time
-from rooflinec.cost import collectives, kvcache, program_costs
+from rooflinec.cost import collectives, program_costs
 from rooflinec.cost.deployment import Deployment
-from rooflinec.model import params
-from rooflinec.model.symbol_table import model_values
 from rooflinec.model.symbols import B, M, S
 from rooflinec.spec.load import DTYPE_BYTES
 
@@ -66,21 +65,23 @@ def _exact(v) -> sp.Rational:
 
 
 def decode_step(model, device, tp: int, weights: str, kv_cache: str, batch: int, context: int,
-                activation: str = "bf16") -> Step:
-    """The decode step of `batch` sequences at `context` on one of tp devices, exact."""
-    dep = Deployment(model, device, tp, weights, kv_cache)
+                activation: str = "bf16", experts: str | None = None) -> Step:
+    """The decode step of `batch` sequences at `context` on one of tp devices, exact. Weights
+    the device has no tensor peak for run weight-only (`Deployment.gemm_dtype`: the GEMMs on
+    the bf16 peak, their dequantisation FLOPs in each GEMM's, the bytes at the format)."""
+    dep = Deployment(model, device, tp, weights, kv_cache, experts=experts)
     dep.check()
-    stored = {"weights": weights, "kv_cache": kv_cache}
     act = DTYPE_BYTES[activation]
     at = {B: batch, S: context, M: batch}
-    matrix, vector = device.peak("matrix", weights), device.peak("vector", activation)
+    matrix, vector = device.peak("matrix", dep.gemm_dtype), device.peak("vector", activation)
     if matrix is None or vector is None:
-        raise Unreachable(f"{device.key} lists no {'tensor peak for ' + weights if matrix is None else 'vector peak'}")
+        raise Unreachable(f"{device.key} lists no "
+                          f"{'tensor peak for ' + dep.gemm_dtype if matrix is None else 'vector peak'}")
     kernels = tuple(
         Kernel(op.name, sp.nsimplify(flops.xreplace(at)),
                {c: sp.nsimplify(e.xreplace(at)) for c, e in traffic.items()},
                _exact(matrix if op.unit == "matrix" else vector), op.unit == "matrix")
-        for op, flops, traffic in program_costs.symbolic_ops(dep, "decode", device, act, stored))
+        for op, flops, traffic in program_costs.symbolic_ops(dep, "decode", device, act, dep.formats()))
     n_c = dep.all_reduces()   # the deployment's count: 0 at tp 1
     volume = collectives.fraction("all_reduce", tp) * batch * model.d_model * act if tp > 1 else sp.Integer(0)
     link_bw = _exact(device.link_bandwidth) if device.link_bandwidth else None
@@ -175,9 +176,12 @@ def _solution(step, knob, value, piece, named, target) -> Solution:
                     bool(full.subs(X, value * (1 - sp.Rational(1, 10 ** 9))) > target))
 
 
-def memory_needed(model, tp: int, weights: str, kv_cache: str, batch: int, context: int) -> dict:
-    """Bytes one device needs: its weights plus `batch` sequences' KV cache at `context`."""
-    total = int(params.count(model).total.subs(model_values(model)))
-    w = sp.Rational(total) * _exact(DTYPE_BYTES[weights]) / tp
-    kv = batch * _exact(kvcache.per_sequence(model, DTYPE_BYTES[kv_cache], context, tp))
+def memory_needed(model, tp: int, weights: str, kv_cache: str, batch: int, context: int,
+                  experts: str | None = None) -> dict:
+    """Bytes one device needs: its weights (`Deployment.weight_bytes`: block scales, replicated
+    norms and KV heads) plus `batch` sequences' KV cache at `context`."""
+    dep = Deployment(model, None, tp, weights, kv_cache, experts=experts)
+    dep.check()
+    w = sp.Integer(dep.weight_bytes())
+    kv = batch * _exact(dep.kv_per_sequence(context))
     return {"weights": w, "kv_cache": kv, "total": w + kv}

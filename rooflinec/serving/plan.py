@@ -37,6 +37,12 @@ sequences in flight and the GPUs; EP splits the routed experts over the tp x dp 
 TPOT over tp x dp x pp GPUs. Disaggregated prefill : decode pools are `plan_disagg`'s, on the
 same table (`mode`, `prefill_tp`, `prefill_workers`, `decode_workers`).
 
+Storage formats (`Formats`): attention and dense weights, KV cache, and for a mixture of experts
+the routed experts' own (gpt-oss: mxfp4 experts beside bf16 attention). Weights a device has no
+tensor peak for (fp4 on Hopper) run weight-only, `Deployment.gemm_dtype`'s rule: GEMMs on the
+bf16 peak (or the attention's fp8 for fp4 experts) dequantising every weight element they read,
+the FLOPs counted in both figures, the bytes at the format; a row says so (`plan_step.compute_of`).
+
 The deployment axes are data (`AXES`): each names what rules a degree out for a model,
 whether the degree multiplies the sequences in flight and whether it multiplies the GPUs;
 the search crosses their power-of-two degrees within the GPU budget, and the tables and JSON
@@ -51,6 +57,7 @@ from dataclasses import dataclass, field
 from itertools import product
 
 import numpy as np
+import sympy as sp
 
 from rooflinec.cost import collectives, parallel
 from rooflinec.serving import disagg, metrics, plan_disagg, plan_step, simulator
@@ -148,6 +155,32 @@ class Slo:
 
 
 @dataclass(frozen=True)
+class Formats:
+    """One searched storage choice: attention and dense weights, KV cache, and the routed
+    experts' weights (None: the weights'; a MoE checkpoint such as gpt-oss's keeps mxfp4 experts
+    beside bf16 attention). A (weights, kv_cache) pair reads as one."""
+    weights: str
+    kv_cache: str
+    experts: str | None = None
+
+    def label(self) -> str:
+        """`fp8/fp8`; per class `bf16+mxfp4e/bf16` (attention + routed experts / KV cache)."""
+        return f"{self.weights}{'+' + self.experts + 'e' if self.experts else ''}/{self.kv_cache}"
+
+
+def formats_of(model, choices) -> list[Formats]:
+    """`choices` as Formats, the experts' format dropped where it is the weights' or the model
+    has no routed experts, repeats removed (in order)."""
+    out = []
+    for c in choices:
+        f = c if isinstance(c, Formats) else Formats(*c)
+        if f.experts == f.weights or not _moe(model):
+            f = Formats(f.weights, f.kv_cache)
+        out.append(f)
+    return list(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
 class Workload:
     isl: int
     osl: int
@@ -175,14 +208,15 @@ class Result:
             return {k: np.array([]) for k in COLUMNS}
         return {k: np.concatenate([np.asarray(r[k]) for r in self.rows]) for k in COLUMNS}
 
-    def add(self, device: str, dep: dict, weights, kv, batch, met, tpot, ttft, bound, in_flight_per_s,
+    def add(self, device: str, dep: dict, fmt: Formats, batch, met, tpot, ttft, bound, in_flight_per_s,
             in_flight_bound_per_s, gpus: int, memory) -> None:
         """The configurations `met` of one deployment (every array over the batches)."""
         n = int(met.sum())
         self.rows.append({
             "device": np.full(n, device, dtype=object), **{k: np.full(n, dep[k], dtype=object if k == "mode" else int)
                                                              for k in DEPLOYMENT},
-            "weights": np.full(n, weights, dtype=object), "kv_cache": np.full(n, kv, dtype=object),
+            "weights": np.full(n, fmt.weights, dtype=object), "experts": np.full(n, fmt.experts or "", dtype=object),
+            "kv_cache": np.full(n, fmt.kv_cache, dtype=object),
             "batch": batch[met].astype(int), "gpus": np.full(n, gpus),
             "tpot_s": tpot[met], "ttft_s": ttft[met], "tpot_bound_s": bound[met],
             "per_gpu": (in_flight_per_s / gpus)[met], "per_user": (1 / tpot)[met],
@@ -192,7 +226,7 @@ class Result:
 # a configuration's deployment: the axes, and for a disaggregated one its pools (plan_disagg)
 AGGREGATED = {"mode": "agg", "prefill_tp": 0, "prefill_workers": 0, "decode_workers": 0}
 DEPLOYMENT = (*(a.name for a in AXES), *AGGREGATED)
-COLUMNS = ("device", *DEPLOYMENT, "weights", "kv_cache", "batch", "gpus", "tpot_s", "ttft_s",
+COLUMNS = ("device", *DEPLOYMENT, "weights", "experts", "kv_cache", "batch", "gpus", "tpot_s", "ttft_s",
            "tpot_bound_s", "per_gpu", "per_user", "per_gpu_bound", "memory_bytes")
 
 
@@ -244,13 +278,15 @@ def search(model, devices, gpus: int, work: Workload, slo: Slo, params_of, forma
            disaggregated: bool = True) -> Result:
     """Every (device, deployment, formats, batch), aggregated and (`disaggregated`) as prefill
     and decode pools (`plan_disagg`); `params_of(device)` the calibration's
-    `stepcost.Parameters`; `formats(device)` the (weights, kv_cache) pairs to try."""
+    `stepcost.Parameters`; `formats(device)` the storage choices to try (`Formats`, or
+    (weights, kv_cache[, experts]) tuples). Weights a device has no tensor peak for run
+    weight-only (`Deployment.gemm_dtype`: bf16 GEMMs dequantising them, the FLOPs counted)."""
     res = Result()
     batch = np.asarray(work.batches, dtype=float)
     xs = (*features(batch, work.isl, work.osl), bound_features(batch, work.isl))
     deps, steps = deployments(model, gpus), {}     # one step model per key (`cached_step`)
     for device in devices:
-        pairs = formats(device)
+        pairs = formats_of(model, formats(device))
         for dep in deps:
             n = len(batch) * len(pairs)
             res.searched += n
@@ -258,21 +294,22 @@ def search(model, devices, gpus: int, work: Workload, slo: Slo, params_of, forma
             if reason:
                 res.count(reason, n)
                 continue
-            for weights, kv in pairs:
-                _evaluate(res, steps, model, device, dep, weights, kv, batch, xs, work, slo, params_of(device))
+            for fmt in pairs:
+                _evaluate(res, steps, model, device, dep, fmt, batch, xs, work, slo, params_of(device))
         if disaggregated:
             plan_disagg.search(res, steps, model, device, gpus, work, slo, params_of(device), pairs, batch,
                                {a.name: 1 for a in AXES})
     return res
 
 
-def _evaluate(res, steps, model, device, dep, weights, kv, batch, xs, work, slo, p) -> None:
+def _evaluate(res, steps, model, device, dep, fmt, batch, xs, work, slo, p) -> None:
     n, (steady_x, first_x, least_x) = len(batch), xs
-    if device.peak("matrix", weights) is None:
-        res.count(f"device: {device.key} has no tensor peak for {weights}", n)
+    reason = plan_step.no_peak(model, device, fmt)
+    if reason:
+        res.count(reason, n)
         return
     try:
-        step = plan_step.cached_step(steps, model, device, dep, weights, kv)
+        step = plan_step.cached_step(steps, model, device, dep, fmt.weights, fmt.kv_cache, fmt.experts, (work.isl, work.isl + work.osl))
     except sm.Unpredictable as exc:
         res.count(f"unpredictable: {exc}", n)
         return
@@ -286,7 +323,7 @@ def _evaluate(res, steps, model, device, dep, weights, kv, batch, xs, work, slo,
     if weight_b >= device.capacity:
         res.count("memory: the weights alone exceed the device", n)
         return
-    kv_seq = float(step.deployment.kv_per_token()) * (work.isl + work.osl / 2)
+    kv_seq = plan_step.cached_kv_per_token(steps, step) * (work.isl + work.osl / 2)
     memory = weight_b + batch * kv_seq      # pp x B sequences, 1/pp of the layers each
     fits = memory <= device.capacity
     res.count("memory: the KV cache of the batch does not fit beside the weights", (~fits).sum())
@@ -302,7 +339,7 @@ def _evaluate(res, steps, model, device, dep, weights, kv, batch, xs, work, slo,
     res.count("prediction: misses the SLO", (keep & ~met).sum())
     if met.any():
         inflight = batch * math.prod(dep[a.name] for a in AXES if a.in_flight)
-        res.add(device.key, {**dep, **AGGREGATED}, weights, kv, batch, met, tpot, ttft, bound,
+        res.add(device.key, {**dep, **AGGREGATED}, fmt, batch, met, tpot, ttft, bound,
                 inflight / tpot, inflight / bound, gpus_of(dep), memory)
 
 
@@ -346,6 +383,9 @@ def simulate_points(model, devices: dict, rows: list, policy, params_of) -> list
                                                                               params_of(dev)))
         except sm.Unpredictable as exc:
             out.append({"not_simulated": str(exc)})
+        except sp.PolynomialError as exc:   # stepcost's readers take no MoE routing term nor window
+            out.append({"not_simulated": "the simulator's step model (stepcost) does not read this model's step "
+                                         f"as affine ({' '.join(str(exc).split())[:80]})"})
     return out
 
 
@@ -355,14 +395,16 @@ DISAGG_REQUESTS_PER_CLIENT = 22 * 2 * (disagg.HALVINGS + 2)
 
 
 def _simulate_group(model, dev, r, clients, policy, params) -> dict:
-    step = sc.build(sc.Deployment(model, dev, r["deployment"]["tp"], r["weights"], r["kv_cache"]))
+    step = sc.build(sc.Deployment(model, dev, r["deployment"]["tp"], r["weights"], r["kv_cache"],
+                                  experts=r.get("experts")))
     load = Load(Lengths(r["isl"], r["isl"]), Lengths(r["osl"], r["osl"]), 4 * clients, clients, clients, None)
     return metrics.summary(simulator.simulate(step, policy, load, params), r["gpus"])
 
 
 def _simulate_pair(model, dev, r, clients, policy, params) -> dict:
     dep = r["deployment"]
-    pools = disagg.Pools(*(sc.Deployment(model, dev, tp, r["weights"], r["kv_cache"]) for tp in (dep["prefill_tp"], dep["tp"])),
+    pools = disagg.Pools(*(sc.Deployment(model, dev, tp, r["weights"], r["kv_cache"], experts=r.get("experts"))
+                           for tp in (dep["prefill_tp"], dep["tp"])),
                          dep["prefill_workers"], dep["decode_workers"])
     got = disagg.simulate(pools, policy, clients, r["isl"], r["osl"], params)
     return {"tpot_s": {"mean": got["tpot_s"]}, "ttft_s": {"mean": got["ttft_s"]},

@@ -67,7 +67,7 @@ def prompt_features(isl: int) -> np.ndarray:
 def search(res, steps, model, device, gpus: int, work, slo, p: sc.Parameters, pairs, batch, at_one: dict) -> None:
     """Every disaggregated (tp_p, tp_d, ratio, formats, batch) of `device` into `res` (see the module)."""
     xs = (decode_features(batch, work.isl + work.osl / 2), decode_features(batch, work.isl), prompt_features(work.isl))
-    for weights, kv in pairs:
+    for fmt in pairs:
         for tp_p, tp_d in ((a, b) for a in plan_step.powers(gpus) for b in plan_step.powers(gpus)):
             combos = ratios(tp_p, tp_d, gpus)
             n = len(batch) * len(combos)
@@ -75,36 +75,42 @@ def search(res, steps, model, device, gpus: int, work, slo, p: sc.Parameters, pa
             if n == 0:
                 continue
             try:
-                pools = _pools(steps, model, device, at_one, weights, kv, tp_p, tp_d, work)
+                pools = _pools(steps, model, device, at_one, fmt, tp_p, tp_d, work)
             except sm.Unpredictable as exc:   # its message starts with the reason's kind
                 res.count(str(exc), n)
                 continue
-            _ratios(res, pools, combos, device, work, slo, p, batch, xs, weights, kv, at_one)
+            _ratios(res, pools, combos, device, work, slo, p, batch, xs, fmt, at_one)
 
 
-def _pools(steps, model, device, at_one, weights, kv, tp_p, tp_d, work):
-    if device.peak("matrix", weights) is None:
-        raise sm.Unpredictable(f"device: {device.key} has no tensor peak for {weights}")
+def _pools(steps, model, device, at_one, fmt, tp_p, tp_d, work):
+    reason = plan_step.no_peak(model, device, fmt)
+    if reason:
+        raise sm.Unpredictable(reason)
     try:
-        pre, dec = (plan_step.cached_step(steps, model, device, {**at_one, "tp": t}, weights, kv) for t in (tp_p, tp_d))
+        pre, dec = (plan_step.cached_step(steps, model, device, {**at_one, "tp": t}, fmt.weights, fmt.kv_cache,
+                                          fmt.experts, (work.isl, work.isl + work.osl)) for t in (tp_p, tp_d))
     except sm.Unpredictable as exc:
         raise sm.Unpredictable(f"unpredictable: {exc}") from None
-    prompt = plan_step.cached_weights(steps, pre, 1) + work.isl * float(pre.deployment.kv_per_token())
+    prompt = plan_step.cached_weights(steps, pre, 1) + work.isl * plan_step.cached_kv_per_token(steps, pre)
     if prompt > device.capacity:
         raise sm.Unpredictable("memory: a prefill worker's weights and one prompt's KV cache do not fit")
-    return pre, dec, plan_step.cached_weights(steps, dec, 1)
+    return pre, dec, plan_step.cached_weights(steps, dec, 1), plan_step.cached_kv_per_token(steps, dec)
 
 
-def _ratios(res, pools, combos, device, work, slo, p, batch, xs, weights, kv, at_one) -> None:
-    (pre, dec, dec_weights), (steady_x, least_x, prompt_x) = pools, xs
-    memory = dec_weights + batch * float(dec.deployment.kv_per_token()) * (work.isl + work.osl / 2)
+def _ratios(res, pools, combos, device, work, slo, p, batch, xs, fmt, at_one) -> None:
+    (pre, dec, dec_weights, dec_kv), (steady_x, least_x, prompt_x) = pools, xs
+    memory = dec_weights + batch * dec_kv * (work.isl + work.osl / 2)
     fits = memory <= device.capacity
     tpot, bound = dec.durations(steady_x, p), dec.bound(least_x)
     prefill_s, prefill_bound = float(pre.durations(prompt_x, p)[0]), float(pre.bound(prompt_x)[0])
+    moves = {}
     for workers_p, workers_d in combos:
         pair = disagg.Pools(pre.deployment, dec.deployment, workers_p, workers_d)
         try:
-            ttft = prefill_s + disagg.transfer_s(pair, work.isl, disagg.kv_link(pair)) + p.request_latency_s
+            link = disagg.kv_link(pair)
+            if link not in moves:    # the same bytes over each link the pairs' sizes pick
+                moves[link] = disagg.transfer_s(pair, work.isl, link)
+            ttft = prefill_s + moves[link] + p.request_latency_s
         except sm.Unpredictable as exc:
             res.count(f"device: {exc}", len(batch))
             continue
@@ -123,5 +129,5 @@ def _ratios(res, pools, combos, device, work, slo, p, batch, xs, weights, kv, at
             dep = {**at_one, "tp": dec.deployment.tp, "mode": "disagg", "prefill_tp": pre.deployment.tp,
                    "prefill_workers": workers_p, "decode_workers": workers_d}
             most = np.minimum(workers_d * batch / bound, workers_p * work.osl / prefill_bound)
-            res.add(device.key, dep, weights, kv, batch, met, tpot, np.full(len(batch), ttft), bound,
+            res.add(device.key, dep, fmt, batch, met, tpot, np.full(len(batch), ttft), bound,
                     workers_d * batch / tpot, most, gpus, memory)

@@ -24,6 +24,9 @@ A `MoeStep` is two parts over one attention-DP rank's step features (`stepcost.F
     bound: ceil(dp x M x k / ep) rows and ceil(k / ep) experts (pigeonhole: some device serves
       at least its share of the routings, and every token touches k distinct experts, so at
       least k are read, ceil(k/ep) of them on one device);
+  weights a device has no tensor peak for run weight-only (`Deployment.gemm_dtype`; the routed
+  experts on their own format's peak where the device lists one, `experts_gemm_dtype`): their
+  dequantisation FLOPs, per weight element read, go with the experts read, not the rows;
 - with attention DP or EP, a dispatch and a combine all-to-all per MoE layer, the bytes one
   device sends (`Deployment.all_to_all_bytes`, uniform routing) over the link the workbench
   picks for the group (`Workbench.link`): in the prediction only (the bound hides
@@ -44,9 +47,10 @@ import sympy as sp
 
 from rooflinec.base import roofline
 from rooflinec.cost import collectives, program_costs
-from rooflinec.cost.deployment import Deployment, routed
+from rooflinec.cost.deployment import Deployment, gemm_dtype, routed
 from rooflinec.cost.workbench import Workbench
-from rooflinec.model.symbols import M
+from rooflinec.model import quant
+from rooflinec.model.symbols import B, M, S
 from rooflinec.serving import serving_model as sm
 from rooflinec.serving import stepcost as sc
 from rooflinec.spec.load import DTYPE_BYTES
@@ -80,6 +84,7 @@ class MoeStep:
     row_compute: np.ndarray       # [R] s per routed row at the peak
     row_memory: np.ndarray        # [R] s per routed row's activations
     expert_memory: np.ndarray     # [R] s per expert's weights read
+    expert_compute: np.ndarray    # [R] s per expert read dequantising its weights (weight-only; else 0)
     a2a_s: np.ndarray             # [2] s of the step's all-to-alls at 0 tokens, per token per rank
     a2a_count: int
 
@@ -104,77 +109,133 @@ class MoeStep:
 
     def durations(self, x: np.ndarray, p: sc.Parameters) -> np.ndarray:
         rows, experts = self.rows_and_experts(x[:, sc.TOKENS], bound=False)
-        compute = rows[:, None] * self.row_compute / p.compute_fraction
+        compute = (rows[:, None] * self.row_compute + experts[:, None] * self.expert_compute) / p.compute_fraction
         memory = (rows[:, None] * self.row_memory + experts[:, None] * self.expert_memory) / p.bandwidth_fraction
         a2a = self.a2a_s[0] + self.a2a_s[1] * x[:, sc.TOKENS] + self.a2a_count * p.per_collective_s
         return self.base.durations(x, p) + np.maximum(compute, memory).sum(axis=1) + a2a
 
     def bound(self, x: np.ndarray) -> np.ndarray:
         rows, experts = self.rows_and_experts(x[:, sc.TOKENS], bound=True)
-        compute = (x @ self.base.compute.T).sum(axis=1) + rows * self.row_compute.sum()
+        compute = ((x @ self.base.compute.T).sum(axis=1) + rows * self.row_compute.sum()
+                   + experts * self.expert_compute.sum())
         memory = ((x @ self.base.memory.T).sum(axis=1) + rows * self.row_memory.sum()
                   + experts * self.expert_memory.sum())
         return np.maximum(compute, memory)
 
 
-def step_for(dep: Deployment, memo: dict | None = None):
+def step_for(dep: Deployment, memo: dict | None = None, contexts: tuple | None = None):
     """The planner's step model of `dep`: stepcost's for a dense tensor-parallel deployment,
     `MoeStep` for a mixture of experts (the seam the module describes). `memo` keeps the
     programs' readings of one model between calls (per device, tp and formats: every dp and ep
-    of a tp shares them)."""
+    of a tp shares them). `contexts`: the fewest and the most tokens a sequence the step model
+    prices holds (the planner's isl and isl + osl), which price a window outside them exactly
+    (`_windowed`; a dense model with windows, which stepcost's readers do not take, is read
+    here the same way)."""
     sm.checked(dep)
+    memo = {} if memo is None else memo
     if getattr(dep.model, "moe", None) is None:
         if dep.attention_dp > 1 or dep.moe_ep > 1:
             raise sm.Unpredictable("attention DP and EP are searched for mixtures of experts only")
-        return DenseStep(sc.build(dep))
-    return build_moe(dep, {} if memo is None else memo)
+        try:
+            return DenseStep(sc.build(dep))
+        except sp.PolynomialError:     # a window's Min(W, S) (gemma-2's sliding layers)
+            return DenseStep(_dense_windowed(dep, memo, contexts))
+    return build_moe(dep, memo, contexts)
 
 
-def _peaks(dev, weights):
-    matrix, vector = dev.peak("matrix", weights), dev.peak("vector", sm.ACTIVATION_DTYPE)
+def _dense_windowed(dep: Deployment, memo: dict, contexts: tuple | None) -> sc.StepModel:
+    """`stepcost.build`'s step model of a dense deployment, its windows read by `_windowed`."""
+    return sc.StepModel(dep, *_base(dep, memo, contexts), dep.model.n_layers, *_all_reduces(dep))
+
+
+def _base(dep: Deployment, memo: dict, contexts: tuple | None):
+    """`_base_rows` once per device, tp, formats and context range."""
+    dev = dep.device
+    return _memo(memo, ("base", dev.key, dev.file, dep.tp, dep.weights, dep.kv_format, dep.compute, contexts),
+                 lambda: _base_rows(dep, contexts))
+
+
+def experts_gemm_dtype(dep: Deployment) -> str:
+    """The dtype the routed experts' GEMMs run at: their own format's where the device lists a
+    tensor peak for it, else the rest's (`Deployment.gemm_dtype`, dequantising into it: W4A8 for
+    nvfp4 experts beside fp8 on Hopper); `compute` where given. Pricing nvfp4 experts beside
+    bf16 attention on Blackwell at the attention's dtype would put the bound above a kernel the
+    device runs (its fp4 peak)."""
+    if dep.compute is None and dep.device is not None and dep.device.peak("matrix", dep.experts_format) is not None:
+        return dep.experts_format
+    return dep.gemm_dtype
+
+
+def compute_of(dep: Deployment) -> dict:
+    """What a report says of the GEMMs: their dtype, the routed experts' where it differs, and
+    the weight-only statement (None where nothing is dequantised)."""
+    moe = getattr(dep.model, "moe", None) is not None
+    experts = experts_gemm_dtype(dep) if moe else dep.gemm_dtype
+    said = [quant.dequantisation(dep.weights, dep.gemm_dtype)]
+    if moe and dep.experts_format != dep.weights:
+        said.append(quant.dequantisation(dep.experts_format, experts).replace("weights ", "routed experts ", 1))
+    weight_only = "; ".join(filter(None, said)) or None
+    return {"gemm_dtype": dep.gemm_dtype, "experts_gemm_dtype": experts if experts != dep.gemm_dtype else None,
+            "weight_only": weight_only}
+
+
+def _peaks(dev, dtype):
+    matrix, vector = dev.peak("matrix", dtype), dev.peak("vector", sm.ACTIVATION_DTYPE)
     if matrix is None:
-        raise sm.Unpredictable(f"{dev.key} lists no tensor peak for {weights}")
+        raise sm.Unpredictable(f"{dev.key} lists no tensor peak for {dtype}")
     if vector is None:
         raise sm.Unpredictable(f"{dev.key} lists no vector peak (compute.vector) for norms and softmax")
     return matrix, vector
 
 
-def _program(dep, tp, phase):
-    stored = {"weights": dep.weights, "kv_cache": dep.kv_format}
-    at = Deployment(dep.model, dep.device, tp, dep.weights, dep.kv_cache)
-    return program_costs.symbolic_ops(at, phase, dep.device, DTYPE_BYTES[sm.ACTIVATION_DTYPE], stored)
+def _program(dep, tp, phase, compute=None):
+    """One device's `phase` program at tp, every class at its format, the dequantisation FLOPs
+    of GEMMs at `compute` (the deployment's gemm_dtype by default) substituted."""
+    at = Deployment(dep.model, dep.device, tp, dep.weights, dep.kv_cache, experts=dep.experts,
+                    compute=compute or dep.compute)
+    return program_costs.symbolic_ops(at, phase, dep.device, DTYPE_BYTES[sm.ACTIVATION_DTYPE], dep.formats())
 
 
-def build_moe(dep: Deployment, memo: dict) -> MoeStep:
+def build_moe(dep: Deployment, memo: dict, contexts: tuple | None = None) -> MoeStep:
     """The coefficients of a MoE deployment's busiest-device step (see the module)."""
     model, dev = dep.model, dep.device
-    compute, memory, names = _memo(memo, ("base", dev.key, dev.file, dep.tp, dep.weights, dep.kv_format),
-                                   lambda: _base_rows(dep))
+    compute, memory, names = _base(dep, memo, contexts)
     coll, link = _all_reduces(dep)
     base = sc.StepModel(dep, compute, memory, names, model.n_layers, coll, link)
-    row_compute, row_memory, expert_memory = _memo(
-        memo, ("routed", dev.key, dev.file, dep.expert_tp, dep.weights, dep.kv_format), lambda: _routed(dep))
+    routed_rows = _memo(memo, ("routed", dev.key, dev.file, dep.expert_tp, dep.weights, dep.experts_format,
+                               dep.kv_format, dep.compute), lambda: _routed(dep))
     a2a_s, a2a_count = _all_to_alls(dep)
-    return MoeStep(base, row_compute, row_memory, expert_memory, a2a_s, a2a_count)
+    return MoeStep(base, *routed_rows, a2a_s, a2a_count)
 
 
 def _memo(memo: dict, key, make):
+    """memo[key], made once; a failure too (a device without a peak fails every dp and ep alike)."""
     if key not in memo:
-        memo[key] = make()
+        try:
+            memo[key] = make()
+        except Exception as exc:   # re-raised below, each time the key is asked
+            memo[key] = _Failed(exc)
+    if isinstance(memo[key], _Failed):
+        raise memo[key].exc
     return memo[key]
 
 
-def _base_rows(dep: Deployment):
+@dataclass(frozen=True)
+class _Failed:
+    exc: Exception
+
+
+def _base_rows(dep: Deployment, contexts: tuple | None = None):
     """Seconds per unit of each step feature at the peaks, [K, F] compute and memory, of every
     op but the routed experts' (`stepcost`'s row readers), and the ops' names."""
     dev = dep.device
-    matrix, vector = _peaks(dev, dep.weights)
+    matrix, vector = _peaks(dev, dep.gemm_dtype)
     rows, names = [], []
-    for op, flops, traffic in _program(dep, dep.tp, "decode"):
+    for op, flops, traffic in _windowed(_program(dep, dep.tp, "decode"), contexts):
         if not routed(op):
             rows.append(sc._decode_row(op, flops, traffic))
             names.append(op.name)
-    for op, flops, traffic in _program(dep, dep.tp, "prefill"):
+    for op, flops, traffic in _windowed(_program(dep, dep.tp, "prefill"), contexts):
         if op.category == "attention":
             rows.append(sc._chunk_row(op, flops, traffic))
             names.append(f"{op.name} (prompt chunks)")
@@ -183,27 +244,69 @@ def _base_rows(dep: Deployment):
             roofline.transfer_time(np.array([m for _, _, m in rows]), dev.bandwidth), tuple(names))
 
 
+def _windowed(ops, contexts: tuple | None):
+    """`ops` with each window's Min(W, S) (a sliding window; the keys sparse attention selects)
+    as W where every context priced holds at least W tokens (decodes from isl on; a prompt of
+    isl as one chunk from position 0, whose W S - W^2 / 2 attended keys are then affine in its
+    tokens), as S where none holds more than W (isl + osl <= W): exact either way. A window
+    inside the range is not affine in the step features: why not, naming the fix. An op costing
+    per token of context outside attention (DSA's indexer top-k) is read as attention is."""
+    def window(*args):
+        w = next((a for a in args if a.is_number), None)
+        if w is None or len(args) != 2 or S not in set().union(*(a.free_symbols for a in args)):
+            raise sc.NotAffine(f"a minimum of {args} in the step")
+        if contexts is not None and w <= contexts[0]:
+            return w
+        if contexts is not None and w >= contexts[1]:
+            return next(a for a in args if not a.is_number)
+        raise sc.NotAffine(f"a window of {w} tokens (sliding, or the keys sparse attention selects) lies inside "
+                           f"the contexts priced ({'isl %d to isl + osl %d' % contexts if contexts else 'none given'}): "
+                           f"give --isl of at least {w}, or isl + osl of at most {w}")
+
+    def fix(e):
+        e = sp.sympify(e)
+        return e.replace(sp.Min, window) if e.has(sp.Min) else e
+
+    def per_context(op, exprs):
+        if op.category != "attention" and any(sp.expand(e).coeff(B).has(S) for e in exprs):
+            return replace(op, category="attention")   # stepcost places B x S as context only there
+        return op
+    out = []
+    for op, f, t in ops:
+        f, t = fix(f), {c: fix(e) for c, e in t.items()}
+        out.append((per_context(op, [f, *t.values()]), f, t))
+    return out
+
+
 def _routed(dep: Deployment):
-    """Per routed op, seconds per row (FLOPs at the peak, activations) and per expert read
-    (weights), from the program with each expert's width over moe_tp: FLOPs and activations
-    are M x k rows, the weights E(1 - (1 - k/E)^M) experts' (k of them at M = 1)."""
-    k, dev = dep.model.moe.top_k, dep.device
-    matrix, vector = _peaks(dev, dep.weights)
+    """Per routed op, seconds per row (FLOPs at the experts' peak, activations) and per expert
+    read (weights, and their dequantisation FLOPs where weight-only), from the program with each
+    expert's width over moe_tp: FLOPs and activations are M x k rows, the weights (and what
+    dequantises them) E(1 - (1 - k/E)^M) experts' (k of them at M = 1)."""
+    k, dev, dtype = dep.model.moe.top_k, dep.device, experts_gemm_dtype(dep)
+    matrix, vector = _peaks(dev, dtype)
     units, per_row, per_expert = [], [], []
-    for op, flops, traffic in _program(dep, dep.expert_tp, "decode"):
+    for op, flops, traffic in _program(dep, dep.expert_tp, "decode", dtype):
         if not routed(op):
             continue
         acts = sum((e for cls, e in traffic.items() if cls != "weights"), sp.Integer(0))
         units.append(matrix if op.unit == "matrix" else vector)
-        per_row.append((_per_token(flops, op) / k, _per_token(acts, op) / k))
-        per_expert.append(float(sp.sympify(traffic.get("weights", 0)).subs(M, 1)) / k)
+        row_flops = _per_token(flops, op)
+        per_row.append((row_flops / k, _per_token(acts, op) / k))
+        dequant = float(sp.sympify(flops).subs(M, 1)) - row_flops   # what the k experts of one token add
+        per_expert.append((float(sp.sympify(traffic.get("weights", 0)).subs(M, 1)) / k, max(dequant, 0.0) / k))
     return (roofline.compute_time(np.array([f for f, _ in per_row]), np.array(units)),
             roofline.transfer_time(np.array([a for _, a in per_row]), dev.bandwidth),
-            roofline.transfer_time(np.array(per_expert), dev.bandwidth))
+            roofline.transfer_time(np.array([w for w, _ in per_expert]), dev.bandwidth),
+            roofline.compute_time(np.array([f for _, f in per_expert]), np.array(units)))
 
 
 def _per_token(expr, op) -> float:
-    poly = sp.Poly(sp.expand(expr), M)
+    """The coefficient of M: the per-token part of a routed op's cost. Terms over the distinct
+    experts read, E(1 - (1 - k/E)^M) (weight-only dequantisation), are the per-expert part."""
+    expr = sp.expand(sp.sympify(expr))
+    expert_terms = [t for t in sp.Add.make_args(expr) if any(M in e.exp.free_symbols for e in t.atoms(sp.Pow))]
+    poly = sp.Poly(expr - sp.Add(*expert_terms), M)
     if poly.degree() > 1:
         raise sc.NotAffine(f"routed op {op.name}: FLOPs or activations not linear in the tokens")
     return float(poly.coeff_monomial(M))
@@ -251,21 +354,36 @@ def powers(limit: int) -> list[int]:
     return [2 ** i for i in range(int(math.log2(max(1, limit))) + 1)]
 
 
-def deployment_of(model, device, dep: dict, weights: str, kv: str) -> Deployment:
-    """The cost layer's deployment object of one searched point (expert tp fills tp x dp / ep)."""
-    return Deployment(model, device, dep["tp"], weights, kv, attention_dp=dep["dp"], moe_ep=dep["ep"], pp=dep["pp"])
+def deployment_of(model, device, dep: dict, weights: str, kv: str, experts: str | None = None) -> Deployment:
+    """The cost layer's deployment object of one searched point (expert tp fills tp x dp / ep;
+    `experts` the routed experts' format, None: the weights')."""
+    return Deployment(model, device, dep["tp"], weights, kv, attention_dp=dep["dp"], moe_ep=dep["ep"], pp=dep["pp"],
+                      experts=experts)
 
 
-def cached_step(steps: dict, model, device, dep, weights, kv):
+def no_peak(model, device, fmt) -> str:
+    """Why `device` cannot run the GEMMs of `fmt` (a `plan.Formats`), not even weight-only
+    (`Deployment.gemm_dtype`), or ""."""
+    dep = deployment_of(model, device, {"tp": 1, "dp": 1, "ep": 1, "pp": 1}, fmt.weights, fmt.kv_cache, fmt.experts)
+    for stored, dtype in ((fmt.weights, dep.gemm_dtype), (dep.experts_format, experts_gemm_dtype(dep))):
+        if device.peak("matrix", dtype) is None:
+            return (f"device: {device.key} has no tensor peak for {dtype}"
+                    + (f" (the weight-only GEMMs of {stored} weights)" if dtype != stored else ""))
+    return ""
+
+
+def cached_step(steps: dict, model, device, dep, weights, kv, experts=None, contexts=None):
     """One step model per (model, device, deployment but pp, formats): pp and batches share it."""
-    key = (device.key, device.file, tuple((k, v) for k, v in dep.items() if k != "pp"), weights, kv)
+    key = (device.key, device.file, tuple((k, v) for k, v in dep.items() if k != "pp"), weights, kv, experts)
     if key not in steps:
         try:
-            steps[key] = step_for(deployment_of(model, device, {**dep, "pp": 1}, weights, kv), steps)
+            steps[key] = step_for(deployment_of(model, device, {**dep, "pp": 1}, weights, kv, experts), steps,
+                                  contexts)
         except sm.Unpredictable as exc:
             steps[key] = exc
         except Exception as exc:   # sympy cannot read a step as affine
-            steps[key] = sm.Unpredictable(f"the step model is not affine for this model ({type(exc).__name__})")
+            what = " ".join(str(exc).split())[:100]
+            steps[key] = sm.Unpredictable(f"the step model is not affine for this model ({type(exc).__name__}: {what})")
     found = steps[key]
     if isinstance(found, Exception):
         raise found
@@ -278,3 +396,10 @@ def cached_weights(steps: dict, step, pp: int) -> int:
     d = step.deployment
     return _memo(steps, ("weights", d.tp, d.moe_ep, d.expert_tp, pp, d.weights, d.experts_format),
                  lambda: replace(d, pp=pp).weight_bytes())
+
+
+def cached_kv_per_token(steps: dict, step) -> float:
+    """KV-cache bytes one token keeps on the busiest device (`Deployment.kv_per_token`), once
+    per split and KV format."""
+    d = step.deployment
+    return _memo(steps, ("kv", d.tp, d.moe_ep, d.pp, d.kv_format), lambda: float(d.kv_per_token()))
