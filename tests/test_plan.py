@@ -516,12 +516,15 @@ def test_a_dense_model_with_sliding_windows_plans(case):
     assert np.array_equal(dense.step.compute, sc.build(dense.deployment).compute)
 
 
-def test_a_moe_frontier_point_the_simulator_cannot_read_says_why(case):
-    """Where stepcost, the simulator's step model, reads no routing term E(1 - (1 - k/E)^M) (as
-    now), the point is 'not simulated' with the reason, not a traceback; once it does, simulated."""
+def test_a_moe_frontier_point_is_simulated(case):
+    """stepcost, the simulator's step model, prices the routed experts per step
+    (`stepcost.Routed`), so a MoE frontier point is replayed: Mixtral at tp 2 (its bf16 weights,
+    93.4 GB, fit two H100s) gets a simulated TPOT; at tp 1 it says why not, no traceback."""
     _, dev, params = case
-    row = {"deployment": {"tp": 1, "dp": 1, "ep": 1, "pp": 1, **plan.AGGREGATED}, "device": dev.key, "batch": 1,
-           "weights": "bf16", "kv_cache": "bf16", "experts": None, "isl": 64, "osl": 8, "gpus": 1}
-    got = plan.simulate_points(quick._model("mixtral-8x7b"), {dev.key: dev}, [row], engines.load("trtllm"),
+    row = {"deployment": {"tp": 2, "dp": 1, "ep": 1, "pp": 1, **plan.AGGREGATED}, "device": dev.key, "batch": 1,
+           "weights": "bf16", "kv_cache": "bf16", "experts": None, "isl": 64, "osl": 8, "gpus": 2}
+    one = dict(row, deployment=dict(row["deployment"], tp=1), gpus=1)
+    got = plan.simulate_points(quick._model("mixtral-8x7b"), {dev.key: dev}, [row, one], engines.load("trtllm"),
                                lambda d: params)
-    assert got[0].get("tpot_s", {}).get("mean", 0) > 0 or "(stepcost) does not read" in got[0]["not_simulated"]
+    assert got[0]["tpot_s"]["mean"] > 0
+    assert "no memory for the KV cache" in got[1]["not_simulated"]
