@@ -146,3 +146,11 @@ def test_a_moe_schedule_retimed_is_the_simulation(mixtral_tp2):
     got = simulator.Pool([simulator.Retimer(mixtral_tp2, sched, m, res.osl)]).means(PREDICTING)[0]
     assert tuple(got) == pytest.approx((ttft, tpot), rel=1e-9)
     assert simulator.retimed_means(mixtral_tp2, sched, m, res.osl, PREDICTING) == pytest.approx((ttft, tpot), rel=1e-9)
+
+
+def test_a_windowed_model_is_refused_with_the_reason_not_a_traceback(call):
+    """Gemma 2's sliding layers read min(S, 4096) keys per sequence: not affine in the step's
+    summed context, so `simulate` says so and exits 1 (it raised sympy's PolynomialError)."""
+    code, out, err = call("simulate", "gemma-2-9b", "--device", "h200-sxm", "--engine", "vllm",
+                          "--isl", "1024", "--osl", "64", "--concurrency", "8")
+    assert code == 1 and "Min(4096, S) is not affine" in err and "Traceback" not in err

@@ -264,7 +264,17 @@ def attention_peak(dep: Deployment) -> float:
 
 
 def _terms(expr, symbols) -> dict:
-    return {m: float(c) for m, c in sp.Poly(sp.expand(expr), *symbols).terms()} if expr != 0 else {}
+    """The monomials of `expr` in `symbols`; a term that is no polynomial in them (a sliding
+    window's min(S, W) keys) is not affine in the step features: said so, not raised raw."""
+    if expr == 0:
+        return {}
+    try:
+        return {m: float(c) for m, c in sp.Poly(sp.expand(expr), *symbols).terms()}
+    except sp.PolynomialError as exc:
+        bad = sorted(str(f) for f in expr.atoms(sp.Min, sp.Max) if f.free_symbols & set(symbols))
+        raise NotAffine(f"{', '.join(bad) or exc} is not affine in the step features "
+                        "(windowed attention reads min(S, W) keys per sequence; the simulator's step is "
+                        "affine in the batch's summed context)") from None
 
 
 def _decode_row(op, flops, traffic):
