@@ -395,12 +395,13 @@ def _dequantisation(model, dtype: str, stored: dict) -> str:
 
 
 def _predicted(args, model, device, tp: int, storage: dict, section: dict, choice) -> dict:
-    """Calibrated predictions per printed batch and at the largest batch that fits."""
+    """Calibrated predictions per printed batch that fits and at the largest batch that fits (a
+    batch past memory has no prediction: the serving model would run it with a queue)."""
     if isinstance(choice, str):
         return {}
     weights, kv = storage.get("weights", args.dtype), storage.get("kv_cache", args.dtype)
     top = section["crossovers"][0]["devices"][0]["max_batch"]
-    points = sorted({row["batch"] for row in section["steps"]} | ({top} if top >= 1 else set()))
+    points = sorted({row["batch"] for row in section["steps"] if row["batch"] <= top} | ({top} if top >= 1 else set()))
     return {b: calibrated.predict(choice, calibrated.run(model, device, weights, kv, tp, args.prompt,
                                                          args.context, b, storage.get("experts"))) for b in points}
 
