@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,8 @@ from rooflinec.cli import quick, report, summary
 from rooflinec.spec import load as spec
 from rooflinec.model.passes import VARIANTS
 from rooflinec.cost.workbench import Workbench
+
+REPORTS = Path(__file__).parent.parent / "reports"
 
 STUDY = """\
     title: answers
@@ -431,6 +434,17 @@ def test_report_opens_with_the_answer_then_why_then_the_folded_detail(call, tmp_
     for kind in ("devices", "model", "conventions", "params", "symbols"):
         assert f'<section id="{kind}"><details class="detail">\n<summary><h2>' in html, kind
     assert html.index('id="why"') < html.index('id="devices"')
+
+
+def test_a_study_without_a_summary_opens_its_first_section():
+    """The answer comes first even without a summary (no model, or a side-by-side study): the
+    first section is open, the later ones and the symbols stay folded (committed reports)."""
+    html = (REPORTS / "accelerators.html").read_text()
+    assert '<section id="summary">' not in html
+    assert '<section id="accelerators"><details class="detail" open>' in html
+    assert '<section id="symbols"><details class="detail">' in html
+    qwen = (REPORTS / "qwen.html").read_text()
+    assert "<details class=\"detail\" open>" not in qwen
 
 
 @pytest.mark.slow
