@@ -447,6 +447,19 @@ def test_a_study_without_a_summary_opens_its_first_section():
     assert "<details class=\"detail\" open>" not in qwen
 
 
+
+def test_per_user_is_one_sequence_s_rate_under_attention_dp():
+    """Mixtral at attention DP 8, EP 8 (committed report): the group steps 8 ranks' batches at
+    once, so per user is 1 / step (it printed 8x that, the group's tokens/s over one rank's
+    batch) and per GPU the group's tokens/s over 8 devices."""
+    data = json.loads((REPORTS / "moe-mixtral-ep.json").read_text())
+    assert data["summary"]["deployment"]["attention_dp"] == 8
+    for dev in data["summary"]["devices"]:
+        for c in dev["decode"]:
+            for pt, batch in ((c["batch_1"], 1), (c["at_max_batch"], c["max_batch"])):
+                assert pt["per_user"] == pytest.approx(1 / pt["time_s"])
+                assert pt["per_gpu"] == pytest.approx(batch * 8 / pt["time_s"] / 8)
+
 @pytest.mark.slow
 def test_calibrated_rows_appear_where_the_shipped_calibration_was_fitted(call, tmp_path):
     """On H100 the summary carries the serving model's calibrated TPOT beside the bounds (a

@@ -464,13 +464,12 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None, 
         lines.append("  conventions of these bounds (the least work a correct kernel does): "
                      + "; ".join(f"{c['name']}: {c['choice']}" for c in section["conventions"]))
     lines.append(f"decode at context {section['steps'][0]['context']:,}:")
-    gpus = config.gpus if config else 1
     head = ("batch", "tokens/s per user", "tokens/s per GPU", "step", "bound", "memory needed", "fits")
     predicted = config.predicted if config else {}
     rows = [head + (("calibrated TPOT (80%)", "calibrated TTFT") if predicted else ())]
     for row in section["steps"]:
         d = row["devices"][0]
-        user, gpu = table.rates(d["tokens_per_s"], row["batch"], gpus)
+        user, gpu = table.rates(d["tokens_per_s"], row["batch"], section)
         rows.append((str(row["batch"]), sig(user), sig(gpu), seconds(d["time_s"]), d["bound"],
                      gib(row["memory_needed"]), "yes" if d["fits"] else "no")
                     + (table.calibrated_cells(predicted.get(row["batch"])) if predicted else ()))

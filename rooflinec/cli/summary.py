@@ -23,14 +23,15 @@ def serving_options(study) -> dict:
 
 
 def _point(bound: dict | None, flops: float, nbytes: float, fits: bool = True,
-           batch: int | None = None, gpus: int = 1) -> dict | None:
-    """One answer; a decode point (`batch`) also per user (one sequence's rate, 1 / step) and
-    per GPU (the group's tokens/s over the `gpus` that step together)."""
+           batch: int | None = None, gpus: int = 1, ranks: int = 1) -> dict | None:
+    """One answer; a decode point (`batch`, one of `ranks` attention-DP ranks' batch) also per
+    user (one sequence's rate, 1 / step: the group's tokens/s over its batch x ranks sequences)
+    and per GPU (the group's tokens/s over the `gpus` that step together)."""
     if bound is None:
         return None
     rate = {k: bound[k] for k in ("tokens_per_s", "prompt_tokens_per_s") if k in bound}
     if batch is not None:
-        rate.update(per_user=bound["tokens_per_s"] / batch, per_gpu=bound["tokens_per_s"] / gpus)
+        rate.update(per_user=bound["tokens_per_s"] / (batch * ranks), per_gpu=bound["tokens_per_s"] / gpus)
     return {**rate, "time_s": bound["time_s"],
             "bound": bound["bound"], "intensity": flops / nbytes, "fits": fits}
 
@@ -57,7 +58,7 @@ def answers(section: dict, devices, link: dict | None = None, variant: str | Non
     lacking = {row["device"]: row["why"] for row in section.get("lacking", ())}
     memory = {m["device"]: m for m in section.get("memory", ())}
     rows, group = [], section.get("deployment")
-    gpus = group["gpus"] if group else 1
+    gpus, ranks = (group["gpus"], group.get("attention_dp", 1)) if group else (1, 1)
     for dev in devices:
         if dev["key"] in lacking:
             rows.append({"device": dev["key"], "name": dev["name"], "lacks": lacking[dev["key"]]})
@@ -69,10 +70,10 @@ def answers(section: dict, devices, link: dict | None = None, variant: str | Non
             d = next(c for c in row["devices"] if c["device"] == dev["key"])
             decode.append({"context": row["context"],
                            "batch_1": _point(d["at_one"], row["flops_one"], row["bytes_one"],
-                                              room >= row["context"], 1, gpus),
+                                              room >= row["context"], 1, gpus, ranks),
                            "max_batch": d["max_batch"],
                            "at_max_batch": _point(d["at_max_batch"], *d.get("size_at_max", (1, 1)),
-                                                  batch=max(d["max_batch"], 1), gpus=gpus),
+                                                  batch=max(d["max_batch"], 1), gpus=gpus, ranks=ranks),
                            "compute_bound_from": d["first"], "reachable": d["reachable"]})
         prefill = []
         for row in section["prefill"]:
