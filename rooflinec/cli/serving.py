@@ -135,6 +135,8 @@ def cmd_validate(args, stdout, stderr) -> int:
         d = rep["disaggregated_errors"]
         stdout.write(f"{len(rep['disaggregated'])} disaggregated rows predicted: median abs error TTFT "
                      f"{100 * d['ttft']['median_abs']:.1f}%, TPOT {100 * d['tpot']['median_abs']:.1f}%\n")
+    if rep.get("unpredictable"):
+        stdout.write(f"{len(rep['unpredictable'])} rows not predicted: the report's 'Rows not predicted' says why\n")
     return 0
 
 
