@@ -14,6 +14,8 @@ from rooflinec.spec import load as spec
 from rooflinec.model.passes import VARIANTS
 from rooflinec.cost.workbench import Workbench
 
+REPORTS = Path(__file__).parent.parent / "reports"
+
 STUDY = """\
     title: answers
     model: qwen2.5-7b
@@ -434,6 +436,30 @@ def test_report_opens_with_the_answer_then_why_then_the_folded_detail(call, tmp_
     assert html.index('id="why"') < html.index('id="devices"')
 
 
+def test_a_study_without_a_summary_opens_its_first_section():
+    """The answer comes first even without a summary (no model, or a side-by-side study): the
+    first section is open, the later ones and the symbols stay folded (committed reports)."""
+    html = (REPORTS / "accelerators.html").read_text()
+    assert '<section id="summary">' not in html
+    assert '<section id="accelerators"><details class="detail" open>' in html
+    assert '<section id="symbols"><details class="detail">' in html
+    qwen = (REPORTS / "qwen.html").read_text()
+    assert "<details class=\"detail\" open>" not in qwen
+
+
+
+def test_per_user_is_one_sequence_s_rate_under_attention_dp():
+    """Mixtral at attention DP 8, EP 8 (committed report): the group steps 8 ranks' batches at
+    once, so per user is 1 / step (it printed 8x that, the group's tokens/s over one rank's
+    batch) and per GPU the group's tokens/s over 8 devices."""
+    data = json.loads((REPORTS / "moe-mixtral-ep.json").read_text())
+    assert data["summary"]["deployment"]["attention_dp"] == 8
+    for dev in data["summary"]["devices"]:
+        for c in dev["decode"]:
+            for pt, batch in ((c["batch_1"], 1), (c["at_max_batch"], c["max_batch"])):
+                assert pt["per_user"] == pytest.approx(1 / pt["time_s"])
+                assert pt["per_gpu"] == pytest.approx(batch * 8 / pt["time_s"] / 8)
+
 @pytest.mark.slow
 def test_calibrated_rows_appear_where_the_shipped_calibration_was_fitted(call, tmp_path):
     """On H100 the summary carries the serving model's calibrated TPOT beside the bounds (a
@@ -453,18 +479,6 @@ def test_calibrated_rows_appear_where_the_shipped_calibration_was_fitted(call, t
     md = (tmp_path / "out" / "study.md").read_text()
     assert f"| h100-sxm | decode, S = {summary.CONTEXT}, B = 1, calibrated (trtllm) | TPOT " in md
     assert "Calibrated rows are predictions, not bounds" in md
-
-
-def test_per_user_is_one_sequences_rate_under_attention_dp():
-    """A user's tokens/s is 1 / step, whatever the group: under attention DP 8 the group's
-    tokens/s (B x 8 / step) counts 8 ranks' batches, so per user = tokens/s / (B x 8) (it read
-    the group's 1,731 tokens/s at B = 1 as one user's)."""
-    doc = json.loads((Path(__file__).resolve().parents[1] / "reports/moe-mixtral-ep.json").read_text())
-    for dev in doc["summary"]["devices"]:
-        for row in dev["decode"]:
-            for point, batch in ((row["batch_1"], 1), (row["at_max_batch"], max(row["max_batch"], 1))):
-                assert point["per_user"] == pytest.approx(1 / point["time_s"])
-                assert point["tokens_per_s"] == pytest.approx(point["per_user"] * batch * 8)
 
 
 def test_serve_per_user_under_attention_dp_is_one_over_the_step(call):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rooflinec.spec import catalog
+from rooflinec.cli.configurations import rates
 from rooflinec.cli.progress import Progress
 
 CONFIGS = Path(__file__).resolve().parent / "hf_configs"
@@ -222,6 +223,17 @@ def _rows(text: str, device: str) -> list[list[str]]:
     """A configurations table's rows of `device`, split on runs of two spaces."""
     import re
     return [re.split(r"\s{2,}", line.strip()) for line in text.splitlines() if line.startswith(f"  {device} ")]
+
+
+def test_tokens_per_user_counts_every_attention_dp_rank_s_sequences():
+    """DeepSeek-V3 at attention DP 8, EP 8 on 8 H200s, batch 8 per rank: the group steps
+    8 x 8 = 64 sequences in 19.50 ms, 3,282 tokens/s; per user is one sequence's 1 / 19.50 ms =
+    51.3 tokens/s (it was 3,282 / 8 = 410, the per-GPU figure), per GPU 3,282 / 8 = 410."""
+    section = {"deployment": {"gpus": 8, "tp": 1, "ep": 8, "attention_dp": 8}}
+    user, gpu = rates(64 / 0.0195, 8, section)
+    assert user == pytest.approx(1 / 0.0195) and gpu == pytest.approx(64 / 0.0195 / 8)
+    assert rates(8 / 0.0195, 8, {"deployment": {"gpus": 4, "tp": 4}}) == pytest.approx((1 / 0.0195, 2 / 0.0195))
+    assert rates(100.0, 4, {}) == (25.0, 100.0)      # one device, no deployment block
 
 
 @pytest.mark.slow

@@ -87,11 +87,11 @@ def _parser(stdout, stderr) -> _Parser:
     c = sub.add_parser("check", help="validate study specs and everything they reference",
                        streams=streams)
     c.set_defaults(parser=c)
-    c.add_argument("specs", nargs="+", metavar="SPEC")
+    c.add_argument("specs", nargs="+", metavar="SPEC", help="study spec files, e.g. specs/qwen.yaml")
     e = sub.add_parser("explain", help="print one op's derivation: FLOPs, bytes, intensity, crossings",
                        streams=streams)
     e.set_defaults(parser=e)
-    e.add_argument("spec", metavar="SPEC")
+    e.add_argument("spec", metavar="SPEC", help="a study spec, e.g. specs/qwen.yaml")
     e.add_argument("op", metavar="OP", help="op name, e.g. q_proj, attention, lm_head")
     e.add_argument("--variant", choices=("unfused", "fused", "flash", "ideal"), default=None,
                    help="the program variant whose op is derived (default: the naive op, else "

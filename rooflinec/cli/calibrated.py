@@ -130,7 +130,8 @@ def run(model, device, weights: str, kv_cache: str, tp: int, prompt: int, contex
     if weights not in DTYPE_BYTES:
         return f"the calibrated model runs GEMMs at the weights' dtype; {weights} is a storage format only"
     if context <= prompt:
-        return "the calibrated model decodes past the prompt: it needs --context > --prompt"
+        return (f"--context {context:,} is not past --prompt {prompt:,}: the calibrated model decodes "
+                "after the prompt (its mean context is --context), so it needs --context > --prompt")
     layout = layout or {}
     dp = layout.get("attention_dp", 1)
     return serving_model.Run(model, device, weights, tp, prompt, 2 * (context - prompt), batch * dp,

@@ -31,11 +31,11 @@ class Configuration:
         return group["gpus"] if group else 1
 
 
-def rates(point: dict, gpus: int) -> tuple[float, float]:
-    """(per user, per GPU) of a decode point: one sequence's rate is 1 / step whatever the
-    group (under attention DP the group's tokens/s counts every rank's batch), the group's
-    tokens/s over its `gpus`."""
-    return 1 / point["time_s"], point["tokens_per_s"] / gpus
+def rates(tokens_per_s: float, batch: int, section: dict) -> tuple[float, float]:
+    """(per user, per GPU) from a group's tokens/s at `batch`: `batch` is one attention-DP
+    rank's, so the group steps batch x attention_dp sequences over its GPUs."""
+    group = section.get("deployment") or {}
+    return tokens_per_s / (batch * group.get("attention_dp", 1)), tokens_per_s / group.get("gpus", 1)
 
 
 def calibrated_cells(p: dict | None) -> tuple[str, str]:
@@ -69,7 +69,7 @@ def _rows(c: Configuration) -> list[tuple]:
     if dev["at_max_batch"] and dev["max_batch"] not in dict(at):
         at.append((dev["max_batch"], {**dev["at_max_batch"], "fits": True, "largest": True}))
     for batch, d in at:
-        user, gpu = rates(d, c.gpus)
+        user, gpu = rates(d["tokens_per_s"], batch, c.section)
         label = f"{batch:,}" + (" (largest)" if d.get("largest") else "")
         rows.append((c.device.key, str(c.tp), str(c.gpus), label, sig(user), sig(gpu), seconds(d["time_s"]),
                      d["bound"], ttft, "yes" if d["fits"] else "no", *calibrated_cells(c.predicted.get(batch))))

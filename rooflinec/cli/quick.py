@@ -399,12 +399,13 @@ def _dequantisation(model, dtype: str, stored: dict) -> str:
 
 
 def _predicted(args, model, device, tp: int, storage: dict, section: dict, choice) -> dict:
-    """Calibrated predictions per printed batch and at the largest batch that fits."""
+    """Calibrated predictions per printed batch that fits and at the largest batch that fits (a
+    batch past memory has no prediction: the serving model would run it with a queue)."""
     if isinstance(choice, str):
         return {}
     weights, kv = storage.get("weights", args.dtype), storage.get("kv_cache", args.dtype)
     top = section["crossovers"][0]["devices"][0]["max_batch"]
-    points = sorted({row["batch"] for row in section["steps"]} | ({top} if top >= 1 else set()))
+    points = sorted({row["batch"] for row in section["steps"] if row["batch"] <= top} | ({top} if top >= 1 else set()))
     return {b: calibrated.predict(choice, calibrated.run(model, device, weights, kv, tp, args.prompt,
                                                          args.context, b, _layout(args),
                                                          storage.get("experts"))) for b in points}
@@ -468,13 +469,12 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None, 
         lines.append("  conventions of these bounds (the least work a correct kernel does): "
                      + "; ".join(f"{c['name']}: {c['choice']}" for c in section["conventions"]))
     lines.append(f"decode at context {section['steps'][0]['context']:,}:")
-    gpus = config.gpus if config else 1
     head = ("batch", "tokens/s per user", "tokens/s per GPU", "step", "bound", "memory needed", "fits")
     predicted = config.predicted if config else {}
     rows = [head + (("calibrated TPOT (80%)", "calibrated TTFT") if predicted else ())]
     for row in section["steps"]:
         d = row["devices"][0]
-        user, gpu = table.rates(d, gpus)
+        user, gpu = table.rates(d["tokens_per_s"], row["batch"], section)
         rows.append((str(row["batch"]), sig(user), sig(gpu), seconds(d["time_s"]), d["bound"],
                      gib(row["memory_needed"]), "yes" if d["fits"] else "no")
                     + (table.calibrated_cells(predicted.get(row["batch"])) if predicted else ()))

@@ -58,7 +58,7 @@ def register(sub, streams, parents=()) -> None:
                        "their roofline; fit per-op-class efficiency curves", streams=streams, parents=parents,
                        description="Each kernel's FLOPs and bytes come from rooflinec's lowering of the op at the "
                        "profile's model shape, tokens and tp; the report gives the roofline bound check, a "
-                       "fitted curve t = ((F/(eta P))^p + (B/(beta W))^p)^(1/p) + t0 per op class, 80%% conformal "
+                       "fitted curve t = ((F/(eta P))^p + (B/(beta W))^p)^(1/p) + t0 per op class, 80% conformal "
                        "intervals with their coverage on left-out models and tp degrees, the worst kernels, and "
                        "a latency + bandwidth fit per collective. Simple CSV columns: model, op, tokens, tp, "
                        "time_ms, d_model, n_q, n_kv, d_head, d_ff, V, gated.")
@@ -135,6 +135,8 @@ def cmd_validate(args, stdout, stderr) -> int:
         d = rep["disaggregated_errors"]
         stdout.write(f"{len(rep['disaggregated'])} disaggregated rows predicted: median abs error TTFT "
                      f"{100 * d['ttft']['median_abs']:.1f}%, TPOT {100 * d['tpot']['median_abs']:.1f}%\n")
+    if rep.get("unpredictable"):
+        stdout.write(f"{len(rep['unpredictable'])} rows not predicted: the report's 'Rows not predicted' says why\n")
     return 0
 
 

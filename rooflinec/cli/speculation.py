@@ -83,7 +83,7 @@ def text(tab: dict) -> str:
                       ("stops_paying_from_best_case", "at alpha = 1 (best case)")):
         b = tab[key]
         lines.append(f"{what}: speculation " + (f"stops paying from batch {b:,}" if b is not None
-                                                else f"pays at every batch up to {tab['search_limit']:,}")
+                                                else f"pays at every batch searched (to {tab['search_limit']:,})")
                      + f"; the largest batch that fits with the draft is {tab['max_batch']:,}")
     return "\n".join(lines) + "\n"
 
