@@ -9,7 +9,7 @@ import yaml
 
 from rooflinec.cli import output
 from rooflinec.base.errors import RooflineError, UsageError
-from rooflinec.serving.workload import Lengths, Workload
+from rooflinec.serving.workload import AIPERF_DATASET_ENTRIES, Lengths, Workload
 from rooflinec.spec.load import DTYPE_BYTES
 from rooflinec.cli import quick, speculation
 from rooflinec.cli import storage as weight_flags
@@ -78,6 +78,10 @@ def register(sub, streams, parents=()) -> None:
                       help="measured requests (default: 20C closed loop, 1000 open loop)")
     load.add_argument("--warmup", type=int, metavar="N",
                       help="requests sent first and not measured (default: 2C closed loop, 0 open loop)")
+    load.add_argument("--unique-prompts", metavar="N|all",
+                      help="distinct prompts, reused in shuffled passes, so an engine's prefix cache can hit "
+                           "(default: aiperf's 100 in a closed loop, the measured rows' method; all in an open "
+                           "loop); 0 or all: every prompt distinct")
     load.add_argument("--seed", type=int, default=0, metavar="N",
                       help="seed of the lengths and arrivals (default: 0)")
     eng = s.add_argument_group("engine overrides (default: the engine file's)")
@@ -90,6 +94,8 @@ def register(sub, streams, parents=()) -> None:
                      help="mixed: decodes beside prompt chunks; prefill_first: prefill steps pause decodes")
     eng.add_argument("--cache-fraction", type=float, metavar="F", help="memory fraction for the KV cache")
     eng.add_argument("--preemption", choices=("recompute", "none"), help="what happens when blocks run out")
+    eng.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=None,
+                     help="reuse a prompt's cached KV blocks (on in every engine file)")
     dis = s.add_argument_group("disaggregated prefill and decode (serving/disagg.py; a closed loop, fixed lengths)")
     for pool in ("prefill", "decode"):
         dis.add_argument(f"--{pool}-workers", type=int, metavar="N", help=f"{pool} workers (with it: two pools)")
@@ -123,7 +129,19 @@ def workload_of(args):
     if requests < 1:
         raise UsageError("--requests: at least one request is measured")
     return Workload(Lengths.parse(args.isl, "--isl"), Lengths.parse(args.osl, "--osl"),
-                    requests, warmup, c, rate, args.seed)
+                    requests, warmup, c, rate, args.seed, _unique(args.unique_prompts, c))
+
+
+def _unique(text, closed) -> int | None:
+    """--unique-prompts: a count, or None for every prompt distinct."""
+    if text is None:
+        return AIPERF_DATASET_ENTRIES if closed else None
+    t = str(text).strip().lower()
+    if t == "all":
+        return None
+    if not (t.isascii() and t.isdigit() and len(t) <= 9):
+        raise UsageError(f"--unique-prompts: '{text}' is not a count of prompts (e.g. 100), 0 or all")
+    return int(t) or None
 
 
 def _formats(value, flag):
@@ -139,7 +157,8 @@ def cmd_simulate(args, stdout, stderr) -> int:
     policy = engines.override(engines.load(args.engine), max_batch=args.max_batch, max_tokens=args.max_tokens,
                               chunked_prefill=args.chunked_prefill, chunk_tokens=args.chunk_tokens,
                               schedule=args.schedule, cache_fraction=args.cache_fraction,
-                              preemption=args.preemption, kv_cache=_formats(args.kv_cache, "--kv-cache"))
+                              preemption=args.preemption, kv_cache=_formats(args.kv_cache, "--kv-cache"),
+                              prefix_caching=args.prefix_caching)
     stored = weight_flags.weights(args.weights)
     args.weights, args.experts = stored.get("weights", "bf16"), stored.get("experts")
     engine_key = os.path.basename(args.engine).removesuffix(".yaml")
@@ -168,6 +187,8 @@ def cmd_simulate(args, stdout, stderr) -> int:
            "tp": args.tp, **({"attention_dp": args.attention_dp, "ep": args.ep} if args.attention_dp > 1 or args.ep > 1 else {}),
            "engine": {"name": policy.name, "version": policy.version, "file": engine_key},
            "workload": work.describe(), "parameters": {"source": where, **vars(params)},
+           "prefix_cache": {"on": policy.prefix_caching, "pool_fits": res.prefix_pool,
+                            "measured_hits": res.prefix_hits},
            **({"speculation": {"draft": draft.describe(), "k": draft.k, "tokens_per_step": step.tokens_per_step,
                                "source": speculative.SOURCE}} if draft else {}),
            **metrics.summary(res, args.tp)}
@@ -195,7 +216,8 @@ def _one_rank(work: Workload, dp: int) -> Workload:
     if work.closed and work.concurrency % dp:
         raise UsageError(f"--attention-dp: {dp} ranks do not split --concurrency {work.concurrency} evenly")
     return Workload(work.isl, work.osl, max(1, work.requests // dp), work.warmup // dp,
-                    work.concurrency // dp if work.closed else None, None if work.closed else work.rate / dp, work.seed)
+                    work.concurrency // dp if work.closed else None, None if work.closed else work.rate / dp, work.seed,
+                    work.unique_prompts)
 
 
 def _disaggregated(args, work, model, device, policy, params, where, stdout) -> int:

@@ -65,7 +65,8 @@ def prepare(measured: list[rows.Row], specs) -> list[Case]:
     """Every row's schedule, or the reason it is not predicted. A schedule depends on the
     engine, the workload and the KV capacity only (the step features count tokens, not
     seconds), so rows that differ in model, device or tp share one simulation wherever the
-    capacity never bound it and each row's capacity holds its peak (`simulator.Result`)."""
+    capacity never bound it, each row's capacity holds its peak (`simulator.Result`) and gives
+    the prefix cache's pool the same verdict (`simulator.prefix_pool_fits`)."""
     steps, policies, schedules, capacity, out = {}, {}, {}, {}, []
     for row in measured:
         got = rows.resolve(row, specs)
@@ -100,12 +101,14 @@ def _schedule(cache: dict, step: sc.StepModel, policy: engines.Policy, row: rows
     """The row's benchmark (`clients` of one attention-DP rank) scheduled, or a cached schedule
     that its KV capacity (`tokens`) reproduces."""
     blocks = tokens // policy.kv_block_tokens
+    work = workload.benchmark(clients, row.isl, row.osl)
+    pool = simulator.prefix_pool_fits(policy, work, tokens)
     shared = cache.setdefault((row.engine, clients, row.isl, row.osl), [])
     for res in shared:
         same = res.capacity_tokens == tokens
-        if same or (not res.capacity_bound and blocks >= res.peak_blocks):
+        if same or (not res.capacity_bound and blocks >= res.peak_blocks and res.prefix_pool == pool):
             return res if same else replace(res, capacity_tokens=tokens)
-    res = simulator.schedule(step, policy, workload.benchmark(clients, row.isl, row.osl), tokens)
+    res = simulator.schedule(step, policy, work, tokens)
     shared.append(res)
     return res
 
