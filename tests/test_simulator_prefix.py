@@ -1,6 +1,6 @@
 """Prompt reuse and prefix caching in the simulator: aiperf's 100 unique prompts in shuffled
 passes, a hit skipping the cached whole blocks, the pool of prompts accounted beside the
-batch, and the flags that turn either off."""
+batch, the flags, and the bounds taking the reuse where the prediction (by default) does not."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 
 from rooflinec.spec import catalog, load as spec
 from rooflinec.base.errors import UsageError
-from rooflinec.serving import engines, simulator, workload
+from rooflinec.serving import engines, fitting, rows, simulator, validation, workload
+from rooflinec.serving.measurements import Specs
 from rooflinec.serving import stepcost as sc
 
 STEP8 = sc.build(sc.Deployment(spec.load_model(catalog.path("models", "llama-3.1-8b")),
@@ -25,13 +26,15 @@ def ttft(res) -> float:
 
 
 def test_the_benchmark_sends_aiperfs_100_prompts_in_shuffled_passes():
-    w = workload.benchmark(64, 512, 16)            # 128 warm-up + 1280 measured requests
+    w = workload.benchmark(64, 512, 16, workload.AIPERF_DATASET_ENTRIES)   # 128 warm-up + 1280 measured
     ids = w.prompt_ids()
     assert w.unique_prompts == 100 and len(ids) == w.total
     for start in range(0, w.total - 100, 100):     # each pass: every prompt once
         assert sorted(ids[start:start + 100]) == list(range(100))
-    assert workload.benchmark(64, 512, 16).prompt_ids().tolist() == ids.tolist()    # seeded
-    assert dataclasses.replace(w, unique_prompts=None).prompt_ids() is None
+    assert workload.benchmark(64, 512, 16, 100).prompt_ids().tolist() == ids.tolist()    # seeded
+    assert workload.benchmark(64, 512, 16).prompt_ids() is None      # the prediction's default: all distinct
+    assert workload.unique_prompts_of("all", 100) is None and workload.unique_prompts_of("0", 100) is None
+    assert workload.unique_prompts_of(None, 7) == 7 and workload.unique_prompts_of("100", None) == 100
 
 
 def test_a_hit_skips_whole_blocks_and_always_computes_the_last_token():
@@ -44,7 +47,7 @@ def test_a_hit_skips_whole_blocks_and_always_computes_the_last_token():
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
 def test_reused_prompts_hit_and_cut_the_ttft_at_the_bound(engine):
-    pol, w = engines.load(engine), workload.benchmark(64, 2000, 8)
+    pol, w = engines.load(engine), workload.benchmark(64, 2000, 8, 100)
     hit = simulator.simulate(STEP8, pol, w, sc.BOUND)
     cold = simulator.simulate(STEP8, pol, dataclasses.replace(w, unique_prompts=None), sc.BOUND)
     off = simulator.simulate(STEP8, engines.override(pol, prefix_caching=False), w, sc.BOUND)
@@ -57,7 +60,7 @@ def test_reused_prompts_hit_and_cut_the_ttft_at_the_bound(engine):
 def test_a_pool_that_does_not_fit_beside_the_batch_hits_nothing():
     """100 prompts of 8000 tokens at 128 KiB per token (bf16) are 105 GB: more than an H100's
     KV cache, so cyclic reuse under LRU evicts each before it comes back."""
-    pol, w = engines.load("vllm"), workload.benchmark(64, 8000, 8)
+    pol, w = engines.load("vllm"), workload.benchmark(64, 8000, 8, 100)
     res = simulator.schedule(STEP8, pol, w)
     assert not res.prefix_pool and res.prefix_hits == 0
     assert not simulator.prefix_pool_fits(pol, w, simulator.kv_capacity_tokens(STEP8, pol))
@@ -75,9 +78,25 @@ def test_prefix_caching_is_on_in_every_engine_file_with_its_source():
 def test_simulate_unique_prompts_flag(call):
     base = ["simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "vllm", "--concurrency", "8",
             "--isl", "512", "--osl", "4", "--bound", "--json"]
-    hot = json.loads(call(*base)[1])
-    cold = json.loads(call(*base, "--unique-prompts", "all")[1])
+    hot = json.loads(call(*base, "--unique-prompts", "100")[1])
+    cold = json.loads(call(*base)[1])
     assert hot["prefix_cache"]["measured_hits"] > 0 and cold["prefix_cache"]["measured_hits"] == 0
     assert hot["ttft_s"]["mean"] < cold["ttft_s"]["mean"]
     rc, _, err = call(*base, "--unique-prompts", "many")
     assert rc != 0 and "--unique-prompts" in err
+
+
+def test_the_bounds_take_aiperfs_reused_prompts_where_the_prediction_does_not():
+    """The TTFT bound of a row whose measured requests all repeat a prompt (C = 64: the 128
+    warm-up requests sent all 100) is the last token alone over the cached context, far under
+    the whole prompt; the TPOT bound comes from the reused schedule, at most the distinct one's."""
+    row = rows.Row("t", "meta-llama/Llama-3.1-8B-Instruct", "h100-sxm", "vllm", "agg", "bf16", "", 1, 1, 1, 1, 1, 1,
+                   2000, 8, 64, 1.0, 0.01)
+    (case,) = fitting.prepare([row], Specs(None))
+    assert case.result.workload.unique_prompts is None and case.least_work.workload.unique_prompts == 100
+    x = np.zeros(len(sc.FEATURES))
+    x[[sc.ONE, sc.TOKENS, sc.LOGITS, sc.CHUNK_SQUARE, sc.CHUNK_TOKENS, sc.CHUNK_KEYS, sc.CHUNKS]] = \
+        1, 2000, 1, 2000 ** 2, 2000, 2000, 1
+    whole = float(STEP8.durations(x[None], sc.BOUND)[0])
+    assert validation.prompt_alone(case) < 0.2 * whole
+    assert case.bound_means()[1] <= case.means(sc.BOUND)[1] * (1 + 1e-9)

@@ -9,12 +9,12 @@ import yaml
 
 from rooflinec.cli import output
 from rooflinec.base.errors import RooflineError, UsageError
-from rooflinec.serving.workload import AIPERF_DATASET_ENTRIES, Lengths, Workload
+from rooflinec.serving.workload import Lengths, Workload, unique_prompts_of
 from rooflinec.spec.load import DTYPE_BYTES
 from rooflinec.cli import quick, speculation
 from rooflinec.cli import storage as weight_flags
 from rooflinec.serving import calibration, disagg, engines, fitting, intervals, metrics, rows, simulator, stepcost as sc
-from rooflinec.serving import speculative, validation
+from rooflinec.serving import speculative, validation, workload
 from rooflinec.serving.serving_model import Unpredictable
 from rooflinec.serving.measurements import Specs
 from rooflinec.serving.chart import timeline
@@ -79,9 +79,7 @@ def register(sub, streams, parents=()) -> None:
     load.add_argument("--warmup", type=int, metavar="N",
                       help="requests sent first and not measured (default: 2C closed loop, 0 open loop)")
     load.add_argument("--unique-prompts", metavar="N|all",
-                      help="distinct prompts, reused in shuffled passes, so an engine's prefix cache can hit "
-                           "(default: aiperf's 100 in a closed loop, the measured rows' method; all in an open "
-                           "loop); 0 or all: every prompt distinct")
+                      help=UNIQUE_HELP)
     load.add_argument("--seed", type=int, default=0, metavar="N",
                       help="seed of the lengths and arrivals (default: 0)")
     eng = s.add_argument_group("engine overrides (default: the engine file's)")
@@ -110,6 +108,11 @@ def register(sub, streams, parents=()) -> None:
     speculation.add_arguments(s)
 
 
+UNIQUE_HELP = ("distinct prompts, reused in shuffled passes, so the engine's prefix cache can skip a "
+               "repeated prompt's prefill (aiperf's default dataset: 100); 0 or all: every prompt distinct "
+               "(the default: replaying the 100 did not improve the measured rows' validation)")
+
+
 def _positive(name: str, v, kind=int):
     if v is not None and not (v >= 1 if kind is int else 0 < v < float("inf")):
         raise UsageError(f"--{name}: {v} must be {'at least 1' if kind is int else 'a positive number'}")
@@ -129,19 +132,7 @@ def workload_of(args):
     if requests < 1:
         raise UsageError("--requests: at least one request is measured")
     return Workload(Lengths.parse(args.isl, "--isl"), Lengths.parse(args.osl, "--osl"),
-                    requests, warmup, c, rate, args.seed, _unique(args.unique_prompts, c))
-
-
-def _unique(text, closed) -> int | None:
-    """--unique-prompts: a count, or None for every prompt distinct."""
-    if text is None:
-        return AIPERF_DATASET_ENTRIES if closed else None
-    t = str(text).strip().lower()
-    if t == "all":
-        return None
-    if not (t.isascii() and t.isdigit() and len(t) <= 9):
-        raise UsageError(f"--unique-prompts: '{text}' is not a count of prompts (e.g. 100), 0 or all")
-    return int(t) or None
+                    requests, warmup, c, rate, args.seed, unique_prompts_of(args.unique_prompts, None))
 
 
 def _formats(value, flag):
@@ -280,7 +271,8 @@ def text(out: dict) -> str:
 def cmd_calibrate(args, stdout, stderr, specs_root) -> int:
     """`rooflinec calibrate --simulate`: the simulator's parameters fitted to measured rows."""
 
-    cases = fitting.prepare(rows.read(args.csv), Specs(specs_root))
+    cases = fitting.prepare(rows.read(args.csv), Specs(specs_root), unique_prompts_of(
+        args.unique_prompts, workload.BENCHMARK_UNIQUE_PROMPTS))
     try:
         doc = validation.calibrate(cases, os.path.basename(args.csv))
     except ValueError as exc:
