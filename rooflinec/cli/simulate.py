@@ -159,7 +159,8 @@ def cmd_simulate(args, stdout, stderr) -> int:
         params, where = sc.BOUND, "bound: efficiencies 1, overheads 0"
     else:
         table = calibration.load(args.calibration or calibration.shipped())
-        params, where = table.of(device.key, engine_key), f"calibration for ({device.key}, {engine_key})"
+        kind = calibration.model_kind(model)
+        params, where = table.of(device.key, engine_key, kind), f"calibration for ({device.key}, {engine_key}, {kind})"
         band = table.intervals
     if args.prefill_workers is not None or args.decode_workers is not None:
         return _disaggregated(args, work, model, device, policy, params, where, stdout)

@@ -40,8 +40,9 @@ class Case:
     reused: simulator.Result | None = None     # the schedule with aiperf's reused prompts (the bounds')
 
     @property
-    def group(self) -> tuple[str, str]:
-        return (self.row.device, self.row.engine)
+    def group(self) -> tuple[str, str, str]:
+        """(device, engine, kind of model): `calibration`'s groups."""
+        return (self.row.device, self.row.engine, "moe" if self.row.moe_weights else "dense")
 
     @property
     def predicted(self) -> bool:

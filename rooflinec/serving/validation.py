@@ -285,8 +285,8 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
         "source": os.path.basename(csv_file),
         "calibration": os.path.basename(calibration_file) if calibration_file else "fitted on these rows",
         "parameters": {"fitted": list(fitted), "default": vars(params["default"]),
-                       "groups": [{"device": d, "engine": e, **vars(params["groups"][(d, e)])}
-                                  for d, e in sorted(params["groups"])]
+                       "groups": [{"device": g[0], "engine": g[1], **({"models": g[2]} if len(g) > 2 else {}),
+                                   **vars(params["groups"][g])} for g in sorted(params["groups"])]
                        + [{"device": "(other devices)", "engine": e, **vars(params["engines"][e])}
                           for e in sorted(params["engines"])]},
         "assumptions": list(ASSUMPTIONS) + list(disagg.ROW_ASSUMPTIONS),
@@ -385,16 +385,16 @@ def document(fits: fitting.Fits, cases, source: str, ho: list[dict] | None = Non
         "kind": calibration.KIND,
         "fitted_on": source,
         "method": "the simulator's schedule of each row's benchmark, re-timed; least squares on "
-                  "log(predicted / measured) mean TPOT and mean TTFT, per (device, engine), per engine "
-                  "and pooled; parameters not fitted keep their bound values",
+                  "log(predicted / measured) mean TPOT and mean TTFT, per (device, engine, dense or MoE "
+                  "model), per engine and pooled; parameters not fitted keep their bound values",
         "fitted": list(fits.fitted),
         "default": {"parameters": params(fits.default), "residuals": residuals(usable, own)},
         "engines": [{"engine": e, "parameters": params(fits.engines[e]),
                      "residuals": residuals([c for c in usable if c.group[1] == e], own)}
                     for e in sorted(fits.engines)],
-        "groups": [{"device": d, "engine": e, "parameters": params(fits.groups[(d, e)]),
-                    "residuals": residuals([c for c in usable if c.group == (d, e)], own)}
-                   for d, e in sorted(fits.groups)],
+        "groups": [{"device": g[0], "engine": g[1], "models": g[2], "parameters": params(fits.groups[g]),
+                    "residuals": residuals([c for c in usable if c.group == g], own)}
+                   for g in sorted(fits.groups)],
         **_interval_block(ho),
     }
 
