@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from rooflinec.spec import catalog, load as spec
-from rooflinec.base.errors import UsageError
-from rooflinec.serving import engines, fitting, rows, simulator, validation, workload
+from rooflinec.base.errors import SpecError, UsageError
+from rooflinec.serving import calibration, engines, fitting, rows, simulator, validation, workload
 from rooflinec.serving.measurements import Specs
 from rooflinec.serving import stepcost as sc
 
@@ -100,3 +100,23 @@ def test_the_bounds_take_aiperfs_reused_prompts_where_the_prediction_does_not():
     whole = float(STEP8.durations(x[None], sc.BOUND)[0])
     assert validation.prompt_alone(case) < 0.2 * whole
     assert case.bound_means()[1] <= case.means(sc.BOUND)[1] * (1 + 1e-9)
+
+
+def test_calibration_groups_per_kind_of_model_and_older_files_without_it(tmp_path):
+    """A group names its kind of model (dense or moe); a group without one (an older file)
+    serves both; a bad kind is located."""
+    cal = tmp_path / "cal.yaml"
+    cal.write_text("kind: simulator\ndefault:\n  parameters: {compute_fraction: 0.5}\ngroups:\n"
+                   "- {device: h100-sxm, engine: vllm, models: dense, parameters: {compute_fraction: 0.6}}\n"
+                   "- {device: h100-sxm, engine: vllm, models: moe, parameters: {compute_fraction: 0.7}}\n"
+                   "- {device: h200-sxm, engine: vllm, parameters: {compute_fraction: 0.8}}\n")
+    t = calibration.load(str(cal))
+    assert t.of("h100-sxm", "vllm").compute_fraction == 0.6
+    assert t.of("h100-sxm", "vllm", "moe").compute_fraction == 0.7
+    assert t.of("h200-sxm", "vllm", "moe").compute_fraction == 0.8
+    assert t.of("b200", "vllm", "moe").compute_fraction == 0.5
+    assert calibration.model_kind(STEP8.deployment.model) == "dense"
+    cal.write_text("kind: simulator\ndefault:\n  parameters: {}\ngroups:\n"
+                   "- {device: h100-sxm, engine: vllm, models: sparse, parameters: {}}\n")
+    with pytest.raises(SpecError, match="models: expected one of dense, moe"):
+        calibration.load(str(cal))
