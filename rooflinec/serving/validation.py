@@ -285,7 +285,7 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
         "source": os.path.basename(csv_file),
         "calibration": os.path.basename(calibration_file) if calibration_file else "fitted on these rows",
         "parameters": {"fitted": list(fitted), "default": vars(params["default"]),
-                       "groups": [{"device": g[0], "engine": g[1], **({"models": g[2]} if len(g) > 2 else {}),
+                       "groups": [{"device": g[0], "engine": g[1] + (f", {g[2]} models" if len(g) > 2 else ""),
                                    **vars(params["groups"][g])} for g in sorted(params["groups"])]
                        + [{"device": "(other devices)", "engine": e, **vars(params["engines"][e])}
                           for e in sorted(params["engines"])]},
