@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -44,6 +46,17 @@ def speed() -> float:
     start = time.process_time()
     simulator.simulate(step, engines.load("trtllm"), work, params)
     return time.process_time() - start
+
+
+def split(rep: dict, what: str, line) -> None:
+    """TPOT and TTFT median abs error of the dense and the MoE models' rows apart (a MoE row's
+    layout names its experts: the CSV's `moe_weights` is set)."""
+    for name, moe in (("dense", False), ("MoE", True)):
+        got = [r for r in rep["rows"] if r.get("predicted") and ("experts" in r["layout"]) == moe]
+        for w in validation.WHATS:
+            errs = [abs(r[f"{w}_error"]) for r in got]
+            line(f"  {name} rows ({len(got)}): {w.upper()} median abs, {what}",
+                 float(np.median(errs)) if errs else None)
 
 
 def main() -> int:
@@ -81,12 +94,14 @@ def main() -> int:
     line("TTFT median abs error, shipped calibration", rep["ttft"]["median_abs"], 0.25)
     line("TPOT signed median", rep["tpot"]["signed_median"])
     line("TTFT signed median", rep["ttft"]["signed_median"])
+    split(rep, "shipped calibration", line)
     for g in rep["by_group"]:
         line(f"  {g['model'].split('/')[-1]} {g['device']} {g['engine']}: TPOT", g["tpot"]["median_abs"])
         line(f"  {g['model'].split('/')[-1]} {g['device']} {g['engine']}: TTFT", g["ttft"]["median_abs"])
     fitted = validation.report(args.csv, None, None)
     line("TPOT median abs error, refitted on these rows", fitted["tpot"]["median_abs"], 0.08)
     line("TTFT median abs error, refitted on these rows", fitted["ttft"]["median_abs"], 0.25)
+    split(fitted, "refitted", line)
     for by in validation.HOLDOUTS:
         for h in (h for h in fitted["holdouts"] if h["by"] == by):
             print(f"  leave out {by} = {h['held_out'].split('/')[-1]:<30} TPOT {h['tpot']['median_abs']:7.1%}"

@@ -147,7 +147,7 @@ def test_per_request_bounds_hold_on_every_visible_aggregated_row(visible):
     done = [c for c in visible if c.predicted]
     assert len(done) == 538      # 355 dense rows and 183 of Qwen3-235B-A22B (tp, and tp x EP); the rest say why not
     over = [(c.row.row_id, w) for c in done for w, lo, m in
-            (("tpot", c.means(sc.BOUND)[1], c.row.tpot_s), ("ttft", validation.prompt_alone(c), c.row.ttft_s))
+            (("tpot", c.bound_means()[1], c.row.tpot_s), ("ttft", validation.prompt_alone(c), c.row.ttft_s))
             if lo > m]
     assert over == []
 

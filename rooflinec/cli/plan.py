@@ -190,7 +190,8 @@ def cmd_plan(args, stdout, stderr) -> int:
     if args.prices:
         prices.update(plan_cost.load(args.prices))
     prices.update(plan_cost.parse_flags(args.price))
-    res = plan.search(model, devices, args.gpus, work, slo, lambda d: table.of(d.key, engine),
+    kind = calibration.model_kind(model)
+    res = plan.search(model, devices, args.gpus, work, slo, lambda d: table.of(d.key, engine, kind),
                       lambda d: [plan.Formats(w["weights"], k, w.get("experts")) for w in weights for k in kv],
                       disaggregated=not args.aggregated)
     out = document(model, devices, work, slo, res, prices, args, engine, 
@@ -198,7 +199,7 @@ def cmd_plan(args, stdout, stderr) -> int:
     if args.simulate:
         policy = engines.load(args.simulate)
         rows = [{**r, "isl": work.isl, "osl": work.osl} for r in out["frontier"]]
-        sims = plan.simulate_points(model, {d.key: d for d in devices}, rows, policy, lambda d: table.of(d.key, engine))
+        sims = plan.simulate_points(model, {d.key: d for d in devices}, rows, policy, lambda d: table.of(d.key, engine, kind))
         for r, sim in zip(out["frontier"], sims):
             r["simulated"] = sim
     if args.out:

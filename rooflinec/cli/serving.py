@@ -9,7 +9,7 @@ import yaml
 from rooflinec.cli import output
 from rooflinec.base.errors import Problem, RooflineError, SpecError
 from rooflinec.render.formats import parse as parse_formats
-from rooflinec.serving import calibrate, calibration, measurements, opcurves, rows, validate_ops, validate_runs, validation
+from rooflinec.serving import calibrate, calibration, measurements, opcurves, rows, validate_ops, validate_runs, validation, workload
 from rooflinec.base.errors import UsageError
 from rooflinec.cli import simulate as sim
 
@@ -36,6 +36,7 @@ def register(sub, streams, parents=()) -> None:
     c.add_argument("--specs", metavar="DIR",
                    help="folder holding models/ and hardware/ that shadow the installed catalog")
     c.add_argument("--simulate", action="store_true", help=SIMULATE_HELP)
+    c.add_argument("--unique-prompts", metavar="N|all", help=sim.UNIQUE_HELP + " (simulator only)")
     v = sub.add_parser("validate", help="predict measured serving runs; report the errors",
                        streams=streams, parents=parents)
     v.set_defaults(parser=v)
@@ -49,6 +50,7 @@ def register(sub, streams, parents=()) -> None:
     v.add_argument("--format", default="md,html,json", metavar="LIST",
                    help="comma-separated formats among: md, html, json")
     v.add_argument("--simulate", action="store_true", help=SIMULATE_HELP)
+    v.add_argument("--unique-prompts", metavar="N|all", help=sim.UNIQUE_HELP + " (simulator only)")
     v.add_argument("--op-efficiency", metavar="OPS.json",
                    help="time each GEMM, norm, RoPE and embedding kernel of the step by the per-op-class curve "
                    "of a `validate-ops` ops.json (at each row's device peaks, nothing refitted) instead of the "
@@ -120,7 +122,9 @@ def cmd_validate(args, stdout, stderr) -> int:
     if args.op_efficiency:
         rep = opcurves.report(args.csv, _specs_folder(args.specs), args.calibration, args.op_efficiency)
     elif _simulated(args):
-        rep = validation.report(args.csv, _specs_folder(args.specs), args.calibration or calibration.shipped())
+        rep = validation.report(args.csv, _specs_folder(args.specs), args.calibration or calibration.shipped(),
+                                unique_prompts=workload.unique_prompts_of(args.unique_prompts,
+                                                                          workload.BENCHMARK_UNIQUE_PROMPTS))
     else:
         rep = validate_runs.report(args.csv, _specs_folder(args.specs), args.calibration or shipped_calibration())
     for target in output.write_reports(args.out, {"serving": validate_runs.render(rep, formats)}, say):

@@ -9,12 +9,12 @@ import yaml
 
 from rooflinec.cli import output
 from rooflinec.base.errors import RooflineError, UsageError
-from rooflinec.serving.workload import Lengths, Workload
+from rooflinec.serving.workload import Lengths, Workload, unique_prompts_of
 from rooflinec.spec.load import DTYPE_BYTES
 from rooflinec.cli import quick, speculation
 from rooflinec.cli import storage as weight_flags
 from rooflinec.serving import calibration, disagg, engines, fitting, intervals, metrics, rows, simulator, stepcost as sc
-from rooflinec.serving import speculative, validation
+from rooflinec.serving import speculative, validation, workload
 from rooflinec.serving.serving_model import Unpredictable
 from rooflinec.serving.measurements import Specs
 from rooflinec.serving.chart import timeline
@@ -78,6 +78,8 @@ def register(sub, streams, parents=()) -> None:
                       help="measured requests (default: 20C closed loop, 1000 open loop)")
     load.add_argument("--warmup", type=int, metavar="N",
                       help="requests sent first and not measured (default: 2C closed loop, 0 open loop)")
+    load.add_argument("--unique-prompts", metavar="N|all",
+                      help=UNIQUE_HELP)
     load.add_argument("--seed", type=int, default=0, metavar="N",
                       help="seed of the lengths and arrivals (default: 0)")
     eng = s.add_argument_group("engine overrides (default: the engine file's)")
@@ -90,6 +92,8 @@ def register(sub, streams, parents=()) -> None:
                      help="mixed: decodes beside prompt chunks; prefill_first: prefill steps pause decodes")
     eng.add_argument("--cache-fraction", type=float, metavar="F", help="memory fraction for the KV cache")
     eng.add_argument("--preemption", choices=("recompute", "none"), help="what happens when blocks run out")
+    eng.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=None,
+                     help="reuse a prompt's cached KV blocks (on in every engine file)")
     dis = s.add_argument_group("disaggregated prefill and decode (serving/disagg.py; a closed loop, fixed lengths)")
     for pool in ("prefill", "decode"):
         dis.add_argument(f"--{pool}-workers", type=int, metavar="N", help=f"{pool} workers (with it: two pools)")
@@ -102,6 +106,11 @@ def register(sub, streams, parents=()) -> None:
     s.add_argument("--chart", metavar="FILE.svg", help="write running, waiting and tokens per step over time")
     s.add_argument("--json", action="store_true", help="one JSON document instead of a table")
     speculation.add_arguments(s)
+
+
+UNIQUE_HELP = ("distinct prompts, reused in shuffled passes, so the engine's prefix cache can skip a "
+               "repeated prompt's prefill (aiperf's default dataset: 100); 0 or all: every prompt distinct "
+               "(the default: replaying the 100 did not improve the measured rows' validation)")
 
 
 def _positive(name: str, v, kind=int):
@@ -123,7 +132,7 @@ def workload_of(args):
     if requests < 1:
         raise UsageError("--requests: at least one request is measured")
     return Workload(Lengths.parse(args.isl, "--isl"), Lengths.parse(args.osl, "--osl"),
-                    requests, warmup, c, rate, args.seed)
+                    requests, warmup, c, rate, args.seed, unique_prompts_of(args.unique_prompts, None))
 
 
 def _formats(value, flag):
@@ -139,7 +148,8 @@ def cmd_simulate(args, stdout, stderr) -> int:
     policy = engines.override(engines.load(args.engine), max_batch=args.max_batch, max_tokens=args.max_tokens,
                               chunked_prefill=args.chunked_prefill, chunk_tokens=args.chunk_tokens,
                               schedule=args.schedule, cache_fraction=args.cache_fraction,
-                              preemption=args.preemption, kv_cache=_formats(args.kv_cache, "--kv-cache"))
+                              preemption=args.preemption, kv_cache=_formats(args.kv_cache, "--kv-cache"),
+                              prefix_caching=args.prefix_caching)
     stored = weight_flags.weights(args.weights)
     args.weights, args.experts = stored.get("weights", "bf16"), stored.get("experts")
     engine_key = os.path.basename(args.engine).removesuffix(".yaml")
@@ -149,7 +159,8 @@ def cmd_simulate(args, stdout, stderr) -> int:
         params, where = sc.BOUND, "bound: efficiencies 1, overheads 0"
     else:
         table = calibration.load(args.calibration or calibration.shipped())
-        params, where = table.of(device.key, engine_key), f"calibration for ({device.key}, {engine_key})"
+        kind = calibration.model_kind(model)
+        params, where = table.of(device.key, engine_key, kind), f"calibration for ({device.key}, {engine_key}, {kind})"
         band = table.intervals
     if args.prefill_workers is not None or args.decode_workers is not None:
         return _disaggregated(args, work, model, device, policy, params, where, stdout)
@@ -168,6 +179,8 @@ def cmd_simulate(args, stdout, stderr) -> int:
            "tp": args.tp, **({"attention_dp": args.attention_dp, "ep": args.ep} if args.attention_dp > 1 or args.ep > 1 else {}),
            "engine": {"name": policy.name, "version": policy.version, "file": engine_key},
            "workload": work.describe(), "parameters": {"source": where, **vars(params)},
+           "prefix_cache": {"on": policy.prefix_caching, "pool_fits": res.prefix_pool,
+                            "measured_hits": res.prefix_hits},
            **({"speculation": {"draft": draft.describe(), "k": draft.k, "tokens_per_step": step.tokens_per_step,
                                "source": speculative.SOURCE}} if draft else {}),
            **metrics.summary(res, args.tp)}
@@ -195,7 +208,8 @@ def _one_rank(work: Workload, dp: int) -> Workload:
     if work.closed and work.concurrency % dp:
         raise UsageError(f"--attention-dp: {dp} ranks do not split --concurrency {work.concurrency} evenly")
     return Workload(work.isl, work.osl, max(1, work.requests // dp), work.warmup // dp,
-                    work.concurrency // dp if work.closed else None, None if work.closed else work.rate / dp, work.seed)
+                    work.concurrency // dp if work.closed else None, None if work.closed else work.rate / dp, work.seed,
+                    work.unique_prompts)
 
 
 def _disaggregated(args, work, model, device, policy, params, where, stdout) -> int:
@@ -258,7 +272,8 @@ def text(out: dict) -> str:
 def cmd_calibrate(args, stdout, stderr, specs_root) -> int:
     """`rooflinec calibrate --simulate`: the simulator's parameters fitted to measured rows."""
 
-    cases = fitting.prepare(rows.read(args.csv), Specs(specs_root))
+    cases = fitting.prepare(rows.read(args.csv), Specs(specs_root), unique_prompts_of(
+        args.unique_prompts, workload.BENCHMARK_UNIQUE_PROMPTS))
     try:
         doc = validation.calibrate(cases, os.path.basename(args.csv))
     except ValueError as exc:

@@ -2,7 +2,7 @@
 
 Each file states the engine's version, the source files its defaults come from, and the
 fields it does not know (`assumed`, each with what was assumed). Checked by hand here rather
-than by a JSON Schema: ten scalar fields, each with a located message.
+than by a JSON Schema: eleven scalar fields, each with a located message.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class Policy:
     admission_reserve_output: float  # share of a request's output whose KV is reserved at admission
     preemption: str
     kv_cache: str
+    prefix_caching: bool             # a prompt's cached full KV blocks are reused, not prefilled again
     assumed: dict                    # field -> what was assumed where no source states it
 
     def kv_dtype(self) -> str:
@@ -47,7 +48,8 @@ class Policy:
 
 INTEGERS = ("max_batch", "max_tokens", "chunk_tokens", "kv_block_tokens")
 TEXTS = ("name", "version", "source")
-OVERRIDABLE = INTEGERS + ("chunked_prefill", "schedule", "cache_fraction", "preemption", "kv_cache")
+OVERRIDABLE = INTEGERS + ("chunked_prefill", "schedule", "cache_fraction", "preemption", "kv_cache",
+                          "prefix_caching")
 
 
 def names() -> list[str]:
@@ -87,7 +89,7 @@ def _check(name: str, v) -> str:
         return "" if isinstance(v, str) and v.strip() else "expected text"
     if name in INTEGERS:
         return "" if _whole(v) else "expected a whole number >= 1"
-    if name == "chunked_prefill":
+    if name in ("chunked_prefill", "prefix_caching"):
         return "" if isinstance(v, bool) else "expected true or false"
     if name in ("cache_fraction", "admission_reserve_output"):
         lo_ok = (lambda x: x > 0) if name == "cache_fraction" else (lambda x: x >= 0)

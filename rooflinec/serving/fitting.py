@@ -37,10 +37,12 @@ class Case:
     step: sc.StepModel | None = None
     policy: engines.Policy | None = None
     result: simulator.Result | None = None
+    reused: simulator.Result | None = None     # the schedule with aiperf's reused prompts (the bounds')
 
     @property
-    def group(self) -> tuple[str, str]:
-        return (self.row.device, self.row.engine)
+    def group(self) -> tuple[str, str, str]:
+        """(device, engine, kind of model): `calibration`'s groups."""
+        return (self.row.device, self.row.engine, "moe" if self.row.moe_weights else "dense")
 
     @property
     def predicted(self) -> bool:
@@ -55,17 +57,33 @@ class Case:
     def pool(self) -> simulator.Pool:
         return simulator.Pool([self.retimer])
 
+    @property
+    def least_work(self) -> simulator.Result:
+        """The schedule the bounds take: the benchmark's prompts reused as aiperf sends them, so
+        the engine's prefix cache may skip their prefill (the least work any run does)."""
+        return self.reused or self.result
+
+    def bound_means(self) -> tuple[float, float]:
+        """(mean TTFT, mean TPOT) of `least_work` at the bound."""
+        r = self.least_work
+        if r is self.result:
+            return self.means(sc.BOUND)
+        ttft, tpot = simulator.Pool([simulator.Retimer(self.step, r.schedule, r.measured, r.osl)]).means(sc.BOUND)[0]
+        return float(ttft), float(tpot)
+
     def means(self, p: sc.Parameters) -> tuple[float, float]:
         """(mean TTFT, mean TPOT) of the row's measured requests under `p`."""
         ttft, tpot = self.pool.means(p)[0]
         return float(ttft), float(tpot)
 
 
-def prepare(measured: list[rows.Row], specs) -> list[Case]:
+def prepare(measured: list[rows.Row], specs, unique_prompts=workload.BENCHMARK_UNIQUE_PROMPTS) -> list[Case]:
     """Every row's schedule, or the reason it is not predicted. A schedule depends on the
     engine, the workload and the KV capacity only (the step features count tokens, not
     seconds), so rows that differ in model, device or tp share one simulation wherever the
-    capacity never bound it and each row's capacity holds its peak (`simulator.Result`)."""
+    capacity never bound it, each row's capacity holds its peak (`simulator.Result`) and gives
+    the prefix cache's pool the same verdict (`simulator.prefix_pool_fits`). `unique_prompts`:
+    the prediction's (`workload.benchmark`); the bounds' schedule reuses aiperf's prompts."""
     steps, policies, schedules, capacity, out = {}, {}, {}, {}, []
     for row in measured:
         got = rows.resolve(row, specs)
@@ -87,25 +105,28 @@ def prepare(measured: list[rows.Row], specs) -> list[Case]:
                 steps[key] = sc.build(dep)
             if (key, row.engine) not in capacity:       # the weights' bytes are a sympy sum: once
                 capacity[key, row.engine] = simulator.kv_capacity_tokens(steps[key], policy)
-            res = _schedule(schedules, steps[key], policy, row, clients, capacity[key, row.engine])
+            res, reused = (_schedule(schedules, steps[key], policy, row, clients, capacity[key, row.engine], u)
+                           for u in (unique_prompts, workload.AIPERF_DATASET_ENTRIES))
         except Unpredictable as exc:
             out.append(Case(row, str(exc)))
             continue
-        out.append(Case(row, "", steps[key], policy, res))
+        out.append(Case(row, "", steps[key], policy, res, None if reused is res else reused))
     return out
 
 
 def _schedule(cache: dict, step: sc.StepModel, policy: engines.Policy, row: rows.Row,
-              clients: int, tokens: int) -> simulator.Result:
+              clients: int, tokens: int, unique_prompts: int | None) -> simulator.Result:
     """The row's benchmark (`clients` of one attention-DP rank) scheduled, or a cached schedule
     that its KV capacity (`tokens`) reproduces."""
     blocks = tokens // policy.kv_block_tokens
-    shared = cache.setdefault((row.engine, clients, row.isl, row.osl), [])
+    work = workload.benchmark(clients, row.isl, row.osl, unique_prompts)
+    pool = simulator.prefix_pool_fits(policy, work, tokens)
+    shared = cache.setdefault((row.engine, clients, row.isl, row.osl, unique_prompts), [])
     for res in shared:
         same = res.capacity_tokens == tokens
-        if same or (not res.capacity_bound and blocks >= res.peak_blocks):
+        if same or (not res.capacity_bound and blocks >= res.peak_blocks and res.prefix_pool == pool):
             return res if same else replace(res, capacity_tokens=tokens)
-    res = simulator.schedule(step, policy, workload.benchmark(clients, row.isl, row.osl), tokens)
+    res = simulator.schedule(step, policy, work, tokens)
     shared.append(res)
     return res
 

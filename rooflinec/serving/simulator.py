@@ -19,6 +19,16 @@ its ratio after a retraction; assumed for vLLM too, which would otherwise re-adm
 preempt the same request over and over). KV-cache capacity: the policy's fraction of the device's memory less the weights,
 in blocks of the policy's size, at the KV bytes per token of one device.
 
+Prefix caching (the engine's `prefix_caching`; the workload's `unique_prompts`): a request whose
+prompt an earlier request has prefilled skips the prompt's cached whole KV blocks, the last token
+always computed for its logits (vLLM: block 16, SGLang: page 1, TensorRT-LLM: block 32), so its
+prefill is the uncached tail, whose attention still reads the cached context. Eviction: the
+cached prompts are a pool beside the running batch's own KV (a hit's blocks are the pool's,
+shared); the pool of every unique prompt must fit beside the largest running batch's own KV
+(`prefix_pool_fits`), else the engines' LRU eviction under cyclic reuse (each prompt comes back
+after all the others) evicts every prompt before its reuse, and nothing hits. Two requests
+prefilling the same prompt at once each compute it.
+
 In a closed loop every event falls on a step boundary, so the schedule (which steps run with
 which batch) does not depend on the step times: `Schedule` records it, and `retime` prices
 the same schedule under other parameters exactly (calibration re-times it instead of
@@ -74,6 +84,28 @@ class Result:
     latency_s: float = 0.0    # the front end's, added to TTFT and E2E (the schedule is unaffected)
     peak_blocks: int = 0      # the most KV blocks any admission or decode run needed
     capacity_bound: bool = False   # the KV capacity refused something (else any capacity >= peak_blocks gives this schedule)
+    prefix_hits: int = 0      # measured requests whose prompt's prefix came from the cache
+    prefix_pool: bool = False  # the unique prompts' pool fitted beside the batch (`prefix_pool_fits`)
+
+
+def cacheable_tokens(isl, block_tokens: int):
+    """Tokens of a prompt a cache hit skips: its whole blocks, the last token always computed."""
+    return (isl - 1) // block_tokens * block_tokens
+
+
+def prefix_pool_fits(policy: Policy, work: Workload, capacity_tokens: int) -> bool:
+    """Prefix caching hits at all: the engine caches, prompts are reused, and the pool of every
+    unique prompt's cacheable blocks fits beside the largest running batch's own KV (the
+    uncached tail and the output of min(C, max batch) requests at the longest lengths)."""
+    if not (policy.prefix_caching and work.reused):
+        return False
+    b, isl, osl = policy.kv_block_tokens, *work.lengths()
+    ids = work.prompt_ids()
+    first = np.unique(ids, return_index=True)[1]
+    pool = int(cacheable_tokens(isl[first], b).sum()) // b
+    own = -(-int((isl - cacheable_tokens(isl, b) + osl).max()) // b)
+    batch = min(work.concurrency or policy.max_batch, policy.max_batch)
+    return pool + batch * own <= capacity_tokens // b
 
 
 def kv_capacity_tokens(model: sc.StepModel, policy: Policy) -> int:
@@ -119,6 +151,12 @@ class _Loop:
         self.cap_tokens = kv_capacity_tokens(model, policy) if capacity_tokens is None else capacity_tokens
         self.cap_blocks = self.cap_tokens // policy.kv_block_tokens
         self.prompt = self.isl.copy()
+        self.pid = work.prompt_ids()
+        self.caching = not prefilled and prefix_pool_fits(policy, work, self.cap_tokens)
+        self.pool = 0                          # blocks of the cached prompts
+        self.cached = np.zeros(n, np.int64)    # a request's prompt tokens in the pool
+        self.computed = np.zeros(work.unique_prompts or 0, bool)
+        self.hits = 0
         # tokens a decode step yields: 1, or a speculative step's expectation (speculative.py)
         self.adv = getattr(model, "tokens_per_step", 1)
         self.prefilled = np.zeros(n, np.int64)
@@ -183,8 +221,30 @@ class _Loop:
 
     def _reserved(self, ids, share: float):
         """Blocks for requests `ids`: what they hold, plus `share` of their remaining output."""
-        return self._blocks(np.maximum(self.kvlen[ids], self.prompt[ids])
+        return self._blocks(np.maximum(self.kvlen[ids], self.prompt[ids]) - self.cached[ids]
                             + np.ceil(share * (self.osl[ids] - self.gen[ids])).astype(np.int64))
+
+    def _free_blocks(self) -> int:
+        return self.cap_blocks - self.pool
+
+    def _hit(self, cand):
+        """Requests in `cand` whose prompt the pool holds start past its cached tokens."""
+        new = cand[(self.cached[cand] == 0) & (self.prefilled[cand] == 0)]
+        new = new[self.computed[self.pid[new]]]
+        if len(new):
+            c = cacheable_tokens(self.isl[new], self.pol.kv_block_tokens)
+            self.cached[new] = self.prefilled[new] = self.kvlen[new] = c
+            self.hits += int(self.measured[new].sum())
+
+    def _pool(self, done):
+        """Prompts prefilled for the first time join the pool; their blocks are the pool's."""
+        ids = done[(self.cached[done] == 0) & ~self.computed[self.pid[done]]]
+        ids = ids[np.unique(self.pid[ids], return_index=True)[1]]
+        if len(ids):
+            c = cacheable_tokens(self.isl[ids], self.pol.kv_block_tokens)
+            self.computed[self.pid[ids]] = True
+            self.cached[ids] = c
+            self.pool += int(c.sum()) // self.pol.kv_block_tokens
 
     # --- the scheduler -----------------------------------------------------------------
     def _schedule(self):
@@ -212,7 +272,7 @@ class _Loop:
         new = self._admissions(min(room, len(self.waiting), limit), limit) if room > 0 and limit > 0 else None
         if new is not None:
             ids = np.concatenate([np.array(ids, np.int64), new[0]])
-            return ids, np.concatenate([np.array(prefix, np.int64), np.zeros(len(new[0]), np.int64)]), \
+            return ids, np.concatenate([np.array(prefix, np.int64), self.prefilled[new[0]]]), \
                 np.concatenate([np.array(sizes, np.int64), new[1]])
         return np.array(ids, np.int64), np.array(prefix, np.int64), np.array(sizes, np.int64)
 
@@ -222,6 +282,8 @@ class _Loop:
         if m <= 0:
             return None
         cand = np.fromiter(islice(self.waiting, m), np.int64, m)
+        if self.caching:
+            self._hit(cand)
         left = self.prompt[cand] - self.prefilled[cand]
         before = np.cumsum(left) - left
         if self.pol.chunked_prefill:
@@ -232,12 +294,12 @@ class _Loop:
         share = self._share()
         held = int(self._reserved(np.flatnonzero(self.running), share).sum())
         need = held + np.cumsum(self._reserved(cand, share))
-        fits = need <= self.cap_blocks
+        fits = need <= self._free_blocks()
         n = int(np.argmin(ok & fits)) if not (ok & fits).all() else m
         self.bound |= n < m and bool(ok[n]) and not fits[n]
         if n == 0:
             return None
-        self.peak = max(self.peak, int(need[n - 1]))
+        self.peak = max(self.peak, int(need[n - 1]) + self.pool)
         got = cand[:n]
         for _ in range(n):
             self.waiting.popleft()
@@ -306,7 +368,7 @@ class _Loop:
             self.partial.remove(r)
         self.n_running -= 1
         self.prompt[r] = self.isl[r] + self.gen[r]
-        self.prefilled[r] = self.kvlen[r] = 0
+        self.prefilled[r] = self.kvlen[r] = self.cached[r]     # a cached prefix stays in the pool
         self.waiting.appendleft(r)
         self.preemptions += 1
 
@@ -315,13 +377,15 @@ class _Loop:
         k = int(np.ceil((self.osl[decoding] - self.gen[decoding]) / self.adv).min())
         if self.pol.admission_reserve_output >= 1:
             return k                      # every running request's whole output is reserved
-        lens = self.kvlen[decoding]
-        others = int(self._blocks(self.kvlen[self.running & ~self.decoding]).sum())
+        lens = self.kvlen[decoding] - self.cached[decoding]
+        prefilling = self.running & ~self.decoding
+        others = int(self._blocks(self.kvlen[prefilling] - self.cached[prefilling]).sum())
+        free = self._free_blocks()
 
         def fits(j):
-            return others + int(self._blocks(lens + j * self.adv).sum()) <= self.cap_blocks
+            return others + int(self._blocks(lens + j * self.adv).sum()) <= free
         if fits(k):
-            self.peak = max(self.peak, others + int(self._blocks(lens + k).sum()))
+            self.peak = max(self.peak, others + int(self._blocks(lens + k).sum()) + self.pool)
             return k
         self.bound = True
         lo, hi = 0, k        # fits(lo) or lo = 0; not fits(hi)
@@ -387,6 +451,8 @@ class _Loop:
             self.kvlen[ids] += sizes
             done = ids[self.prefilled[ids] == self.prompt[ids]]
             if len(done):
+                if self.caching:
+                    self._pool(done)
                 gone = set(done.tolist())
                 self.partial = [r for r in self.partial if r not in gone]
                 self.decoding[done] = True
@@ -429,7 +495,8 @@ class _Loop:
         w = np.concatenate(self.itl_w) if self.itl_w else np.zeros(0)
         return Result(self.w, self.pol, self.cap_tokens, self.isl, self.osl, self.arrival, self.first,
                       self.finish, self.measured, itl, w, np.array(self.timeline), sched, self.preemptions,
-                      self.p.request_latency_s, self.peak, self.bound or self.preemptions > 0)
+                      self.p.request_latency_s, self.peak, self.bound or self.preemptions > 0,
+                      self.hits, self.caching)
 
 
 # --- re-timing a recorded schedule (closed loop) ---------------------------------------------
