@@ -26,7 +26,11 @@ def _model(key: str):
 
 
 def _total(model) -> int:
-    return int(number(params.count(model).total, model_values(model)))
+    """Every parameter a deployment holds: the total less multi-token-prediction modules,
+    which no device holds unless speculation drafts with them (DeepSeek-V3's mtp_layers: 1)."""
+    p, values = params.count(model), model_values(model)
+    mtp = sum(number(c.count, values) for c in p.components if c.group == "mtp")
+    return int(number(p.total, values) - mtp)
 
 
 def _valid_pp(n_layers: int, pp: int) -> bool:

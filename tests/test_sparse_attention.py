@@ -47,12 +47,17 @@ def test_parameters_against_the_model_card(sparse):
     # the indexer per layer (transformers' DeepseekV32Indexer): wq_b 1536 x 64*128 = 12,582,912;
     # wk 7168 x 128 = 917,504; k_norm (LayerNorm, gain and shift) 256; weights_proj 7168 x 64 = 458,752: 13,959,424, x 61 layers
     # = 851,524,864 on DeepSeek-V3's 671,026,404,352 = 671,877,929,216; the card's 685B adds the
-    # multi-token-prediction module (DeepSeek-V3's card: 671B + 14B), not modelled
+    # multi-token-prediction module (mtp_layers: 1): one layer like the last, its indexer
+    # included, 11,610,067,968 + 13,959,424 = 11,624,027,392 (DeepSeek-V3's card: 671B + 14B)
     parts = {c.name: number(c.per, values) for c in count.components}
     assert (parts["index_q_proj"], parts["index_k_proj"], parts["index_k_norm"], parts["index_weights_proj"]) \
         == (12_582_912, 917_504, 256, 458_752)
-    assert number(count.total, values) == 671_026_404_352 + 61 * 13_959_424 == 671_877_929_216
-    assert number(params.count(_dense(sparse)).total, values) == 671_026_404_352
+    mtp = sum(number(c.count, values) for c in count.components if c.group == "mtp")
+    assert mtp == 11_610_067_968 + 13_959_424
+    assert number(count.total, values) - mtp == 671_026_404_352 + 61 * 13_959_424 == 671_877_929_216
+    dense = params.count(_dense(sparse))
+    assert number(dense.total, values) - sum(number(c.count, values) for c in dense.components
+                                             if c.group == "mtp") == 671_026_404_352
 
 
 def test_cache_per_token(sparse):
