@@ -485,3 +485,44 @@ def test_attention_states_a_limit_and_a_crossing_past_their_size_budgets(tree, m
         for said in ("limit not found within its size budget",
                      "crossing not found within its size budget"):
             assert said in text, (fmt, said)
+
+
+# --- issue 31, round three: deployments the fuzzer found slow or broken --------------------
+
+def test_a_crossing_past_the_exact_bits_is_probed_without_building_the_power():
+    """gpt-oss-120b at attention_dp 16: the expert GEMM's intensity holds
+    ceil(-128 (31/32)**(16 M)); past budget.EXACT_BITS a probe at M = 2**40 once built
+    (31/32)**(2**44) exactly inside sympy's evalf of the ceiling (minutes). Each such power is
+    now its value to budget.EXACT_DIGITS digits first: 16 M log2(32/31) = 8.06e11 bits below 1,
+    so 2.5e-242566065905, and the ceiling of -128 times it is 0."""
+    from rooflinec.cost import piecewise
+    m = sp.Symbol("M", positive=True)
+    den = 6266880 * m + 16588800 * sp.ceiling(-128 * sp.Rational(31, 32) ** (16 * m)) + 2123366400
+    start = time.process_time()
+    assert piecewise.at_least(1062420480 * m, den, m, 2 ** 40, 169) is True   # the limit is 169.5
+    assert piecewise.at_least(1062420480 * m, den, m, 2 ** 40, 170) is False
+    assert piecewise.value_at(den, {m: 2 ** 40}) == 6266880 * 2 ** 40 + 2123366400
+    assert time.process_time() - start < 1.0
+
+
+@pytest.mark.slow
+def test_an_moe_model_at_attention_dp_16_derives_within_its_budget(tree):
+    study = _write(tree / "study.yaml", {"model": "gpt-oss-120b", "devices": ["h100-sxm"],
+                                         "parallel": {"attention_dp": 16},
+                                         "analyses": {"derivations": {"phases": ["decode"]}}})
+    code, _, err, took = _run("build", study, "--out", tree / "out", "--format", "json", "-q")
+    assert code == 0, err
+    assert took < 10, f"{took:.1f} s"
+
+
+def test_a_formula_in_one_over_b_leaves_the_calibrated_answer_unpredicted(tree):
+    """The summary's calibrated prediction at batch 1 steps with no decoding sequence (B = 0)
+    while the first prompt prefills; B**(-16) there divided by zero (a traceback)."""
+    from rooflinec.serving import serving_model
+    from rooflinec.spec import load as spec
+    _operator(tree, "B**(-16)*d_model + d_model", "2*d_model + B**(-16)*d_model")
+    model = spec.load_model(str(tree / "models" / "qwen2.5-7b.yaml"))
+    device = spec.load_hardware(str(tree / "hardware" / "h100-sxm.yaml"))
+    run = serving_model.Run(model, device, "bf16", 1, 2048, 4096, 1)
+    with pytest.raises(serving_model.Unpredictable, match="divides by zero"):
+        serving_model.costs(run)
