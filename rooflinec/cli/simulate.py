@@ -8,7 +8,7 @@ import os
 import yaml
 
 from rooflinec.cli import output
-from rooflinec.base.errors import RooflineError, UsageError
+from rooflinec.base.errors import Problem, RooflineError, SpecError, UsageError
 from rooflinec.serving.workload import Lengths, Workload
 from rooflinec.spec.load import DTYPE_BYTES
 from rooflinec.cli import quick, speculation
@@ -225,8 +225,9 @@ def cmd_calibrate(args, stdout, stderr, specs_root) -> int:
     cases = fitting.prepare(rows.read(args.csv), Specs(specs_root))
     try:
         fits = fitting.fit_all(cases)
-    except ValueError as exc:
-        raise RooflineError(f"{args.csv}: {exc}") from None
+    except ValueError as exc:   # located at the header, as calibrate without the simulator says it
+        raise SpecError([Problem(args.csv, 1, 1, "(rows)", f"{exc}; `rooflinec validate` "
+                                 "says why each row is not predicted")]) from None
     doc = validation.document(fits, cases, os.path.basename(args.csv), validation.holdouts(cases, fits.fitted))
     return output.write_command_file(args.out, "# rooflinec serving-simulator calibration, written by "
                                      "`rooflinec calibrate --simulate`.\n" + yaml.safe_dump(doc, sort_keys=False, width=120),
