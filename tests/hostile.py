@@ -268,9 +268,12 @@ def fuzz(count: int, seed: int, report=None, only: int | None = None, keep: Path
             tally[outcome] += 1
             if took > SLOW_S:
                 tally["slow"] += 1
-            if (outcome not in ("ok", "located") or took > SLOW_S) and len(failures) < 20:
-                failures.append({"case": i, "outcome": outcome, "seconds": round(took, 1),
-                                 "study": study.read_text(encoding="utf-8")[:3000], "detail": detail})
+            if outcome not in ("ok", "located") or took > SLOW_S:
+                if report is not None:   # as it happens: a long run's failures are known early
+                    report(f"case {i}: {outcome}, {took:.1f} s CPU: {detail[:300]!r}")
+                if len(failures) < 20:
+                    failures.append({"case": i, "outcome": outcome, "seconds": round(took, 1),
+                                     "study": study.read_text(encoding="utf-8")[:3000], "detail": detail})
             if keep is not None:
                 shutil.copytree(case, keep / case.name, dirs_exist_ok=True)
             shutil.rmtree(case)

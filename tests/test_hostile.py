@@ -526,3 +526,19 @@ def test_a_formula_in_one_over_b_leaves_the_calibrated_answer_unpredicted(tree):
     run = serving_model.Run(model, device, "bf16", 1, 2048, 4096, 1)
     with pytest.raises(serving_model.Unpredictable, match="divides by zero"):
         serving_model.costs(run)
+
+
+def test_a_declared_op_of_degree_two_in_the_split_widths_refuses_tensor_parallelism(tree):
+    """The fuzzer's llama-3.1-70b with FLOPs d_model**16 V**16 d_ff**16 at tp 2: each width
+    splits 1/tp, so tp devices held 1/2**31 of the op and parallel_view printed duplicated
+    FLOPs of -3.7e217 (-100%). A term of degree 2 or more in n_q, n_kv, d_ff, V is refused."""
+    from rooflinec.cost import parallel
+    from rooflinec.model.symbols import V, d_ff, d_model, n_q
+    assert parallel._sharded_degree(d_model ** 16 * V ** 16 * d_ff ** 16) == 32
+    assert parallel._sharded_degree(2 * V * d_model + d_ff * d_model ** 3 + sp.Max(V, 4096)) == 1
+    assert parallel._sharded_degree(n_q * d_ff) == 2
+    _operator(tree, "2*M*d_model*V*d_ff")
+    study = _study(tree, {"parallel_view": {"tp": [1, 2], "workloads": [{"batch": 1, "context": 4096}]}},
+                   devices=["h100-sxm"])
+    _refused(study, "parallel_view.tp[1]", "declared operator 'padded' cannot be split 2 ways",
+             "FLOPs are of degree 2")

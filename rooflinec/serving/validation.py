@@ -302,7 +302,8 @@ def _interval_block(ho) -> dict:
                   "its tp or its engine left out of the fit, pooled; a prediction y allows measured "
                   "values in [y e^-hi, y e^-lo]",
         **{w: [_r(v) for v in band[w]] for w in WHATS},
-        "left_out_coverage": {w: _r(cover["all"][w]) for w in WHATS}}}
+        # a share only where some left-out row had an interval (few rows: none, said by absence)
+        "left_out_coverage": {w: _r(cover["all"][w]) for w in WHATS if cover["all"][w] is not None}}}
 
 
 def _r(x: float) -> float:
