@@ -542,3 +542,30 @@ def test_a_declared_op_of_degree_two_in_the_split_widths_refuses_tensor_parallel
                    devices=["h100-sxm"])
     _refused(study, "parallel_view.tp[1]", "declared operator 'padded' cannot be split 2 ways",
              "FLOPs are of degree 2")
+
+
+def test_a_min_or_max_of_high_degree_is_not_expanded():
+    """The fuzzer's seed 1 case 1988 (12.8 s CPU): Mixtral at attention_dp 8, ep 8 with a
+    declared op of FLOPs max((B+S+1)**16, (M+3)**16); the HTML calculator's step terms were
+    expanded, rebuilding each max with sympy comparing 153-term arguments. Past degree 8 in
+    a min or max argument the terms stay as written (the same values): 1.6 s."""
+    from rooflinec.base import budget
+    from rooflinec.model.symbols import B, M, S
+    assert not budget.may_expand(2 * sp.Max((B + S + 1) ** 16, (M + 3) ** 16) + B)
+    assert budget.may_expand(sp.Max(4096, 2048 * B) * (B + S) ** 2 + sp.Min(128, S))
+
+
+@pytest.mark.slow
+def test_mixtral_at_ep_8_with_a_max_of_degree_16_builds_within_its_budget(tree):
+    path = tree / "models" / "mixtral-8x7b.yaml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data["operators"] = [{"name": "fuzzed_op", "unit": "vector", "flops": "max((B+S+1)**16, (M+3)**16)",
+                          "bytes": "2*d_model + max((B+S+1)**16, (M+3)**16)"}]
+    _write(path, data)
+    work = [{"batch": 1, "context": 4096}, {"batch": 64, "context": 4096}]
+    study = _write(tree / "study.yaml", {"model": "mixtral-8x7b", "devices": ["h100-sxm", "h200-sxm"],
+                                         "parallel": {"attention_dp": 8, "ep": 8}, "analyses": {
+                                             "parallel_view": {"tp": [1, 2, 4, 8], "workloads": work}}})
+    code, _, err, took = _run("build", study, "--out", tree / "out", "--format", "json", "-q")
+    assert code == 0, err
+    assert took < 10, f"{took:.1f} s"
