@@ -333,12 +333,14 @@ def serve_flags(draw) -> list[str]:
 
 
 FLAG = re.compile(r"^--[a-z-]+: .+$")   # an error at the flag: --draft: cannot price ...
+# none of --device x --tp evaluated: each (device, tp) with its reason
+CONFIGURATION = re.compile(r"^(no configuration could be evaluated:|\S+ at tp \d+: not evaluated: .+)$")
 
 
 def check_serve(argv: list[str], tmp: Path) -> str:
     """Exit 0 with JSON holding only finite numbers and no negative quantity; exit 2 with a
-    usage error naming a flag or the model; exit 1 with lines located in a file or at a flag
-    only; within SLOW_S."""
+    usage error naming a flag or the model; exit 1 with lines located in a file, at a flag or
+    at a (device, tp) only; within SLOW_S."""
     from rooflinec.cli.app import run
     out, err = io.StringIO(), io.StringIO()
     start = time.process_time()
@@ -349,7 +351,8 @@ def check_serve(argv: list[str], tmp: Path) -> str:
         assert lines and re.match(r"rooflinec serve: error: ", lines[-1]), err.getvalue()[:2000]
         return f"2 {lines[-1]}"
     if code == 1:   # located in a spec file, or at the flag whose value it cannot serve
-        assert lines and all(LOCATED.match(line) or FLAG.match(line) for line in lines), err.getvalue()[:2000]
+        assert lines and all(LOCATED.match(line) or FLAG.match(line) or CONFIGURATION.match(line)
+                             for line in lines), err.getvalue()[:2000]
         assert "generators" not in err.getvalue(), err.getvalue()[:2000]   # sympy's words, not ours
         return f"1 {err.getvalue()}"
     assert code == 0, err.getvalue()[:2000]
