@@ -11,7 +11,7 @@ the report schema, or exit 1 with located problems only; a traceback, a case ove
 CPU time or a file written outside --out is a failure.
 
     python tests/hostile.py --count 5000 --seed 1     # prints the counts, exits 1 on a failure
-    python tests/hostile.py --count 400 --seed 2 --case 154 --keep DIR   # one case, its files kept
+    python tests/hostile.py --count 400 --seed 2 --case 154,380 --keep DIR   # those cases, files kept
 
 The digest printed is a hash of every case's outcome and output (the report, or the located
 problems), the case folder's path taken out: a run repeated on a loaded machine must print
@@ -246,9 +246,9 @@ def _build(study: Path, out: Path) -> tuple[str, str, str]:
 FAILURES = ("traceback", "unlocated", "infinite", "negative", "invalid", "outside", "slow")
 
 
-def fuzz(count: int, seed: int, report=None, only: int | None = None, keep: Path | None = None) -> dict:
-    """Run `count` cases (or only case `only` of them, its folder kept under `keep`); the
-    tally, the slowest case, the mean CPU seconds, the digest and the failures (at most 20)."""
+def fuzz(count: int, seed: int, report=None, only: set | None = None, keep: Path | None = None) -> dict:
+    """Run `count` cases (or only the cases numbered in `only`), each folder kept under `keep`;
+    the tally, the slowest case, the mean CPU seconds, the digest and the failures (at most 20)."""
     rng = random.Random(seed)
     tally = dict.fromkeys(("ok", "located") + FAILURES, 0)
     failures, slowest, spent, hashes = [], 0.0, 0.0, hashlib.sha256()
@@ -257,7 +257,7 @@ def fuzz(count: int, seed: int, report=None, only: int | None = None, keep: Path
             case = Path(tmp) / f"case{i}"
             case.mkdir()
             study = make_case(rng, case)   # every case is drawn, so case i is the same case
-            if only is not None and i != only:
+            if only is not None and i not in only:
                 shutil.rmtree(case)
                 continue
             start = time.process_time()   # CPU seconds: a loaded machine does not trip the hang guard
@@ -279,7 +279,7 @@ def fuzz(count: int, seed: int, report=None, only: int | None = None, keep: Path
             shutil.rmtree(case)
             if report is not None and (i + 1) % 100 == 0:
                 report(f"{i + 1} cases: {tally}, slowest {slowest:.1f} s, mean {spent / (i + 1):.3f} s")
-    ran = 1 if only is not None else count
+    ran = len(only & set(range(count))) if only is not None else count
     return {"count": count, "seed": seed, "tally": tally, "slowest_s": round(slowest, 2),
             "mean_cpu_s": round(spent / max(ran, 1), 4), "digest": hashes.hexdigest(),
             "failures": failures}
@@ -289,7 +289,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--case", type=int, help="run only this case of the --count drawn")
+    parser.add_argument("--case", type=lambda text: {int(n) for n in text.split(",")},
+                        help="run only these cases (e.g. 766,2293) of the --count drawn")
     parser.add_argument("--keep", type=Path, help="copy each case's folder (spec tree, out/) here")
     args = parser.parse_args()
     result = fuzz(args.count, args.seed, report=lambda line: print(line, flush=True),
