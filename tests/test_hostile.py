@@ -485,3 +485,87 @@ def test_attention_states_a_limit_and_a_crossing_past_their_size_budgets(tree, m
         for said in ("limit not found within its size budget",
                      "crossing not found within its size budget"):
             assert said in text, (fmt, said)
+
+
+# --- issue 31, round three: deployments the fuzzer found slow or broken --------------------
+
+def test_a_crossing_past_the_exact_bits_is_probed_without_building_the_power():
+    """gpt-oss-120b at attention_dp 16: the expert GEMM's intensity holds
+    ceil(-128 (31/32)**(16 M)); past budget.EXACT_BITS a probe at M = 2**40 once built
+    (31/32)**(2**44) exactly inside sympy's evalf of the ceiling (minutes). Each such power is
+    now its value to budget.EXACT_DIGITS digits first: 16 M log2(32/31) = 8.06e11 bits below 1,
+    so 2.5e-242566065905, and the ceiling of -128 times it is 0."""
+    from rooflinec.cost import piecewise
+    m = sp.Symbol("M", positive=True)
+    den = 6266880 * m + 16588800 * sp.ceiling(-128 * sp.Rational(31, 32) ** (16 * m)) + 2123366400
+    start = time.process_time()
+    assert piecewise.at_least(1062420480 * m, den, m, 2 ** 40, 169) is True   # the limit is 169.5
+    assert piecewise.at_least(1062420480 * m, den, m, 2 ** 40, 170) is False
+    assert piecewise.value_at(den, {m: 2 ** 40}) == 6266880 * 2 ** 40 + 2123366400
+    assert time.process_time() - start < 1.0
+
+
+@pytest.mark.slow
+def test_an_moe_model_at_attention_dp_16_derives_within_its_budget(tree):
+    study = _write(tree / "study.yaml", {"model": "gpt-oss-120b", "devices": ["h100-sxm"],
+                                         "parallel": {"attention_dp": 16},
+                                         "analyses": {"derivations": {"phases": ["decode"]}}})
+    code, _, err, took = _run("build", study, "--out", tree / "out", "--format", "json", "-q")
+    assert code == 0, err
+    assert took < 10, f"{took:.1f} s"
+
+
+def test_a_formula_in_one_over_b_leaves_the_calibrated_answer_unpredicted(tree):
+    """The summary's calibrated prediction at batch 1 steps with no decoding sequence (B = 0)
+    while the first prompt prefills; B**(-16) there divided by zero (a traceback)."""
+    from rooflinec.serving import serving_model
+    from rooflinec.spec import load as spec
+    _operator(tree, "B**(-16)*d_model + d_model", "2*d_model + B**(-16)*d_model")
+    model = spec.load_model(str(tree / "models" / "qwen2.5-7b.yaml"))
+    device = spec.load_hardware(str(tree / "hardware" / "h100-sxm.yaml"))
+    run = serving_model.Run(model, device, "bf16", 1, 2048, 4096, 1)
+    with pytest.raises(serving_model.Unpredictable, match="divides by zero"):
+        serving_model.costs(run)
+
+
+def test_a_declared_op_of_degree_two_in_the_split_widths_refuses_tensor_parallelism(tree):
+    """The fuzzer's llama-3.1-70b with FLOPs d_model**16 V**16 d_ff**16 at tp 2: each width
+    splits 1/tp, so tp devices held 1/2**31 of the op and parallel_view printed duplicated
+    FLOPs of -3.7e217 (-100%). A term of degree 2 or more in n_q, n_kv, d_ff, V is refused."""
+    from rooflinec.cost import parallel
+    from rooflinec.model.symbols import V, d_ff, d_model, n_q
+    assert parallel._sharded_degree(d_model ** 16 * V ** 16 * d_ff ** 16) == 32
+    assert parallel._sharded_degree(2 * V * d_model + d_ff * d_model ** 3 + sp.Max(V, 4096)) == 1
+    assert parallel._sharded_degree(n_q * d_ff) == 2
+    _operator(tree, "2*M*d_model*V*d_ff")
+    study = _study(tree, {"parallel_view": {"tp": [1, 2], "workloads": [{"batch": 1, "context": 4096}]}},
+                   devices=["h100-sxm"])
+    _refused(study, "parallel_view.tp[1]", "declared operator 'padded' cannot be split 2 ways",
+             "FLOPs are of degree 2")
+
+
+def test_a_min_or_max_of_high_degree_is_not_expanded():
+    """The fuzzer's seed 1 case 1988 (12.8 s CPU): Mixtral at attention_dp 8, ep 8 with a
+    declared op of FLOPs max((B+S+1)**16, (M+3)**16); the HTML calculator's step terms were
+    expanded, rebuilding each max with sympy comparing 153-term arguments. Past degree 8 in
+    a min or max argument the terms stay as written (the same values): 1.6 s."""
+    from rooflinec.base import budget
+    from rooflinec.model.symbols import B, M, S
+    assert not budget.may_expand(2 * sp.Max((B + S + 1) ** 16, (M + 3) ** 16) + B)
+    assert budget.may_expand(sp.Max(4096, 2048 * B) * (B + S) ** 2 + sp.Min(128, S))
+
+
+@pytest.mark.slow
+def test_mixtral_at_ep_8_with_a_max_of_degree_16_builds_within_its_budget(tree):
+    path = tree / "models" / "mixtral-8x7b.yaml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data["operators"] = [{"name": "fuzzed_op", "unit": "vector", "flops": "max((B+S+1)**16, (M+3)**16)",
+                          "bytes": "2*d_model + max((B+S+1)**16, (M+3)**16)"}]
+    _write(path, data)
+    work = [{"batch": 1, "context": 4096}, {"batch": 64, "context": 4096}]
+    study = _write(tree / "study.yaml", {"model": "mixtral-8x7b", "devices": ["h100-sxm", "h200-sxm"],
+                                         "parallel": {"attention_dp": 8, "ep": 8}, "analyses": {
+                                             "parallel_view": {"tp": [1, 2, 4, 8], "workloads": work}}})
+    code, _, err, took = _run("build", study, "--out", tree / "out", "--format", "json", "-q")
+    assert code == 0, err
+    assert took < 10, f"{took:.1f} s"

@@ -94,6 +94,7 @@ class Budget:
 FACTOR_TERMS = 64      # terms multiplied out that sp.factor / sp.cancel may meet
 FACTOR_DEGREE = 40     # sum over symbols of the power each reaches (numerator and denominator)
 EXPAND_TERMS = 4096    # terms sp.expand or sp.Poly may build
+PIECEWISE_DEGREE = 8   # degree of a min or max argument sp.expand may rebuild
 ROOT_DEGREE = 4        # degree of a crossing polynomial whose real roots are isolated exactly
 ROOT_BITS = 4096       # bits of its largest coefficient
 LIMIT_OPS = 60         # operations of an expression handed to sp.limit (Gruntz)
@@ -116,8 +117,11 @@ def may_factor(expr: sp.Expr) -> bool:
 
 
 def may_expand(expr: sp.Expr) -> bool:
-    """Whether sp.expand (or sp.Poly, which multiplies out) may run on `expr`."""
-    return expanded_terms(expr) <= EXPAND_TERMS
+    """Whether sp.expand (or sp.Poly, which multiplies out) may run on `expr`: its terms, and
+    the degree of every min and max argument (expanding rebuilds each min and max, and sympy
+    compares their arguments pairwise by its assumptions: seconds a call at degree 16)."""
+    return expanded_terms(expr) <= EXPAND_TERMS and all(
+        _degree(arg) <= PIECEWISE_DEGREE for f in expr.atoms(sp.Min, sp.Max) for arg in f.args)
 
 
 def may_isolate_roots(poly: sp.Poly) -> bool:

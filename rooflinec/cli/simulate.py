@@ -8,7 +8,7 @@ import os
 import yaml
 
 from rooflinec.cli import output
-from rooflinec.base.errors import RooflineError, UsageError
+from rooflinec.base.errors import Problem, RooflineError, SpecError, UsageError
 from rooflinec.serving.workload import Lengths, Workload, unique_prompts_of
 from rooflinec.spec.load import DTYPE_BYTES
 from rooflinec.cli import quick, speculation
@@ -276,8 +276,9 @@ def cmd_calibrate(args, stdout, stderr, specs_root) -> int:
         args.unique_prompts, workload.BENCHMARK_UNIQUE_PROMPTS))
     try:
         doc = validation.calibrate(cases, os.path.basename(args.csv))
-    except ValueError as exc:
-        raise RooflineError(f"{args.csv}: {exc}") from None
+    except ValueError as exc:   # located at the header, as calibrate without the simulator says it
+        raise SpecError([Problem(args.csv, 1, 1, "(rows)", f"{exc}; `rooflinec validate` "
+                                 "says why each row is not predicted")]) from None
     return output.write_command_file(args.out, "# rooflinec serving-simulator calibration, written by "
                                      "`rooflinec calibrate --simulate`.\n" + yaml.safe_dump(doc, sort_keys=False, width=120),
                                      stdout)

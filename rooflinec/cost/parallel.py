@@ -69,6 +69,35 @@ def check(model, tp: int, ep: int = 1, moe_tp: int | None = None) -> None:
     if kv % tp and tp % kv:
         raise Unshardable(f"tensor-parallel degree {tp} neither divides nor is a multiple of the "
                           f"{kv} KV heads")
+    if tp > 1:
+        _check_declared(model, tp)
+
+
+SHARDED = frozenset({n_q, n_kv, d_ff, V, d_e, d_s})
+
+
+def _sharded_degree(expr: sp.Expr) -> int:
+    """The largest power the split widths reach in one term of `expr` (V**2, n_q*d_ff: 2)."""
+    if expr in SHARDED:
+        return 1
+    if expr.is_Pow and expr.exp.is_Integer:
+        return _sharded_degree(expr.base) * abs(int(expr.exp))
+    degrees = [_sharded_degree(a) for a in expr.args]
+    return (sum(degrees) if expr.is_Mul else max(degrees)) if degrees else 0
+
+
+def _check_declared(model, tp: int) -> None:
+    """A declared operator's widths split 1/tp each (per_device); in a term of degree 2 or more
+    in them the tp shards would sum to less than the whole op (V**16 to 1/tp**15 of it)."""
+    for op in getattr(model, "operators", ()):
+        for what, expr in (("FLOPs", op.cost.flops), *((f"{c} bytes", e) for c, e in op.cost.traffic),
+                           ("parameters", op.params), ("cache", op.cache)):
+            degree = _sharded_degree(sp.sympify(expr))
+            if degree > 1:
+                raise Unshardable(f"declared operator '{op.name}' cannot be split {tp} ways: its {what} "
+                                  f"are of degree {degree} in the widths tp splits (n_q, n_kv, d_ff, V), "
+                                  "so its shards would not sum to the whole op; write it at most linear "
+                                  "in them, or keep tp 1")
 
 
 def check_ep(model, ep: int) -> None:

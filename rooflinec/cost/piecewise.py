@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import mpmath
 import sympy as sp
 
 from rooflinec.base import budget
@@ -74,7 +75,7 @@ def at_least(num: sp.Expr, den: sp.Expr, var: sp.Symbol, value, bound) -> bool:
     point = {var: sp.Integer(value)}
     if budget.power_bits(num, point) + budget.power_bits(den, point) <= budget.EXACT_BITS:
         return num.xreplace(point) / den.xreplace(point) >= bound
-    return bool((num - bound * den).evalf(budget.EXACT_DIGITS, subs=point) >= 0)
+    return bool(_digits(num - bound * den, point) >= 0)
 
 
 def value_at(expr: sp.Expr, point: dict) -> float:
@@ -83,7 +84,27 @@ def value_at(expr: sp.Expr, point: dict) -> float:
     point = {s: sp.sympify(v) for s, v in point.items()}
     if budget.power_bits(expr, point) <= budget.EXACT_BITS:
         return float(expr.xreplace(point))
-    return float(expr.evalf(budget.EXACT_DIGITS, subs=point))
+    return float(_digits(expr, point))
+
+
+def _digits(expr: sp.Expr, point: dict) -> sp.Expr:
+    """`expr` at `point` to budget.EXACT_DIGITS digits. Each power of a rational base to an
+    exponent holding a symbol of `point` is first replaced by its value to those digits
+    (mpmath, binary exponents: (31/32)**(16 M) at M = 2**40 is 2.5e-242566065905): sympy's
+    evalf of a ceil or floor around such a power builds the exact rational, 2**44 bits."""
+    powers = {p: _power(p, point) for p in expr.atoms(sp.Pow)
+              if p.exp.free_symbols & point.keys() and p.base.is_Rational}
+    return expr.xreplace(powers).xreplace(point).evalf(budget.EXACT_DIGITS)
+
+
+def _power(power: sp.Pow, point: dict) -> sp.Expr:
+    exponent = power.exp.xreplace(point)
+    if not exponent.is_Rational:
+        return power
+    with mpmath.workdps(budget.EXACT_DIGITS):
+        base = mpmath.mpf(power.base.p) / power.base.q
+        value = mpmath.power(base, exponent.p if exponent.q == 1 else mpmath.mpf(exponent.p) / exponent.q)
+    return sp.Float(value, budget.EXACT_DIGITS)
 
 
 def far(doublings: int = SEARCH_DOUBLINGS) -> int:

@@ -230,8 +230,12 @@ def costs(run: Run, op_time=None) -> Costs:
     if c < 1:
         raise Unpredictable("not one sequence's KV cache fits beside the weights")
     ctx = mean_context(run)
-    return Costs(c, step_cost(run, c, ctx, c / run.osl, op_time), step_cost(run, c - 1, ctx, 1, op_time),
-                 step_cost(run, 0, ctx, 1), step_cost(run, c, ctx, 0), step_cost(run, 1, run.isl, 0))
+    try:
+        return Costs(c, step_cost(run, c, ctx, c / run.osl, op_time), step_cost(run, c - 1, ctx, 1, op_time),
+                     step_cost(run, 0, ctx, 1), step_cost(run, c, ctx, 0), step_cost(run, 1, run.isl, 0))
+    except ZeroDivisionError:   # a declared op's formula in 1/B, at a step with no sequence decoding
+        raise Unpredictable("an op's cost divides by zero at one of the run's steps (B = 0: "
+                            "a step that decodes no sequence)") from None
 
 
 @dataclass(frozen=True)

@@ -176,8 +176,10 @@ def target_model(dep: sc.Deployment) -> sc.StepModel:
     experts, E(1 - (1 - k/E)^M)) said as a sentence rather than sympy's traceback."""
     try:
         return sc.build(dep)
-    except sp.PolynomialError as exc:
-        raise sm.Unpredictable(f"the step model reads costs affine in the step's tokens; {exc}") from None
+    except sp.PolynomialError:
+        raise sm.Unpredictable("the step model reads costs affine in the step's tokens, and a cost of "
+                               f"{dep.model.name} is not (a mixture of experts' distinct experts, "
+                               "E(1 - (1 - k/E)^M), for one)") from None
 
 
 def speculative(target: sc.StepModel, draft: Draft) -> Speculative:

@@ -413,7 +413,8 @@ def _interval_block(ho) -> dict:
                   "of a held-out group from the other groups (group transfer) and of a row from all "
                   "the other rows of that kind (exchangeable)",
         **{w: [_r(v) for v in band[w]] for w in WHATS},
-        "left_out_coverage": {w: _r(cover["all"][w]) for w in WHATS},
+        # a share only where some left-out row had an interval (few rows: none, said by absence)
+        "left_out_coverage": {w: _r(cover["all"][w]) for w in WHATS if cover["all"][w] is not None},
         "by_holdout": {by: {**{w: [_r(v) for v in q[w]] for w in WHATS},
                             "coverage_group_transfer": {w: _cover(cover[by][w]) for w in WHATS},
                             "coverage_exchangeable": {w: _cover(cover[by]["exchangeable"][w]) for w in WHATS}}
