@@ -233,7 +233,11 @@ class Plot:
     # --- axes, title, legend -------------------------------------------------------------
 
     def title(self, text: str, size: float = 10) -> None:
-        self.text(self.width / 2, 0.08 * 72, text, size, anchor="middle", valign="top")
+        """Centred at the top, its size shrunk until its widest line fits the figure (a long
+        title was cut off at both sides)."""
+        widest = max(text_width(line, 1.0) for line in str(text).split("\n"))
+        fit = min(size, 0.96 * self.width / widest) if widest else size
+        self.text(self.width / 2, 0.08 * 72, text, fit, anchor="middle", valign="top")
 
     def spines(self) -> None:
         self.segment(self.left, self.top, self.left, self.bottom, "#000000", 0.8)
