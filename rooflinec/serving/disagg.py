@@ -189,8 +189,9 @@ def bound(pools: Pools, policy: engines.Policy, isl: int, osl: int) -> dict:
 def text(out: dict) -> str:
     """`rooflinec simulate --prefill-workers ...` in the terminal."""
     (pw, ptp), (dw, dtp) = out["pools"]["prefill"], out["pools"]["decode"]
-    lines = [f"{out['model']} on {out['device']}, {out['engine']}: {pw} prefill workers of tp {ptp}, "
-             f"{dw} decode workers of tp {dtp}; {out['workload']}", f"{out['kind']} ({out['parameters']})", ""]
+    workers = lambda n, kind: f"{n} {kind} worker{'' if n == 1 else 's'}"   # noqa: E731
+    lines = [f"{out['model']} on {out['device']}, {out['engine']}: {workers(pw, 'prefill')} of tp {ptp}, "
+             f"{workers(dw, 'decode')} of tp {dtp}; {out['workload']}", f"{out['kind']} ({out['parameters']})", ""]
     if out["kind"] == "bound":
         return "\n".join(lines + [f"TTFT >= {1e3 * out['ttft_s']:.2f} ms (a prompt's prefill alone), "
                                   f"TPOT >= {1e3 * out['tpot_s']:.3f} ms (one request's decode steps alone)"]) + "\n"

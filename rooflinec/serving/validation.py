@@ -45,8 +45,8 @@ ASSUMPTIONS = (
     "max(FLOPs / (compute fraction x peak), bytes / (bandwidth fraction x bandwidth)), plus a fixed "
     "time per step and per running request (host-side scheduling and sampling), per layer, and the "
     "tensor-parallel all-reduces (one-shot: payload / link bandwidth + one latency each).",
-    "Weights in the row's GEMM format (fp8-block read as fp8); the KV cache in the engine's default "
-    "(auto: bf16); activations bf16. KV-cache capacity: the engine's memory fraction of the device "
+    "Weights in the row's GEMM format (fp8-block read as fp8); the KV cache as the next line says; "
+    "activations bf16. KV-cache capacity: the engine's memory fraction of the device "
     "less the weights (activation workspace and CUDA graphs not subtracted).",
     "Prompts: every prompt distinct in the prediction. aiperf's default dataset is 100 unique prompts "
     "reused in shuffled passes and the engines cache prefixes by default; replaying that (a prompt sent "
@@ -62,7 +62,8 @@ ASSUMPTIONS = (
     "wait for the whole wave. Where the replay at the bound exceeds the measured TTFT the runs did "
     "not keep that synchronisation; what spread them (timing noise the deterministic replay lacks is "
     "one candidate) is not modelled.",
-    "The KV cache is stored in the row's weight format (the rows do not state it).",
+    "The KV cache is stored in the row's weight format, fp8 beside 4-bit weights (the rows do not "
+    "state it; `rows.kv_format`).",
     "A mixture of experts' routed experts per step by stepcost.Routed: predicted under uniform routing "
     "(with the dispatch and combine all-to-alls under expert parallelism), bounded by what any "
     "routing must read (pigeonhole rows, ceil(k/ep) experts, no all-to-all). "
