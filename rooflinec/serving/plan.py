@@ -57,7 +57,6 @@ from dataclasses import dataclass, field
 from itertools import product
 
 import numpy as np
-import sympy as sp
 
 from rooflinec.cost import collectives, parallel
 from rooflinec.serving import disagg, metrics, plan_disagg, plan_step, simulator
@@ -383,9 +382,6 @@ def simulate_points(model, devices: dict, rows: list, policy, params_of) -> list
                                                                               params_of(dev)))
         except sm.Unpredictable as exc:
             out.append({"not_simulated": str(exc)})
-        except sp.PolynomialError as exc:   # stepcost's readers take no MoE routing term nor window
-            out.append({"not_simulated": "the simulator's step model (stepcost) does not read this model's step "
-                                         f"as affine ({' '.join(str(exc).split())[:80]})"})
     return out
 
 

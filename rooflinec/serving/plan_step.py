@@ -138,7 +138,7 @@ def step_for(dep: Deployment, memo: dict | None = None, contexts: tuple | None =
             raise sm.Unpredictable("attention DP and EP are searched for mixtures of experts only")
         try:
             return DenseStep(sc.build(dep))
-        except sp.PolynomialError:     # a window's Min(W, S) (gemma-2's sliding layers)
+        except sc.Windowed:     # a window's Min(W, S) (gemma-2's sliding layers)
             return DenseStep(_dense_windowed(dep, memo, contexts))
     return build_moe(dep, memo, contexts)
 

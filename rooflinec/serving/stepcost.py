@@ -92,6 +92,10 @@ class NotAffine(sm.Unpredictable):
     """A kernel whose cost is not affine in the step features (the message names it)."""
 
 
+class Windowed(NotAffine):
+    """A term with a min or max in the step's symbols: a window's min(S, W) keys per sequence."""
+
+
 def bounding(p: Parameters) -> bool:
     """Whether `p` asks for a lower bound (BOUND): routing then costs the least any routing can."""
     return p == BOUND
@@ -272,7 +276,7 @@ def _terms(expr, symbols) -> dict:
         return {m: float(c) for m, c in sp.Poly(sp.expand(expr), *symbols).terms()}
     except sp.PolynomialError as exc:
         bad = sorted(str(f) for f in expr.atoms(sp.Min, sp.Max) if f.free_symbols & set(symbols))
-        raise NotAffine(f"{', '.join(bad) or exc} is not affine in the step features "
+        raise (Windowed if bad else NotAffine)(f"{', '.join(bad) or exc} is not affine in the step features "
                         "(windowed attention reads min(S, W) keys per sequence; the simulator's step is "
                         "affine in the batch's summed context)") from None
 
