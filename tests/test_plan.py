@@ -14,7 +14,7 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinec.cli import quick
+from rooflinec.cli import plan as plan_cli, quick
 from rooflinec.cli.app import run
 from rooflinec.cost import inverse, program_costs
 from rooflinec.cost.deployment import Deployment
@@ -528,3 +528,14 @@ def test_a_moe_frontier_point_is_simulated(case):
                                lambda d: params)
     assert got[0]["tpot_s"]["mean"] > 0
     assert "no memory for the KV cache" in got[1]["not_simulated"]
+
+
+def test_plan_text_answers_before_it_lists_what_it_pruned(call):
+    """The best configurations come first; the pruning counts after them, the eight most frequent
+    reasons and one line for the rest (the JSON keeps every reason)."""
+    code, out, err = call("plan", "llama-3.1-8b", "--slo", "tpot<=50ms", "--devices", "h100-sxm,a100-40gb",
+                          "--aggregated")
+    assert code == 0, err
+    assert out.index("best per device") < out.index("pruned, by reason:")
+    listed = out[out.index("pruned, by reason:"):].split("\n\n")[0].splitlines()[1:]
+    assert 1 <= len(listed) <= plan_cli.PRUNED_SHOWN + 1

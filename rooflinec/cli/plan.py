@@ -304,6 +304,19 @@ def _table(rows: list[list[str]]) -> list[str]:
     return ["  ".join(c.rjust(w) if i > 3 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
 
 
+PRUNED_SHOWN = 8   # reasons printed; --json lists every one
+
+
+def _pruned(out: dict) -> list[str]:
+    """The answer comes first: the pruning counts after it, the most frequent reasons only."""
+    reasons = list(out["pruned"].items())
+    lines = ["", "pruned, by reason:"] + [f"  {n:>8}  {why}" for why, n in reasons[:PRUNED_SHOWN]]
+    rest = reasons[PRUNED_SHOWN:]
+    if rest:
+        lines.append(f"  {sum(n for _, n in rest):>8}  {len(rest)} more reasons (--json lists every one)")
+    return lines
+
+
 def text(out: dict) -> str:
     slo = ", ".join(f"{k[:-2].upper()} <= {v * 1e3:g} ms" for k, v in out["slo"].items() if v is not None)
     lines = [f"{out['model']}: isl {out['workload']['isl']}, osl {out['workload']['osl']}; {slo}; "
@@ -312,10 +325,10 @@ def text(out: dict) -> str:
              f"TPOT, TTFT and tokens/s are predictions (calibration: {out['calibration']['source']}, "
              f"{out['calibration']['engine']}); '>= bound' and '<= bound' are bounds (datasheet peaks, no overheads);",
              "J/tok <= is an upper bound (board power x time); $ per million tokens from the price table ($/GPU-hour), blank where a device has no price", "",
-             f"searched {out['searched']} configurations: {out['feasible']} meet the SLO; pruned:"]
-    lines += [f"  {n:>8}  {why}" for why, n in out["pruned"].items()]
+             f"searched {out['searched']} configurations: {out['feasible']} meet the SLO "
+             f"({out['searched'] - out['feasible']} pruned, why at the end)"]
     if not out["feasible"]:
-        return "\n".join(lines + ["", "no configuration meets the SLO"]) + "\n"
+        return "\n".join(lines + ["", "no configuration meets the SLO"] + _pruned(out)) + "\n"
     lines += ["", "best per device (most tokens/s per GPU):"]
     lines += _table([HEAD] + [_cells(r) for rows in out["best_per_device"].values() for r in rows])
     lines += ["", "Pareto frontier (tokens/s per GPU against tokens/s per user, predictions):"]
@@ -327,6 +340,7 @@ def text(out: dict) -> str:
         lines += [f"sim: the serving simulator's closed loop at the same clients, {out['calibration']['engine']}'s "
                   "scheduler (a prediction)" + (f"; - where not simulated: {'; '.join(why)}" if why else "")]
     lines += _weight_only_notes(out)
+    lines += _pruned(out)
     if out["devices_without_price"]:
         lines += ["", f"no price (give --price DEVICE=USD): {', '.join(out['devices_without_price'])}"]
     if out["devices_without_power"]:
