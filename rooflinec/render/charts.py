@@ -418,20 +418,6 @@ def _matplotlib():
     return Figure
 
 
-def _figure(size: tuple[float, float] = SIZE, below: float = 0.0):
-    """One figure setup for every chart: fixed margins (no layout engine), no minor ticks;
-    `below` inches under the axes for a legend."""
-    fig = _matplotlib()(figsize=size)
-    fig.subplots_adjust(left=0.11, right=0.98, bottom=(0.46 + below) / size[1], top=1 - 0.3 / size[1])
-    return fig, fig.add_subplot()
-
-
-def _title(fig, text: str) -> None:
-    """The title as figure text at a fixed place: Axes.set_title would measure every tick
-    label to keep clear of them, a sixth of a chart's drawing time."""
-    fig.text(0.5, 1 - 0.08 / fig.get_figheight(), text, ha="center", va="top", fontsize=10)
-
-
 def _log_axes(ax, xlim: tuple[float, float], ylim: tuple[float, float], xlabel: str, ylabel: str) -> None:
     """Log-log axes with a tick, a label and a grid line at each decade, and the axis titles.
 

@@ -20,7 +20,7 @@ cache (memory per rank), and the step is one rank's program as the deployment sh
 by pigeonhole), plus the dispatch and combine all-to-alls under uniform routing
 (`program_costs.all_to_all_s`, a prediction; the bounds leave communication out). The
 busiest rank's experts there are the deployment's pigeonhole over the expected distinct experts,
-so under attention DP or expert parallelism `bound` is not a bound: the simulator's
+so under attention DP or expert parallelism `bound` refuses (Unpredictable): the simulator's
 (`stepcost.Routed`, the least any routing reads) is the one to print.
 
 The lower bounds (`bound`) are computed on a population and step mix that are guaranteed,
@@ -220,6 +220,7 @@ class Costs:
     alone: StepCost            # that prompt's prefill alone (the TTFT bound)
     decode: StepCost           # today's pure decode step (no prefill)
     one: StepCost              # one sequence's pure decode step at context isl (the TPOT bound)
+    bounds: bool = True        # whether `bound` holds: not under attention DP or EP (the module)
 
 
 def costs(run: Run, op_time=None) -> Costs:
@@ -232,7 +233,8 @@ def costs(run: Run, op_time=None) -> Costs:
     ctx = mean_context(run)
     try:
         return Costs(c, step_cost(run, c, ctx, c / run.osl, op_time), step_cost(run, c - 1, ctx, 1, op_time),
-                     step_cost(run, 0, ctx, 1), step_cost(run, c, ctx, 0), step_cost(run, 1, run.isl, 0))
+                     step_cost(run, 0, ctx, 1), step_cost(run, c, ctx, 0), step_cost(run, 1, run.isl, 0),
+                     bounds=run.attention_dp == 1 and run.moe_ep == 1)
     except ZeroDivisionError:   # a declared op's formula in 1/B, at a step with no sequence decoding
         raise Unpredictable("an op's cost divides by zero at one of the run's steps (B = 0: "
                             "a step that decodes no sequence)") from None
@@ -254,11 +256,21 @@ def predict(run: Run, c: Costs, eff: Efficiency) -> Prediction:
 def bound(c: Costs) -> Prediction:
     """The uncalibrated lower bounds on the guaranteed population (the module's docstring):
     TPOT >= one sequence's pure decode step at context isl, TTFT >= the prompt's prefill
-    alone, each under the overlapped step rule at the datasheet peaks."""
+    alone, each under the overlapped step rule at the datasheet peaks. Under attention DP or
+    EP the busiest rank's experts are an expectation, so no bound is given (the simulator's is)."""
+    _bounded(c)
     return Prediction(c.one.lower_bound, c.alone.lower_bound)
+
+
+def _bounded(c: Costs) -> None:
+    if not c.bounds:
+        raise Unpredictable("the steady-state model gives no bound under attention DP or expert "
+                            "parallelism (its busiest rank's experts are an expectation); "
+                            "`rooflinec simulate --bound` gives one")
 
 
 def request_bound(run: Run, c: Costs) -> float:
     """A request's OSL steps (its prefill and OSL - 1 decodes) each take at least one
     sequence's pure decode step: TTFT + (OSL - 1) x TPOT >= OSL x that step."""
+    _bounded(c)
     return run.osl * c.one.lower_bound
