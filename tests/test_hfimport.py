@@ -132,16 +132,11 @@ def sp_equal(a, c) -> bool:
     return (a - c).expand() == 0
 
 
-# configs refused as published (Jamba's Mamba-1 layers), imported with every layer attention
-ALL_ATTENTION = {"jamba-1.5-mini": {"attn_layer_period": 1, "attn_layer_offset": 0}}
-
-
 @pytest.mark.parametrize("folder", sorted(p.name for p in CONFIGS.iterdir() if p.is_dir()))
 def test_every_field_is_mapped_or_noted(folder, tmp_path):
     """Each config field is read by the mapping or named in a located note; a field the
     importer does not know is noted as unknown, at its line."""
     data = json.loads((CONFIGS / folder / "config.json").read_text())
-    data.update(ALL_ATTENTION.get(folder, {}))
     data["frobnicate_layers"] = 3
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(data, indent=2))
@@ -480,15 +475,58 @@ def test_deepseek_v32_exp_is_v3_with_an_indexer():
         assert imported_spec[key] == catalog[key], key
 
 
-def test_jamba_mamba1_layers_are_refused_located(tmp_path):
-    """ai21labs/AI21-Jamba-1.5-Mini (52B total, 12B active on its card): 28 of its 32 layers are
-    Mamba-1 (JambaConfig.layers_block_type), which the Mamba-2 kind would miscount; the refusal
-    names the field and why, with no traceback."""
-    cfg = CONFIGS / "jamba-1.5-mini" / "config.json"
+def test_jamba_against_its_model_card():
+    """ai21labs/AI21-Jamba-1.5-Mini's card: 52B total, 12B active (Jamba-v0.1's the same shape).
+    JambaConfig.layers_block_type puts attention at i % 8 == 4 (4 layers), Mamba-1 elsewhere (28);
+    layers_num_experts 16 experts at i % 2 == 1 (16 layers), a dense MLP elsewhere. By hand:
+    tables 2 x 65,536 x 4,096 = 536,870,912; 28 Mamba-1 mixers (JambaMambaMixer) x 105,308,448
+    (in_proj 4096 x 16384, conv1d 8192 x 5, x_proj 8192 x 288, dt_proj 256 x 8192 + 8192, A_log
+    8192 x 16, D 8192, the dt/B/C norms 288, out_proj 8192 x 4096) = 2,948,636,544; 4 attention
+    x (2 x 4096^2 + 2 x 4096 x 1024) = 167,772,160; 16 MLPs x 3 x 4096 x 14336 = 2,818,572,288;
+    16 MoE layers x (16 x 176,160,768 + a 4096 x 16 router) = 45,098,205,184; 65 norms x 4,096 =
+    266,240: 51,570,323,328 (the card's 52B). Active: 2 of 16 experts, 16 x (2 x 176,160,768 +
+    65,536) = 5,638,193,152 in place of 45,098,205,184: 12,110,311,296 (the card's 12B)."""
+    model, notes, text = imported("jamba-1.5-mini", "ai21labs/AI21-Jamba-1.5-Mini")
+    values = model_values(model)
+    count = params.count(model)
+    assert total(model) == 536_870_912 + 2_948_636_544 + 167_772_160 + 2_818_572_288 + 45_098_205_184 + 266_240 \
+        == 51_570_323_328
+    assert number(count.active, values) == 51_570_323_328 - 45_098_205_184 + 5_638_193_152 == 12_110_311_296
+    assert (round(total(model) / 1e9), round(number(count.active, values) / 1e9)) == (52, 12)
+    assert model.pattern == ("mamba1",) * 4 + ("full",) + ("mamba1",) * 3 and model.positions == "none"
+    # state per sequence: 28 x (8192 x 16 + 8192 x 3) x 2 B = 8,716,288; 4 x 4,096 B per token
+    assert kvcache.per_sequence(model, 2, 1) == 16_384 + 8_716_288
+    assert not [n for n in notes if not n.message.startswith("not modelled; costs nothing")]
+    path = Path(spec.__file__).parent / "catalog" / "models" / "jamba-1.5-mini.yaml"
+    catalog = yaml.safe_load(path.read_text(encoding="utf-8"))
+    imported_spec = yaml.safe_load(text)
+    for key in ("d_model", "n_layers", "vocab", "attention", "mamba1", "moe", "mlp"):
+        assert imported_spec[key] == catalog[key], key
+
+
+def test_jamba_dt_rank_auto_and_mamba_defaults(tmp_path):
+    """JambaConfig: mamba_dt_rank "auto" is ceil(hidden_size / 16); absent Mamba fields take its
+    defaults (d_state 16, d_conv 4, expand 2, conv bias on, projection biases off)."""
+    data = json.loads((CONFIGS / "jamba-1.5-mini" / "config.json").read_text())
+    data.update(hidden_size=4000, mamba_dt_rank="auto")
+    for key in ("mamba_d_state", "mamba_d_conv", "mamba_expand", "mamba_conv_bias", "mamba_proj_bias"):
+        del data[key]
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(data, indent=2))
+    text, _ = hfimport.convert(str(cfg))
+    assert yaml.safe_load(text)["mamba1"] == {"expand": 2, "state_size": 16, "dt_rank": 250, "conv_kernel": 4,
+                                              "conv_bias": True, "proj_bias": False, "dt_bc_norms": True}
+
+
+def test_jamba_mamba_layers_need_silu(tmp_path):
+    data = json.loads((CONFIGS / "jamba-1.5-mini" / "config.json").read_text())
+    data["hidden_act"] = "gelu"
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(data, indent=2))
     with pytest.raises(SpecError) as err:
         hfimport.convert(str(cfg))
-    line = next(i for i, t in enumerate(cfg.read_text().splitlines(), 1) if '"mamba_d_state"' in t)
-    assert str(err.value).startswith(f"{cfg}:{line}:20: mamba_d_state: Mamba-1 layers (JambaMambaMixer) are not covered")
+    line = next(i for i, t in enumerate(cfg.read_text().splitlines(), 1) if '"hidden_act"' in t)
+    assert str(err.value).startswith(f"{cfg}:{line}:17: hidden_act: the Mamba-1 kind gates by silu(z)")
 
 
 def mtp(model) -> int:

@@ -39,6 +39,12 @@ The rules, from huggingface/transformers (read at commit 00d4b3d2):
   "attention" if i % attn_layer_period == attn_layer_offset else "mamba"; layers_num_experts:
   num_experts if i % expert_layer_period == expert_layer_offset else 1 (JambaDecoderLayer's MoE
   where more than one); _check_supported_offset refuses an offset >= its period.
+  modeling_jamba.py, JambaMambaMixer: in_proj hidden_size -> 2 d_inner (d_inner = mamba_expand x
+  hidden_size; bias mamba_proj_bias), conv1d over d_inner (mamba_d_conv taps, bias
+  mamba_conv_bias), x_proj d_inner -> dt_rank + 2 d_state, dt_proj dt_rank -> d_inner with a
+  bias, A_log d_inner x d_state, D d_inner, RMSNorms over dt_rank, d_state, d_state, out_proj;
+  JambaAttention: q, k, v, o without biases; JambaMLP: gate, up, down; JambaSparseMoeBlock: a
+  router hidden_size -> num_experts and num_experts JambaMLPs; two RMSNorms a decoder layer.
 - modular_qwen3_next.py, Qwen3NextRotaryEmbedding.compute_default_rope_parameters (Glm4Moe's is
   the same): RoPE turns `dim = int(head_dim * partial_rotary_factor)` dimensions of each head.
 """
@@ -514,6 +520,41 @@ def test_jamba_with_every_layer_attention_follows_layers_num_experts(tmp_path):
         model, _, _ = _import(tmp_path / f"{every}{offset}", config)
         got = [model.moe.moe_layers(i, i + 1) == 1 for i in range(12)]
         assert got == [i % every == offset for i in range(12)] and model.positions == "none"
+
+
+def _jamba_layers_by_transformers(config: dict) -> int:
+    """Parameters of JambaForCausalLM layer by layer (module docstring): each layer's two norms,
+    its mixer (JambaConfig.layers_block_type) and its feed-forward (layers_num_experts); the untied
+    tables and the final norm."""
+    d, n, ff, e = (config[k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size", "num_experts"))
+    heads, kv, hd = config["num_attention_heads"], config["num_key_value_heads"], d // config["num_attention_heads"]
+    inner, state, rank, taps = config["mamba_expand"] * d, config["mamba_d_state"], config["mamba_dt_rank"], config["mamba_d_conv"]
+    mamba = (d * 2 * inner + inner * (taps + 1) + inner * (rank + 2 * state) + rank * inner + inner
+             + inner * state + inner + rank + 2 * state + inner * d)
+    attention = 2 * d * heads * hd + 2 * d * kv * hd
+    mlp = 3 * d * ff
+    total = 0
+    for i in range(n):
+        total += 2 * d + (attention if i % config["attn_layer_period"] == config["attn_layer_offset"] else mamba)
+        total += e * mlp + d * e if i % config["expert_layer_period"] == config["expert_layer_offset"] else mlp
+    return 2 * config["vocab_size"] * d + total + d
+
+
+@pytest.mark.slow
+@settings(max_examples=15)
+@given(period=st.integers(1, 9), offset=st.integers(0, 8), every=st.integers(1, 4), first=st.integers(0, 3),
+       layers=st.integers(1, 20))
+def test_jamba_layers_follow_transformers(tmp_path_factory, period, offset, every, first, layers):
+    """Any attention period and offset, expert period and offset and depth: each Mamba-1 layer a
+    mamba1 layer, each attention layer a full one, the experts where layers_num_experts puts them;
+    the count is transformers' layer by layer."""
+    config = _config("jamba-1.5-mini")
+    config.update(attn_layer_period=period, attn_layer_offset=offset % period, expert_layer_period=every,
+                  expert_layer_offset=first % every, num_hidden_layers=layers, hidden_size=256,
+                  num_attention_heads=4, num_key_value_heads=2, intermediate_size=512, mamba_dt_rank=16,
+                  vocab_size=1000)
+    model, _, _ = _import(tmp_path_factory.mktemp("j"), config)
+    assert _total(model) == _jamba_layers_by_transformers(config)
 
 
 def test_jamba_offset_past_its_period_is_refused(tmp_path):

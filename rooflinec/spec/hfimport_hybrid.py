@@ -1,6 +1,6 @@
 """`rooflinec import` for hybrids of state-space and attention layers: Nemotron-H (Mamba-2 blocks,
-attention blocks and MLP blocks in one string) and Jamba (Mamba-1 layers, refused unless none is
-Mamba). Each rule cites the transformers class it mirrors (tests/test_import_rules.py checks them
+attention blocks and MLP blocks in one string) and Jamba (Mamba-1 layers, rooflinec.model.kinds.mamba1,
+one attention layer in each attn_layer_period, experts every expert_layer_period). Each rule cites the transformers class it mirrors (tests/test_import_rules.py checks them
 block by block).
 
 A Nemotron-H block is one sublayer (transformers' NemotronHBlock: a norm, one mixer, the
@@ -17,7 +17,7 @@ import json
 
 from rooflinec.base.errors import SpecError
 from rooflinec.model import kinds
-from rooflinec.spec.hfconfig import COSTLESS, Reader, _decoder, _optional, _period, count, kind_section
+from rooflinec.spec.hfconfig import COSTLESS, Reader, _decoder, _defaulted, _optional, _period, count, kind_section
 
 # layers_block_type (the newer configs' list) as hybrid_override_pattern's characters
 # (NemotronHConfig._pattern_to_list, and the older names remap_legacy_layer_types reads)
@@ -157,36 +157,79 @@ def count_free(r: Reader, key: str) -> bool:
     return value not in (None, 0, [], "")
 
 
-MAMBA_1 = ("Mamba-1 layers (JambaMambaMixer) are not covered: each of the d_inner = mamba_expand x hidden_size "
-           "channels keeps its own d_state-wide state with its own decay per state element (A is d_inner x d_state), "
-           "and B, C and dt come from x_proj over the convolved channels (d_inner -> dt_rank + 2 d_state) and dt_proj "
-           "(dt_rank -> d_inner); the Mamba-2 kind (mamba) has one scalar decay per head and projects B, C and dt "
-           "from the input, so it would miscount the projections' parameters and the scan's decay work; only "
-           "configs whose every layer is attention (attn_layer_period 1) map")
+JAMBA_FREE = {
+    "use_mamba_kernels": "a library switch (the fused kernels)",
+    "num_logits_to_keep": "the prompt logits computed: the study's logits convention says it",
+    "router_aux_loss_coef": "the router's load-balancing loss, for training",
+    "output_router_logits": "returns the router's logits, for training",
+}
 
 
 def _jamba(r: Reader) -> dict:
     n = r.need("num_hidden_layers")
     # JambaConfig.layers_block_type: "attention" where i % attn_layer_period == attn_layer_offset,
-    # else "mamba"; layers_num_experts: num_experts where i % expert_layer_period ==
-    # expert_layer_offset, else 1 (JambaDecoderLayer: JambaSparseMoeBlock, else JambaMLP)
+    # else "mamba" (JambaMambaMixer: Mamba-1); layers_num_experts: num_experts where
+    # i % expert_layer_period == expert_layer_offset, else 1 (JambaDecoderLayer:
+    # JambaSparseMoeBlock, else JambaMLP)
     attn_period, attn_offset = _rule(r, "attn_layer_period", "attn_layer_offset", 8, 4)
-    if any(i % attn_period != attn_offset for i in range(min(n, attn_period))):
-        at = "mamba_d_state" if "mamba_d_state" in r.data else "attn_layer_period"
-        raise SpecError([r.problem(at, MAMBA_1)])
     spec = _decoder(r)
+    if attn_period > PERIOD and n > attn_offset:
+        raise SpecError([r.problem("attn_layer_period", f"a layer pattern repeating every {attn_period} layers "
+                                                        f"is not modelled; at most {PERIOD}")])
+    # the layers over two periods hold the shortest pattern of all n (the sequence repeats every period)
+    layers = ["full" if i % attn_period == attn_offset else "mamba1" for i in range(min(n, 2 * attn_period))]
+    pattern = layers[:_period(layers)]
+    if "mamba1" in pattern:
+        if spec["mlp"]["kind"] != "swiglu":   # the mixer's conv activation and gate are hidden_act
+            raise SpecError([r.problem("hidden_act", "the Mamba-1 kind gates by silu(z) (JambaMambaMixer reads "
+                                                     "hidden_act); covered: silu")])
+        spec["attention"]["pattern"] = pattern
+        spec["mamba1"] = _mamba1(r, spec["d_model"])
+    else:
+        for key in ("mamba_d_state", "mamba_d_conv", "mamba_expand", "mamba_dt_rank", "mamba_conv_bias",
+                    "mamba_proj_bias"):
+            if key in r.data:
+                r.used.add(key)
+                r.notes.append(r.doc.problem((key,), f"{COSTLESS} (no layer is Mamba-1: the shape is unused)",
+                                             at_key=True))
     every, offset = _rule(r, "expert_layer_period", "expert_layer_offset", 2, 1)
     experts = r.need("num_experts") if r.data.get("num_experts") is not None else 16
     r.used.add("num_experts")
     if experts > 1 and offset < n:
         spec["moe"] = {"experts": experts, "top_k": _optional(r, "num_experts_per_tok", 2),
                        "d_expert": spec["mlp"]["d_ff"], "every": every, **({"offset": offset} if offset else {})}
-    r.used.update(k for k in (*(f"mamba_{x}" for x in ("d_state", "d_conv", "expand", "dt_rank", "conv_bias",
-                                                          "proj_bias")), "use_mamba_kernels", "num_logits_to_keep",
-                              "router_aux_loss_coef", "output_router_logits", "sliding_window",
-                              "num_experts_per_tok") if k in r.data)
+    else:
+        r.used.add("num_experts_per_tok")
+    if r.data.get("sliding_window") is not None:   # JambaFlashAttention2 only
+        r.note("sliding_window", "a sliding window on the attention layers (JambaFlashAttention2 only); costed as "
+                                 "full attention")
+    r.used.add("sliding_window")
+    for key, why in JAMBA_FREE.items():
+        if key in r.data:
+            r.used.add(key)
+            r.notes.append(r.doc.problem((key,), f"{COSTLESS} ({why})", at_key=True))
     spec["positions"] = "none"   # JambaAttention applies no rotary positions
     return spec
+
+
+def _mamba1(r: Reader, d_model: int) -> dict:
+    """The mamba1 section (rooflinec.model.kinds.mamba1: `hf`, JambaConfig's names and defaults:
+    mamba_d_state 16, mamba_d_conv 4, mamba_expand 2, mamba_dt_rank "auto" = ceil(hidden_size / 16));
+    Jamba normalises dt, B and C (JambaMambaMixer's dt_layernorm, b_layernorm, c_layernorm)."""
+    defaults = {"mamba_expand": 2, "mamba_d_state": 16, "mamba_d_conv": 4}
+    section = {}
+    for field_, key in kinds.registry()["mamba1"].hf.items():
+        if isinstance(key, tuple):
+            section[field_] = _defaulted(r, *key)
+        elif key == "mamba_dt_rank" and r.data.get(key) in (None, "auto"):
+            r.used.add(key)
+            section[field_] = -(-d_model // 16)
+        elif r.data.get(key) is None and key in defaults:
+            r.used.add(key)
+            section[field_] = defaults[key]
+        else:
+            section[field_] = r.need(key)
+    return {**section, "dt_bc_norms": True}
 
 
 def _rule(r: Reader, period_key: str, offset_key: str, period: int, offset: int) -> tuple[int, int]:
