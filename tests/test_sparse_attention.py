@@ -1,8 +1,9 @@
 """DeepSeek Sparse Attention as a layer kind (rooflinec.model.kinds.sparse) on DeepSeek-V3.2-Exp
 (the catalog's deepseek-v3.2-exp, from its config.json on Hugging Face, deepseek-ai/DeepSeek-
 V3.2-Exp: DeepSeek-V3's dimensions with index_n_heads 64, index_head_dim 128, index_topk 2048):
-parameters, the cache per token, what a decode step reads and computes, and that a sparse layer
-reads between its top-k's latents and a dense latent layer's.
+parameters, the cache per token, what a decode step reads and computes, that a sparse layer
+reads between its top-k's latents and a dense latent layer's, and that the indexer scores in fp8
+(its own peak and bytes).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from rooflinec.cost import kvcache
 from rooflinec.cost.evaluate import number
 from rooflinec.model import kinds, params, symbol_table
 from rooflinec.model.lower import Conventions, lower
+from rooflinec.cost.workbench import Workbench
 from rooflinec.model.symbols import B, L, M, S, b
-from rooflinec.spec.load import load_model
+from rooflinec.spec.load import load_hardware, load_model, load_study
 
 CATALOG = "rooflinec/spec/catalog/models/"
 
@@ -124,3 +126,60 @@ def test_prefill_attends_the_selected_keys(sparse):
 
 def _ops_with(model, conv):
     return {o.name: o for o in lower(model, "prefill", conv).ops}
+
+
+# --- the indexer scores in fp8: its own peak and bytes ------------------------------------------
+
+HARDWARE = "rooflinec/spec/catalog/hardware/"
+
+
+def test_the_indexer_scores_at_the_devices_fp8_peak(sparse):
+    """DeepSeek-V3.2-Exp's fp8_index kernel takes fp8 queries and keys (act_quant), one fp32 weight
+    per head and fp32 key scales: the scores op computes in fp8 whatever the study's dtype, so it
+    runs at the device's fp8 tensor peak (H100 SXM: 1,978.9 TFLOP/s; the study's bf16 989.4) and
+    reads q at 1 B an element; a device with no fp8 peak (A100) takes the study's bf16 312."""
+    h100, a100 = (load_hardware(HARDWARE + f"{k}.yaml") for k in ("h100-sxm", "a100-40gb"))
+    bench = Workbench.of(sparse, [h100, a100])
+    rows = {}
+    for device in (h100, a100):
+        program = bench.program("prefill", "ideal", device)
+        scores, q_proj = program.op("index_scores"), program.op("index_q_proj")
+        assert scores.dtype == "fp8" and not q_proj.dtype      # the projections are the study's GEMMs
+        assert bench.op_peak(device, q_proj) == device.tensor["bf16"]
+        rows[device.key] = next(r for r in bench.ledger(program, device, {B: 1, S: 8192}).rows
+                                if r.op.name == "index_scores")
+    assert bench.op_peak(h100, rows["h100-sxm"].op) == 1978.9e12 and rows["a100-40gb"].unit_peak == 312e12
+    # prefill of S = 8,192 (the default conventions count every pair, causal_halving off):
+    # 8,192^2 = 67,108,864 pairs of 16,576 FLOPs in each of 61 layers, 67,856,188,309,504 FLOPs;
+    # compute-bound, so fp8's peak halves the time on the H100: 67,856,188,309,504 / 1,978.9e12 =
+    # 34.3 ms (at bf16's 989.4e12 it would be 68.6 ms)
+    row = rows["h100-sxm"]
+    assert row.flops == 61 * 8192 ** 2 * 16_576 == 67_856_188_309_504
+    assert row.roof.time == pytest.approx(67_856_188_309_504 / 1978.9e12) and row.roof.bound == "compute"
+    # decode reads q in fp8 and one fp32 weight per head: 64 x (128 x 1 + 4) = 8,448 B a query
+    values = symbol_table.model_values(sparse)
+    scores = _ops(sparse, "decode")["index_scores"]
+    assert number(scores.cost.bytes_of("activations"), {**values, B: 1, M: 1, S: 4096, b: 2}) == 8448
+
+
+def test_a_bf16_indexer_takes_bf16_bytes_and_peak(sparse):
+    """`dtype: bf16` (an indexer trained without the fp8 path): keys 128 x 2 B + the 4 B scale per
+    token, queries at 2 B; the scores op then runs at the study's bf16 peak on every device."""
+    section = dict(dict(sparse.blocks)["sparse_attention"])
+    bf16 = replace(sparse, blocks=tuple((k, tuple(sorted({**section, "dtype": "bf16"}.items()))
+                                         if k == "sparse_attention" else v) for k, v in sparse.blocks))
+    assert kvcache.per_token(bf16, 2) == 61 * (1152 + 260)
+    h100 = load_hardware(HARDWARE + "h100-sxm.yaml")
+    bench = Workbench.of(bf16, [h100])
+    assert bench.op_peak(h100, bench.program("decode", "ideal", h100).op("index_scores")) == 989.4e12
+
+
+def test_a_device_without_an_fp8_peak_is_noted_located(tmp_path):
+    study = tmp_path / "dsa.yaml"
+    study.write_text("title: dsa\nmodel: deepseek-v3.2-exp\ndevices: [h100-sxm, a100-40gb]\n"
+                     "analyses: {ledger: {workloads: [{batch: 8, context: 8192}]}}\n")
+    h100, a100 = load_study(str(study)).devices
+    assert h100.warnings == ()
+    assert a100.warnings == (f"{study}:3:21: devices[1]: device 'a100-40gb' lists no tensor peak for fp8, which "
+                             "DeepSeek Sparse Attention's indexer scores (op 'index_scores') compute in; they are "
+                             "costed at its bf16 peak",)

@@ -71,7 +71,8 @@ def _terms(bench, phase: str, variant: str, device, tp: int) -> dict:
                            ("weights", "kv_cache"))
     values = {s: v for s, v in bench.values.items() if s not in FREE}
     terms = step_terms(program, values,
-                       lambda op: exact(bench.peak(device, op.unit, None, f"the {phase} op '{op.name}'")),
+                       lambda op: exact(bench.peak(device, op.unit, bench.op_dtype(device, op),
+                                                   f"the {phase} op '{op.name}'")),
                        device.bandwidth)
     return {**{name: _js(getattr(terms, name)) for name in ("flops", "bytes", "compute", "memory")},
             "comm": _js(_comm(bench, program, device, values))}

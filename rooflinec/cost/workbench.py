@@ -309,9 +309,19 @@ class Workbench:
     def peak(self, device, unit: str, dtype: str | None = None, needed_by: str = "this study"):
         return peak(device, unit, dtype or self.dtype, needed_by)
 
+    def op_dtype(self, device, op: Op, dtype: str | None = None) -> str:
+        """The dtype `op` computes in on `device`: its own where it has one and the device lists
+        that peak (DSA's indexer: fp8), else the study's (`dtype` where a sweep gives another);
+        a device lacking the op's own peak is warned about where the study names it
+        (spec.load: `Kind.dtypes`)."""
+        if op.dtype and device.peak(op.unit, op.dtype) is not None:
+            return op.dtype
+        return dtype or self.dtype
+
     def op_peak(self, device, op: Op, dtype: str | None = None):
         """The peak `op` runs against; pure data movement (no FLOPs) needs none: infinity."""
-        if device.peak(op.unit, dtype or self.dtype) is None and op.cost.flops == 0:
+        dtype = self.op_dtype(device, op, dtype)
+        if device.peak(op.unit, dtype) is None and op.cost.flops == 0:
             return math.inf
         return self.peak(device, op.unit, dtype, f"op '{op.name}'")
 
@@ -399,6 +409,6 @@ class Workbench:
         (`conventions`: other choices than the study's, e.g. a bound's lower.LEAST_WORK)."""
         program = self.program(phase, variant, device, conventions=conventions)
         return step_terms(program, self.values,
-                          lambda op: exact(self.peak(device, op.unit, None,
+                          lambda op: exact(self.peak(device, op.unit, self.op_dtype(device, op),
                                                      f"the {phase} op '{op.name}'")),
                           device.bandwidth)

@@ -11,12 +11,13 @@ from rooflinec.model.ops import FORMULAS, UNITS
 from rooflinec.model.symbols import L, M, b, d_model
 
 
-def op(name, formula, category, *args, repeat=L, shape="", crossing=None, into="", **kw) -> Op:
-    """An op from a registered formula; an op with `into` also carries its epilogue cost."""
+def op(name, formula, category, *args, repeat=L, shape="", crossing=None, into="", dtype="", **kw) -> Op:
+    """An op from a registered formula; an op with `into` also carries its epilogue cost; `dtype`:
+    the format it computes in where that is its own (ir.Op.dtype)."""
     fn = FORMULAS[formula]
     epilogue = fn(*args, **kw, epilogue=True) if into else None
     return Op(name, formula, category, UNITS[formula], fn(*args, **kw), sp.sympify(repeat), shape, crossing,
-              into=into, epilogue=epilogue)
+              into=into, epilogue=epilogue, dtype=dtype)
 
 
 def linear(name, tokens, k, n, shape, bias: bool, conv, repeat=L) -> list[Op]:

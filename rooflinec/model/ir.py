@@ -80,6 +80,8 @@ class Op:
     epilogue: Cost | None = None       # its cost when it runs inside `into` (the fused variant)
     absorbed: tuple[str, ...] = ()     # ops a pass folded into this one
     tiles: object = None                # FlashAttention's tile sizes, where the pass chose them
+    dtype: str = ""      # the format it computes in where that is its own, not the study's (DSA's
+    #                      indexer scores in fp8): the workbench's `op_dtype` takes its peak
 
     @property
     def per_layer(self) -> bool:

@@ -211,6 +211,17 @@ def load_hardware(file: str) -> Device:
     return replace(device, warnings=device_warnings(doc, device))
 
 
+def _own_dtypes(doc, i: int, device: Device, model, dtype: str) -> Device:
+    """`device` warned, located at the study's devices[i], of each format a layer kind computes
+    in of its own (rooflinec.model.kinds: `Kind.dtypes`, DSA's indexer: fp8) that it lists no
+    peak for: those ops take the study's `dtype` peak instead (the workbench's `op_dtype`)."""
+    lacking = tuple(str(doc.problem(("devices", i), f"device '{device.key}' lists no {'tensor' if unit == 'matrix' else 'vector'} peak for {own}, which "
+                                                   f"{what} compute in; they are costed at its {dtype} peak"))
+                    for kind in kinds.kinds_of(model) for unit, own, what in kind.dtypes(model)
+                    if device.peak(unit, own) is None)
+    return replace(device, warnings=device.warnings + lacking) if lacking else device
+
+
 def _interconnect(link: dict | None, prefix: str) -> dict:
     """A scale-up link ("link") or the scale-out network ("network") as Device fields."""
     if not link:
@@ -427,6 +438,8 @@ def load_study(file: str) -> Study:
             problems.append(doc.problem(("dtype",) if "dtype" in d else ("devices",),
                                         f"device '{dev.key}' lists no tensor peak for {dtype}{on}; "
                                         f"it has: {', '.join(dev.tensor)}"))
+    if model is not None and "dtype" not in bad:
+        devices = [_own_dtypes(doc, i, dev, model, dtype) for i, dev in enumerate(devices)]
     stored = d.get("quantization")
     if model is not None and model.moe is None and isinstance(stored, dict) and quant.EXPERTS in stored:
         problems.append(doc.problem(("quantization", quant.EXPERTS), f"model '{model.name}' has no "

@@ -111,6 +111,11 @@ class Kind:
     def stated(self, model, phase: str, conv) -> tuple:
         return ()
 
+    def dtypes(self, model) -> tuple:
+        """(unit, dtype, what) for ops of its own that compute in a format of their own, whatever
+        the study's dtype (DSA's indexer: fp8): a study warns, located, of a device lacking it."""
+        return ()
+
 
 _REGISTRY: dict[str, Kind] | None = None
 
