@@ -27,7 +27,9 @@ selective_scan_fn): the recurrence's pairs (a, b) = (exp(dt*A), dt*x*B) combine 
 2S combines (an up-sweep and a down-sweep; the Mamba authors count "2L associative operations",
 state-spaces/mamba issue 110). Per token and state element: the discretisation 2 (dt*A, (dt*x)*B),
 two combines 6, the output C 2: 10*d_inner*d_ms per token, linear in S (the authors' total for the
-scan is 9*L*D*N, same issue; this count spells out each term). Its traffic is the least a fused
+scan is 9*L*D*N, same issue; this count spells out each term). The recurrence run token by token
+would do decode's 6: the parallel scan trades 4 FLOPs a token for a depth of log S, and prefill's
+FLOPs here are that algorithm's, as the chunked kinds' are theirs. Its traffic is the least a fused
 kernel moves: x, dt, B, C and y once, A, D and dt's bias once, the final state written to the cache.
 The state is costed at the cache's bytes per element (engines often keep it in fp32: a study's
 `kv_cache` format says so).

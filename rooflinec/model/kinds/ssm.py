@@ -28,7 +28,7 @@ and the inter-chunk state terms. Its traffic is the least a fused kernel moves: 
 y once, the final state written to the cache (the chunk states kept on chip). The state is
 costed at the cache's bytes per element (engines often keep it in fp32: a study's `kv_cache`
 format says so). Jamba's Mamba-1 layers (a state per channel, x_proj and dt_proj) are another
-kind, not this one.
+kind, rooflinec.model.kinds.mamba1.
 """
 
 from __future__ import annotations
