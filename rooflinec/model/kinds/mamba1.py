@@ -53,7 +53,7 @@ from __future__ import annotations
 from rooflinec.model.build import linear, op
 from rooflinec.model.component import layer
 from rooflinec.model.ir import Cost
-from rooflinec.model.kinds import Kind, pattern_layers
+from rooflinec.model.kinds import Kind
 from rooflinec.model.kinds.linear import _register, short_conv  # noqa: F401  (short_conv registered)
 from rooflinec.model.symbols import B, M, S, b, d_model, dimension
 
@@ -115,9 +115,6 @@ class Mamba1(Kind):
     hf = {"expand": "mamba_expand", "state_size": "mamba_d_state", "dt_rank": "mamba_dt_rank",
           "conv_kernel": "mamba_d_conv", "conv_bias": ("mamba_conv_bias", True),
           "proj_bias": ("mamba_proj_bias", False)}   # JambaConfig's names
-
-    def layers(self, model, first, stop):
-        return pattern_layers(model, self.name, first, stop)
 
     def _config(self, model) -> dict:
         return dict(self.config(model))
