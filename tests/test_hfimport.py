@@ -362,11 +362,28 @@ def test_minimax_m2_against_its_card():
     assert round(total(model) / 1e9) == 229 and round((active(model) - 614_596_608) / 1e9) == 10
 
 
+def test_minimax_m1_against_its_card():
+    """MiniMaxAI/MiniMax-M1-80k's card (and arXiv 2506.13585, MiniMax-Text-01's shape): 456B total,
+    45.9B activated per token. By hand: tables 2 * 200064*6144 = 2,458,386,432; 70 lightning layers
+    of qkv_proj 6144*3*8192 + output_gate 6144*8192 + the norm over all heads 8192 + out_proj
+    8192*6144 = 251,666,432; 10 softmax layers of q 6144*8192 + k, v 6144*1024 each + o 8192*6144
+    = 113,246,208; 80 MoE layers of router 6144*32 + 32 experts of 3*6144*9216 = 5,436,014,592;
+    two norms a layer and the final norm: 80*12288 + 6144."""
+    model, _, _ = imported("minimax-m1-80k", "MiniMaxAI/MiniMax-M1-80k")
+    assert total(model) == (2_458_386_432 + 70 * 251_666_432 + 10 * 113_246_208 + 80 * 5_436_014_592
+                            + 80 * 12_288 + 6144) == 456_089_655_296
+    # active: 2 of the 32 experts, 30 * 169,869,312 left out on each of 80 layers; the card's
+    # 45.9B counts neither embedding table (45,944,920,064 without them)
+    assert active(model) == 456_089_655_296 - 80 * 30 * 169_869_312 == 48_403_306_496
+    assert round(total(model) / 1e9) == 456 and round((active(model) - 2_458_386_432) / 1e8) == 459
+
+
 @pytest.mark.parametrize(("stem", "folder", "hf_id"), [
     ("qwen3-next-80b-a3b", "qwen3-next-80b-a3b-instruct", "Qwen/Qwen3-Next-80B-A3B-Instruct"),
-    ("kimi-k2", "kimi-k2-instruct", "moonshotai/Kimi-K2-Instruct")])
+    ("kimi-k2", "kimi-k2-instruct", "moonshotai/Kimi-K2-Instruct"),
+    ("minimax-m1-80k", "minimax-m1-80k", "MiniMaxAI/MiniMax-M1-80k")])
 def test_catalog_entries_are_the_importers_output(stem, folder, hf_id):
-    """The catalog's Qwen3-Next-80B-A3B and Kimi-K2 are `rooflinec import --hf-id` of the configs
+    """The catalog's Qwen3-Next-80B-A3B, Kimi-K2 and MiniMax-M1 are `rooflinec import --hf-id` of the configs
     above, whose counts are checked against the cards: regenerating them changes nothing but the
     card's figures the shipped source adds."""
     shipped = yaml.safe_load((Path(spec.__file__).parent / "catalog" / "models" / f"{stem}.yaml").read_text(encoding="utf-8"))
@@ -425,6 +442,9 @@ def test_llama4_release_config_is_read_through_its_text_config(tmp_path):
     ("llama-4-scout-17b-16e", 196_608, 2_818_572_288),
     ("glm-4.7", 92 * 2 * 8 * 128 * 2, 92 * 4096 * 32_768),            # 376,832 B a token
     ("minimax-m2.5", 62 * 2 * 8 * 128 * 2, 62 * 4096 * 32_768),       # 253,952 B a token
+    # 10 softmax layers of 2*8*128*2 = 4,096 B; 70 lightning layers keep per sequence 64 heads'
+    # 128 x 128 states, 1,048,576 elements, 70 * 2,097,152 B = 146,800,640 B
+    ("minimax-m1-80k", 40_960, 40_960 * 32_768 + 146_800_640),
     ("kimi-k2-instruct", 61 * (512 + 64) * 2, 61 * 1152 * 32_768),    # MLA's latent and rope key
     # 4 attention layers of 2*8*128*2 = 4,096 B; 24 Mamba-2 layers keep per sequence 128*64*128 state
     # + 3 * (8192 + 2*8*128) conv inputs = 1,079,296 elements, 24 * 2,158,592 B = 51,806,208 B
