@@ -45,6 +45,10 @@ The rules, from huggingface/transformers (read at commit 00d4b3d2):
   Mixtral sparse MoE on every layer; MiniMaxLightningAttention: qkv_proj hidden_size -> 3 *
   num_attention_heads * head_dim (then the activation), output_gate hidden_size -> num_attention_heads
   * head_dim, an RMSNorm over num_attention_heads * head_dim, out_proj, blocks of block_size.
+- src/transformers/models/qwen3_5_moe/modular_qwen3_5_moe.py: Qwen3_5MoeTextConfig is Qwen3NextConfig
+  without intermediate_size, decoder_sparse_step and mlp_only_layers; Qwen3_5MoeDecoderLayer has
+  Qwen3_5MoeSparseMoeBlock on every layer, Qwen3_5MoeGatedDeltaNet or Qwen3_5MoeAttention
+  (Qwen3NextAttention's) by layer_types; Qwen3_5MoeForConditionalGeneration holds it in text_config.
 - modular_qwen3_next.py, Qwen3NextRotaryEmbedding.compute_default_rope_parameters (Glm4Moe's is
   the same): RoPE turns `dim = int(head_dim * partial_rotary_factor)` dimensions of each head.
 """
@@ -555,3 +559,24 @@ def test_jamba_offset_past_its_period_is_refused(tmp_path):
     with pytest.raises(SpecError) as err:
         _import(tmp_path, config)
     assert "expert_layer_offset: expert_layer_offset 2 must be smaller than expert_layer_period 2" in str(err.value)
+
+
+def test_qwen3_5_every_layer_is_moe_and_the_gate_follows_attn_output_gate(tmp_path):
+    """Qwen3_5MoeDecoderLayer: the sparse block on every layer; q_proj doubled for the gate only
+    where attn_output_gate (10 layers of 2048*16*256 fewer parameters without it)."""
+    config = _config("qwen3.5-35b-a3b")
+    gated, _, _ = _import(tmp_path, config)
+    assert gated.moe.moe_layers(0, 40) == 40 and gated.output_gate
+    config["text_config"]["attn_output_gate"] = False
+    plain, _, _ = _import(tmp_path, config)
+    assert not plain.output_gate and _total(gated) - _total(plain) == 10 * 2048 * 16 * 256
+
+
+def test_qwen3_5_rope_parameters_must_agree_with_the_partial_factor(tmp_path):
+    """rope_parameters.partial_rotary_factor turning other dimensions than partial_rotary_factor
+    does is refused, located at text_config.rope_parameters."""
+    config = _config("qwen3.5-35b-a3b")
+    config["text_config"]["rope_parameters"]["partial_rotary_factor"] = 0.5
+    with pytest.raises(SpecError) as err:
+        _import(tmp_path, config)
+    assert LOCATED.match(str(err.value)) and "text_config.rope_parameters" in str(err.value)

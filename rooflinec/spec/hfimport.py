@@ -107,7 +107,9 @@ ARCHITECTURES = {
 # multimodal configs whose text model is a covered architecture: (its class, the section holding
 # it, what the rest leaves out)
 WRAPPED = {"Llama4ForConditionalGeneration": ("Llama4ForCausalLM", "text_config", {
-    "vision_config": "the vision encoder and its projector (images): the spec is the text decoder"})}
+    "vision_config": "the vision encoder and its projector (images): the spec is the text decoder"}),
+    "Qwen3_5MoeForConditionalGeneration": ("Qwen3_5MoeForCausalLM", "text_config", {
+        "vision_config": "the vision encoder and its merger (images and video): the spec is the text decoder"})}
 
 
 # architectures refused with their reason rather than as unknown (architecture -> why)

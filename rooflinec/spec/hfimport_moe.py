@@ -1,6 +1,7 @@
 """`rooflinec import` for mixture-of-experts, latent- and linear-attention architectures:
 Mixtral, Qwen3-MoE, Qwen3-Next, DeepSeek-V3 (and Kimi-K2, its class), GLM-4.5 (Glm4Moe),
-MiniMax-M2, MiniMax-M1 and Text-01 (lightning attention, seven layers to one softmax), Llama 4, gpt-oss and DeepSeek-V3.2 (DeepSeek Sparse Attention on V3's latent
+MiniMax-M2, MiniMax-M1 and Text-01 (lightning attention, seven layers to one softmax), Qwen3.5-MoE
+(Qwen3-Next's layers, every one MoE), Llama 4, gpt-oss and DeepSeek-V3.2 (DeepSeek Sparse Attention on V3's latent
 attention). Each maps the shared decoder fields (hfconfig._decoder), then its experts (and DeepSeek's MLA, Qwen3-Next's Gated DeltaNet layers); every other field is
 mapped, costs nothing, or is noted. Each rule cites the transformers class it mirrors
 (tests/test_import_rules.py checks them layer by layer)."""
@@ -162,6 +163,13 @@ NEXT_MIXERS = {"linear_attention": "linear", "full_attention": "full"}
 
 def _qwen3_next(r: Reader) -> dict:
     spec = _qwen3_moe(r)   # the sparse-step rule is Qwen3-MoE's (Qwen3NextDecoderLayer)
+    # Qwen3NextAttention: q_proj yields the queries and a gate, attn_output * sigmoid(gate)
+    _next_layers(r, spec, gated=True)
+    return spec
+
+
+def _next_layers(r: Reader, spec: dict, gated: bool) -> None:
+    """Qwen3-Next's (and Qwen3.5's) mixers, output gate and shared expert."""
     n = spec["n_layers"]
     # Qwen3NextConfig: layer_types, else "linear_attention" where (i + 1) % full_attention_interval
     # is non-zero and "full_attention" where it is zero (interval default 4)
@@ -176,12 +184,59 @@ def _qwen3_next(r: Reader) -> dict:
             r.used.add(key)
             r.notes.append(r.doc.problem((key,), f"{COSTLESS} (no layer is linear_attention: the Gated "
                                                  "DeltaNet shape is unused)", at_key=True))
-    # Qwen3NextAttention: q_proj yields the queries and a gate, attn_output * sigmoid(gate)
-    spec["attention"]["output_gate"] = True
+    if gated:
+        spec["attention"]["output_gate"] = True
     shared = count(r, "shared_expert_intermediate_size")
     if shared:   # Qwen2MoeSparseMoeBlock: one shared expert and its sigmoid shared_expert_gate
         spec["moe"].update(shared_experts=1, d_shared=shared, shared_gate=True)
+
+
+# Qwen3.5's own fields that change no count, and why
+QWEN35_FREE = {
+    "mamba_ssm_dtype": "the recurrent state's dtype: a study's kv_cache format stores it",
+    "mtp_use_dedicated_embeddings": "whether the multi-token-prediction layer has its own embedding (not loaded)",
+}
+
+
+def _qwen3_5_moe(r: Reader) -> dict:
+    # transformers' Qwen3_5MoeTextConfig is Qwen3NextConfig without intermediate_size,
+    # decoder_sparse_step and mlp_only_layers: Qwen3_5MoeDecoderLayer puts Qwen3_5MoeSparseMoeBlock
+    # (Qwen3-Next's) on every layer, Qwen3_5MoeGatedDeltaNet (in_proj_qkv, in_proj_z, in_proj_b,
+    # in_proj_a: Qwen3-Next's in_proj_qkvz and in_proj_ba split, the same weights) on the
+    # linear_attention layers and Qwen3NextAttention (gated where attn_output_gate) on the full ones
+    spec = _decoder(r, d_ff_key="moe_intermediate_size")   # no dense layer: the experts' width
+    spec["attention"]["qk_norm"] = True   # Qwen3NextAttention: q_norm, k_norm = RMSNorm(head_dim)
+    _rope_parameters(r, spec)
+    spec["moe"] = {"experts": r.need("num_experts"), "top_k": r.need("num_experts_per_tok"),
+                   "d_expert": r.need("moe_intermediate_size")}
+    _next_layers(r, spec, gated=r.flag("attn_output_gate", True))
+    r.note("mtp_num_hidden_layers", "the multi-token-prediction layer (speculative decoding), which "
+                                    "Qwen3_5MoeForCausalLM does not load")
+    for key, why in QWEN35_FREE.items():
+        if key in r.data:
+            r.used.add(key)
+            r.notes.append(r.doc.problem((key,), f"{COSTLESS} ({why})", at_key=True))
+    _free(r)
     return spec
+
+
+def _rope_parameters(r: Reader, spec: dict) -> None:
+    """rope_parameters (transformers' newer home of rope_theta, rope_type and partial_rotary_factor;
+    Qwen3.5's mrope_section and mrope_interleaved split each head's rotary dimensions among
+    time, height and width for images and video: for text the three positions are one, the same
+    RoPE): its partial_rotary_factor must be the one read beside it."""
+    rope = r.get("rope_parameters")
+    if rope is None:
+        return
+    turned = spec["attention"].get("rotary_dim", spec["attention"]["head_dim"])
+    factor = rope.get("partial_rotary_factor", turned / spec["attention"]["head_dim"]) if isinstance(rope, dict) else None
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) \
+            or max(int(spec["attention"]["head_dim"] * factor), 1) != turned:
+        raise SpecError([r.problem("rope_parameters", f"expected a mapping whose partial_rotary_factor turns the "
+                                                      f"{turned} dimensions partial_rotary_factor does")])
+    r.notes.append(r.doc.problem(("rope_parameters",), f"{COSTLESS} (RoPE's base frequency and type, and mRoPE's "
+                                                       "split of the rotary dimensions among time, height and "
+                                                       "width: for text one position, the same RoPE)", at_key=True))
 
 
 def _glm4_moe(r: Reader) -> dict:
@@ -373,7 +428,8 @@ def _every(r: Reader, layers, n: int) -> dict:
 
 
 ARCHITECTURES = {"MixtralForCausalLM": _mixtral, "Qwen3MoeForCausalLM": _qwen3_moe,
-                 "Qwen3NextForCausalLM": _qwen3_next, "DeepseekV3ForCausalLM": _deepseek_v3,
+                 "Qwen3NextForCausalLM": _qwen3_next, "Qwen3_5MoeForCausalLM": _qwen3_5_moe,
+                 "DeepseekV3ForCausalLM": _deepseek_v3,
                  "DeepseekV32ForCausalLM": _deepseek_v32,
                  "Glm4MoeForCausalLM": _glm4_moe, "MiniMaxM2ForCausalLM": _minimax_m2,
                  "MiniMaxM1ForCausalLM": _minimax_m1, "MiniMaxText01ForCausalLM": _minimax_m1,
