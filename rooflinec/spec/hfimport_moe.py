@@ -358,7 +358,7 @@ def _shared_expert(r: Reader, spec: dict) -> None:
                                                                "value): a shared expert's width per layer that "
                                                                "changes is not modelled")])
     mode = r.get("shared_moe_mode", "sigmoid")
-    if widths[0]:
+    if widths and widths[0]:
         spec["moe"].update(shared_experts=1, d_shared=widths[0], shared_gate=True)
         if mode != "sigmoid":
             r.note("shared_moe_mode", f"the {mode} mixing of the shared expert, costed as the sigmoid gate")
