@@ -388,7 +388,11 @@ def test_minimax_m1_against_its_card():
     8192*6144 = 251,666,432; 10 softmax layers of q 6144*8192 + k, v 6144*1024 each + o 8192*6144
     = 113,246,208; 80 MoE layers of router 6144*32 + 32 experts of 3*6144*9216 = 5,436,014,592;
     two norms a layer and the final norm: 80*12288 + 6144."""
-    model, _, _ = imported("minimax-m1-80k", "MiniMaxAI/MiniMax-M1-80k")
+    model, notes, _ = imported("minimax-m1-80k", "MiniMaxAI/MiniMax-M1-80k")
+    # the DeepNorm scales: alpha 3.556... a multiply left out, beta 1 nothing; postnorm costs nothing
+    said = {n.path: n.message for n in notes}
+    assert "one multiply per element" in said["layernorm_mlp_alpha"] and "a scale of 1" in said["layernorm_mlp_beta"]
+    assert said["postnorm"].startswith("not modelled; costs nothing")
     assert total(model) == (2_458_386_432 + 70 * 251_666_432 + 10 * 113_246_208 + 80 * 5_436_014_592
                             + 80 * 12_288 + 6144) == 456_089_655_296
     # active: 2 of the 32 experts, 30 * 169,869,312 left out on each of 80 layers; the card's

@@ -202,8 +202,9 @@ def _qwen3_5_moe(r: Reader) -> dict:
     # transformers' Qwen3_5MoeTextConfig is Qwen3NextConfig without intermediate_size,
     # decoder_sparse_step and mlp_only_layers: Qwen3_5MoeDecoderLayer puts Qwen3_5MoeSparseMoeBlock
     # (Qwen3-Next's) on every layer, Qwen3_5MoeGatedDeltaNet (in_proj_qkv, in_proj_z, in_proj_b,
-    # in_proj_a: Qwen3-Next's in_proj_qkvz and in_proj_ba split, the same weights) on the
-    # linear_attention layers and Qwen3NextAttention (gated where attn_output_gate) on the full ones
+    # in_proj_a: Qwen3-Next's in_proj_qkvz and in_proj_ba split, the same weights and FLOPs, so the
+    # linear kind as it is, its two fused GEMMs as engines merge them) on the linear_attention
+    # layers and Qwen3NextAttention (gated where attn_output_gate) on the full ones
     spec = _decoder(r, d_ff_key="moe_intermediate_size")   # no dense layer: the experts' width
     spec["attention"]["qk_norm"] = True   # Qwen3NextAttention: q_norm, k_norm = RMSNorm(head_dim)
     _rope_parameters(r, spec)

@@ -14,13 +14,14 @@ layer's depth: a buffer, not a parameter) and, per token:
     o  = S^T q                       read                  2*d_la^2
 
 so 5*d_la^2 FLOPs per head per token. The output is normed over all heads at once (one RMSNorm
-of n_la*d_la), gated by sigmoid(X W_gate) and projected (out_proj). Why not the Gated DeltaNet
-kind (rooflinec.model.kinds.linear) with other numbers: its delta rule reads the state once
-more before it writes (7*d^2 a head, not 5), and it has a short convolution, the per-head gates
-beta and alpha and their projection, a per-head norm; lightning has none of them, so its
-projections, parameters, state and recurrence are each costed differently (only the shape of a
-state per head kept whatever the context is shared). A sequence keeps, per layer, the states
-and nothing else: decode reads and writes them once per token, and its bytes do not grow with S.
+of n_la*d_la), gated by sigmoid(X W_gate) and projected (out_proj). Why a kind of its own and
+not the Gated DeltaNet kind (rooflinec.model.kinds.linear) with other numbers: the delta rule
+reads the state once more before it writes (7*d^2 a head, not 5) and its chunked prefill solves
+a triangular system per chunk (the C^2/3 and UT-transform terms), and Gated DeltaNet has a short
+convolution (its state too), the per-head gates beta and alpha with their projection and a
+per-head norm; lightning has none of them. What the two share is the law, not a formula: a
+state per head kept whatever the context. A sequence keeps, per layer, the states and nothing
+else: decode reads and writes them once per token, and its bytes do not grow with S.
 
 Prefill runs the blocked algorithm (Lightning Attention-2, and transformers' loop over blocks of
 C_l tokens, the release's BLOCK = 256): per block and head, the intra-block part is softmax-free
