@@ -39,14 +39,14 @@ The rules, from huggingface/transformers (read at commit 00d4b3d2):
   "attention" if i % attn_layer_period == attn_layer_offset else "mamba"; layers_num_experts:
   num_experts if i % expert_layer_period == expert_layer_offset else 1 (JambaDecoderLayer's MoE
   where more than one); _check_supported_offset refuses an offset >= its period.
-- src/transformers/models/minimax/modular_minimax.py (MiniMax-Text-01, MiniMax-M1's architecture; the
-  releases' modeling_minimax_m1.py the same): MiniMaxDecoderLayer is MiniMaxLightningAttention
+- src/transformers/models/minimax/modular_minimax.py (at 008e5743; MiniMax-Text-01 and MiniMax-M1's
+  architecture, the releases' modeling_minimax_m1.py the same): MiniMaxDecoderLayer is MiniMaxLightningAttention
   where the layer's type is linear (attn_type_list 0), Mixtral's attention where full (1), and a
   Mixtral sparse MoE on every layer; MiniMaxLightningAttention: qkv_proj hidden_size -> 3 *
   num_attention_heads * head_dim (then the activation), output_gate hidden_size -> num_attention_heads
   * head_dim, an RMSNorm over num_attention_heads * head_dim, out_proj, blocks of block_size.
-- src/transformers/models/qwen3_5_moe/modular_qwen3_5_moe.py: Qwen3_5MoeTextConfig is Qwen3NextConfig
-  without intermediate_size, decoder_sparse_step and mlp_only_layers; Qwen3_5MoeDecoderLayer has
+- src/transformers/models/qwen3_5_moe/modular_qwen3_5_moe.py (at 0960594c): Qwen3_5MoeTextConfig is
+  Qwen3NextConfig without intermediate_size, decoder_sparse_step and mlp_only_layers; Qwen3_5MoeDecoderLayer has
   Qwen3_5MoeSparseMoeBlock on every layer, Qwen3_5MoeGatedDeltaNet or Qwen3_5MoeAttention
   (Qwen3NextAttention's) by layer_types; Qwen3_5MoeForConditionalGeneration holds it in text_config.
 - modular_qwen3_next.py, Qwen3NextRotaryEmbedding.compute_default_rope_parameters (Glm4Moe's is
