@@ -1,10 +1,11 @@
 """`rooflinec import` for mixture-of-experts, latent- and linear-attention architectures:
 Mixtral, Qwen3-MoE, Qwen3-Next, DeepSeek-V3 (and Kimi-K2, its class), GLM-4.5 (Glm4Moe),
-MiniMax-M2, MiniMax-M1 and Text-01 (lightning attention, seven layers to one softmax), Qwen3.5-MoE
-(Qwen3-Next's layers, every one MoE), Llama 4, gpt-oss and DeepSeek-V3.2 (DeepSeek Sparse Attention on V3's latent
-attention). Each maps the shared decoder fields (hfconfig._decoder), then its experts (and DeepSeek's MLA, Qwen3-Next's Gated DeltaNet layers); every other field is
-mapped, costs nothing, or is noted. Each rule cites the transformers class it mirrors
-(tests/test_import_rules.py checks them layer by layer)."""
+MiniMax-M2, MiniMax-M1 and Text-01 (lightning attention, seven layers to one softmax),
+Qwen3.5-MoE (Qwen3-Next's layers, every one MoE), Llama 4, gpt-oss and DeepSeek-V3.2 (DeepSeek
+Sparse Attention on V3's latent attention). Each maps the shared decoder fields
+(hfconfig._decoder), then its experts (and DeepSeek's MLA, Qwen3-Next's Gated DeltaNet layers,
+MiniMax's lightning layers); every other field is mapped, costs nothing, or is noted. Each rule
+cites the transformers class it mirrors (tests/test_import_rules.py checks them layer by layer)."""
 
 from __future__ import annotations
 
