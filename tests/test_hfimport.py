@@ -357,11 +357,52 @@ def test_minimax_m2_against_its_card():
     assert round(total(model) / 1e9) == 229 and round((active(model) - 614_596_608) / 1e9) == 10
 
 
+def test_qwen3_5_moe_against_its_card():
+    """Qwen/Qwen3.5-35B-A3B (Qwen3_5MoeForConditionalGeneration; its text_config read, the vision
+    encoder noted as left out): 35B in total and 3B activated, as Qwen3.6-35B-A3B's card (the same
+    shape) and a card built on Qwen3.5-35B-A3B-Base give it. By hand:
+    tables 2 * 248320*2048 = 1,017,118,720; 10 gated full-attention layers of 27,263,488 and 30
+    Gated DeltaNet layers of 33,718,464 (both as Qwen3-Next's: the same head shapes); 40 MoE layers,
+    every one (no decoder_sparse_step), of router 2048*256 + 256 experts and a shared one of
+    3*2048*512 + its gate 2048 = 808,978,432; two norms a layer and the final norm: 40*4096 + 2048.
+    A public text-decoder count of this config agrees: 34,660,610,688."""
+    model, notes, _ = imported("qwen3.5-35b-a3b", "Qwen/Qwen3.5-35B-A3B")
+    assert total(model) == (1_017_118_720 + 10 * 27_263_488 + 30 * 33_718_464 + 40 * 808_978_432
+                            + 40 * 4096 + 2048) == 34_660_610_688
+    # active: 8 routed experts and the shared one of 257
+    assert active(model) == 34_660_610_688 - 40 * 248 * 3_145_728 == 3_454_988_928
+    assert round(total(model) / 1e9) == 35 and int(active(model) / 1e9) == 3
+    assert model.moe.moe_layers(0, 40) == 40 and model.output_gate and model.rotary_dim == 64
+    assert any(n.path == "vision_config" and "vision encoder" in n.message for n in notes)
+
+
+def test_minimax_m1_against_its_card():
+    """MiniMaxAI/MiniMax-M1-80k's card (and arXiv 2506.13585, MiniMax-Text-01's shape): 456B total,
+    45.9B activated per token. By hand: tables 2 * 200064*6144 = 2,458,386,432; 70 lightning layers
+    of qkv_proj 6144*3*8192 + output_gate 6144*8192 + the norm over all heads 8192 + out_proj
+    8192*6144 = 251,666,432; 10 softmax layers of q 6144*8192 + k, v 6144*1024 each + o 8192*6144
+    = 113,246,208; 80 MoE layers of router 6144*32 + 32 experts of 3*6144*9216 = 5,436,014,592;
+    two norms a layer and the final norm: 80*12288 + 6144."""
+    model, notes, _ = imported("minimax-m1-80k", "MiniMaxAI/MiniMax-M1-80k")
+    # the DeepNorm scales: alpha 3.556... a multiply left out, beta 1 nothing; postnorm costs nothing
+    said = {n.path: n.message for n in notes}
+    assert "one multiply per element" in said["layernorm_mlp_alpha"] and "a scale of 1" in said["layernorm_mlp_beta"]
+    assert said["postnorm"].startswith("not modelled; costs nothing")
+    assert total(model) == (2_458_386_432 + 70 * 251_666_432 + 10 * 113_246_208 + 80 * 5_436_014_592
+                            + 80 * 12_288 + 6144) == 456_089_655_296
+    # active: 2 of the 32 experts, 30 * 169,869,312 left out on each of 80 layers; the card's
+    # 45.9B counts neither embedding table (45,944,920,064 without them)
+    assert active(model) == 456_089_655_296 - 80 * 30 * 169_869_312 == 48_403_306_496
+    assert round(total(model) / 1e9) == 456 and round((active(model) - 2_458_386_432) / 1e8) == 459
+
+
 @pytest.mark.parametrize(("stem", "folder", "hf_id"), [
     ("qwen3-next-80b-a3b", "qwen3-next-80b-a3b-instruct", "Qwen/Qwen3-Next-80B-A3B-Instruct"),
-    ("kimi-k2", "kimi-k2-instruct", "moonshotai/Kimi-K2-Instruct")])
+    ("kimi-k2", "kimi-k2-instruct", "moonshotai/Kimi-K2-Instruct"),
+    ("minimax-m1-80k", "minimax-m1-80k", "MiniMaxAI/MiniMax-M1-80k"),
+    ("qwen3.5-35b-a3b", "qwen3.5-35b-a3b", "Qwen/Qwen3.5-35B-A3B")])
 def test_catalog_entries_are_the_importers_output(stem, folder, hf_id):
-    """The catalog's Qwen3-Next-80B-A3B and Kimi-K2 are `rooflinec import --hf-id` of the configs
+    """The catalog's Qwen3-Next-80B-A3B, Kimi-K2, MiniMax-M1 and Qwen3.5-35B-A3B are `rooflinec import --hf-id` of the configs
     above, whose counts are checked against the cards: regenerating them changes nothing but the
     card's figures the shipped source adds."""
     shipped = yaml.safe_load((Path(spec.__file__).parent / "catalog" / "models" / f"{stem}.yaml").read_text(encoding="utf-8"))
@@ -420,6 +461,11 @@ def test_llama4_release_config_is_read_through_its_text_config(tmp_path):
     ("llama-4-scout-17b-16e", 196_608, 2_818_572_288),
     ("glm-4.7", 92 * 2 * 8 * 128 * 2, 92 * 4096 * 32_768),            # 376,832 B a token
     ("minimax-m2.5", 62 * 2 * 8 * 128 * 2, 62 * 4096 * 32_768),       # 253,952 B a token
+    # 10 softmax layers of 2*8*128*2 = 4,096 B; 70 lightning layers keep per sequence 64 heads'
+    # 128 x 128 states, 1,048,576 elements, 70 * 2,097,152 B = 146,800,640 B
+    ("minimax-m1-80k", 40_960, 40_960 * 32_768 + 146_800_640),
+    # 10 gated full layers of 2*2*256*2 = 2,048 B; 30 Gated DeltaNet layers of 1,097,728 B a sequence
+    ("qwen3.5-35b-a3b", 20_480, 20_480 * 32_768 + 30 * 1_097_728),
     ("kimi-k2-instruct", 61 * (512 + 64) * 2, 61 * 1152 * 32_768),    # MLA's latent and rope key
     # 4 attention layers of 2*8*128*2 = 4,096 B; 24 Mamba-2 layers keep per sequence 128*64*128 state
     # + 3 * (8192 + 2*8*128) conv inputs = 1,079,296 elements, 24 * 2,158,592 B = 51,806,208 B

@@ -45,6 +45,16 @@ The rules, from huggingface/transformers (read at commit 00d4b3d2):
   bias, A_log d_inner x d_state, D d_inner, RMSNorms over dt_rank, d_state, d_state, out_proj;
   JambaAttention: q, k, v, o without biases; JambaMLP: gate, up, down; JambaSparseMoeBlock: a
   router hidden_size -> num_experts and num_experts JambaMLPs; two RMSNorms a decoder layer.
+- src/transformers/models/minimax/modular_minimax.py (at 008e5743; MiniMax-Text-01 and MiniMax-M1's
+  architecture, the releases' modeling_minimax_m1.py the same): MiniMaxDecoderLayer is MiniMaxLightningAttention
+  where the layer's type is linear (attn_type_list 0), Mixtral's attention where full (1), and a
+  Mixtral sparse MoE on every layer; MiniMaxLightningAttention: qkv_proj hidden_size -> 3 *
+  num_attention_heads * head_dim (then the activation), output_gate hidden_size -> num_attention_heads
+  * head_dim, an RMSNorm over num_attention_heads * head_dim, out_proj, blocks of block_size.
+- src/transformers/models/qwen3_5_moe/modular_qwen3_5_moe.py (at 0960594c): Qwen3_5MoeTextConfig is
+  Qwen3NextConfig without intermediate_size, decoder_sparse_step and mlp_only_layers; Qwen3_5MoeDecoderLayer has
+  Qwen3_5MoeSparseMoeBlock on every layer, Qwen3_5MoeGatedDeltaNet or Qwen3_5MoeAttention
+  (Qwen3NextAttention's) by layer_types; Qwen3_5MoeForConditionalGeneration holds it in text_config.
 - modular_qwen3_next.py, Qwen3NextRotaryEmbedding.compute_default_rope_parameters (Glm4Moe's is
   the same): RoPE turns `dim = int(head_dim * partial_rotary_factor)` dimensions of each head.
 """
@@ -350,13 +360,14 @@ def test_minimax_m2_norms_q_and_k_over_all_heads(tmp_path):
     assert (ops["q_norm"].cost.flops - heads["q_norm"].cost.flops).expand() == 0
 
 
-def test_minimax_lightning_layers_are_refused_located(tmp_path):
-    """attn_type 0 (MiniMax-M1's lightning attention) does not map onto the Gated DeltaNet kind."""
+def test_minimax_m2_lightning_layers_are_refused_located(tmp_path):
+    """attn_type 0 (lightning attention) is MiniMax-M1's and Text-01's layer, not MiniMaxM2's."""
     config = _config("minimax-m2.5")
     config["attn_type_list"][7] = 0
     with pytest.raises(SpecError) as err:
         _import(tmp_path, config)
     assert LOCATED.match(str(err.value)) and ": attn_type_list: lightning attention" in str(err.value)
+    assert "MiniMaxM1ForCausalLM" in str(err.value)
 
 
 def test_nope_beside_linear_layers_is_refused(tmp_path):
@@ -382,15 +393,41 @@ def test_a_billion_layers_import_in_closed_form(tmp_path, folder):
     assert model.n_layers == 10**9 and model.moe.moe_layers(0, 10**9) > 0
 
 
-def test_minimax_m1_is_refused_with_its_reason(tmp_path):
-    """MiniMaxM1ForCausalLM: lightning attention is not the Gated DeltaNet kind; refused, located
-    at `architectures`, saying why (not as an unknown architecture)."""
-    config = _config("minimax-m2.5")
-    config["architectures"] = ["MiniMaxM1ForCausalLM"]
+@pytest.mark.parametrize(("types", "pattern"), [
+    ([0, 0, 0, 0, 0, 0, 0, 1] * 10, ["lightning"] * 7 + ["full"]),
+    ([0, 1] * 40, ["lightning", "full"]),
+    ([1] * 80, None)])
+def test_minimax_m1_mixers_follow_attn_type_list(tmp_path, types, pattern):
+    """MiniMaxDecoderLayer: lightning attention where attn_type_list is 0, softmax attention where 1;
+    the list becomes the pattern's shortest period; with no lightning layer no lightning section."""
+    config = _config("minimax-m1-80k")
+    config["attn_type_list"] = types
+    model, _, _ = _import(tmp_path, config)
+    registry = kinds.registry()
+    lightning = types.count(0)
+    assert (model.pattern or None) == (tuple(pattern) if pattern else None)
+    assert dict((k.name, n) for k, n in kinds.counts(model, "mixer")) == \
+        {n: c for n, c in (("full", 80 - lightning), ("lightning", lightning)) if c}
+    assert (registry["lightning"].config(model) is not None) == bool(lightning)
+
+
+def test_minimax_m1_reads_block_size_and_the_shared_expert(tmp_path):
+    """block_size (Text-01's legacy configs carry it; M1's config leaves it out: the release's
+    BLOCK = 256); shared_intermediate_size > 0 is a shared MLP mixed by a sigmoid of X W[d_model, 1]
+    (the release's `coefficient`): 3*6144*4096 + 6144 more parameters a layer. A per-layer list
+    whose widths differ is refused, located."""
+    config = _config("minimax-m1-80k")
+    plain, _, _ = _import(tmp_path, config)
+    assert dict(kinds.registry()["lightning"].config(plain))["block"] == 256
+    config.update(block_size=64, shared_intermediate_size=[4096])
+    model, _, _ = _import(tmp_path, config)
+    assert dict(kinds.registry()["lightning"].config(model))["block"] == 64
+    assert (model.moe.shared_experts, model.moe.d_shared, model.moe.shared_gate) == (1, 4096, True)
+    assert _total(model) - _total(plain) == 80 * (3 * 6144 * 4096 + 6144)
+    config["shared_intermediate_size"] = [0, 4096]
     with pytest.raises(SpecError) as err:
         _import(tmp_path, config)
-    assert LOCATED.match(str(err.value)) and "architectures[0]: architecture MiniMaxM1ForCausalLM is not covered: " \
-        "lightning attention" in str(err.value)
+    assert LOCATED.match(str(err.value)) and "shared_intermediate_size" in str(err.value)
 
 
 @pytest.mark.parametrize(("factor", "turned"), [(0.25, 64), (0.5, 128), (0.3, 76), (1.0, None)])
@@ -563,3 +600,24 @@ def test_jamba_offset_past_its_period_is_refused(tmp_path):
     with pytest.raises(SpecError) as err:
         _import(tmp_path, config)
     assert "expert_layer_offset: expert_layer_offset 2 must be smaller than expert_layer_period 2" in str(err.value)
+
+
+def test_qwen3_5_every_layer_is_moe_and_the_gate_follows_attn_output_gate(tmp_path):
+    """Qwen3_5MoeDecoderLayer: the sparse block on every layer; q_proj doubled for the gate only
+    where attn_output_gate (10 layers of 2048*16*256 fewer parameters without it)."""
+    config = _config("qwen3.5-35b-a3b")
+    gated, _, _ = _import(tmp_path, config)
+    assert gated.moe.moe_layers(0, 40) == 40 and gated.output_gate
+    config["text_config"]["attn_output_gate"] = False
+    plain, _, _ = _import(tmp_path, config)
+    assert not plain.output_gate and _total(gated) - _total(plain) == 10 * 2048 * 16 * 256
+
+
+def test_qwen3_5_rope_parameters_must_agree_with_the_partial_factor(tmp_path):
+    """rope_parameters.partial_rotary_factor turning other dimensions than partial_rotary_factor
+    does is refused, located at text_config.rope_parameters."""
+    config = _config("qwen3.5-35b-a3b")
+    config["text_config"]["rope_parameters"]["partial_rotary_factor"] = 0.5
+    with pytest.raises(SpecError) as err:
+        _import(tmp_path, config)
+    assert LOCATED.match(str(err.value)) and "text_config.rope_parameters" in str(err.value)

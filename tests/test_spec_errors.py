@@ -315,7 +315,7 @@ def test_five_mistakes_five_problems(tmp_path):
         f"{f}:1:1: (top level): missing required key 'source' (Where the config comes from.)",
         f"{f}:2:10: d_model: expected an integer, got string \"3584 wide\"",
         f"{f}:3:1: n_layer: unknown key 'n_layer'; did you mean 'n_layers'? accepted keys: "
-        "attention, block, d_model, dimensions, hf_id, linear_attention, mamba, mamba1, max_context, mla, mlp, moe, mtp_layers, n_layers, name, norm, "
+        "attention, block, d_model, dimensions, hf_id, lightning_attention, linear_attention, mamba, mamba1, max_context, mla, mlp, moe, mtp_layers, n_layers, name, norm, "
         "notes, operators, positions, source, sparse_attention, tied_embeddings, vocab",
         f"{f}:6:38: attention.n_kv_heads: 5 KV heads do not divide 28 query heads; each KV head "
         "must serve a whole group of query heads",

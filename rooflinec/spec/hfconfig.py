@@ -49,6 +49,8 @@ COST_FREE = {
     "summary_proj_to_labels": "a classification head the LM does not use",
     "tie_word_embeddings": "mapped to tied_embeddings",
     "boi_token_index": "a token id", "eoi_token_index": "a token id", "image_token_index": "a token id",
+    "image_token_id": "a token id", "video_token_id": "a token id", "vision_start_token_id": "a token id",
+    "vision_end_token_id": "a token id",
 }
 
 
@@ -206,8 +208,10 @@ def _period(items: list) -> int:
     return len(items) - (fail[-1] if items else 0)
 
 
-def _decoder(r: Reader, act_key: str = "hidden_act", act_default: str = "silu") -> dict:
-    """The fields every Llama-style decoder shares: RMSNorm, RoPE, a gated MLP."""
+def _decoder(r: Reader, act_key: str = "hidden_act", act_default: str = "silu",
+             d_ff_key: str = "intermediate_size") -> dict:
+    """The fields every Llama-style decoder shares: RMSNorm, RoPE, a gated MLP (of d_ff_key's
+    width: a config with no dense layer may name only its experts')."""
     d_model, heads = r.need("hidden_size"), r.need("num_attention_heads")
     head_dim = r.need("head_dim") if r.data.get("head_dim") is not None else d_model // heads
     act = r.get(act_key, act_default)
@@ -220,7 +224,7 @@ def _decoder(r: Reader, act_key: str = "hidden_act", act_default: str = "silu") 
         "d_model": d_model, "n_layers": r.need("num_hidden_layers"), "vocab": r.need("vocab_size"),
         "attention": {"n_heads": heads, "n_kv_heads": _optional(r, "num_key_value_heads", heads),
                       "head_dim": head_dim, "qkv_bias": bias, "out_bias": bias},
-        "mlp": {"kind": kinds[act], "d_ff": r.need("intermediate_size"),
+        "mlp": {"kind": kinds[act], "d_ff": r.need(d_ff_key),
                 "bias": r.flag("mlp_bias", False)},
         "norm": {"kind": "rmsnorm", "bias": False},
         "positions": "rope",

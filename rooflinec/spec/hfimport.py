@@ -17,7 +17,6 @@ from rooflinec.base import yamlio
 from rooflinec.base.errors import Problem, SpecError, one_line
 from rooflinec.spec.hfconfig import COSTLESS, Inner, Reader, _decoder, _layer_types, _optional, _window
 from rooflinec.spec.hfimport_moe import ARCHITECTURES as MOE   # experts, latent and linear attention
-from rooflinec.spec.hfimport_moe import MINIMAX_M1
 from rooflinec.spec.hfimport_hybrid import ARCHITECTURES as HYBRID   # Mamba-2 (Nemotron-H), Jamba
 
 
@@ -108,11 +107,13 @@ ARCHITECTURES = {
 # multimodal configs whose text model is a covered architecture: (its class, the section holding
 # it, what the rest leaves out)
 WRAPPED = {"Llama4ForConditionalGeneration": ("Llama4ForCausalLM", "text_config", {
-    "vision_config": "the vision encoder and its projector (images): the spec is the text decoder"})}
+    "vision_config": "the vision encoder and its projector (images): the spec is the text decoder"}),
+    "Qwen3_5MoeForConditionalGeneration": ("Qwen3_5MoeForCausalLM", "text_config", {
+        "vision_config": "the vision encoder and its merger (images and video): the spec is the text decoder"})}
 
 
-# architectures refused with their reason rather than as unknown
-REFUSED = {"MiniMaxM1ForCausalLM": MINIMAX_M1, "MiniMaxText01ForCausalLM": MINIMAX_M1}
+# architectures refused with their reason rather than as unknown (architecture -> why)
+REFUSED: dict[str, str] = {}
 
 
 NAMED = 8                                   # fields the summary line names of each kind

@@ -1,9 +1,11 @@
 """`rooflinec import` for mixture-of-experts, latent- and linear-attention architectures:
 Mixtral, Qwen3-MoE, Qwen3-Next, DeepSeek-V3 (and Kimi-K2, its class), GLM-4.5 (Glm4Moe),
-MiniMax-M2, Llama 4, gpt-oss and DeepSeek-V3.2 (DeepSeek Sparse Attention on V3's latent
-attention). Each maps the shared decoder fields (hfconfig._decoder), then its experts (and DeepSeek's MLA, Qwen3-Next's Gated DeltaNet layers); every other field is
-mapped, costs nothing, or is noted. Each rule cites the transformers class it mirrors
-(tests/test_import_rules.py checks them layer by layer)."""
+MiniMax-M2, MiniMax-M1 and Text-01 (lightning attention, seven layers to one softmax),
+Qwen3.5-MoE (Qwen3-Next's layers, every one MoE), Llama 4, gpt-oss and DeepSeek-V3.2 (DeepSeek
+Sparse Attention on V3's latent attention). Each maps the shared decoder fields
+(hfconfig._decoder), then its experts (and DeepSeek's MLA, Qwen3-Next's Gated DeltaNet layers,
+MiniMax's lightning layers); every other field is mapped, costs nothing, or is noted. Each rule
+cites the transformers class it mirrors (tests/test_import_rules.py checks them layer by layer)."""
 
 from __future__ import annotations
 
@@ -162,6 +164,13 @@ NEXT_MIXERS = {"linear_attention": "linear", "full_attention": "full"}
 
 def _qwen3_next(r: Reader) -> dict:
     spec = _qwen3_moe(r)   # the sparse-step rule is Qwen3-MoE's (Qwen3NextDecoderLayer)
+    # Qwen3NextAttention: q_proj yields the queries and a gate, attn_output * sigmoid(gate)
+    _next_layers(r, spec, gated=True)
+    return spec
+
+
+def _next_layers(r: Reader, spec: dict, gated: bool) -> None:
+    """Qwen3-Next's (and Qwen3.5's) mixers, output gate and shared expert."""
     n = spec["n_layers"]
     # Qwen3NextConfig: layer_types, else "linear_attention" where (i + 1) % full_attention_interval
     # is non-zero and "full_attention" where it is zero (interval default 4)
@@ -176,12 +185,60 @@ def _qwen3_next(r: Reader) -> dict:
             r.used.add(key)
             r.notes.append(r.doc.problem((key,), f"{COSTLESS} (no layer is linear_attention: the Gated "
                                                  "DeltaNet shape is unused)", at_key=True))
-    # Qwen3NextAttention: q_proj yields the queries and a gate, attn_output * sigmoid(gate)
-    spec["attention"]["output_gate"] = True
+    if gated:
+        spec["attention"]["output_gate"] = True
     shared = count(r, "shared_expert_intermediate_size")
     if shared:   # Qwen2MoeSparseMoeBlock: one shared expert and its sigmoid shared_expert_gate
         spec["moe"].update(shared_experts=1, d_shared=shared, shared_gate=True)
+
+
+# Qwen3.5's own fields that change no count, and why
+QWEN35_FREE = {
+    "mamba_ssm_dtype": "the recurrent state's dtype: a study's kv_cache format stores it",
+    "mtp_use_dedicated_embeddings": "whether the multi-token-prediction layer has its own embedding (not loaded)",
+}
+
+
+def _qwen3_5_moe(r: Reader) -> dict:
+    # transformers' Qwen3_5MoeTextConfig is Qwen3NextConfig without intermediate_size,
+    # decoder_sparse_step and mlp_only_layers: Qwen3_5MoeDecoderLayer puts Qwen3_5MoeSparseMoeBlock
+    # (Qwen3-Next's) on every layer, Qwen3_5MoeGatedDeltaNet (in_proj_qkv, in_proj_z, in_proj_b,
+    # in_proj_a: Qwen3-Next's in_proj_qkvz and in_proj_ba split, the same weights and FLOPs, so the
+    # linear kind as it is, its two fused GEMMs as engines merge them) on the linear_attention
+    # layers and Qwen3NextAttention (gated where attn_output_gate) on the full ones
+    spec = _decoder(r, d_ff_key="moe_intermediate_size")   # no dense layer: the experts' width
+    spec["attention"]["qk_norm"] = True   # Qwen3NextAttention: q_norm, k_norm = RMSNorm(head_dim)
+    _rope_parameters(r, spec)
+    spec["moe"] = {"experts": r.need("num_experts"), "top_k": r.need("num_experts_per_tok"),
+                   "d_expert": r.need("moe_intermediate_size")}
+    _next_layers(r, spec, gated=r.flag("attn_output_gate", True))
+    r.note("mtp_num_hidden_layers", "the multi-token-prediction layer (speculative decoding), which "
+                                    "Qwen3_5MoeForCausalLM does not load")
+    for key, why in QWEN35_FREE.items():
+        if key in r.data:
+            r.used.add(key)
+            r.notes.append(r.doc.problem((key,), f"{COSTLESS} ({why})", at_key=True))
+    _free(r)
     return spec
+
+
+def _rope_parameters(r: Reader, spec: dict) -> None:
+    """rope_parameters (transformers' newer home of rope_theta, rope_type and partial_rotary_factor;
+    Qwen3.5's mrope_section and mrope_interleaved split each head's rotary dimensions among
+    time, height and width for images and video: for text the three positions are one, the same
+    RoPE): its partial_rotary_factor must be the one read beside it."""
+    rope = r.get("rope_parameters")
+    if rope is None:
+        return
+    turned = spec["attention"].get("rotary_dim", spec["attention"]["head_dim"])
+    factor = rope.get("partial_rotary_factor", turned / spec["attention"]["head_dim"]) if isinstance(rope, dict) else None
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) \
+            or max(int(spec["attention"]["head_dim"] * factor), 1) != turned:
+        raise SpecError([r.problem("rope_parameters", f"expected a mapping whose partial_rotary_factor turns the "
+                                                      f"{turned} dimensions partial_rotary_factor does")])
+    r.notes.append(r.doc.problem(("rope_parameters",), f"{COSTLESS} (RoPE's base frequency and type, and mRoPE's "
+                                                       "split of the rotary dimensions among time, height and "
+                                                       "width: for text one position, the same RoPE)", at_key=True))
 
 
 def _glm4_moe(r: Reader) -> dict:
@@ -211,9 +268,11 @@ def _minimax_m2(r: Reader) -> dict:
                    "d_expert": spec["mlp"]["d_ff"]}
     if count(r, "shared_intermediate_size"):
         r.note("shared_intermediate_size", "a shared expert of this width (MiniMax-M2 releases set 0)")
-    kinds = _per_layer(r, "attn_type_list", spec["n_layers"], {1: "full", 0: "lightning"}) or ["full"]
-    if "lightning" in kinds:   # MiniMax-M1/Text-01's lightning attention: see MINIMAX_M1 below
-        raise SpecError([r.problem("attn_type_list", MINIMAX_M1)])
+    kinds = _per_layer(r, "attn_type_list", spec["n_layers"], MINIMAX_MIXERS) or ["full"]
+    if "lightning" in kinds:   # MiniMaxM2Attention on every layer: lightning layers are M1's
+        raise SpecError([r.problem("attn_type_list", "lightning attention (attn_type 0) is not a layer of "
+                                                     "MiniMaxM2ForCausalLM (MiniMaxM2Attention on every layer); "
+                                                     "MiniMaxM1ForCausalLM / MiniMaxText01ForCausalLM map it")])
     # MiniMaxM2Attention (FlexOlmoAttention's): q_norm = RMSNorm(num_attention_heads * head_dim) and
     # k_norm = RMSNorm(num_key_value_heads * head_dim) on every layer, one norm over all heads at
     # once (the release's qk_norm_type per_layer); transformers does not read use_qk_norm
@@ -224,14 +283,7 @@ def _minimax_m2(r: Reader) -> dict:
                                                        "per_layer")])
         spec["attention"]["qk_norm"] = "layer"
     r.used.add("qk_norm_type")
-    if r.data.get("rotary_dim") is not None:   # the dimensions of each head RoPE turns (64 of 128)
-        rotary = r.need("rotary_dim")
-        if rotary > spec["attention"]["head_dim"]:
-            raise SpecError([r.problem("rotary_dim", f"rotary_dim {rotary} exceeds head_dim "
-                                                     f"{spec['attention']['head_dim']}")])
-        if rotary < spec["attention"]["head_dim"]:
-            spec["attention"]["rotary_dim"] = rotary
-    r.used.add("rotary_dim")
+    _rotary(r, spec)
     for key in ("use_mtp", "num_mtp_modules", "mtp_transformer_layers"):
         r.note(key, "the multi-token-prediction modules (speculative decoding)")
     r.used.update(k for k in ("use_routing_bias",) if k in r.data)   # E biases on the router scores
@@ -240,9 +292,81 @@ def _minimax_m2(r: Reader) -> dict:
     return spec
 
 
-MINIMAX_M1 = ("lightning attention (attn_type 0: MiniMax-M1 / Text-01) is not covered: its state is "
-              "a plain d_k x d_v sum with a fixed per-head decay, which the Gated DeltaNet kind (linear) "
-              "would over-count by its delta-rule and gate terms; only full-attention layers (attn_type 1) map")
+def _rotary(r: Reader, spec: dict) -> None:
+    """rotary_dim: the dimensions of each head RoPE turns (MiniMax: 64 of 128)."""
+    if r.data.get("rotary_dim") is not None:
+        rotary = r.need("rotary_dim")
+        if rotary > spec["attention"]["head_dim"]:
+            raise SpecError([r.problem("rotary_dim", f"rotary_dim {rotary} exceeds head_dim "
+                                                     f"{spec['attention']['head_dim']}")])
+        if rotary < spec["attention"]["head_dim"]:
+            spec["attention"]["rotary_dim"] = rotary
+    r.used.add("rotary_dim")
+
+
+MINIMAX_MIXERS = {1: "full", 0: "lightning"}   # attn_type_list: 1 softmax attention, 0 lightning
+
+# MiniMaxM1DecoderLayer: residual * alpha + sublayer(x) * beta after each sublayer (DeepNorm's scales)
+DEEPNORM = tuple(f"layernorm_{part}_{x}" for part in ("full_attention", "linear_attention", "mlp")
+                 for x in ("alpha", "beta"))
+
+
+def _minimax_m1(r: Reader) -> dict:
+    # the release's modeling_minimax_m1.py (MiniMaxText01's architecture; transformers'
+    # MiniMaxDecoderLayer): attn_type_list per layer, MiniMaxM1LightningAttention where 0 (heads
+    # and head_dim as the softmax layers', blocks of block_size, BLOCK = 256 where absent) and
+    # Mixtral's attention where 1, with RoPE over rotary_dim; every layer a Mixtral MoE of
+    # num_local_experts experts of intermediate_size, top num_experts_per_tok
+    spec = _decoder(r)
+    att = spec["attention"]
+    spec["moe"] = {"experts": r.need("num_local_experts"), "top_k": r.need("num_experts_per_tok"),
+                   "d_expert": spec["mlp"]["d_ff"]}
+    given = _per_layer(r, "attn_type_list", spec["n_layers"], MINIMAX_MIXERS)
+    pattern = _repeating(given) if given is not None else ["full"]
+    if "lightning" in pattern:
+        att["pattern"] = pattern
+        spec["lightning_attention"] = {"heads": att["n_heads"], "head_dim": att["head_dim"],
+                                       **kind_section(r, "lightning")}
+    _rotary(r, spec)
+    _shared_expert(r, spec)
+    for key in DEEPNORM:
+        value = r.data.get(key)
+        if value is not None and value != 1:
+            r.note(key, f"the scale {value} of the residual or sublayer output before their add: one multiply "
+                        "per element of d_model, per token and layer")
+        elif key in r.data:
+            r.used.add(key)
+            r.notes.append(r.doc.problem((key,), f"{COSTLESS} (a scale of 1)", at_key=True))
+    if r.data.get("postnorm") is not None:   # the residual taken after the norm: the same norm and add
+        r.used.add("postnorm")
+        r.notes.append(r.doc.problem(("postnorm",), f"{COSTLESS} (where the residual is taken, before or after "
+                                                    "the norm: the same norm and add)", at_key=True))
+    if r.data.get("sliding_window") is not None:
+        r.note("sliding_window", "a sliding window on the softmax layers; costed as full attention")
+    r.used.update(k for k in ("sliding_window", "router_jitter_noise") if k in r.data)
+    _free(r)
+    return spec
+
+
+def _shared_expert(r: Reader, spec: dict) -> None:
+    """shared_intermediate_size (a width, or one per layer as a list, MiniMax-Text-01's): a shared
+    MLP of that width beside the experts, mixed by a sigmoid of X W[d_model, 1] (the release's
+    `coefficient`, shared_moe_mode sigmoid); 0 everywhere is none."""
+    width = r.get("shared_intermediate_size")
+    widths = width if isinstance(width, list) else [width]
+    if any(w is not None and (not isinstance(w, int) or isinstance(w, bool) or w < 0) for w in widths) \
+            or len(set(widths)) > 1:
+        raise SpecError([r.problem("shared_intermediate_size", "expected one whole number >= 0 (or a list of one "
+                                                               "value): a shared expert's width per layer that "
+                                                               "changes is not modelled")])
+    mode = r.get("shared_moe_mode", "sigmoid")
+    if widths and widths[0]:
+        spec["moe"].update(shared_experts=1, d_shared=widths[0], shared_gate=True)
+        if mode != "sigmoid":
+            r.note("shared_moe_mode", f"the {mode} mixing of the shared expert, costed as the sigmoid gate")
+    elif "shared_moe_mode" in r.data:
+        r.notes.append(r.doc.problem(("shared_moe_mode",), f"{COSTLESS} (no shared expert: "
+                                                           "shared_intermediate_size is 0)", at_key=True))
 
 
 def _llama4(r: Reader) -> dict:
@@ -306,7 +430,9 @@ def _every(r: Reader, layers, n: int) -> dict:
 
 
 ARCHITECTURES = {"MixtralForCausalLM": _mixtral, "Qwen3MoeForCausalLM": _qwen3_moe,
-                 "Qwen3NextForCausalLM": _qwen3_next, "DeepseekV3ForCausalLM": _deepseek_v3,
+                 "Qwen3NextForCausalLM": _qwen3_next, "Qwen3_5MoeForCausalLM": _qwen3_5_moe,
+                 "DeepseekV3ForCausalLM": _deepseek_v3,
                  "DeepseekV32ForCausalLM": _deepseek_v32,
                  "Glm4MoeForCausalLM": _glm4_moe, "MiniMaxM2ForCausalLM": _minimax_m2,
+                 "MiniMaxM1ForCausalLM": _minimax_m1, "MiniMaxText01ForCausalLM": _minimax_m1,
                  "Llama4ForCausalLM": _llama4, "GptOssForCausalLM": _gpt_oss}
