@@ -74,9 +74,8 @@ def register(sub, streams, parents=()) -> None:
     s.add_argument("--weights", metavar="LIST", action="append",
                    help=f"weight formats to try: a list (default: {','.join(DEFAULT_WEIGHTS)}, and for a mixture of "
                    "experts bf16 attention with mxfp4 experts and fp8 with nvfp4), or one choice per class as "
-                   "`serve --weights` takes it, experts=mxfp4,attention=bf16; repeat the flag for several. Where a "
-                   "device has no tensor peak for a format (fp4 on Hopper) its GEMMs run weight-only: bf16 GEMMs "
-                   "dequantising the weights, the FLOPs counted, the bytes at the format")
+                   "`serve --weights` takes it, experts=mxfp4,attention=bf16; repeat the flag for several; "
+                   f"{storage.GEMM_RULE} (the dequantisation FLOPs counted, the bytes at the format), as serve and simulate")
     s.add_argument("--kv-cache", metavar="LIST", help=f"KV-cache formats to try (default: {','.join(DEFAULT_KV)})")
     s.add_argument("--engine", default="", metavar="NAME",
                    help="the calibration's (device, engine) parameters (default: the pooled fit)")

@@ -64,8 +64,8 @@ def register(sub, streams, parents=()) -> None:
     s.add_argument("--engine", required=True, metavar="NAME",
                    help="scheduler policy: trtllm, vllm, sglang, or an engine YAML")
     s.add_argument("--weights", default="bf16", metavar="FORMAT",
-                   help="weights' format and tensor peak, e.g. fp8 (weight-only bf16 GEMMs where the "
-                        "device has no peak for it), or per class: experts=mxfp4,attention=bf16 (default: bf16)")
+                   help="weights' format, e.g. fp8, or per class: experts=mxfp4,attention=bf16 (default: bf16); "
+                        f"{weight_flags.GEMM_RULE}, as serve and plan")
     s.add_argument("--kv-cache", metavar="FORMAT",
                    help="KV cache's format (default: the engine's; auto is bf16)")
     load = s.add_argument_group("workload")
