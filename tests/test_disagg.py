@@ -172,6 +172,14 @@ def test_simulate_takes_two_pools():
     assert code == 2 and "--prefill-workers: two pools" in err
     code, _, err = call(*base[:-2], "--decode-tp", 0, "--concurrency", 1)
     assert code == 2 and "--decode-tp: 0 must be at least 1" in err
+    # a MoE's pools of attention-DP ranks: 2 prefill ranks of one worker, 4 decode ranks with EP 4
+    code, out, err = call("simulate", "qwen3-30b-a3b", "--device", "h100-sxm", "--engine", "sglang", "--isl", "2048",
+                          "--osl", "32", "--concurrency", 16, "--prefill-workers", 1, "--prefill-attention-dp", 2,
+                          "--decode-workers", 1, "--decode-attention-dp", 4, "--decode-ep", 4, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["attention_dp"] == {"prefill": 2, "decode": 4} and doc["first_token_steps"] == 0
+    assert doc["tokens_per_s_per_gpu"] == pytest.approx(doc["requests_per_s"] * 32 / 6)
 
 
 SHARED = __import__("pathlib").Path(__file__).resolve().parents[1].parent / "shared" / "measured"

@@ -224,15 +224,16 @@ def prefill_policy(pools: Pools, policy: engines.Policy, isl: int) -> engines.Po
 
 
 def rate_matching(pre: _Pool, dec: _Pool, pools: Pools, clients: int, isl: int, osl: int) -> dict:
-    """Requests/s each pool can carry, the one that limits, and the prefill : decode worker
-    ratio that balances them."""
+    """Requests/s each pool can carry (its ranks' own), the one that limits, and the prefill :
+    decode worker ratio that balances them."""
     busy = 2 * (pools.prefill_batch or max(1, pre.policy.max_tokens // isl))   # a queue that never empties
     per_prefill = pre.run(busy, isl, 1)[2]
     per_decode = dec.run(max(1, math.ceil(clients / pools.decode_ranks)), isl, osl)[2]
     p_cap, d_cap = pools.prefill_ranks * per_prefill, pools.decode_ranks * per_decode
     return {"prefill_capacity_per_s": p_cap, "decode_capacity_per_s": d_cap,
-            "limited_by": "prefill" if p_cap < d_cap else "decode",
-            "balanced_prefill_per_decode": per_decode / per_prefill}
+            "limited_by": "prefill" if p_cap < d_cap else "decode",       # workers, each of its ranks:
+            "balanced_prefill_per_decode": (per_decode * pools.decode.attention_dp)
+                                           / (per_prefill * pools.prefill.attention_dp)}
 
 
 def bound(pools: Pools, policy: engines.Policy, isl: int, osl: int) -> dict:
@@ -245,9 +246,11 @@ def bound(pools: Pools, policy: engines.Policy, isl: int, osl: int) -> dict:
 def text(out: dict) -> str:
     """`rooflinec simulate --prefill-workers ...` in the terminal."""
     (pw, ptp), (dw, dtp) = out["pools"]["prefill"], out["pools"]["decode"]
-    workers = lambda n, kind: f"{n} {kind} worker{'' if n == 1 else 's'}"   # noqa: E731
-    lines = [f"{out['model']} on {out['device']}, {out['engine']}: {workers(pw, 'prefill')} of tp {ptp}, "
-             f"{workers(dw, 'decode')} of tp {dtp}; {out['workload']}", f"{out['kind']} ({out['parameters']})", ""]
+    dp = out.get("attention_dp", {})
+    workers = lambda n, kind, tp: (f"{n} {kind} worker{'' if n == 1 else 's'} of tp {tp}"   # noqa: E731
+                                   + (f" x dp {dp[kind]}" if dp.get(kind, 1) > 1 else ""))
+    lines = [f"{out['model']} on {out['device']}, {out['engine']}: {workers(pw, 'prefill', ptp)}, "
+             f"{workers(dw, 'decode', dtp)}; {out['workload']}", f"{out['kind']} ({out['parameters']})", ""]
     if out["kind"] == "bound":
         return "\n".join(lines + [f"TTFT >= {1e3 * out['ttft_s']:.2f} ms (a prompt's prefill alone), "
                                   f"TPOT >= {1e3 * out['tpot_s']:.3f} ms (one request's decode steps alone)"]) + "\n"
