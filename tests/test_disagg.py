@@ -230,3 +230,11 @@ def test_validate_predicts_the_disaggregated_rows_it_can_and_says_why_for_the_re
 def test_a_bad_pool_cell_is_located(tmp_path):
     code, _, err = call("validate", disagg_rows(tmp_path, {"decode_tp": "four"}), "--out", tmp_path / "out")
     assert code == 1 and ":2:" in err and "decode_tp: 'four' is not a whole number" in err
+
+
+def test_the_implied_prefill_inverts_the_prefill_queue():
+    """`implied_prefill` undoes `prefill_residence`: at 552 clients over 40 ranks with a 7 s delay,
+    a prefill of 0.3 s gives some residence R; asked for R, it answers 0.3 s."""
+    r, _ = disagg.prefill_residence(552, 40, 0.3, 7.0)
+    assert r > 0.3 and disagg.implied_prefill(552, 40, r, 7.0) == pytest.approx(0.3, rel=1e-6)
+    assert disagg.implied_prefill(552, 40, -0.1, 7.0) == 0.0

@@ -171,6 +171,19 @@ def prefill_residence(clients: int, ranks: int, service_s: float, think_s: float
     return r, x
 
 
+def implied_prefill(clients: int, ranks: int, residence_s: float, think_s: float) -> float:
+    """The one prompt's prefill time under which `prefill_residence` gives `residence_s` (the
+    queueing and prefill a row's measured TTFT leaves once the other terms are taken off), by
+    bisection (the residence grows with the prefill); 0 where nothing is left."""
+    if residence_s <= 0:
+        return 0.0
+    lo, hi = 0.0, residence_s
+    for _ in range(4 * HALVINGS):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if prefill_residence(clients, ranks, mid, think_s)[0] < residence_s else (lo, mid)
+    return (lo + hi) / 2
+
+
 def simulate(pools: Pools, policy: engines.Policy, clients: int, isl: int, osl: int,
              params: sc.Parameters) -> dict:
     """The closed-loop benchmark of `clients` over both pools: TTFT, TPOT, throughput, the
@@ -270,6 +283,16 @@ def text(out: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _implied(row, out: dict, pools: Pools, clients: int) -> float:
+    """The prefill per prompt the row's measured TTFT implies through the prefill ranks' queue:
+    its TTFT less the predicted front end, transfer, wait and decode steps (at the measured
+    TPOT) is the queueing and prefill, the rest of the measured cycle the delay."""
+    steps = 0.5 + out["first_token_steps"]
+    residence = row.ttft_s - out["front_end_s"] - out["transfer_s"] - out["decode_wait_s"] - steps * row.tpot_s
+    cycle = row.ttft_s + (row.osl - 1 - out["first_token_steps"]) * row.tpot_s
+    return implied_prefill(clients, pools.prefill_ranks, residence, cycle - residence)
+
+
 ROW_ASSUMPTIONS = (
     "Disaggregated rows: each pool a Deployment of the row's prefill_* / decode_* layout (tp, attention_dp, "
     "moe_tp, moe_ep; a worker of attention_dp ranks is that many ranks of its pool), its workers as the row "
@@ -304,4 +327,5 @@ def row_record(row, resolved, policy: engines.Policy, params: sc.Parameters) -> 
             # were the prefill pool the limit, the measured loop's rate C / (TTFT + (OSL-1) TPOT)
             # would be P / prefill: the prefill time per prompt the measurement implies (per rank)
             "implied_prefill_if_limiting_s": pools.prefill_ranks * (row.ttft_s + (row.osl - 1) * row.tpot_s) / clients,
+            "implied_prefill_s": _implied(row, out, pools, clients),
             "balanced_prefill_per_decode": out["balanced_prefill_per_decode"]}
