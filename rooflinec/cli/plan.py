@@ -31,7 +31,7 @@ sequences in flight per pipeline stage (per attention-DP rank) at isl prompt and
 tokens, in steady state. Deployments: tp x pp, and for a mixture of experts attention DP and
 EP (tp x dp = moe_tp x ep; the busiest expert device's step, tokens/s per GPU over every
 rank); and disaggregated: P prefill workers of tp_p and D decode workers of tp_d (coprime
-ratios within --gpus; TTFT = prefill + KV transfer, TPOT from the decode pool, the prefill
+ratios within --gpus; TTFT = prefill + KV transfer + the decode worker's admission (1.5 decode steps), TPOT from the decode pool, the prefill
 pool's rate must keep B sequences on each decode worker), on one frontier with the others.
 TPOT and TTFT are predictions (the calibrated step model of `simulate`, at the steady mix);
 the TPOT bound (overlapped step rule at the datasheet peaks) prunes first: a configuration

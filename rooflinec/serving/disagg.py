@@ -82,6 +82,13 @@ HALVINGS = 12            # bisection steps for the clients' split between the po
 # decode steps a request runs after it joins a decode rank's batch before its first token streams
 # (see the module), by the engine policy's name; an engine not named: its first step computes it
 FIRST_TOKEN_STEPS = {"SGLang": 0, "TensorRT-LLM": 1, "vLLM": 1}
+ANY_ENGINE_STEPS = 1     # an engine not named (the planner's, which names none)
+
+
+def admission_steps(engine: str | None) -> float:
+    """Decode steps from a KV cache's arrival to its first token streamed: half the step in
+    progress, then the engine's FIRST_TOKEN_STEPS."""
+    return 0.5 + FIRST_TOKEN_STEPS.get(engine, ANY_ENGINE_STEPS)
 
 
 @dataclass(frozen=True)
@@ -195,7 +202,7 @@ def simulate(pools: Pools, policy: engines.Policy, clients: int, isl: int, osl: 
     pre = _Pool(pools.prefill, prefill_policy(pools, policy, isl), params, False)
     dec = _Pool(pools.decode, policy, params, True)
     P, D = pools.prefill_ranks, pools.decode_ranks
-    first = FIRST_TOKEN_STEPS.get(policy.name, 1)
+    first = FIRST_TOKEN_STEPS.get(policy.name, ANY_ENGINE_STEPS)
     alone = pre.run(1, isl, 1)[0]                    # one prompt's prefill, queueing nothing
 
     def at(f):
