@@ -115,7 +115,7 @@ def test_a_disaggregated_row_without_concurrency_takes_the_decode_pools_batch():
     """decode_workers x decode_attention_dp x decode_batch: 1 x 8 x 7 = 56 (the rows that state a
     concurrency obey it: 480 = 6 x 1 x 80); a stated concurrency is kept."""
     c, read = rows.disagg_clients(_disagg_row())
-    assert c == 56 and "1 decode workers x attention_dp 8 x decode_batch 7 = 56" in read
+    assert c == 56 and "1 decode worker x attention_dp 8 x decode_batch 7 = 56" in read
     assert rows.disagg_clients(_disagg_row(concurrency=480)) == (480, "")
 
 

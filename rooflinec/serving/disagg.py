@@ -16,7 +16,10 @@ pools of them are composed, each replayed by that loop unchanged:
 Each pool's worker is a `Deployment` of its own tp, attention_dp, moe_tp and moe_ep; a worker of
 attention_dp ranks is attention_dp ranks of the pool, each its own batch and KV cache (the
 simulator replays one rank: `stepcost.build`'s MoE layers see the tokens of all its worker's
-ranks). P prefill ranks and D decode ranks in all.
+ranks). P prefill ranks and D decode ranks in all. A prefill rank of a MoE worker under attention
+DP is priced as that step model prices every rank, its MoE layers seeing all dp ranks' tokens as
+if each prefilled a prompt at once: an upper estimate where the ranks are not all busy (vLLM's
+idle DP ranks do run dummy steps to keep the MoE collectives in step, but on no tokens).
 
 The closed loop of C clients, from first principles (a request's cycle: the prefill side, then
 the decode side):

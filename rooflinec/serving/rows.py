@@ -310,8 +310,8 @@ def disagg_clients(row: Row) -> tuple[int, str]:
         return row.concurrency, ""
     dec = row.pools[1]
     c = dec.workers * dec.attention_dp * dec.batch
-    return c, (f"concurrency not stated: {dec.workers} decode workers x attention_dp {dec.attention_dp} x "
-               f"decode_batch {dec.batch} = {c} clients")
+    return c, (f"concurrency not stated: {dec.workers} decode worker{'' if dec.workers == 1 else 's'} x "
+               f"attention_dp {dec.attention_dp} x decode_batch {dec.batch} = {c} clients")
 
 
 def pool_deployments(row: Row, got: Resolved) -> tuple:
