@@ -238,3 +238,8 @@ def test_the_implied_prefill_inverts_the_prefill_queue():
     r, _ = disagg.prefill_residence(552, 40, 0.3, 7.0)
     assert r > 0.3 and disagg.implied_prefill(552, 40, r, 7.0) == pytest.approx(0.3, rel=1e-6)
     assert disagg.implied_prefill(552, 40, -0.1, 7.0) == 0.0
+
+
+def test_a_loop_past_the_event_budget_is_refused_with_the_reason():
+    with pytest.raises(disagg.Unpredictable, match="clients: past the 227,272"):
+        disagg.simulate(pools("h100-sxm"), TRTLLM, 10 ** 12, 8192, 64, sc.BOUND)

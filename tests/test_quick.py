@@ -378,3 +378,12 @@ def spec_model(name):
 def spec_device(name):
     from rooflinec.spec import load
     return load.load_hardware(catalog.path("hardware", name))
+
+
+def test_serve_names_the_dtype_a_device_computes_in_when_the_rules_one_lacks(call):
+    """V100 has no bf16 tensor peak: with no --dtype the GEMM rule's bf16 cannot run there, and the
+    error names the dtype it has; an explicit fp8 on A100 names the weight-only path."""
+    code, _, err = call("serve", "llama-3.1-8b", "--device", "v100-sxm2")
+    assert code == 1 and "lists no tensor peak for bf16; it has: fp16; give --dtype fp16 to compute in it" in err
+    code, _, err = call("serve", "llama-3.1-8b", "--device", "a100-80gb", "--dtype", "fp8")
+    assert code == 1 and "--weights fp8 --dtype bf16, or --weights fp8 alone" in err

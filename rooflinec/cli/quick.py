@@ -278,10 +278,10 @@ def compute(model, device, dtype: str | None, storage: dict) -> tuple[str, dict]
     (`Deployment.gemm_dtype`: the weights' format where the device has its peak, else weight-only
     bf16), activations and KV cache bf16 unless stored otherwise."""
     if dtype is not None:
-        return dtype, {"weights": dtype, "kv_cache": dtype, **storage}
-    stored = {"weights": "bf16", "kv_cache": "bf16", **storage}
-    gemm = Deployment(model, device, weights=stored["weights"], experts=stored.get("experts")).gemm_dtype
-    return gemm, {**stored, **({quant.ACTIVATIONS: "bf16"} if gemm != "bf16" else {})}
+        return dtype, storage
+    gemm = Deployment(model, device, weights=storage.get("weights", "bf16"), experts=storage.get("experts")).gemm_dtype
+    defaults = {"weights": "bf16", "kv_cache": "bf16", quant.ACTIVATIONS: "bf16"}
+    return gemm, {**{cls: f for cls, f in defaults.items() if f != gemm}, **storage}
 
 
 def _storage(args) -> dict:
@@ -321,7 +321,7 @@ def _setup(dtype: str, tp: int, stored: dict) -> str:
     names = {**CLASS_NAMES, **({"weights": "attention and dense weights"} if "experts" in stored else {})}
     order = ("weights", "experts", "kv_cache")
     return dtype + "".join(f", {names.get(cls, cls)} {stored[cls]}" for cls in order
-                           if cls in stored and (stored[cls] != dtype or cls == "experts"))
+                           if cls in stored and (stored[cls] != dtype or "experts" in stored))
 
 
 def _names(text: str) -> list[str]:
@@ -354,8 +354,10 @@ def cmd_serve(args, stdout, stderr) -> int:
     for name, device in zip(_names(args.device), devices):
         dtype = runs[device.key][0]
         if device.peak("matrix", dtype) is None:
-            only = (f"; for weights in {dtype} dequantised into bf16 GEMMs (weight-only): "
-                    f"--weights {dtype} --dtype bf16" if dtype in weight_flags.formats() else "")
+            only = (f"; give --dtype {next(iter(device.tensor))} to compute in it" if args.dtype is None and device.tensor
+                    else f"; for weights in {dtype} dequantised into bf16 GEMMs (weight-only): --weights {dtype} "
+                         f"--dtype bf16, or --weights {dtype} alone"
+                    if dtype in weight_flags.formats() and device.peak("matrix", "bf16") is not None else "")
             raise RooflineError(f"{name}: device '{device.key}' lists no tensor peak for "
                                 f"{dtype}; it has: {', '.join(device.tensor)}{only}")
     asked = sorted(set(batches + (CHART_BATCHES if args.out else [])))
@@ -379,7 +381,7 @@ def cmd_serve(args, stdout, stderr) -> int:
                            + ([(top["max_batch"], top["at_max_batch"]["tokens_per_s"], True)] if top["at_max_batch"] else []))
             section["steps"] = [row for row in section["steps"] if row["batch"] in batches]
             configs.append(table.Configuration(
-                device, tp, section, _predicted(args, model, device, tp, stored, section, choice),
+                device, tp, section, _predicted(args, model, device, tp, dtype, stored, section, choice),
                 choice if isinstance(choice, str) else choice.says(),
                 _smallest(model, device, args, dtype, stored, section), drawn))
     if not configs:
@@ -388,10 +390,10 @@ def cmd_serve(args, stdout, stderr) -> int:
     if draft is not None and several:
         raise UsageError(f"{'--draft' if args.draft else '--speculate'}: speculation is priced for one "
                          "--device and one --tp at a time")
-    first = runs[configs[0].device.key][1]
-    spec = _speculation(model, configs[0].device, configs[0].tp, args, first, draft, batches)
+    first = runs[configs[0].device.key]
+    spec = _speculation(model, configs[0].device, configs[0].tp, args, *first, draft, batches)
     if args.out and spec:   # with a draft: where speculation stops paying as the batch grows
-        drawn = _speculation(model, configs[0].device, configs[0].tp, args, first, draft,
+        drawn = _speculation(model, configs[0].device, configs[0].tp, args, *first, draft,
                              sorted(set(batches + CHART_BATCHES)))
         write_file(args.out, speculation.chart(model.name, drawn))
     elif args.out:
@@ -425,12 +427,12 @@ def _dequantisation(model, dtype: str, stored: dict) -> str:
     return Deployment(model, weights=weights, experts=stored.get("experts"), compute=dtype).dequantisation()
 
 
-def _predicted(args, model, device, tp: int, storage: dict, section: dict, choice) -> dict:
+def _predicted(args, model, device, tp: int, dtype: str, storage: dict, section: dict, choice) -> dict:
     """Calibrated predictions per printed batch that fits and at the largest batch that fits (a
     batch past memory has no prediction: the serving model would run it with a queue)."""
     if isinstance(choice, str):
         return {}
-    weights, kv = storage["weights"], storage["kv_cache"]
+    weights, kv = storage.get("weights", dtype), storage.get("kv_cache", dtype)
     top = section["crossovers"][0]["devices"][0]["max_batch"]
     points = sorted({row["batch"] for row in section["steps"] if row["batch"] <= top} | ({top} if top >= 1 else set()))
     return {b: calibrated.predict(choice, calibrated.run(model, device, weights, kv, tp, args.prompt,
@@ -454,13 +456,13 @@ def _document(model, c, args, dtype: str, storage: dict) -> dict:
             "calibrated": {"note": c.note, "points": [{"batch": b, **p} for b, p in c.predicted.items()]}}
 
 
-def _speculation(model, device, tp: int, args, storage: dict, draft, batches) -> dict | None:
+def _speculation(model, device, tp: int, args, dtype: str, storage: dict, draft, batches) -> dict | None:
     """The speculation table (serving/speculative.py), on the simulator's step model."""
     if draft is None:
         return None
     try:
-        target = speculative.target_model(stepcost.Deployment(model, device, tp, storage["weights"],
-                                                              storage["kv_cache"]))
+        target = speculative.target_model(stepcost.Deployment(model, device, tp, storage.get("weights", dtype),
+                                                              storage.get("kv_cache", dtype)))
         return speculative.table(target, draft, batches, args.context)
     except Unpredictable as exc:
         raise RooflineError(f"{'--draft' if args.draft else '--speculate'}: cannot price speculation: {exc}") from None

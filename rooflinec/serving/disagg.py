@@ -86,6 +86,9 @@ HALVINGS = 12            # bisection steps for the clients' split between the po
 # (see the module), by the engine policy's name; an engine not named: its first step computes it
 FIRST_TOKEN_STEPS = {"SGLang": 0, "TensorRT-LLM": 1, "vLLM": 1}
 ANY_ENGINE_STEPS = 1     # an engine not named (the planner's, which names none)
+# clients a loop may have: the benchmark's 22 requests a client (20 measured after 2) within the
+# simulator's event budget, so the prefill queue's mean value analysis (a pass per client) is bounded too
+MOST_CLIENTS = simulator.MAX_EVENTS // 22
 
 
 def admission_steps(engine: str | None) -> float:
@@ -200,6 +203,8 @@ def simulate(pools: Pools, policy: engines.Policy, clients: int, isl: int, osl: 
     clients' split, and the rate matching (see the module)."""
     if osl < 2:
         raise Unpredictable("a request of one output token never reaches a decode worker")
+    if clients > MOST_CLIENTS:
+        raise Unpredictable(f"{clients:,} clients: past the {MOST_CLIENTS:,} the simulator's event budget replays")
     link = kv_link(pools)
     xfer = transfer_s(pools, isl, link)
     pre = _Pool(pools.prefill, prefill_policy(pools, policy, isl), params, False)
