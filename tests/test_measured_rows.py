@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rooflinec.serving import calibrate, measurements
+from rooflinec.serving import calibrate, measurements, rows
 from rooflinec.serving import serving_model as sm
 from rooflinec.cli.app import run
 from rooflinec.base.errors import SpecError
@@ -103,3 +103,38 @@ def test_rows_of_one_configuration_are_costed_once(monkeypatch):
     assert len(calls) == 1 and len(prepared) == 3000
     assert [p.row.row_id for p in prepared] == [f"r{i}" for i in range(3000)]
     assert len({id(p.costs) for p in prepared}) == 1 and prepared[0].costs is not None
+
+
+def _disagg_row(engine="vllm", concurrency=0, prefill=(2, 1, 4, 1, 1, 1), decode=(1, 1, 8, 1, 1, 7)):
+    pool = lambda w, tp, dp, mtp, mep, b: rows.Pool(w, tp, 1, dp, mtp, mep, b)   # noqa: E731
+    return rows.Row("r", "Qwen/Qwen3-235B-A22B-FP8", "h100-sxm", engine, "disagg", "fp8", "fp8", 0, 0, 0, 0, 0, 0,
+                    4000, 1000, concurrency, 1.0, 0.02, (pool(*prefill), pool(*decode)))
+
+
+def test_a_disaggregated_row_without_concurrency_takes_the_decode_pools_batch():
+    """decode_workers x decode_attention_dp x decode_batch: 1 x 8 x 7 = 56 (the rows that state a
+    concurrency obey it: 480 = 6 x 1 x 80); a stated concurrency is kept."""
+    c, read = rows.disagg_clients(_disagg_row())
+    assert c == 56 and "1 decode worker x attention_dp 8 x decode_batch 7 = 56" in read
+    assert rows.disagg_clients(_disagg_row(concurrency=480)) == (480, "")
+
+
+def test_vllms_expert_rule_reads_a_pool_whose_experts_miss_its_gpus():
+    """vLLM without expert parallelism splits each expert over all tp x dp GPUs (FusedMoEParallelConfig):
+    tp 1 x dp 4 with moe_tp 1 x ep 1 reads as moe_tp 4; another engine's such pool is refused, located."""
+    row = _disagg_row()
+    assert rows.pool_experts(row, row.pools[0]) == (4, 1) and rows.pool_experts(row, row.pools[1]) == (8, 1)
+    other = _disagg_row(engine="sglang")
+    why = rows.pool_experts(other, other.pools[0], "prefill workers' ")
+    assert why.startswith("prefill workers' moe_tp 1 x moe_ep 1 = 1 GPUs but tp 1 x attention_dp 4 = 4")
+    assert rows.pool_experts(other, rows.Pool(1, 4, 1, 1, 2, 2, 1)) == (2, 2)    # consistent: as stated
+
+
+def test_an_inconsistent_aggregated_vllm_layout_says_why_in_one_line():
+    """The v2 file's vLLM Qwen3-235B rows of tp 1 with moe_tp 2: vLLM's rule would need attention DP 2,
+    which the row's attention_dp 1 denies; the reason says both."""
+    why = rows.inconsistent("vllm", 1, 1, 2, 1)
+    assert why == ("moe_tp 2 x moe_ep 1 = 2 GPUs but tp 1 x attention_dp 1 = 1: the source's layout is inconsistent "
+                   "(one instance's MoE layers and attention share its GPUs); vLLM's rule (experts over dp x tp GPUs "
+                   "without expert parallelism) would need attention_dp 2, which the row's attention_dp 1 denies")
+    assert "vLLM" not in rows.inconsistent("trtllm", 1, 1, 2, 1) and "\n" not in why

@@ -116,7 +116,9 @@ def test_serve_llama_70b_on_four_h100s_with_fp8_weights_and_kv_cache(call):
     assert code == 0, err
     data = json.loads(out)
     serving = data["serving"]
-    assert data["tp"] == 4 and data["quantization"] == {"weights": "fp8", "kv_cache": "fp8"}
+    # fp8 GEMMs on H100's fp8 peak (the deployment's rule, as plan and simulate), bf16 activations
+    assert data["tp"] == 4 and data["dtype"] == "fp8" and data["dequantisation"] is None
+    assert data["quantization"] == {"weights": "fp8", "kv_cache": "fp8", "activations": "bf16"}
     assert serving["kv_per_token"] == 40_960 and serving["weights_format"] == "fp8"
     assert serving["weight_bytes"] == 17_639_415_808
     one = json.loads(call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--json")[1])["serving"]
@@ -124,7 +126,37 @@ def test_serve_llama_70b_on_four_h100s_with_fp8_weights_and_kv_cache(call):
     # a quarter of the weight bytes at half the bytes each: a batch-1 step well under a quarter
     assert serving["steps"][0]["devices"][0]["time_s"] < one["steps"][0]["devices"][0]["time_s"] / 4
     code, text, _ = call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--tp", "4", "--weights", "fp8")
-    assert code == 0 and "on 4 × NVIDIA H100 SXM5 80GB (h100-sxm), tp 4, bf16, weights fp8" in text
+    assert code == 0 and "on 4 × NVIDIA H100 SXM5 80GB (h100-sxm), tp 4, fp8, KV cache bf16" in text
+
+
+@pytest.mark.slow
+def test_serve_weights_follow_the_one_gemm_rule_plan_and_simulate_use(call):
+    """--weights fp8 alone: fp8 GEMMs where the device has their peak (H100: W8A8), weight-only bf16
+    GEMMs where it has not (A100: W8A16, stated), the rule of Deployment.gemm_dtype that simulate and
+    plan apply; --dtype bf16 asks for weight-only on H100 too. At a prompt of 2,048 the prefill is
+    compute-bound: the fp8 peak (1,979 TFLOPS dense) halves the bf16 one's (989.4) TTFT bound."""
+    from rooflinec.cli import storage
+    from rooflinec.cost.deployment import Deployment
+    from rooflinec.spec import catalog
+    from rooflinec.spec import load as spec
+    model = spec.load_model(catalog.path("models", "llama-3.1-8b"))
+    got = {}
+    for device, extra in (("h100-sxm", ()), ("h100-sxm", ("--dtype", "bf16")), ("a100-80gb", ())):
+        code, out, err = call("serve", "llama-3.1-8b", "--device", device, "--weights", "fp8", "--json", *extra)
+        assert code == 0, err
+        got[device, extra] = json.loads(out)
+        if not extra:   # serve's GEMMs are the deployment's
+            dev = spec.load_hardware(catalog.path("hardware", device))
+            assert got[device, extra]["dtype"] == Deployment(model, dev, weights="fp8").gemm_dtype
+    w8a8, w8a16, a100 = got.values()
+    assert (w8a8["dtype"], w8a16["dtype"], a100["dtype"]) == ("fp8", "bf16", "bf16")
+    assert w8a8["dequantisation"] is None and "weight-only: weights fp8" in w8a16["dequantisation"]
+    assert "dequantised into bf16 GEMMs" in a100["dequantisation"]
+    ttft = lambda d: d["summary"]["devices"][0]["prefill"][0]["time_s"]   # noqa: E731
+    assert ttft(w8a8) < 0.6 * ttft(w8a16)
+    code, out, _ = call("serve", "--help")
+    flat = lambda t: " ".join(t.split()).replace("- ", "-")   # noqa: E731  (argparse wraps at hyphens)
+    assert code == 0 and flat(storage.GEMM_RULE) in flat(out)
 
 
 def test_serve_dtype_the_device_lacks(call):
@@ -346,3 +378,12 @@ def spec_model(name):
 def spec_device(name):
     from rooflinec.spec import load
     return load.load_hardware(catalog.path("hardware", name))
+
+
+def test_serve_names_the_dtype_a_device_computes_in_when_the_rules_one_lacks(call):
+    """V100 has no bf16 tensor peak: with no --dtype the GEMM rule's bf16 cannot run there, and the
+    error names the dtype it has; an explicit fp8 on A100 names the weight-only path."""
+    code, _, err = call("serve", "llama-3.1-8b", "--device", "v100-sxm2")
+    assert code == 1 and "lists no tensor peak for bf16; it has: fp16; give --dtype fp16 to compute in it" in err
+    code, _, err = call("serve", "llama-3.1-8b", "--device", "a100-80gb", "--dtype", "fp8")
+    assert code == 1 and "--weights fp8 --dtype bf16, or --weights fp8 alone" in err

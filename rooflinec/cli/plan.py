@@ -31,7 +31,7 @@ sequences in flight per pipeline stage (per attention-DP rank) at isl prompt and
 tokens, in steady state. Deployments: tp x pp, and for a mixture of experts attention DP and
 EP (tp x dp = moe_tp x ep; the busiest expert device's step, tokens/s per GPU over every
 rank); and disaggregated: P prefill workers of tp_p and D decode workers of tp_d (coprime
-ratios within --gpus; TTFT = prefill + KV transfer, TPOT from the decode pool, the prefill
+ratios within --gpus; TTFT = prefill + KV transfer + the decode worker's admission (1.5 decode steps), TPOT from the decode pool, the prefill
 pool's rate must keep B sequences on each decode worker), on one frontier with the others.
 TPOT and TTFT are predictions (the calibrated step model of `simulate`, at the steady mix);
 the TPOT bound (overlapped step rule at the datasheet peaks) prunes first: a configuration
@@ -74,9 +74,8 @@ def register(sub, streams, parents=()) -> None:
     s.add_argument("--weights", metavar="LIST", action="append",
                    help=f"weight formats to try: a list (default: {','.join(DEFAULT_WEIGHTS)}, and for a mixture of "
                    "experts bf16 attention with mxfp4 experts and fp8 with nvfp4), or one choice per class as "
-                   "`serve --weights` takes it, experts=mxfp4,attention=bf16; repeat the flag for several. Where a "
-                   "device has no tensor peak for a format (fp4 on Hopper) its GEMMs run weight-only: bf16 GEMMs "
-                   "dequantising the weights, the FLOPs counted, the bytes at the format")
+                   "`serve --weights` takes it, experts=mxfp4,attention=bf16; repeat the flag for several; "
+                   f"{storage.GEMM_RULE} (the dequantisation FLOPs counted, the bytes at the format), as serve and simulate")
     s.add_argument("--kv-cache", metavar="LIST", help=f"KV-cache formats to try (default: {','.join(DEFAULT_KV)})")
     s.add_argument("--engine", default="", metavar="NAME",
                    help="the calibration's (device, engine) parameters (default: the pooled fit)")

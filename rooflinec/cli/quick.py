@@ -16,7 +16,7 @@ from rooflinec.base.errors import RooflineError, SpecError, UsageError, one_line
 from rooflinec.cli.summary import CONTEXT, PROMPT
 from rooflinec.spec.load import DTYPE_BYTES, Study, load_hardware, load_model
 from rooflinec.base.quantities import gib, seconds, si, sig
-from rooflinec.model import params
+from rooflinec.model import params, quant
 from rooflinec.cost.evaluate import number
 from rooflinec.model.symbol_table import model_values
 from rooflinec.spec import hfimport, load as spec
@@ -46,12 +46,15 @@ With --tp N the model is split over N devices (Megatron-LM tensor parallelism): 
 device's share of the weights and KV cache, a step is one device's kernels followed by its
 all-reduces (ring model, not overlapping compute), and tokens/s are the group's, as the N
 devices step together.
---weights and --kv-cache store those tensors in another format than --dtype (weight-only or
-KV-cache quantization; --dtype stays the compute dtype), e.g.
+--weights and --kv-cache store those tensors in their own formats. The GEMMs run by one rule,
+the one plan and simulate use: at the weights' format where the device has a tensor peak for it,
+else weight-only, dequantised into bf16 GEMMs (stated); --dtype overrides it (weight-only by
+request: --weights fp8 --dtype bf16 is W8A16). fp8 GEMMs (W8A8) with an fp8 KV cache:
   rooflinec serve llama-3.1-70b --device h100-sxm --tp 4 --weights fp8 --kv-cache fp8
 --weights takes one format per weight class too, as gpt-oss ships (MXFP4 routed experts, bf16
-attention, router, embeddings and LM head); a format the device has no tensor peak for (fp4 on
-Hopper) is read at its bytes and dequantised into the --dtype GEMMs (weight-only, stated):
+attention, router, embeddings and LM head); the GEMMs follow the attention weights' format, and
+a class whose format they do not run on (fp4 on Hopper) is read at its bytes and dequantised
+into them (weight-only, stated):
   rooflinec serve gpt-oss-120b --device h100-sxm --weights experts=mxfp4,attention=bf16
 
 Tokens/s per user is one sequence's rate (1 / step), per GPU the group's over its devices.
@@ -92,11 +95,14 @@ def register(sub, streams, parents=()) -> None:
                    help="tokens in the KV cache while decoding (default: 4096)")
     s.add_argument("--prompt", default=PROMPT, type=int, metavar="S",
                    help="prompt tokens for the time to first token (default: 2048)")
-    s.add_argument("--dtype", default="bf16", metavar="DTYPE",
-                   help="compute dtype: the tensor peak and the activations (default: bf16)")
+    s.add_argument("--dtype", default=None, metavar="DTYPE",
+                   help="compute dtype: the GEMMs' tensor peak, and the activations' and KV cache's format "
+                        f"where not given otherwise (default: {weight_flags.GEMM_RULE}; activations and KV "
+                        "cache bf16). --weights fp8 alone runs fp8 GEMMs where the device has their peak "
+                        "(W8A8), as plan and simulate do; --weights fp8 --dtype bf16 is weight-only (W8A16)")
     s.add_argument("--weights", metavar="FORMAT", help=weight_flags.HELP)
     s.add_argument("--kv-cache", metavar="FORMAT", help="KV cache's storage format, e.g. fp8 "
-                   "(default: --dtype)")
+                   "(default: --dtype where given, else bf16)")
     s.add_argument("--tp", default="1", metavar="LIST",
                    help="tensor-parallel degrees, e.g. 1,2,4,8: one row each (default: 1)")
     s.add_argument("--attention-dp", default=1, type=int, metavar="N", help="attention data-parallel "
@@ -266,6 +272,18 @@ def smallest_tp(model, device, dtype: str, context: int, quantization: dict) -> 
     return None
 
 
+def compute(model, device, dtype: str | None, storage: dict) -> tuple[str, dict]:
+    """`serve`'s compute dtype on `device` and every class's format: --dtype where given (each
+    class not stored otherwise in it), else the GEMMs' dtype by the deployment's rule
+    (`Deployment.gemm_dtype`: the weights' format where the device has its peak, else weight-only
+    bf16), activations and KV cache bf16 unless stored otherwise."""
+    if dtype is not None:
+        return dtype, storage
+    gemm = Deployment(model, device, weights=storage.get("weights", "bf16"), experts=storage.get("experts")).gemm_dtype
+    defaults = {"weights": "bf16", "kv_cache": "bf16", quant.ACTIVATIONS: "bf16"}
+    return gemm, {**{cls: f for cls, f in defaults.items() if f != gemm}, **storage}
+
+
 def _storage(args) -> dict:
     """--weights (one format, or one per weight class) and --kv-cache as a study's
     `quantization`, each a storage format it accepts."""
@@ -302,7 +320,8 @@ def _setup(dtype: str, tp: int, stored: dict) -> str:
     """How the model runs, for the summary's heading: dtype, stored formats, devices."""
     names = {**CLASS_NAMES, **({"weights": "attention and dense weights"} if "experts" in stored else {})}
     order = ("weights", "experts", "kv_cache")
-    return dtype + "".join(f", {names.get(cls, cls)} {stored[cls]}" for cls in order if cls in stored)
+    return dtype + "".join(f", {names.get(cls, cls)} {stored[cls]}" for cls in order
+                           if cls in stored and (stored[cls] != dtype or "experts" in stored))
 
 
 def _names(text: str) -> list[str]:
@@ -320,7 +339,7 @@ def cmd_serve(args, stdout, stderr) -> int:
     for flag, value in (("--context", args.context), ("--prompt", args.prompt)):
         if value < 1:
             raise UsageError(f"{flag}: expected a whole number >= 1, got {value}")
-    if args.dtype not in DTYPE_BYTES:
+    if args.dtype is not None and args.dtype not in DTYPE_BYTES:
         raise UsageError(f"--dtype: unknown dtype '{args.dtype}'; choose from {', '.join(DTYPE_BYTES)}")
     if args.out is not None:
         check_file_target(args.out)
@@ -331,19 +350,24 @@ def cmd_serve(args, stdout, stderr) -> int:
     layout = _layout(args)
     for tp in tps:
         _check_tp(model, tp, layout)
+    runs = {device.key: compute(model, device, args.dtype, storage) for device in devices}   # (dtype, storage)
     for name, device in zip(_names(args.device), devices):
-        if device.peak("matrix", args.dtype) is None:
-            only = (f"; for weights in {args.dtype} dequantised into bf16 GEMMs (weight-only): "
-                    f"--weights {args.dtype} --dtype bf16" if args.dtype in weight_flags.formats() else "")
+        dtype = runs[device.key][0]
+        if device.peak("matrix", dtype) is None:
+            only = (f"; give --dtype {next(iter(device.tensor))} to compute in it" if args.dtype is None and device.tensor
+                    else f"; for weights in {dtype} dequantised into bf16 GEMMs (weight-only): --weights {dtype} "
+                         f"--dtype bf16, or --weights {dtype} alone"
+                    if dtype in weight_flags.formats() and device.peak("matrix", "bf16") is not None else "")
             raise RooflineError(f"{name}: device '{device.key}' lists no tensor peak for "
-                                f"{args.dtype}; it has: {', '.join(device.tensor)}{only}")
+                                f"{dtype}; it has: {', '.join(device.tensor)}{only}")
     asked = sorted(set(batches + (CHART_BATCHES if args.out else [])))
     configs, skipped, several = [], [], len(devices) * len(tps) > 1
     for device in devices:
         choice = calibrated.choose(args.calibration, device.key, args.engine)
+        dtype, stored = runs[device.key]
         for tp in tps:
             try:
-                section = serving_section(model, device, args.dtype, asked, args.context, args.prompt, tp, storage,
+                section = serving_section(model, device, dtype, asked, args.context, args.prompt, tp, stored,
                                           layout)
             except SpecError as exc:   # one configuration of several: a row says why, the rest run
                 if not several:
@@ -357,35 +381,40 @@ def cmd_serve(args, stdout, stderr) -> int:
                            + ([(top["max_batch"], top["at_max_batch"]["tokens_per_s"], True)] if top["at_max_batch"] else []))
             section["steps"] = [row for row in section["steps"] if row["batch"] in batches]
             configs.append(table.Configuration(
-                device, tp, section, _predicted(args, model, device, tp, storage, section, choice),
+                device, tp, section, _predicted(args, model, device, tp, dtype, stored, section, choice),
                 choice if isinstance(choice, str) else choice.says(),
-                _smallest(model, device, args, storage, section), drawn))
+                _smallest(model, device, args, dtype, stored, section), drawn))
     if not configs:
         raise RooflineError("no configuration could be evaluated:\n" + "\n".join(skipped))
     draft = speculation.draft_of(args, _model)
     if draft is not None and several:
         raise UsageError(f"{'--draft' if args.draft else '--speculate'}: speculation is priced for one "
                          "--device and one --tp at a time")
-    spec = _speculation(model, configs[0].device, configs[0].tp, args, storage, draft, batches)
+    first = runs[configs[0].device.key]
+    spec = _speculation(model, configs[0].device, configs[0].tp, args, *first, draft, batches)
     if args.out and spec:   # with a draft: where speculation stops paying as the batch grows
-        drawn = _speculation(model, configs[0].device, configs[0].tp, args, storage, draft,
+        drawn = _speculation(model, configs[0].device, configs[0].tp, args, *first, draft,
                              sorted(set(batches + CHART_BATCHES)))
         write_file(args.out, speculation.chart(model.name, drawn))
     elif args.out:
         write_file(args.out, table.chart(model.name, args.context, configs))
     if args.json:
-        docs = [_document(model, c, args, storage) | layout | ({"speculation": _plain(spec)} if spec else {})
+        docs = [_document(model, c, args, *runs[c.device.key]) | layout | ({"speculation": _plain(spec)} if spec else {})
                 for c in configs]
         stdout.write(json.dumps({"configurations": docs, "not_evaluated": skipped} if several else docs[0],
                                 indent=1) + "\n")
     elif not several:
         c = configs[0]
-        stdout.write(summary(model, c.device, _setup(args.dtype, c.tp, storage), c.section, args.dtype, c,
-                             _dequantisation(model, args.dtype, storage)))
+        dtype, stored = runs[c.device.key]
+        stdout.write(summary(model, c.device, _setup(dtype, c.tp, stored), c.section, dtype, c,
+                             _dequantisation(model, dtype, stored)))
         stdout.write(speculation.text(spec) if spec else "")
     else:
-        dq = _dequantisation(model, args.dtype, storage)
-        stdout.write(table.text(model.name, _setup(args.dtype, 1, storage), args.context, args.prompt, configs)
+        kinds = dict.fromkeys((runs[c.device.key][0], tuple(sorted(runs[c.device.key][1].items()))) for c in configs)
+        setup = ("; ".join(f"{key}: {_setup(d, 1, st)}" for key, (d, st) in runs.items()) if len(kinds) > 1
+                 else _setup(*runs[configs[0].device.key][:1], 1, runs[configs[0].device.key][1]))
+        dq = "; ".join(dict.fromkeys(q for q in (_dequantisation(model, *runs[c.device.key]) for c in configs) if q))
+        stdout.write(table.text(model.name, setup, args.context, args.prompt, configs)
                      + (f"{dq}\n" if dq else "") + "".join(one_line(line) + "\n" for line in skipped))
     if args.out and not args.quiet:
         stderr.write(one_line(f"wrote {args.out}") + "\n")
@@ -398,12 +427,12 @@ def _dequantisation(model, dtype: str, stored: dict) -> str:
     return Deployment(model, weights=weights, experts=stored.get("experts"), compute=dtype).dequantisation()
 
 
-def _predicted(args, model, device, tp: int, storage: dict, section: dict, choice) -> dict:
+def _predicted(args, model, device, tp: int, dtype: str, storage: dict, section: dict, choice) -> dict:
     """Calibrated predictions per printed batch that fits and at the largest batch that fits (a
     batch past memory has no prediction: the serving model would run it with a queue)."""
     if isinstance(choice, str):
         return {}
-    weights, kv = storage.get("weights", args.dtype), storage.get("kv_cache", args.dtype)
+    weights, kv = storage.get("weights", dtype), storage.get("kv_cache", dtype)
     top = section["crossovers"][0]["devices"][0]["max_batch"]
     points = sorted({row["batch"] for row in section["steps"] if row["batch"] <= top} | ({top} if top >= 1 else set()))
     return {b: calibrated.predict(choice, calibrated.run(model, device, weights, kv, tp, args.prompt,
@@ -411,29 +440,29 @@ def _predicted(args, model, device, tp: int, storage: dict, section: dict, choic
                                                          storage.get("experts"))) for b in points}
 
 
-def _smallest(model, device, args, storage: dict, section: dict):
+def _smallest(model, device, args, dtype: str, storage: dict, section: dict):
     """When the weights (or one sequence) do not fit: the smallest tp that would, else None."""
     if section["crossovers"][0]["devices"][0]["max_batch"] >= 1:
         return None
-    return {"tp": smallest_tp(model, device, args.dtype, args.context, storage), "tried": list(TP_TRIED)}
+    return {"tp": smallest_tp(model, device, dtype, args.context, storage), "tried": list(TP_TRIED)}
 
 
-def _document(model, c, args, storage: dict) -> dict:
-    return {"model": model.name, "device": c.device.key, "dtype": args.dtype, "tp": c.tp,
-            "quantization": storage, "dequantisation": _dequantisation(model, args.dtype, storage) or None,
+def _document(model, c, args, dtype: str, storage: dict) -> dict:
+    return {"model": model.name, "device": c.device.key, "dtype": dtype, "tp": c.tp,
+            "quantization": storage, "dequantisation": _dequantisation(model, dtype, storage) or None,
             "context": args.context, "prompt": args.prompt,
-            "summary": _plain(_answers(c.device, args.dtype, c.section)),
+            "summary": _plain(_answers(c.device, dtype, c.section)),
             "serving": _plain(c.section), "smallest_tp": c.smallest,
             "calibrated": {"note": c.note, "points": [{"batch": b, **p} for b, p in c.predicted.items()]}}
 
 
-def _speculation(model, device, tp: int, args, storage: dict, draft, batches) -> dict | None:
+def _speculation(model, device, tp: int, args, dtype: str, storage: dict, draft, batches) -> dict | None:
     """The speculation table (serving/speculative.py), on the simulator's step model."""
     if draft is None:
         return None
     try:
-        target = speculative.target_model(stepcost.Deployment(model, device, tp, storage.get("weights", args.dtype),
-                                                    storage.get("kv_cache", args.dtype)))
+        target = speculative.target_model(stepcost.Deployment(model, device, tp, storage.get("weights", dtype),
+                                                              storage.get("kv_cache", dtype)))
         return speculative.table(target, draft, batches, args.context)
     except Unpredictable as exc:
         raise RooflineError(f"{'--draft' if args.draft else '--speculate'}: cannot price speculation: {exc}") from None

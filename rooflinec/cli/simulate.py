@@ -64,8 +64,8 @@ def register(sub, streams, parents=()) -> None:
     s.add_argument("--engine", required=True, metavar="NAME",
                    help="scheduler policy: trtllm, vllm, sglang, or an engine YAML")
     s.add_argument("--weights", default="bf16", metavar="FORMAT",
-                   help="weights' format and tensor peak, e.g. fp8 (weight-only bf16 GEMMs where the "
-                        "device has no peak for it), or per class: experts=mxfp4,attention=bf16 (default: bf16)")
+                   help="weights' format, e.g. fp8, or per class: experts=mxfp4,attention=bf16 (default: bf16); "
+                        f"{weight_flags.GEMM_RULE}, as serve and plan")
     s.add_argument("--kv-cache", metavar="FORMAT",
                    help="KV cache's format (default: the engine's; auto is bf16)")
     load = s.add_argument_group("workload")
@@ -98,6 +98,11 @@ def register(sub, streams, parents=()) -> None:
     for pool in ("prefill", "decode"):
         dis.add_argument(f"--{pool}-workers", type=int, metavar="N", help=f"{pool} workers (with it: two pools)")
         dis.add_argument(f"--{pool}-tp", type=int, metavar="N", help=f"tensor parallelism of one {pool} worker (default: --tp)")
+        dis.add_argument(f"--{pool}-attention-dp", type=int, metavar="N",
+                         help=f"attention data-parallel ranks of one {pool} worker, each its own batch (default: 1)")
+        dis.add_argument(f"--{pool}-ep", type=int, metavar="N",
+                         help=f"expert parallelism of one {pool} worker's MoE layers (default: 1; its experts fill "
+                              "its tp x attention-dp GPUs)")
     dis.add_argument("--prefill-batch", type=int, metavar="N", help="requests a prefill worker runs at once")
     s.add_argument("--calibration", metavar="FILE",
                    help="parameters per (device, engine) (default: the shipped simulator calibration)")
@@ -215,10 +220,13 @@ def _one_rank(work: Workload, dp: int) -> Workload:
 def _disaggregated(args, work, model, device, policy, params, where, stdout) -> int:
     if not work.closed or work.isl.low != work.isl.high or work.osl.low != work.osl.high:
         raise UsageError("--prefill-workers: two pools are simulated for a closed loop (--concurrency) of fixed --isl and --osl")
-    names = ("prefill_workers", "decode_workers", "prefill_tp", "decode_tp", "prefill_batch")
+    names = ("prefill_workers", "decode_workers", "prefill_tp", "decode_tp", "prefill_batch",
+             "prefill_attention_dp", "decode_attention_dp", "prefill_ep", "decode_ep")
     n = {k: _positive(k.replace("_", "-"), getattr(args, k)) for k in names}
+    moe = getattr(model, "moe", None) is not None
     deps = [sc.Deployment(model, device, n[f"{pool}_tp"] or args.tp, args.weights, policy.kv_dtype(),
-                          experts=args.experts)
+                          experts=args.experts, attention_dp=n[f"{pool}_attention_dp"] or 1,
+                          **({"moe_ep": n[f"{pool}_ep"] or 1} if moe else {}))
             for pool in ("prefill", "decode")]
     pools = disagg.Pools(*deps, n["prefill_workers"] or 1, n["decode_workers"] or 1, n["prefill_batch"])
     try:
@@ -228,6 +236,7 @@ def _disaggregated(args, work, model, device, policy, params, where, stdout) -> 
         raise RooflineError(f"cannot simulate: {exc}") from None
     out = {"kind": "bound" if args.bound else "prediction", "model": model.key, "device": device.key,
            "pools": {"prefill": [pools.prefill_workers, deps[0].tp], "decode": [pools.decode_workers, deps[1].tp]},
+           "attention_dp": {"prefill": deps[0].attention_dp, "decode": deps[1].attention_dp},
            "engine": policy.name, "workload": f"closed loop of {work.concurrency} clients; ISL {work.isl}, OSL {work.osl}; "
                                                "each worker replays the benchmark (20 requests a client after 2)",
            "parameters": where, **out}

@@ -7,11 +7,15 @@ from __future__ import annotations
 from rooflinec.base.errors import UsageError
 from rooflinec.spec.validate import schema
 
+# how GEMMs run against the weights' format, in words for every command's --help (the rule's one
+# owner is model/quant.py: gemm_dtype, which cost/deployment.py's Deployment.gemm_dtype applies)
+GEMM_RULE = ("GEMMs at the weights' format where the device lists a tensor peak for it, else weight-only: "
+             "dequantised into bf16 GEMMs, stated")
 # the command line's names for the weight classes -> the study's quantization keys
 WEIGHT_CLASSES = {"attention": "weights", "experts": "experts"}
 HELP = ("weights' storage format, e.g. fp8, int4, nvfp4, fp8-block128; or one per class: "
         "experts=mxfp4,attention=bf16 (attention: the attention and dense weights, embeddings, "
-        "router and LM head; experts: the routed experts' matrices; default: --dtype)")
+        "router and LM head; experts: the routed experts' matrices; default: --dtype where given, else bf16)")
 
 
 def formats() -> list[str]:

@@ -13,8 +13,10 @@ Per configuration (B sequences in flight on each decode worker, prompts isl, out
   TPOT = that step (a prediction, calibrated); its bound the least decode step of B at context
   isl under the overlapped rule at the peaks, as the aggregated bound;
 - a prefill worker prefills one prompt per step: prefill_s = that step; TTFT = prefill_s +
-  the KV transfer + the front end's latency (no queueing: steady state at rate matching; a
-  prediction); the prefill bound alone (no transfer, no overheads) prunes on TTFT;
+  the KV transfer + the decode worker's admission (`disagg.admission_steps`: half the step in
+  progress and the one step before the first token streams, an engine not named) + the front
+  end's latency (no queueing: steady state at rate matching; a prediction); the prefill bound
+  alone (no transfer, no overheads) prunes on TTFT;
 - rate matching (the rule of `disagg.rate_matching`, whose pools are simulator replays, here
   from the steady steps): the decode pool finishes D x B / (osl x TPOT) requests/s, which the
   prefill pool's P / prefill_s must carry, else the decode workers cannot hold B sequences
@@ -24,7 +26,7 @@ Per configuration (B sequences in flight on each decode worker, prompts isl, out
   weights and one prompt's.
 Ratios are coprime (2:2 prices as 1:1), at most `MOST_WORKERS` workers a pool, and both
 pools fit the GPU budget. Pools are tensor
-parallel only (attention DP and EP are aggregated axes here).
+parallel only (attention DP and EP are aggregated axes here; `disagg.Pools` takes either).
 """
 
 from __future__ import annotations
@@ -110,7 +112,7 @@ def _ratios(res, pools, combos, device, work, slo, p, batch, xs, fmt, at_one) ->
             link = disagg.kv_link(pair)
             if link not in moves:    # the same bytes over each link the pairs' sizes pick
                 moves[link] = disagg.transfer_s(pair, work.isl, link)
-            ttft = prefill_s + moves[link] + p.request_latency_s
+            ttft = prefill_s + moves[link] + p.request_latency_s + disagg.admission_steps(None) * tpot
         except sm.Unpredictable as exc:
             res.count(f"device: {exc}", len(batch))
             continue
@@ -129,5 +131,5 @@ def _ratios(res, pools, combos, device, work, slo, p, batch, xs, fmt, at_one) ->
             dep = {**at_one, "tp": dec.deployment.tp, "mode": "disagg", "prefill_tp": pre.deployment.tp,
                    "prefill_workers": workers_p, "decode_workers": workers_d}
             most = np.minimum(workers_d * batch / bound, workers_p * work.osl / prefill_bound)
-            res.add(device.key, dep, fmt, batch, met, tpot, np.full(len(batch), ttft), bound,
+            res.add(device.key, dep, fmt, batch, met, tpot, ttft, bound,
                     workers_d * batch / tpot, most, gpus, memory)

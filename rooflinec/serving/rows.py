@@ -5,15 +5,30 @@ resolved to a deployment, engine and benchmark, or the reason it is not predicte
 Predicted: aggregated rows of one engine instance: a tensor-parallel group, or for a MoE model
 attention tp x attention DP with the routed experts over moe_tp x moe_ep of the same devices
 (`deployment`: the row's `stepcost.Deployment`, one attention-DP rank's; `clients`: the
-concurrency one rank serves, C / attention_dp). Disaggregated rows (their `prefill_*` and `decode_*` columns: one worker's layout, its
-batch, how many workers) are resolved by `resolve_disagg` for `serving/disagg.py`, when both
-pools are tensor-parallel groups; their model may be a quantized checkpoint of a catalog model
-(`CHECKPOINTS`; the row's format columns give its formats). Not predicted, with the reason:
-layouts whose MoE devices (moe_tp x moe_ep) are not the attention's (tp x attention_dp), a
-dense model under attention DP (its columns then mean nothing), pipeline parallelism, rows spread
-over replicas, models or devices without a spec, devices without a tensor peak for the GEMMs
-(weights whose own peak a device lacks run weight-only, on bf16 GEMMs). `fp8-block` (one scale
-per 128 x 128 block) is read as fp8: its scales add 4 bytes per 16,384 weights (0.02%), left out.
+concurrency one rank serves, C / attention_dp). Disaggregated rows (their `prefill_*` and
+`decode_*` columns: one worker's layout, its batch per rank, how many workers) are resolved by
+`resolve_disagg` and `pool_deployments` for `serving/disagg.py`: each pool a `Deployment` of its
+own tp, attention_dp, moe_tp and moe_ep; their model may be a quantized checkpoint of a catalog
+model (`CHECKPOINTS`; the row's format columns give its formats).
+
+Two readings of the source's columns, each stated where it is used:
+- a disaggregated row without a concurrency: the clients are decode_workers x
+  decode_attention_dp x decode_batch (`disagg_clients`), the rule every disaggregated row that
+  states its concurrency obeys (480 = 6 x 1 x 80, 552 = 6 x 1 x 92), as `concurrency =
+  batch_per_rank x attention_dp x replicas` for the aggregated rows;
+- a vLLM pool whose moe_tp x moe_ep is not its tp x attention_dp while moe_ep is 1: vLLM without
+  expert parallelism splits every expert over all dp x tp GPUs of the instance (vLLM,
+  `FusedMoEParallelConfig.make` in model_executor/layers/fused_moe/config.py: `flatten_tp_across_dp`,
+  `ep_size=1` unless `enable_expert_parallel`), so moe_tp = tp x attention_dp (`_vllm_experts`).
+  The aggregated vLLM rows with tp x attention_dp below moe_tp are not read so: that would need
+  attention DP the row itself denies (attention_dp 1, batch_per_rank = concurrency).
+
+Not predicted, with the reason: other layouts whose MoE devices (moe_tp x moe_ep) are not the
+attention's (tp x attention_dp), a dense model under aggregated attention DP (its columns then
+mean nothing), pipeline parallelism, rows spread over replicas, models or devices without a
+spec, devices without a tensor peak for the GEMMs (weights whose own peak a device lacks run
+weight-only, on bf16 GEMMs). `fp8-block` (one scale per 128 x 128 block) is read as fp8: its
+scales add 4 bytes per 16,384 weights (0.02%), left out.
 """
 
 from __future__ import annotations
@@ -34,7 +49,6 @@ LAYOUT = ("mode", "gemm_weights", "moe_weights", "tp", "pp", "attention_dp", "mo
 REQUIRED = ("model", "device", "engine", "isl", "osl", "concurrency", "ttft_ms", "tpot_ms", "row_id", *LAYOUT)
 AGG_INTEGERS = ("tp", "pp", "attention_dp", "moe_tp", "moe_ep", "replicas")
 FORMAT_ALIASES = {"fp8-block": "fp8"}
-NOT_YET = "(disaggregated pools of attention-DP ranks are not modelled yet)"
 POOL = ("workers", "tp", "pp", "attention_dp", "moe_tp", "moe_ep", "batch")   # prefill_* and decode_* columns
 # quantized checkpoints measured -> the catalog model they quantize (the
 # model cards: NVIDIA's ModelOpt NVFP4 export of Qwen3-32B; Qwen's block-fp8 Qwen3-235B-A22B)
@@ -210,22 +224,44 @@ def _layout(row, is_moe: bool) -> str:
     if row.attention_dp > 1 and not is_moe:
         return f"attention data parallelism {row.attention_dp} of a dense model: not modelled (replicas are)"
     if is_moe and row.moe_tp * row.moe_ep != row.tp * row.attention_dp:
-        return (f"inconsistent layout: moe_tp {row.moe_tp} x moe_ep {row.moe_ep} GPUs for the experts, "
-                f"tp {row.tp} x attention_dp {row.attention_dp} for attention; one instance's MoE layers "
-                "and attention run on the same GPUs")
+        return inconsistent(row.engine, row.tp, row.attention_dp, row.moe_tp, row.moe_ep)
     if row.concurrency % row.attention_dp:
         return f"concurrency {row.concurrency} does not split evenly over {row.attention_dp} attention-DP ranks"
     return ""
 
 
+def inconsistent(engine: str, tp: int, dp: int, moe_tp: int, moe_ep: int, kind: str = "") -> str:
+    """Why a layout whose experts' GPUs are not its attention's is left out (one located line)."""
+    why = (f"{kind}moe_tp {moe_tp} x moe_ep {moe_ep} = {moe_tp * moe_ep} GPUs but tp {tp} x attention_dp {dp} = "
+           f"{tp * dp}: the source's layout is inconsistent (one instance's MoE layers and attention share its GPUs)")
+    if engine == "vllm" and moe_ep == 1 and moe_tp % tp == 0 and moe_tp > tp * dp:
+        why += (f"; vLLM's rule (experts over dp x tp GPUs without expert parallelism) would need attention_dp "
+                f"{moe_tp // tp}, which the row's attention_dp {dp} denies")
+    return why
+
+
+def _vllm_experts(engine: str, tp: int, dp: int, moe_tp: int, moe_ep: int) -> tuple[int, int] | None:
+    """A vLLM worker's (moe_tp, moe_ep) by vLLM's rule where moe_ep is 1 (no expert
+    parallelism): every expert split over the worker's tp x dp GPUs (see the module); None
+    where that rule does not apply."""
+    if engine == "vllm" and moe_ep == 1:
+        return tp * dp, 1
+    return None
+
+
 def layout(row: Row) -> str:
     """The row's mode and layout in words (the validation report's groups)."""
     if row.mode == "disagg":
-        return ("disagg, " + ", ".join(f"{kind} {p.workers} x tp {p.tp}" + (f" x dp {p.attention_dp}" if p.attention_dp > 1 else "")
-                                       for kind, p in zip(("prefill", "decode"), row.pools))) if row.pools else "disagg"
+        return ("disagg, " + ", ".join(f"{kind} {pool_words(p)}" for kind, p in zip(("prefill", "decode"), row.pools))
+                if row.pools else "disagg")
     if not row.moe_weights:      # a dense model: the expert columns mean nothing
         return f"agg, tp {row.tp}"
     return f"agg, tp {row.tp} x dp {row.attention_dp}, experts moe_tp {row.moe_tp} x ep {row.moe_ep}"
+
+
+def pool_words(p: Pool) -> str:
+    """One pool's layout in words: workers x tp (x dp where attention DP is on)."""
+    return f"{p.workers} x tp {p.tp}" + (f" x dp {p.attention_dp}" if p.attention_dp > 1 else "")
 
 
 def kv_format(weights: str) -> str:
@@ -244,22 +280,56 @@ def deployment(row: Row, got: Resolved, kv_cache: str):
 
 
 def resolve_disagg(row: Row, specs: measurements.Specs) -> Resolved | str:
-    """A disaggregated row's model, device and weight format (its pools are `row.pools`), or
-    why `serving/disagg.py` cannot predict it."""
+    """A disaggregated row's model, device and weight format (its pools are `row.pools`, read by
+    `pool_deployments`), or why `serving/disagg.py` cannot predict it."""
     if not row.pools:
         return "disaggregated row without prefill_* and decode_* columns: its pools are unknown"
     model = specs.models().get(CHECKPOINTS.get(row.model, row.model))
     is_moe = getattr(model, "moe", None) is not None or bool(row.moe_weights)
     for kind, pool in zip(("prefill", "decode"), row.pools):
-        if pool.attention_dp > 1 or (is_moe and pool.moe_ep > 1):
-            return (f"disaggregated, {kind} workers with attention data parallelism {pool.attention_dp} x "
-                    f"expert parallelism {pool.moe_ep}: pools are tensor-parallel groups {NOT_YET}")
         if pool.pp != 1:
             return f"disaggregated, {kind} workers with pipeline parallelism (pp {pool.pp}): not modelled"
-    if not row.concurrency:
-        return ("disaggregated row with no concurrency: the benchmark's clients, which its closed loop "
-                "needs, are not stated (decode_batch is a worker's setting, not the load)")
+        if is_moe and isinstance(pool_experts(row, pool), str):
+            return "disaggregated, " + pool_experts(row, pool, f"{kind} workers' ")
     return _formats(row, model, specs, is_moe)
+
+
+def pool_experts(row: Row, pool: Pool, kind: str = "") -> tuple[int, int] | str:
+    """A MoE pool's (moe_tp, moe_ep): as the row states them where they cover the worker's
+    tp x attention_dp GPUs, else by vLLM's rule where it applies; else why not."""
+    if pool.moe_tp * pool.moe_ep == pool.tp * pool.attention_dp:
+        return pool.moe_tp, pool.moe_ep
+    got = _vllm_experts(row.engine, pool.tp, pool.attention_dp, pool.moe_tp, pool.moe_ep)
+    return got or inconsistent(row.engine, pool.tp, pool.attention_dp, pool.moe_tp, pool.moe_ep, kind)
+
+
+def disagg_clients(row: Row) -> tuple[int, str]:
+    """A disaggregated row's clients, and how they were read: its concurrency, else
+    decode_workers x decode_attention_dp x decode_batch (see the module)."""
+    if row.concurrency:
+        return row.concurrency, ""
+    dec = row.pools[1]
+    c = dec.workers * dec.attention_dp * dec.batch
+    return c, (f"concurrency not stated: {dec.workers} decode worker{'' if dec.workers == 1 else 's'} x "
+               f"attention_dp {dec.attention_dp} x decode_batch {dec.batch} = {c} clients")
+
+
+def pool_deployments(row: Row, got: Resolved) -> tuple:
+    """The row's (prefill, decode) worker `Deployment`s: each its own tp, attention_dp and, for
+    a MoE model, moe_tp and moe_ep (`experts`); the KV cache by `kv_format`; and the readings
+    taken (vLLM's expert rule), in words."""
+    moe = getattr(got.model, "moe", None) is not None
+    deps, notes = [], []
+    for kind, pool in zip(("prefill", "decode"), row.pools):
+        layout = {"attention_dp": pool.attention_dp}
+        if moe:
+            moe_tp, moe_ep = pool_experts(row, pool)
+            layout.update(moe_tp=moe_tp, moe_ep=moe_ep)
+            if (moe_tp, moe_ep) != (pool.moe_tp, pool.moe_ep):
+                notes.append(f"{kind} moe_tp {pool.moe_tp} read as {moe_tp} (vLLM: experts over tp {pool.tp} x "
+                             f"dp {pool.attention_dp} GPUs without expert parallelism)")
+        deps.append(Deployment(got.model, got.device, pool.tp, got.weights, kv_format(got.weights), **layout))
+    return tuple(deps), notes
 
 
 def _formats(row: Row, model, specs: measurements.Specs, is_moe: bool) -> Resolved | str:
