@@ -5,6 +5,7 @@ planner's best-per-device table has one row per device."""
 from __future__ import annotations
 
 
+import pytest
 from hypothesis import given, strategies as st
 
 from rooflinec.base import quantities as q
@@ -38,3 +39,32 @@ def test_the_calibration_table_prints_a_floor_value_as_zero_and_states_the_rule_
         assert "28.65 ms" in text                                   # a real time is untouched
         assert text.count("below 1 ns") == 1, kind
         assert text.count("0 s") >= 4 * 2                         # 4 zero cells in each of 2 rows
+
+
+PLAN = ("plan", "llama-3.1-70b", "--slo", "tpot<=50ms", "--devices", "h200-sxm,mi300x", "--concurrency", "16,64",
+        "--gpus", "2", "--aggregated", "--weights", "fp8", "--kv-cache", "fp8")
+
+
+def _section(out: str, title: str) -> list[str]:
+    """The rows of the table under the line starting with `title` (its header left out)."""
+    lines = out[out.index(title):].split("\n\n")[0].splitlines()
+    return lines[2:]
+
+
+@pytest.mark.slow
+def test_plan_shows_one_best_row_per_device_and_a_frontier_without_repeats(call):
+    """1 GPU and pp2 (two stages replicating one GPU's rate) tie in tokens/s per GPU on H200 and
+    MI300X: the table titled 'best per device' used to print both (and pp4 where it fitted)."""
+    code, out, err = call(*PLAN)
+    assert code == 0, err
+    best = _section(out, "best per device")
+    assert [r.split()[0] for r in best] == ["h200-sxm", "mi300x"]
+    front = _section(out, "Pareto frontier")
+    assert front and len(set(front)) == len(front)
+    code, out, err = call(*PLAN, "--top", "3")
+    rows = _section(out, "best 3 per device")
+    for dev in ("h200-sxm", "mi300x"):
+        mine = [r.split() for r in rows if r.split()[0] == dev]
+        assert 1 <= len(mine) <= 3
+        per_user = [float(r[-4]) for r in mine]        # tok/s/user, before $/M out, $/M in, J/tok
+        assert per_user == sorted(set(per_user)), dev  # each next row faster per user: no replica
