@@ -4,11 +4,15 @@ planner's best-per-device table has one row per device."""
 
 from __future__ import annotations
 
+import argparse
+import io
+
 
 import pytest
 from hypothesis import given, strategies as st
 
 from rooflinec.base import quantities as q
+from rooflinec.cli import app
 from rooflinec.render import pages
 
 
@@ -68,3 +72,24 @@ def test_plan_shows_one_best_row_per_device_and_a_frontier_without_repeats(call)
         assert 1 <= len(mine) <= 3
         per_user = [float(r[-4]) for r in mine]        # tok/s/user, before $/M out, $/M in, J/tok
         assert per_user == sorted(set(per_user)), dev  # each next row faster per user: no replica
+
+
+def _options(parser, path=("rooflinec",)):
+    """(command path, option or positional, help, subcommand help) for every action of every
+    parser, subcommands' included."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            said = {c.dest: c.help for c in action._choices_actions}
+            for name, child in action.choices.items():
+                yield path, name, said.get(name)
+                yield from _options(child, (*path, name))
+        else:
+            yield path, "/".join(action.option_strings) or action.dest, action.help
+
+
+def test_every_option_of_every_command_has_help_text():
+    parser = app._parser(io.StringIO(), io.StringIO())
+    seen = list(_options(parser))
+    assert len({p for p, _, _ in seen}) > 10                   # the walk reached the subcommands
+    missing = [f"{' '.join(p)} {name}" for p, name, text in seen if not (text and text.strip())]
+    assert not missing, missing

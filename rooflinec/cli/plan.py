@@ -97,7 +97,8 @@ def register(sub, streams, parents=()) -> None:
     inv.add_argument("--solve", choices=inverse.KNOBS, help="the smallest value meeting --slo's tpot "
                      "(memory: the smallest capacity holding the batch)")
     inv.add_argument("--device", metavar="NAME", help="the device whose other figures stay")
-    inv.add_argument("--tp", type=int, default=1, metavar="N")
+    inv.add_argument("--tp", type=int, default=1, metavar="N",
+                     help="tensor-parallel degree the solved step runs at (default: 1)")
     inv.add_argument("--batch", type=int, metavar="B", help="sequences decoded per step")
     inv.add_argument("--context", type=int, metavar="S", help="tokens in each sequence's context")
 

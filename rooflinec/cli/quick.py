@@ -83,7 +83,7 @@ def register(sub, streams, parents=()) -> None:
     s = sub.add_parser("serve", help="decode tokens/s, time to first token and memory fit, "
                        "in the terminal", streams=streams, epilog=SERVE_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    s.add_argument("model", metavar="MODEL")
+    s.add_argument("model", metavar="MODEL", help="a catalog model (rooflinec models), a model spec YAML or a config.json")
     s.add_argument("--device", required=True, metavar="LIST",
                    help="a catalog device (rooflinec devices) or a hardware spec YAML; several "
                         "separated by commas, one row each")
