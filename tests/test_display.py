@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
+import re
 
 
 import pytest
@@ -13,7 +15,7 @@ from hypothesis import given, strategies as st
 
 from rooflinec.base import quantities as q
 from rooflinec.cli import app
-from rooflinec.render import pages
+from rooflinec.render import charts, pages
 
 
 @given(st.floats(min_value=-1e-9, max_value=1e-9, allow_nan=False).filter(lambda x: abs(x) < 1e-9))
@@ -93,3 +95,26 @@ def test_every_option_of_every_command_has_help_text():
     assert len({p for p, _, _ in seen}) > 10                   # the walk reached the subcommands
     missing = [f"{' '.join(p)} {name}" for p, name, text in seen if not (text and text.strip())]
     assert not missing, missing
+
+
+def _markers(svg: str, colour: str) -> list[tuple[float, float]]:
+    """Centres (x, y) of the circles and polygons filled with `colour`."""
+    out = [(float(x), float(y)) for x, y in re.findall(rf'<circle cx="([-\d.]+)" cy="([-\d.]+)" r="[\d.]+" fill="{colour}"', svg)]
+    for pts in re.findall(rf'<polygon points="([^"]+)" fill="{colour}"', svg):
+        xy = [tuple(map(float, p.split(","))) for p in pts.split()]
+        out.append((sum(x for x, _ in xy) / len(xy), sum(y for _, y in xy) / len(xy)))
+    return out
+
+
+def test_the_scaling_chart_shows_mfu_and_hfu_where_they_are_equal():
+    """Without recomputation HFU = MFU (Llama 3 405B's runs in specs/scale.yaml): the HFU square
+    was drawn over the MFU circle at the same point. Now each series stands beside the others."""
+    run = {"name": "run", "gpus": 8192, "step_s": 8.0, "pipelined_s": 5.5, "fits": True,
+           "mfu": 0.681, "hfu": 0.681, "published": 0.43}
+    svg = charts.draw({"kind": "scaling", "title": "t", "runs": [run, {**run, "gpus": 16384, "name": "other"}]})
+    mfu, hfu = _markers(svg, charts.SERIES_COLOURS[0]), _markers(svg, charts.SERIES_COLOURS[1])
+    level = [(a, [b for b in hfu if abs(a[1] - b[1]) < 0.5]) for a in mfu]
+    level = [(a, same) for a, same in level if same]          # the MFU markers with an HFU at their height
+    assert len(level) == 2                                     # one per run (the legend stacks its rows)
+    for (ax, _), same in level:
+        assert min(abs(ax - bx) for bx, _ in same) >= math.sqrt(28)   # a marker's width apart
