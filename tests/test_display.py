@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import math
 import re
 
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from rooflinec.base import quantities as q
-from rooflinec.cli import app
+from rooflinec.cli import app, quick
 from rooflinec.render import charts, pages
 
 
@@ -118,3 +119,26 @@ def test_the_scaling_chart_shows_mfu_and_hfu_where_they_are_equal():
     assert len(level) == 2                                     # one per run (the legend stacks its rows)
     for (ax, _), same in level:
         assert min(abs(ax - bx) for bx, _ in same) >= math.sqrt(28)   # a marker's width apart
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["devices", "models"])
+def test_the_catalog_tables_fit_a_100_column_terminal_and_json_keeps_every_source(call, command):
+    """The source column held whole citations (up to 1,300 characters a row): the table shows
+    each source's cited name within 100 columns; --json keeps the full text and the names."""
+    code, out, err = call(command)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert max(map(len, lines)) <= quick.TERMINAL
+    rows = json.loads(call(command, "--json")[1])[command]
+    assert all(r["source"] and (r.get("device") or r.get("model")) for r in rows)
+    for line, r in zip(lines[1:], rows):
+        shown = line[lines[0].index("source"):]
+        assert shown and r["source"].startswith(shown.removesuffix("…"))
+
+
+def test_a_cited_name_is_the_first_clause_cut_at_a_word():
+    text = "H100 datasheet (secondary; dense figures are half the sparse FP8); NVLink 900 GB/s"
+    assert quick.cited(text, 40) == "H100 datasheet"
+    assert quick.cited("NVIDIA Ampere architecture blog, table 3; FlashAttention", 34) == "NVIDIA Ampere architecture blog…"
+    assert len(quick.cited("x" * 80, 20)) == 20
