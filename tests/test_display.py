@@ -9,13 +9,16 @@ import io
 import json
 import math
 import re
+from pathlib import Path
 
 
 import pytest
 from hypothesis import given, strategies as st
 
-from rooflinec.base import quantities as q
-from rooflinec.cli import app, quick
+from rooflinec.base import quantities as q, yamlio
+from rooflinec.base.errors import SpecError
+from rooflinec.cli import app, calibrated, quick
+from rooflinec.measure import trace
 from rooflinec.render import charts, pages
 
 
@@ -142,3 +145,27 @@ def test_a_cited_name_is_the_first_clause_cut_at_a_word():
     assert quick.cited(text, 40) == "H100 datasheet"
     assert quick.cited("NVIDIA Ampere architecture blog, table 3; FlashAttention", 34) == "NVIDIA Ampere architecture blog…"
     assert len(quick.cited("x" * 80, 20)) == 20
+
+
+PACKAGE = Path(__file__).resolve().parent.parent / "rooflinec"
+
+
+def test_yaml_is_parsed_in_one_module():
+    """cli/calibrated.py and measure/trace.py each had a YAML loader of their own; base/yamlio.py
+    is the one owner (plain YAML, bounded, located errors; `trusted` for checked files)."""
+    parsers = re.compile(r"yaml\.(?:safe_)?load\(|SafeLoader|yaml\.full_load|yaml\.unsafe_load")
+    own = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if parsers.search(p.read_text())]
+    assert own == [str(Path("base") / "yamlio.py")]
+
+
+def test_the_shipped_calibration_reads_the_same_through_either_reader():
+    shipped = calibrated.shipped()
+    assert yamlio.trusted(shipped) == yamlio.load(shipped).data
+
+
+def test_a_rules_file_gets_the_safe_loaders_refusals_located(tmp_path):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules: !!python/object:os.system [x]\n")
+    with pytest.raises(SpecError) as got:
+        trace.load_rules(str(rules))
+    assert re.match(rf"^{re.escape(str(rules))}:1:\d+: .*!!python/object", str(got.value))
