@@ -193,3 +193,18 @@ def test_a_study_about_tp_answers_its_summary_where_the_weights_fit():
         assert any(d["weights_fit"] for d in summary["devices"] if not d["lacks"]), (path.stem, tp)
         checked.append(path.stem)
     assert "llama70b-tp" in checked
+
+
+@given(st.lists(st.floats(min_value=1.0, max_value=2000.0), min_size=1, max_size=6))
+def test_no_ridge_label_is_struck_through_by_another_ridge_line(ridges):
+    """qwen's GEMM sweep: the RTX 4090's label (ridge 163.9) was set 11 pt above its line,
+    right on the A100's line (200.6). A label's text (7.5 pt: ~6 pt above its baseline, ~2
+    below) now crosses no ridge line, and no two labels share a line of text."""
+    plot = charts._plot()
+    plot.limits((1, 1e4), (0.5, 3000))
+    at = charts._ridge_label_heights(plot, ridges)
+    lines = [plot.y(r) for r in ridges]
+    for base in at:
+        assert not any(base - 6 < y < base + 2 for y in lines), (base, lines)
+    ordered = sorted(at)
+    assert all(b - a >= 8 for a, b in zip(ordered, ordered[1:]))

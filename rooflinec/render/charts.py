@@ -215,6 +215,27 @@ def roofline(chart: dict) -> svgplot.Plot:
     return plot
 
 
+RIDGE_LABEL_PT = 11   # a ridge label's line: 7.5 pt text and its gap
+
+
+def _ridge_label_heights(plot: svgplot.Plot, ridges: list[float]) -> list[float]:
+    """Baselines (points, downwards) of the ridge lines' labels, none struck through by another
+    line: the highest ridge's label above its line; each other one under its own line where
+    the gap to the next line down holds it, else stacked above the highest label."""
+    order = sorted(range(len(ridges)), key=lambda j: -ridges[j])
+    ys = [plot.y(ridges[j]) for j in order]
+    floor = plot.y(plot.y.lo)
+    at, stacked = [0.0] * len(ridges), 0
+    for k, j in enumerate(order):
+        room = (ys[k + 1] if k + 1 < len(ys) else floor) - ys[k]
+        if k and room >= RIDGE_LABEL_PT + 2:
+            at[j] = ys[k] + RIDGE_LABEL_PT - 2
+        else:
+            at[j] = ys[0] - 3 - RIDGE_LABEL_PT * stacked
+            stacked += 1
+    return at
+
+
 def sweep(chart: dict) -> svgplot.Plot:
     """Intensity against tokens in flight, one line per GEMM, each device's ridge and crossing."""
     plot = _plot()
@@ -229,13 +250,14 @@ def sweep(chart: dict) -> svgplot.Plot:
         for c in line["crossings"]:
             plot.dot(c["at"], c["intensity"], "o", 4, colour)
         rows.append({"label": line["label"], "colour": colour, "width": 1.4})
+    at = _ridge_label_heights(plot, ridges)
     for j, dev in enumerate(chart["devices"]):
         colour = DEVICE_COLOURS[j % len(DEVICE_COLOURS)]
         ridge = dev["ridge_matrix"]
         plot.hline(ridge, colour, 1.0, "--")
         ats = [c["at"] for line in chart["lines"] for c in line["crossings"] if c["device"] == dev["key"]]
         span = f"{min(ats)}" if ats and min(ats) == max(ats) else (f"{min(ats)}–{max(ats)}" if ats else "none")
-        plot.text(plot.left + 4, plot.y(ridge) - 3 - 11 * j, f"{dev['key']} ridge {ridge:.1f}; crossings at {span}",
+        plot.text(plot.left + 4, at[j], f"{dev['key']} ridge {ridge:.1f}; crossings at {span}",
                   7.5, colour=colour)
     plot.log_axes("tokens in flight M", "arithmetic intensity (FLOP / byte)", _tick)
     plot.title(chart["title"])
