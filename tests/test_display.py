@@ -1,6 +1,8 @@
-"""Display defects a user saw, each pinned: fitted times at the solver's floor print as 0 under
-a stated resolution, every command-line option has help text, tables fit a terminal, the
-planner's best-per-device table has one row per device."""
+"""Display and usability defects a user saw, each pinned by the test that would have caught it:
+fitted times at the solver's floor print as 0 under a stated resolution; the planner's best per
+device is one row per device and its frontier has no repeats; every command-line option has
+help text; MFU and HFU markers both show; ridge labels sit on no other ridge line; the catalog
+tables fit 100 columns; YAML is parsed in one module; a study about tp opens where it fits."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ import json
 import math
 import re
 from pathlib import Path
-
 
 import pytest
 from hypothesis import given, strategies as st
