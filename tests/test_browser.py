@@ -379,3 +379,20 @@ def test_without_javascript_the_report_is_the_static_one(browser, built):
     hidden = browser.evaluate("getComputedStyle(document.getElementById('calculator')).display")
     rows = browser.evaluate("document.querySelector('#summary table').getBoundingClientRect().height")
     assert hidden == "none" and rows > 100
+
+
+def test_calculator_chart_ticks_are_the_quantity_formatters(browser, built):
+    """The calculator's roofline printed its ticks as raw floats ('1e15'); they are
+    quantities.short's, as on the static charts: '1 PFLOP/s' up the side, '1k' along the bottom."""
+    from rooflinec.base.quantities import short
+    open_report(browser, built / "qwen.html", 1280, 900)
+    ticks = browser.evaluate("""(() => { const t = [...document.querySelectorAll('#calc-roofline text')];
+      const pick = a => t.filter(e => e.getAttribute('text-anchor') === a && e.getAttribute('font-size') === '11')
+                         .map(e => e.textContent);
+      return {x: pick('middle'), y: pick('end')}; })()""")
+    for axis, unit in (("x", ""), ("y", "FLOP/s")):
+        labels = ticks[axis]
+        assert len(labels) >= 3 and not any("e" in s.replace("FLOP", "") for s in labels), labels
+        first = next(e for e in range(-6, 20) if short(10.0 ** e, unit) == labels[0])
+        assert labels == [short(10.0 ** e, unit) for e in range(first, first + len(labels))]
+    assert problems(browser.events) == []

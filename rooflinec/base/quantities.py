@@ -50,6 +50,21 @@ def seconds(x, digits: int = 4) -> str:
     return f"{sig(value, digits)} {prefix}s"
 
 
+# A fitted time's resolution: a least-squares fit that pins a parameter at its floor leaves
+# ~1e-20 s there, which is no time at all; such values print as 0 with this rule stated once.
+RESOLUTION_S = 1e-9
+
+
+def resolved(x, digits: int = 4) -> str:
+    """A fitted time in seconds: |x| below RESOLUTION_S prints as '0 s' (the values kept)."""
+    if x is not None and abs(x) < RESOLUTION_S:
+        return "0 s"
+    return seconds(x, digits)
+
+
+RESOLUTION_RULE = f"times below {seconds(RESOLUTION_S, 1)} (a fit's floor) print as 0 s"
+
+
 def short(x: float, unit: str = "") -> str:
     """Chart labels: 4 significant digits, '%g' style (19.5 TFLOP/s, 100k)."""
     value, prefix = prefixed(x, DECIMAL[1:])

@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-import yaml
-
 from rooflinec.base import yamlio
 from rooflinec.serving import calibrate, intervals, serving_model
 from rooflinec.spec.load import DTYPE_BYTES
@@ -83,12 +81,11 @@ def _interval(residuals) -> tuple | None:
 def _document(path: str, default: bool) -> dict:
     """The calibration's mapping. A user's file is checked by calibrate.load first, every
     problem located; the shipped one (package data `calibrate` wrote) is not checked again,
-    and both are then read by libyaml's C parser: the located reader takes a third of a
-    second on the shipped file's 309 residual rows, a quarter of `serve`'s import floor."""
+    and both are then read by `yamlio.trusted` (libyaml's C parser): the located reader takes a
+    third of a second on the shipped file's 309 residual rows, a quarter of `serve`'s import floor."""
     if not default:
         calibrate.load(path)
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.load(yamlio.read_text(path), Loader=loader)
+    return yamlio.trusted(path)
 
 
 def _efficiency(block: dict) -> serving_model.Efficiency:

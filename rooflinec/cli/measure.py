@@ -59,11 +59,13 @@ def register(sub, streams, parents=()) -> None:
     o.add_argument("--device", required=True, metavar="SPEC",
                    help="hardware spec whose roofline the ops are set against, e.g. the one "
                         "`measure device` wrote (or a catalog device)")
-    o.add_argument("--phase", choices=("decode", "prefill"), default="decode")
-    o.add_argument("--batch", type=_positive, default=1, metavar="B")
+    o.add_argument("--phase", choices=("decode", "prefill"), default="decode",
+                   help="the step profiled: one token per sequence after --context cached, or the prompt (default: decode)")
+    o.add_argument("--batch", type=_positive, default=1, metavar="B", help="sequences in the step (default: 1)")
     o.add_argument("--context", type=_positive, default=128, metavar="S",
                    help="prompt length (prefill) or cached tokens (decode); default 128")
-    o.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"))
+    o.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"),
+                   help="the format the random weights and activations run in (default: fp32)")
     o.add_argument("--steps", type=_positive, default=5, help="profiled steps (default 5)")
     o.add_argument("--layers", type=_positive, metavar="L", help="run only L layers (default: all)")
     o.add_argument("--on", metavar="DEVICE", help="cpu or cuda (default: cuda when present)")

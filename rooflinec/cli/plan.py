@@ -87,14 +87,17 @@ def register(sub, streams, parents=()) -> None:
     s.add_argument("--prices", metavar="FILE", help="a price table YAML (the catalog's prices/default.yaml format)")
     s.add_argument("--aggregated", action="store_true",
                    help="aggregated deployments only (no disaggregated prefill:decode pools)")
-    s.add_argument("--top", type=int, default=3, metavar="N", help="configurations shown per device (default: 3)")
+    s.add_argument("--top", type=int, default=1, metavar="N",
+                   help="rows per device in 'best per device' (default: 1, the best; N > 1 adds the next-best "
+                        "deployments that are faster per user than every row above them)")
     s.add_argument("--out", metavar="FILE.svg", help="write the Pareto chart")
     s.add_argument("--json", action="store_true", help="one JSON document instead of tables")
     inv = s.add_argument_group("inverse design (--solve)")
     inv.add_argument("--solve", choices=inverse.KNOBS, help="the smallest value meeting --slo's tpot "
                      "(memory: the smallest capacity holding the batch)")
     inv.add_argument("--device", metavar="NAME", help="the device whose other figures stay")
-    inv.add_argument("--tp", type=int, default=1, metavar="N")
+    inv.add_argument("--tp", type=int, default=1, metavar="N",
+                     help="tensor-parallel degree the solved step runs at (default: 1)")
     inv.add_argument("--batch", type=int, metavar="B", help="sequences decoded per step")
     inv.add_argument("--context", type=int, metavar="S", help="tokens in each sequence's context")
 
@@ -245,11 +248,14 @@ def document(model, devices, work, slo, res, prices, args, engine, calibration_s
     best = {}
     for dev in dict.fromkeys(t["device"]):
         idx = np.flatnonzero(t["device"] == dev)
-        seen, rows = set(), []
+        seen, rows, fastest = set(), [], -math.inf
         for i in idx[np.lexsort((t["gpus"][idx], -t["per_user"][idx], -t["per_gpu"][idx]))]:
-            key = tuple(t[k][i] for k in plan.DEPLOYMENT)     # one row per deployment, its best
-            if key not in seen and len(rows) < args.top:
+            # one row per deployment, its best; a row an earlier one matches in tokens/s per user
+            # too (pp stages that only replicate one GPU's rate) is left out
+            key = tuple(t[k][i] for k in plan.DEPLOYMENT)
+            if key not in seen and t["per_user"][i] > fastest and len(rows) < args.top:
                 seen.add(key)
+                fastest = t["per_user"][i]
                 rows.append(_row(model, t, int(i), by_key, prices, work.isl, work.osl))
         best[dev] = rows
     return {
@@ -260,7 +266,7 @@ def document(model, devices, work, slo, res, prices, args, engine, calibration_s
         "gpus_at_most": args.gpus, "axes": [a.name for a in plan.AXES], "aggregated_only": args.aggregated,
         "calibration": {"source": calibration_source, "engine": engine or "pooled"},
         "searched": res.searched, "feasible": n, "pruned": dict(sorted(res.pruned.items(), key=lambda kv: -kv[1])),
-        "best_per_device": best,
+        "top_per_device": args.top, "best_per_device": best,
         "frontier": [_row(model, t, int(i), by_key, prices, work.isl, work.osl) for i in front],
         "devices_without_price": sorted(d.key for d in devices if d.key not in prices),
         "devices_without_power": sorted(d.key for d in devices if d.board_power is None),
@@ -328,7 +334,9 @@ def text(out: dict) -> str:
              f"({out['searched'] - out['feasible']} pruned, why at the end)"]
     if not out["feasible"]:
         return "\n".join(lines + ["", "no configuration meets the SLO"] + _pruned(out)) + "\n"
-    lines += ["", "best per device (most tokens/s per GPU):"]
+    top = out["top_per_device"]
+    lines += ["", "best per device (most tokens/s per GPU):" if top == 1 else
+              f"best {top} per device (most tokens/s per GPU; each next row faster per user):"]
     lines += _table([HEAD] + [_cells(r) for rows in out["best_per_device"].values() for r in rows])
     lines += ["", "Pareto frontier (tokens/s per GPU against tokens/s per user, predictions):"]
     simulated = any("simulated" in r for r in out["frontier"])

@@ -86,7 +86,7 @@ def register(sub, streams, parents=()) -> None:
     s = sub.add_parser("serve", help="decode tokens/s, time to first token and memory fit, "
                        "in the terminal", streams=streams, epilog=SERVE_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    s.add_argument("model", metavar="MODEL")
+    s.add_argument("model", metavar="MODEL", help="a catalog model (rooflinec models), a model spec YAML or a config.json")
     s.add_argument("--device", required=True, metavar="LIST",
                    help="a catalog device (rooflinec devices) or a hardware spec YAML; several "
                         "separated by commas, one row each")
@@ -142,14 +142,14 @@ def cmd_devices(args, stdout, stderr) -> int:
     if args.json:
         stdout.write(json.dumps({"devices": rows}, indent=1) + "\n")
         return 0
-    table = [("name", "device", "16-bit tensor", "bandwidth", "memory", "ridge", "source")]
+    table = [("name", "16-bit tensor", "bandwidth", "memory", "ridge", "source")]
     for r in rows:
         dtype = next((t for t in ("bf16", "fp16") if t in r["tensor_flops"]), None)
         peak = r["tensor_flops"][dtype] if dtype else None
-        table.append((r["name"], r["device"], f"{si(peak, 'FLOP/s')} {dtype}" if peak else "—",
+        table.append((r["name"], f"{si(peak, 'FLOP/s')} {dtype}" if peak else "—",
                       si(r["bandwidth"], "B/s"), gib(r["capacity"]),
                       f"{ridge(peak, r['bandwidth']):.0f} FLOP/B" if peak else "—", r["source"]))
-    stdout.write(_table(table))
+    stdout.write(_catalog_table(table))
     return 0
 
 
@@ -163,11 +163,34 @@ def cmd_models(args, stdout, stderr) -> int:
     if args.json:
         stdout.write(json.dumps({"models": rows}, indent=1) + "\n")
         return 0
-    table = [("name", "model", "parameters", "d_model", "layers", "heads/kv", "source")]
-    table += [(r["name"], r["model"], f"{r['params']:,}", str(r["d_model"]), str(r["layers"]),
+    table = [("name", "parameters", "d_model", "layers", "heads/kv", "source")]
+    table += [(r["name"], f"{r['params']:,}", str(r["d_model"]), str(r["layers"]),
                f"{r['heads']}/{r['kv_heads']}", r["source"]) for r in rows]
-    stdout.write(_table(table))
+    stdout.write(_catalog_table(table))
     return 0
+
+
+TERMINAL = 100   # columns the catalog tables fit; --json keeps the full names and sources
+
+
+def cited(source: str, width: int) -> str:
+    """A source as its cited name: the first clause, before any ';' or parenthesis, cut to
+    `width` characters at a word's end (ending in '…' where cut)."""
+    name = source.split(";")[0].split(" (")[0].strip()
+    if len(name) <= width:
+        return name
+    cut = name[:width - 1]
+    if name[width - 1] != " " and " " in cut:
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip(" ,") + "…"
+
+
+def _catalog_table(rows) -> str:
+    """`rows` (header first, the source last) fitted to TERMINAL columns: the source shortened
+    to its cited name in what the other columns leave. The display names are in --json."""
+    others = sum(max(len(one_line(str(r[i]))) for r in rows) for i in range(len(rows[0]) - 1))
+    width = max(TERMINAL - others - 2 * (len(rows[0]) - 1), len("source"))
+    return _table([rows[0]] + [(*r[:-1], cited(r[-1], width)) for r in rows[1:]])
 
 
 def _table(rows) -> str:

@@ -26,11 +26,14 @@ def shipped_calibration() -> str:
     return str(resources.files("rooflinec.serving.calibrations").joinpath(SHIPPED))
 
 
+CSV_HELP = "measured serving runs, one a row (the columns: docs/measurements.md)"
+
+
 def register(sub, streams, parents=()) -> None:
     c = sub.add_parser("calibrate", help="fit the serving model's efficiencies to measured runs",
                        streams=streams, parents=parents)
     c.set_defaults(parser=c)   # a UsageError prints this command's usage line
-    c.add_argument("csv", metavar="MEASUREMENTS.csv")
+    c.add_argument("csv", metavar="MEASUREMENTS.csv", help=CSV_HELP)
     c.add_argument("--out", default="calibration.yaml", metavar="FILE",
                    help="calibration YAML to write (default: calibration.yaml)")
     c.add_argument("--specs", metavar="DIR",
@@ -40,7 +43,7 @@ def register(sub, streams, parents=()) -> None:
     v = sub.add_parser("validate", help="predict measured serving runs; report the errors",
                        streams=streams, parents=parents)
     v.set_defaults(parser=v)
-    v.add_argument("csv", metavar="MEASUREMENTS.csv")
+    v.add_argument("csv", metavar="MEASUREMENTS.csv", help=CSV_HELP)
     v.add_argument("--calibration", metavar="FILE",
                    help="calibration YAML (default: the shipped one, fitted on the repository's measurements)")
     v.add_argument("--specs", metavar="DIR",

@@ -26,8 +26,7 @@ import zlib
 from dataclasses import dataclass, field
 from importlib import resources
 
-import yaml
-
+from rooflinec.base import yamlio
 from rooflinec.base.errors import RooflineError, UsageError
 from rooflinec.base.vocabulary import CATEGORIES
 
@@ -302,12 +301,7 @@ def load_rules(extra: str | None = None) -> tuple[Rule, ...]:
     texts.append(("trace_rules.yaml (shipped)", shipped.read_text()))
     rules = []
     for where, text in texts:
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            at = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-            raise RooflineError(f"{where}{at}: not YAML ({getattr(exc, 'problem', exc)})") from None
+        data = yamlio.load(where, text).data     # plain YAML, bounded; a located error
         entries = data.get("rules") if isinstance(data, dict) else None
         if not isinstance(entries, list):
             raise RooflineError(f"{where}: expected `rules:`, a list of {{group, match, "

@@ -150,7 +150,7 @@ def scaling(index: int, section: dict, report: dict) -> dict | None:
             "title": "Step time and MFU against devices",
             "alt": "Two panels against the number of GPUs: the step's time (with the pipeline "
                    "bubble, and with communication too) and its MFU and HFU beside the published "
-                   "figure; hollow where a run's memory does not fit",
+                   "figure, each series beside the others at a run's GPUs; hollow where a run's memory does not fit",
             "runs": [{"name": r["name"], "gpus": r["gpus"], "step_s": r["step_s"],
                       "pipelined_s": r["pipelined_s"], "fits": r["fits"],
                       "mfu": r["overlapped"]["mfu"], "hfu": r["overlapped"]["hfu"],

@@ -215,6 +215,27 @@ def roofline(chart: dict) -> svgplot.Plot:
     return plot
 
 
+RIDGE_LABEL_PT = 11   # a ridge label's line: 7.5 pt text and its gap
+
+
+def _ridge_label_heights(plot: svgplot.Plot, ridges: list[float]) -> list[float]:
+    """Baselines (points, downwards) of the ridge lines' labels, none struck through by another
+    line: the highest ridge's label above its line; each other one under its own line where
+    the gap to the next line down holds it, else stacked above the highest label."""
+    order = sorted(range(len(ridges)), key=lambda j: -ridges[j])
+    ys = [plot.y(ridges[j]) for j in order]
+    floor = plot.y(plot.y.lo)
+    at, stacked = [0.0] * len(ridges), 0
+    for k, j in enumerate(order):
+        room = (ys[k + 1] if k + 1 < len(ys) else floor) - ys[k]
+        if k and room >= RIDGE_LABEL_PT + 2:
+            at[j] = ys[k] + RIDGE_LABEL_PT - 2
+        else:
+            at[j] = ys[0] - 3 - RIDGE_LABEL_PT * stacked
+            stacked += 1
+    return at
+
+
 def sweep(chart: dict) -> svgplot.Plot:
     """Intensity against tokens in flight, one line per GEMM, each device's ridge and crossing."""
     plot = _plot()
@@ -229,13 +250,14 @@ def sweep(chart: dict) -> svgplot.Plot:
         for c in line["crossings"]:
             plot.dot(c["at"], c["intensity"], "o", 4, colour)
         rows.append({"label": line["label"], "colour": colour, "width": 1.4})
+    at = _ridge_label_heights(plot, ridges)
     for j, dev in enumerate(chart["devices"]):
         colour = DEVICE_COLOURS[j % len(DEVICE_COLOURS)]
         ridge = dev["ridge_matrix"]
         plot.hline(ridge, colour, 1.0, "--")
         ats = [c["at"] for line in chart["lines"] for c in line["crossings"] if c["device"] == dev["key"]]
         span = f"{min(ats)}" if ats and min(ats) == max(ats) else (f"{min(ats)}–{max(ats)}" if ats else "none")
-        plot.text(plot.left + 4, plot.y(ridge) - 3 - 11 * j, f"{dev['key']} ridge {ridge:.1f}; crossings at {span}",
+        plot.text(plot.left + 4, at[j], f"{dev['key']} ridge {ridge:.1f}; crossings at {span}",
                   7.5, colour=colour)
     plot.log_axes("tokens in flight M", "arithmetic intensity (FLOP / byte)", _tick)
     plot.title(chart["title"])
@@ -462,9 +484,18 @@ def _svg(fig) -> str:
     return buf.getvalue()
 
 
+DODGE_PT = 6.5   # series drawn side by side at one x, this far apart (a marker is ~5.3 pt wide)
+
+
+def _dodge(i: int, n: int) -> float:
+    """Series i of n: its markers' offset in points from the x they stand for, centred."""
+    return (i - (n - 1) / 2) * DODGE_PT
+
+
 def scaling(chart: dict) -> svgplot.Plot:
     """Two panels against GPUs (log): step time, then MFU and HFU beside the published
-    figure; a run that does not fit memory hollow."""
+    figure, each series' marker shape its own and set beside the others at a run's GPUs; a run
+    that does not fit memory hollow."""
     runs = sorted(chart["runs"], key=lambda r: r["gpus"])
     gpus = [r["gpus"] for r in runs]
     legend = 0.16 * (1 + 2 * (not all(r["fits"] for r in runs))) + 0.45   # inches under the axes
@@ -484,13 +515,16 @@ def scaling(chart: dict) -> svgplot.Plot:
         rows = []
         for i, (key, label) in enumerate(fields):
             colour, shape = SERIES_COLOURS[i % len(SERIES_COLOURS)], MARKERS[i % len(MARKERS)]
-            # points, not lines: the runs are different models, not one model scaled
+            # points, not lines: the runs are different models, not one model scaled; each series
+            # beside the others at a run's GPUs, so equal values (MFU = HFU without recomputation)
+            # show both markers
+            dx = _dodge(i, len(fields))
             pts = [(r["gpus"], r[key], r["fits"]) for r in runs if r[key] is not None]
             for fit in (True, False):
                 mine = [(g, v) for g, v, f in pts if f is fit]
                 fill = colour if fit else "#ffffff"
                 for g, v in mine:
-                    plot.dot(g, v, shape, math.sqrt(28), fill, colour, 1.2)
+                    plot.marker(plot.x(g) + dx, plot.y(v), shape, math.sqrt(28), fill, colour, 1.2)
                 if mine:
                     rows.append({"label": label if fit else f"{label}, does not fit memory", "colour": colour,
                                  "shape": shape, "size": math.sqrt(28), "fill": fill, "edge": colour,
@@ -503,7 +537,7 @@ def scaling(chart: dict) -> svgplot.Plot:
         plot.axis_titles("GPUs", ylabel, max(svgplot.text_width(t, svgplot.TICK_FONT) for t in labels))
         plot.legend(rows, "below", size=7, below=LEGEND_BELOW_PT)
     for r in runs:   # names beside the step-time points: above right, or below left past the middle
-        x, y = left.x(r["gpus"]), left.y(r["step_s"])
+        x, y = left.x(r["gpus"]) + _dodge(0, len(panels[0][1])), left.y(r["step_s"])
         east = x < (left.left + left.right) / 2
         left.text(x + 4 if east else x - 4, y - 4 if east else y + 10, r["name"], 6,
                   anchor="start" if east else "end", colour="#555555")

@@ -16,7 +16,7 @@ from markupsafe import escape
 from rooflinec.cost import bounds
 from rooflinec.base.errors import one_line
 from rooflinec.render.formats import CHARTED, FORMATS
-from rooflinec.base.quantities import gib, seconds, si, sig
+from rooflinec.base.quantities import RESOLUTION_RULE, gib, resolved, seconds, si, sig
 from rooflinec.base.vocabulary import CATEGORIES
 from rooflinec.render.chartdata import for_section, slug
 from rooflinec.render import chartdata, mathml
@@ -59,7 +59,7 @@ def anchor(title: str) -> str:
 
 
 FILTERS = {"anchor": anchor, "formula": formula, "sig": sig, "fixed": fixed, "pct": pct, "si": si, "gib": gib,
-           "seconds": seconds, "traffic": lambda x: si(x, "B"), "capacity": gib}
+           "seconds": seconds, "resolved": resolved, "traffic": lambda x: si(x, "B"), "capacity": gib}
 
 
 def symbol(name: str):
@@ -167,6 +167,7 @@ def environment(autoescape: bool, markdown: bool = False) -> jinja2.Environment:
     else:
         env.filters.update(MD_MARKS)
     env.globals["rules"] = bounds.RULES
+    env.globals["resolution_rule"] = RESOLUTION_RULE
     if autoescape:
         env.filters.update({"math": mathml.mathml, "symbol": symbol, "slug": slug})
         env.globals.update({"identity": mathml.identity, "cancelled": mathml.cancelled,
