@@ -36,22 +36,24 @@ def mixtral_tp2():
 
 
 def test_the_busiest_expert_rank_by_pigeonhole_and_by_uniform_routing():
-    # 4 attention-DP ranks x 3 tokens routed top 2 over 4 expert ranks of 2 experts each (E 8):
-    # 24 routings, so some rank serves >= 6 and, a token reaching an expert at most once, reads
-    # >= ceil(2/4) = 1 expert; uniform routing: 1.5 x the mean 6 rows, D(12)/4 experts
-    distinct = lambda t: 8 * (1 - 0.75 ** t)   # noqa: E731
-    r = sc.Routed(np.ones(1), np.ones(1), np.ones(1), 4, 4, 2, 2, 1.5, distinct, np.array([1e-3, 1e-4]))
+    # Mixtral's 8 experts, top 2, at 4 attention-DP ranks x 3 tokens over 4 expert ranks of 2
+    # experts each: 24 routings, so some rank serves >= 6 and, a token reaching an expert at
+    # most once, reads >= ceil(2/4) = 1 expert; uniform routing: 1.5 x the mean 6 rows, D(12)/4
+    # experts with D(n) = 8 (1 - (3/4)^n). Routed asks the deployment (`Deployment.busiest`).
+    dep = sc.Deployment(MIXTRAL, H100, 1, attention_dp=4, moe_ep=4, imbalance=1.5)
+    r = sc.Routed(np.ones(1), np.ones(1), np.ones(1), dep, np.array([1e-3, 1e-4]))
     tokens = np.array([0.0, 3.0])
-    assert list(r.rows(tokens, True)) == [0, 6] and list(r.rows(tokens, False)) == [0, 9]
-    assert list(r.experts(tokens, True)) == [0, 1]
-    assert r.experts(tokens, False)[1] == pytest.approx(min(2, distinct(12) / 4))
+    (rows_b, experts_b), (rows_p, experts_p) = dep.busiest(tokens, True), dep.busiest(tokens, False)
+    assert list(rows_b) == [0, 6] and list(rows_p) == [0, 9]
+    assert list(experts_b) == [0, 1]
+    assert experts_p[1] == pytest.approx(min(2, 8 * (1 - 0.75 ** 12) / 4))
     x = np.zeros((1, len(sc.FEATURES)))
     x[0, sc.TOKENS] = 3
     # per kernel max(rows x 1 s, rows x 1 s + experts x 1 s); the all-to-alls only predicted
     assert r.seconds(x, sc.BOUND)[0] == 6 + 1
     assert r.seconds(x, sc.Parameters())[0] == 6 + 1      # BOUND's values are the bound
     half = sc.Parameters(0.5, 0.5)
-    assert r.seconds(x, half)[0] == pytest.approx((9 + r.experts(tokens, False)[1]) / 0.5 + 1e-3 + 3e-4)
+    assert r.seconds(x, half)[0] == pytest.approx((9 + experts_p[1]) / 0.5 + 1e-3 + 3e-4)
 
 
 @pytest.mark.slow
@@ -63,10 +65,10 @@ def test_mixtral_routed_experts_per_step(mixtral_tp2):
     assert r.expert_memory.sum() * H100.bandwidth == pytest.approx(32 * 3 * 4096 * 14336 * 2 / 2)
     tokens = np.array([1.0, 8.0, 64.0])
     # prediction: uniform routing reads 8 (1 - (1 - 2/8)^M) distinct experts (exactly 2 at M = 1)
-    assert r.experts(tokens, False) == pytest.approx(8 * (1 - 0.75 ** tokens))
+    assert r.deployment.busiest(tokens, False)[1] == pytest.approx(8 * (1 - 0.75 ** tokens))
     # bound: every token may route to the same 2 experts
-    assert list(r.experts(tokens, True)) == [2, 2, 2]
-    assert list(r.rows(tokens, True)) == list(r.rows(tokens, False)) == [2, 16, 128]   # M k rows at ep 1
+    assert list(r.deployment.busiest(tokens, True)[1]) == [2, 2, 2]
+    assert list(r.deployment.busiest(tokens, True)[0]) == list(r.deployment.busiest(tokens, False)[0]) == [2, 16, 128]   # M k rows at ep 1
     x = decode_rows([1, 8, 64])
     bound, predicted = mixtral_tp2.durations(x, sc.BOUND), mixtral_tp2.durations(x, PREDICTING)
     assert bound[0] == pytest.approx(mixtral_tp2.durations(x[:1], sc.Parameters(1, 1, 0, 0, 0, 0, 0))[0])
@@ -82,9 +84,9 @@ def test_deepseek_attention_dp8_ep8_busiest_rank_and_all_to_alls():
     r = sc.build(dep).routed
     tokens = np.array([64.0])
     # 8 ranks x 64 tokens x 8 routings = 4,096 rows over 8 expert ranks: >= 512 on the busiest
-    assert r.rows(tokens, True)[0] == 512 and r.rows(tokens, False)[0] == 512 * dep.imbalance
-    assert r.experts(tokens, True)[0] == 1     # ceil(k / ep): a token reaches an expert at most once
-    assert r.experts(tokens, False)[0] == pytest.approx(256 * (1 - (1 - 8 / 256) ** 512) / 8)
+    assert dep.busiest(tokens, True)[0][0] == 512 and dep.busiest(tokens, False)[0][0] == 512 * dep.imbalance
+    assert dep.busiest(tokens, True)[1][0] == 1     # ceil(k / ep): a token reaches an expert at most once
+    assert dep.busiest(tokens, False)[1][0] == pytest.approx(256 * (1 - (1 - 8 / 256) ** 512) / 8)
     # each device sends its tokens' 8 rows of 7168 bf16 values, 7/8 of them off the device, in
     # each of 2 all-to-alls per MoE layer over NVLink (450 GB/s, 0.47 us per collective)
     per_token = 2 * 58 * 8 * 7168 * 2 * 7 / 8 / 450e9

@@ -24,17 +24,15 @@ read, and each step's rows and experts are evaluated exactly in NumPy from its t
 
 - every attention-DP rank steps a batch like this one (the simulator replays one rank, the
   clients split evenly over the ranks), so a MoE layer sees dp x tokens, routed k ways over
-  moe_ep expert ranks; the step waits for the busiest expert rank;
-- the bound (`Parameters` at BOUND) takes what any routing must cost: the busiest rank serves
-  at least ceil(dp x tokens x k / ep) routed rows (pigeonhole), and since a token routes to an
-  expert at most once, reads at least ceil(k / ep) experts (k at ep 1: every token routed to the
-  same k experts); the dispatch and combine all-to-alls can move nothing (a step routed all
-  local), so they are left out;
-- the prediction takes uniform routing: the busiest rank's rows at the deployment's imbalance
-  factor over the mean, dp x tokens x k / ep; the distinct experts' expectation over the rank's
-  share, D(dp x tokens) / ep; and two all-to-alls per MoE layer, each device sending its (N-1)/N
-  share of its tokens' routed rows (`Deployment.all_to_all_bytes`) over the workbench's link for
-  the N = tp x dp devices, one link latency each (every pair's send is concurrent).
+  moe_ep expert ranks; the step waits for the busiest expert rank, whose rows and experts are
+  `Deployment.busiest`'s (the rule's one owner);
+- the bound (`Parameters` at BOUND) takes what any routing must cost (pigeonhole rows,
+  ceil(k / ep) experts); the dispatch and combine all-to-alls can move nothing (a step routed
+  all local), so they are left out;
+- the prediction takes uniform routing at the deployment's imbalance factor, and two
+  all-to-alls per MoE layer, each device sending its (N-1)/N share of its tokens' routed rows
+  (`Deployment.all_to_all_bytes`) over the workbench's link for the N = tp x dp devices, one
+  link latency each (every pair's send is concurrent).
 
 The interface for a deployment at scale is `build(Deployment(..., attention_dp=, moe_ep=,
 moe_tp=))`: one StepModel of one attention-DP rank.
@@ -104,38 +102,20 @@ def bounding(p: Parameters) -> bool:
 @dataclass(frozen=True)
 class Routed:
     """The routed-expert kernels of one step (see the module): seconds at the peaks per routed
-    row (compute, memory) and per distinct expert read (memory), per kernel [R]; the MoE
-    layer's shape; the all-to-alls' link seconds per step at 0 tokens and per token [2]."""
+    row (compute, memory) and per distinct expert read (memory), per kernel [R]; the
+    deployment, whose `busiest` gives each step's rows and experts; the all-to-alls' link
+    seconds per step at 0 tokens and per token [2]."""
 
     row_compute: np.ndarray
     row_memory: np.ndarray
     expert_memory: np.ndarray
-    dp: int
-    ep: int
-    top_k: int
-    held: int                   # experts one expert rank holds (redundant copies included)
-    imbalance: float
-    distinct: object            # NumPy: expected distinct experts of T tokens under uniform routing
+    deployment: Deployment
     all_to_all_s: np.ndarray
-
-    def rows(self, tokens: np.ndarray, bound: bool) -> np.ndarray:
-        """Routed rows the busiest expert rank serves in one MoE layer."""
-        total = self.dp * tokens * self.top_k
-        most = self.dp * tokens * min(self.top_k, self.held)
-        if bound:
-            return np.ceil(total / self.ep)
-        return np.minimum(most, self.imbalance * total / self.ep) if self.ep > 1 else total
-
-    def experts(self, tokens: np.ndarray, bound: bool) -> np.ndarray:
-        """Distinct experts the busiest expert rank reads in one MoE layer."""
-        if bound:
-            return np.where(tokens > 0, -(-self.top_k // self.ep), 0.0)
-        return np.minimum(self.held, self.distinct(self.dp * tokens) / self.ep)
 
     def parts(self, x: np.ndarray, bound: bool) -> tuple:
         """(compute [n, R], memory [n, R]) seconds at the peaks and the all-to-alls' [n]."""
         tokens = x[:, TOKENS]
-        rows, experts = self.rows(tokens, bound), self.experts(tokens, bound)
+        rows, experts = self.deployment.busiest(tokens, bound)
         link = np.zeros(len(x)) if bound else self.all_to_all_s[0] + self.all_to_all_s[1] * tokens
         return (np.outer(rows, self.row_compute),
                 np.outer(rows, self.row_memory) + np.outer(experts, self.expert_memory), link)
@@ -241,7 +221,7 @@ def _routed_row(op, flops, traffic, model):
 
 def _routed(dep, experts, matrix, vector, act) -> Routed:
     """The routed kernels' seconds at the peaks, and the dispatch and combine all-to-alls."""
-    model, dev, moe = dep.model, dep.device, dep.model.moe
+    dev = dep.device
     peak = np.array([matrix if unit == "matrix" else vector for unit, _, _, _ in experts])
     row_c = roofline.compute_time(np.array([c for _, c, _, _ in experts]), peak)
     row_m = roofline.transfer_time(np.array([m for _, _, m, _ in experts]), dev.bandwidth)
@@ -251,9 +231,7 @@ def _routed(dep, experts, matrix, vector, act) -> Routed:
     except DeviceLacks as exc:     # the device declares no link for the tp x dp devices
         raise sm.Unpredictable(str(exc)) from None
     a2a = np.array([at[0], at[1] - at[0]])
-    d = sp.lambdify(M, distinct(model).xreplace(model_values(model)), "numpy")
-    return Routed(row_c, row_m, expert_m, dep.attention_dp, dep.moe_ep, moe.top_k,
-                  (moe.experts + dep.redundant_experts) // dep.moe_ep, dep.imbalance, d, a2a)
+    return Routed(row_c, row_m, expert_m, dep, a2a)
 
 
 def attention_peak(dep: Deployment) -> float:
