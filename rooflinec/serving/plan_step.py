@@ -46,6 +46,7 @@ from rooflinec.cost import collectives, program_costs
 from rooflinec.cost.deployment import Deployment, gemm_dtype, routed
 from rooflinec.cost.workbench import Workbench
 from rooflinec.model import quant
+from rooflinec.model.window import local_layers
 from rooflinec.model.symbols import B, M, S
 from rooflinec.serving import serving_model as sm
 from rooflinec.serving import stepcost as sc
@@ -117,9 +118,11 @@ def step_for(dep: Deployment, memo: dict | None = None, contexts: tuple | None =
     if getattr(dep.model, "moe", None) is None:
         if dep.attention_dp > 1 or dep.moe_ep > 1:
             raise sm.Unpredictable("attention DP and EP are searched for mixtures of experts only")
+        if local_layers(dep.model):   # the planner's features keep no per-sequence min(S, W): read here
+            return DenseStep(_dense_windowed(dep, memo, contexts))
         try:
             return DenseStep(sc.build(dep))
-        except sc.Windowed:     # a window's Min(W, S) (gemma-2's sliding layers)
+        except sc.Windowed:     # another minimum of the context (the keys sparse attention selects)
             return DenseStep(_dense_windowed(dep, memo, contexts))
     return build_moe(dep, memo, contexts)
 
