@@ -16,6 +16,16 @@ A prompt chunk's attention: FLOPs from the prefill program's S^2 term as (p + c)
 (the causal count of c queries after p keys), its query and output traffic over c tokens,
 and its KV traffic over the p + c keys it reads.
 
+Windowed layers (sliding or chunked, `model/window.py`) read min(S, W) keys per sequence, which
+no sum over the batch's contexts gives; their terms are affine in min(S, W) itself, so it is
+read as a symbol K and the windowed layers' coefficients go on features of their own
+(`attend`): a decode's min(context, W) summed over the decodes; a chunk's differences f(p + c)
+- f(p) of the prefill program's S K and K^2 terms (its causal count S K - K^2/2, telescoping
+over chunks) and the keys its queries' windows read, min(p + c, W - 1 + c). A run of decode
+steps ends where a decode's context reaches W (`growth`), so within a run every feature grows
+linearly and a recorded schedule re-times in closed form. Each step's cost is exactly the
+lowered programs' at its contexts; a bound stays a bound (the least-work programs').
+
 A mixture of experts' routed experts are not affine in the step's tokens: the weights read are
 those of the distinct experts the step touches, E(1 - (1 - k/E)^M) under uniform routing, and
 with attention DP or expert parallelism the busiest expert rank's routings take a ceiling. So
