@@ -10,9 +10,11 @@ expert parallelism, redundant experts for load balance).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 import sympy as sp
 
 from rooflinec.cost import parallel
@@ -68,7 +70,10 @@ def test_busiest_rank_pigeonhole_and_the_labelled_prediction():
     """8 ranks x 64 tokens x 8 experts = 4096 routings over 8 expert ranks: the busiest serves at
     least 512 (pigeonhole); at one token per rank, 64 routings, at least 8. The prediction at an
     imbalance of 1.3 is 1.3 x the mean, not a bound."""
-    assert DP8_EP8.routings(64) == {"total": 4096, "bound": 512, "mean": 512, "predicted": 512}
+    # experts: at least ceil(8/8) = 1 (every token routed to the same 8); uniform routing
+    # touches D(512) = 256 (1 - (31/32)^512) of them, an eighth on each rank
+    assert DP8_EP8.routings(64) == {"total": 4096, "bound": 512, "mean": 512, "predicted": 512,
+                                    "experts_bound": 1, "experts_predicted": pytest.approx(256 * (1 - (31 / 32) ** 512) / 8)}
     assert DP8_EP8.routings(1)["bound"] == 8
     hot = Deployment(DSV3, H200, 1, attention_dp=8, moe_ep=8, imbalance=1.3)
     assert hot.routings(64)["predicted"] == pytest.approx(1.3 * 512)
@@ -150,3 +155,20 @@ def test_serve_deepseek_v3_at_attention_dp_8_ep_8(call):
     assert code == 0, err
     points = json.loads(out)["calibrated"]["points"]
     assert points and all("why" not in p and p["tpot_s"] > 0 for p in points), points
+
+
+@settings(max_examples=20, deadline=None)
+@given(dp=st.sampled_from([1, 2, 4, 8]), ep=st.sampled_from([1, 2, 4, 8]), tokens=st.integers(0, 4096),
+       imbalance=st.floats(1.0, 8.0), redundant=st.sampled_from([0, 8]))
+def test_the_busiest_rank_lies_between_its_bound_and_what_it_holds(dp, ep, tokens, imbalance, redundant):
+    """`Deployment.busiest`, the rule every step model asks: the bound's rows times ep cover
+    every routing (pigeonhole) and its experts are ceil(k/ep) at a token or more; the prediction
+    is never below the bound nor above the rank's own (min(k, held) rows per token, the experts
+    it holds), and it grows with the imbalance factor."""
+    dep = Deployment(DSV3, H200, 1, attention_dp=dp, moe_ep=ep, imbalance=imbalance, redundant_experts=redundant)
+    (rows_b, experts_b), (rows_p, experts_p) = dep.busiest(tokens, True), dep.busiest(tokens, False)
+    total, held = dp * tokens * 8, (256 + redundant) // ep
+    assert rows_b * ep >= total > (rows_b - 1) * ep or tokens == 0
+    assert experts_b == (-(-8 // ep) if tokens else 0)
+    assert rows_b <= rows_p <= dp * tokens * min(8, held) and experts_b <= experts_p <= held
+    assert dep.busiest(tokens, False)[0] <= replace(dep, imbalance=imbalance + 1).busiest(tokens, False)[0]

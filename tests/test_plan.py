@@ -322,9 +322,9 @@ def test_a_dp_ep_point_of_mixtral_by_hand(case):
     assert expert == 5_637_144_576
     assert step.expert_memory.sum() == pytest.approx(expert / 3.35e12)
     assert step.deployment.weight_bytes() == pytest.approx(46.7e9 - 4 * expert, rel=0.005)
-    rows, experts = step.rows_and_experts(np.array([1.0]), bound=True)
+    rows, experts = step.deployment.busiest(np.array([1.0]), bound=True)
     assert (rows[0], experts[0]) == (2, 1)
-    rows, experts = step.rows_and_experts(np.array([1.0]), bound=False)
+    rows, experts = step.deployment.busiest(np.array([1.0]), bound=False)
     assert (rows[0], experts[0]) == (2, pytest.approx(1.75))
     assert step.a2a_s[1] == pytest.approx(64 * 8192 / 450e9)
     # tokens/s per GPU counts both ranks: 2 x B / TPOT over 2 GPUs
@@ -382,7 +382,7 @@ def test_the_moe_bound_at_one_token_moves_what_the_lowered_program_moves(case, n
     dep = Deployment(quick._model(name), dev, tp, "bf16", "bf16", experts=experts)
     step = plan_step.step_for(dep, contexts=(1024, 1280))
     x = plan.bound_features(np.array([1.0]), 1024)
-    rows, experts = step.rows_and_experts(x[:, sc.TOKENS], bound=True)
+    rows, experts = step.deployment.busiest(x[:, sc.TOKENS], bound=True)
     seconds = (x @ step.base.memory.T).sum() + rows[0] * step.row_memory.sum() + experts[0] * step.expert_memory.sum()
     ops = program_costs.op_costs(dep, "decode", dev, {B: 1, S: 1024}, tokens=1, formats=dep.formats())
     assert seconds * dev.bandwidth == pytest.approx(sum(sum(o.traffic.values()) for o in ops), rel=1e-9)

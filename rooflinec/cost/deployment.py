@@ -64,6 +64,7 @@ import math
 from dataclasses import dataclass, replace
 from functools import cache
 
+import numpy as np
 import sympy as sp
 
 from rooflinec.cost import kvcache
@@ -220,14 +221,43 @@ class Deployment:
         each of an expert's moe_tp shards."""
         return tokens * top_k * sp.Rational(self.expert_tp, self.tp)
 
+    @property
+    def experts_held(self) -> int:
+        """Routed experts one expert rank holds, redundant copies included."""
+        return (self.model.moe.experts + self.redundant_experts) // self.moe_ep
+
+    def busiest(self, tokens, bound: bool) -> tuple:
+        """(rows, experts): the routed rows the busiest expert rank serves and the distinct
+        experts it reads in one MoE layer at `tokens` per attention-DP rank (a number or a
+        NumPy array), the one statement of the rule every step model asks:
+        - `bound` (the least any routing costs): ceil(dp x tokens x k / ep) rows (pigeonhole:
+          some rank serves at least its share of the routings) and ceil(k / ep) experts (a
+          token reaches an expert at most once, so its k routings touch k distinct experts: all
+          tokens routed to the same k, ceil(k / ep) of them on one rank), none at 0 tokens;
+        - else a prediction under uniform routing: the mean dp x tokens x k / ep at the
+          imbalance factor, and D(dp x tokens) / ep experts (D(n) = E(1 - (1 - k/E)^n),
+          `model.moe.distinct`'s count, over E/rho hot experts under a model's skew), each
+          clipped to what can be: at least the bound, at most the rank's own (each token
+          routes to at most min(k, held) of the experts it holds; at most the experts held)."""
+        moe, dp, ep = self.model.moe, self.attention_dp, self.moe_ep
+        tokens = np.asarray(tokens, dtype=float)
+        total = dp * tokens * moe.top_k
+        rows = np.ceil(total / ep)
+        experts = np.where(tokens > 0, float(-(-moe.top_k // ep)), 0.0)
+        if bound:
+            return rows, experts
+        held = self.experts_held
+        return (np.clip(self.imbalance * total / ep, rows, dp * tokens * min(moe.top_k, held)),
+                np.clip(_distinct(self.model)(dp * tokens) / ep, experts, held))
+
     def routings(self, tokens) -> dict:
-        """Routed rows per expert rank in one MoE layer at `tokens` per attention-DP rank:
-        `bound`, the pigeonhole least the busiest rank serves, ceil(dp x tokens x k / ep);
-        `mean` under uniform routing; `predicted`, the busiest at the imbalance factor (a
-        prediction, not a bound)."""
+        """Routed rows per expert rank in one MoE layer at `tokens` per attention-DP rank, as a
+        report states them: `total`, `mean` under uniform routing, and the busiest rank's
+        (`busiest`): `bound` and `predicted` rows, `experts_bound` and `experts_predicted`."""
         total = self.attention_dp * tokens * self.model.moe.top_k
-        return {"total": total, "bound": -(-total // self.moe_ep), "mean": total / self.moe_ep,
-                "predicted": self.imbalance * total / self.moe_ep}
+        (rows_b, experts_b), (rows_p, experts_p) = (self.busiest(tokens, bnd) for bnd in (True, False))
+        return {"total": total, "mean": total / self.moe_ep, "bound": float(rows_b), "predicted": float(rows_p),
+                "experts_bound": float(experts_b), "experts_predicted": float(experts_p)}
 
     def all_to_all_bytes(self, tokens, bytes_per_element) -> dict:
         """One MoE layer's dispatch (or combine: the same rows back) at `tokens` per
@@ -241,6 +271,12 @@ class Deployment:
         domain = getattr(self.device, "link_domain", None)
         return {"devices": n, "sent": off, "received": off, "received_busiest": self.imbalance * off,
                 "link": "scale-up" if domain is None or n <= domain else "scale-out"}
+
+
+@cache   # one NumPy function per model: the step models ask it per step
+def _distinct(model):
+    """`model.moe.distinct` in NumPy: expected distinct experts n tokens touch."""
+    return sp.lambdify(M, distinct(model).xreplace(model_values(model)), "numpy")
 
 
 def gemm_dtype(weights: str, device) -> str:
@@ -344,7 +380,7 @@ def split_experts(program: Program, model, dep) -> Program:
     share = (sp.ceiling(dp * rows / ep) / rows, sp.ceiling(experts.xreplace({M: dp * M}) / ep) / experts)
     ops = tuple(replace(op, cost=_busiest(op.cost, *share), epilogue=_busiest(op.epilogue, *share))
                 if routed(op) else op for op in program.ops)
-    held = (moe.experts + dep.redundant_experts) // ep
+    held = dep.experts_held
     tokens = "M*k" if dp == 1 else f"{dp}*M*k (attention DP {dp}: M tokens per rank)"
     stated = (("expert parallelism", f"ep = {ep}, moe_tp = {dep.expert_tp}: the {moe.experts} "
                f"routed experts{f' and {dep.redundant_experts} redundant copies' if dep.redundant_experts else ''} "

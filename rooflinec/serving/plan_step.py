@@ -16,14 +16,10 @@ A `MoeStep` is two parts over one attention-DP rank's step features (`stepcost.F
   with its tensor-parallel all-reduces;
 - the routed experts' ops, read from the program whose expert width is split over moe_tp
   (`Deployment.expert_tp`): per op, seconds per routed row (FLOPs and activations) and per
-  expert read (weights). The busiest device, which the step waits for, serves
-    prediction: max(imbalance x dp x M x k / ep, the bound) rows (`Deployment.routings`:
-      the mean under uniform routing at the deployment's imbalance factor) and reads
-      max(D(dp x M) / ep, the bound) experts, D(n) = E(1 - (1 - k/E)^n) the distinct experts
-      n tokens touch under uniform routing (`model.moe.distinct`'s count);
-    bound: ceil(dp x M x k / ep) rows and ceil(k / ep) experts (pigeonhole: some device serves
-      at least its share of the routings, and every token touches k distinct experts, so at
-      least k are read, ceil(k/ep) of them on one device);
+  expert read (weights). The busiest device, which the step waits for, serves the rows and
+  reads the experts `Deployment.busiest` gives (the rule's one owner: the bound by pigeonhole,
+  ceil(dp x M x k / ep) rows and ceil(k / ep) experts; the prediction under uniform routing at
+  the deployment's imbalance factor, D(dp x M) / ep experts, clipped to the bound below);
   weights a device has no tensor peak for run weight-only (`Deployment.gemm_dtype`; the routed
   experts on their own format's peak where the device lists one, `experts_gemm_dtype`): their
   dequantisation FLOPs, per weight element read, go with the experts read, not the rows;
@@ -50,6 +46,7 @@ from rooflinec.cost import collectives, program_costs
 from rooflinec.cost.deployment import Deployment, gemm_dtype, routed
 from rooflinec.cost.workbench import Workbench
 from rooflinec.model import quant
+from rooflinec.model.window import local_layers
 from rooflinec.model.symbols import B, M, S
 from rooflinec.serving import serving_model as sm
 from rooflinec.serving import stepcost as sc
@@ -92,30 +89,15 @@ class MoeStep:
     def deployment(self) -> Deployment:
         return self.base.deployment
 
-    def _ranks(self):
-        dep = self.deployment
-        return dep.attention_dp, dep.moe_ep, dep.model.moe
-
-    def rows_and_experts(self, tokens: np.ndarray, bound: bool) -> tuple[np.ndarray, np.ndarray]:
-        """Routed rows and experts read on the busiest device at `tokens` per rank (see the module)."""
-        dp, ep, moe = self._ranks()
-        least_rows, least_experts = np.ceil(dp * tokens * moe.top_k / ep), math.ceil(moe.top_k / ep)
-        if bound:
-            return least_rows, np.full_like(tokens, least_experts, dtype=float)
-        hot = moe.experts / moe.imbalance          # model.moe.distinct: E/rho experts under skew
-        touched = hot * (1 - (1 - moe.top_k / hot) ** (dp * tokens))
-        rows = self.deployment.imbalance * dp * tokens * moe.top_k / ep
-        return np.maximum(rows, least_rows), np.maximum(touched / ep, least_experts)
-
     def durations(self, x: np.ndarray, p: sc.Parameters) -> np.ndarray:
-        rows, experts = self.rows_and_experts(x[:, sc.TOKENS], bound=False)
+        rows, experts = self.deployment.busiest(x[:, sc.TOKENS], bound=False)
         compute = (rows[:, None] * self.row_compute + experts[:, None] * self.expert_compute) / p.compute_fraction
         memory = (rows[:, None] * self.row_memory + experts[:, None] * self.expert_memory) / p.bandwidth_fraction
         a2a = self.a2a_s[0] + self.a2a_s[1] * x[:, sc.TOKENS] + self.a2a_count * p.per_collective_s
         return self.base.durations(x, p) + np.maximum(compute, memory).sum(axis=1) + a2a
 
     def bound(self, x: np.ndarray) -> np.ndarray:
-        rows, experts = self.rows_and_experts(x[:, sc.TOKENS], bound=True)
+        rows, experts = self.deployment.busiest(x[:, sc.TOKENS], bound=True)
         compute = ((x @ self.base.compute.T).sum(axis=1) + rows * self.row_compute.sum()
                    + experts * self.expert_compute.sum())
         memory = ((x @ self.base.memory.T).sum(axis=1) + rows * self.row_memory.sum()
@@ -136,9 +118,11 @@ def step_for(dep: Deployment, memo: dict | None = None, contexts: tuple | None =
     if getattr(dep.model, "moe", None) is None:
         if dep.attention_dp > 1 or dep.moe_ep > 1:
             raise sm.Unpredictable("attention DP and EP are searched for mixtures of experts only")
+        if local_layers(dep.model):   # the planner's features keep no per-sequence min(S, W): read here
+            return DenseStep(_dense_windowed(dep, memo, contexts))
         try:
             return DenseStep(sc.build(dep))
-        except sc.Windowed:     # a window's Min(W, S) (gemma-2's sliding layers)
+        except sc.Windowed:     # another minimum of the context (the keys sparse attention selects)
             return DenseStep(_dense_windowed(dep, memo, contexts))
     return build_moe(dep, memo, contexts)
 

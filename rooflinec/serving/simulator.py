@@ -58,7 +58,7 @@ class Schedule:
 
     x0: np.ndarray            # [R, F] features of a run's first step
     steps: np.ndarray         # [R] steps in the run
-    growth: np.ndarray        # [R] context added per step (the run's decodes)
+    growth: np.ndarray        # [R, F] features added per step (the decodes' contexts, `stepcost.growth`)
     arrived: np.ndarray       # [N] runs completed when the request arrived
     admitted: np.ndarray      # [N] run in which it was first scheduled
     first: np.ndarray         # [N] run whose end gives the first token
@@ -375,6 +375,8 @@ class _Loop:
     def _decode_steps(self, decoding) -> int:
         """Steps the decodes can run unchanged: to the next completion, within the KV cache."""
         k = int(np.ceil((self.osl[decoding] - self.gen[decoding]) / self.adv).min())
+        most = sc.growth(self.m.window, self.kvlen[decoding], self.adv)[1]   # to a context reaching a window
+        k = k if most is None else min(k, most)
         if self.pol.admission_reserve_output >= 1:
             return k                      # every running request's whole output is reserved
         lens = self.kvlen[decoding] - self.cached[decoding]
@@ -403,25 +405,19 @@ class _Loop:
             return
         x0 = np.zeros(len(sc.FEATURES))
         x0[sc.ONE] = 1
-        x0[sc.DECODES] = n_dec
-        x0[sc.CONTEXT] = float(self.kvlen[decoding].sum() + n_dec)
+        sc.attend(x0, self.m.window, self.kvlen[decoding], prefix, sizes)
+        grows = sc.growth(self.m.window, self.kvlen[decoding], self.adv)[0]
         tokens, logits = n_dec, n_dec
         if len(ids):
-            keys = prefix + sizes
-            x0[sc.CHUNK_SQUARE] = float((keys * keys - prefix * prefix).sum())
-            x0[sc.CHUNK_TOKENS] = float(sizes.sum())
-            x0[sc.CHUNK_KEYS] = float(keys.sum())
-            x0[sc.CHUNKS] = len(ids)
             tokens += int(sizes.sum())
-            logits += int((keys == self.prompt[ids]).sum())
+            logits += int((prefix + sizes == self.prompt[ids]).sum())
         x0[sc.TOKENS], x0[sc.LOGITS] = tokens, logits
         if not self.timed:
             dur = np.zeros(k)
         elif k == 1:
             dur = self.m.durations(x0[None], self.p)
         else:
-            x = np.repeat(x0[None], k, axis=0)
-            x[:, sc.CONTEXT] += n_dec * self.adv * np.arange(k)
+            x = np.repeat(x0[None], k, axis=0) + np.outer(np.arange(k), grows)
             dur = self.m.durations(x, self.p)
         ends = self.t + np.cumsum(dur)
         if not self.w.closed and self.next_arrival < len(self.times) and k > 1:
@@ -430,7 +426,7 @@ class _Loop:
                 k, dur, ends = cut, dur[:cut], ends[:cut]
         self.x0.append(x0)
         self.nsteps.append(k)
-        self.growth.append(n_dec * self.adv)
+        self.growth.append(grows)
         self.timeline.append((self.t, k, self.n_running, len(self.waiting), tokens))
         self._tokens(decoding, ids, sizes, dur, ends)
         if not self.w.closed:
@@ -489,7 +485,7 @@ class _Loop:
             self.itl_w.append(np.full(1, (self.adv - 1) * len(gaps) * len(dur)))
 
     def _result(self) -> Result:
-        sched = Schedule(np.array(self.x0), np.array(self.nsteps), np.array(self.growth, float),
+        sched = Schedule(np.array(self.x0), np.array(self.nsteps), np.array(self.growth, float).reshape(-1, len(sc.FEATURES)),
                          self.arrived_run, self.admitted_run, self.first_run, self.finish_run)
         itl = np.concatenate(self.itl) if self.itl else np.zeros(0)
         w = np.concatenate(self.itl_w) if self.itl_w else np.zeros(0)
@@ -516,8 +512,7 @@ def _lines(model, sched, kernels):
     """Per run and kernel (the `kernels` mask) the compute line a + b j and the memory line
     c + d j of step j, at the peaks: [R, K] each."""
     a, c = sched.x0 @ model.compute[kernels].T, sched.x0 @ model.memory[kernels].T
-    b = np.outer(sched.growth, model.compute[kernels, sc.CONTEXT])
-    d = np.outer(sched.growth, model.memory[kernels, sc.CONTEXT])
+    b, d = sched.growth @ model.compute[kernels].T, sched.growth @ model.memory[kernels].T
     return a, b, c, d
 
 
@@ -564,7 +559,7 @@ class Retimer:
     `Pool` evaluates many of them at once (a fit's rows)."""
 
     def __init__(self, model: sc.StepModel, sched: Schedule, measured: np.ndarray, osl: np.ndarray):
-        grows = (model.compute[:, sc.CONTEXT] != 0) | (model.memory[:, sc.CONTEXT] != 0)
+        grows = (model.compute[:, sc.GROWING] != 0).any(axis=1) | (model.memory[:, sc.GROWING] != 0).any(axis=1)
         self.model, self.sched, self.measured = model, sched, measured
         runs = len(sched.steps)
         long = measured & (osl > 1)

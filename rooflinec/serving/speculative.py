@@ -188,9 +188,14 @@ def speculative(target: sc.StepModel, draft: Draft) -> Speculative:
     if target.routed is not None:     # the verify map is linear; routed experts are not (stepcost.Routed)
         raise sm.Unpredictable("speculation is not priced for a mixture of experts: its routed experts' "
                                "cost per step is not affine in the verification's tokens")
+    if target.window is not None:     # min(context, W) per sequence: no linear map carries it
+        raise sm.Unpredictable(f"speculation is not priced for windowed layers ({dep.model.name}'s window of "
+                               f"{target.window} keys): the verification's map of the features is linear")
     t = verify_map(k)
     if draft.kind == "model":
         own = target_model(sc.Deployment(draft.model, dep.device, dep.tp, dep.weights, dep.kv_cache))
+        if own.window is not None:
+            raise sm.Unpredictable(f"speculation is not priced with a windowed draft ({draft.model.name})")
         dc, dm, weights, kv = own.compute, own.memory, own.deployment.weight_bytes(), float(own.deployment.kv_per_token())
     elif draft.kind == "mtp":
         dc, dm = _mtp_rows(target)

@@ -16,6 +16,16 @@ A prompt chunk's attention: FLOPs from the prefill program's S^2 term as (p + c)
 (the causal count of c queries after p keys), its query and output traffic over c tokens,
 and its KV traffic over the p + c keys it reads.
 
+Windowed layers (sliding or chunked, `model/window.py`) read min(S, W) keys per sequence, which
+no sum over the batch's contexts gives; their terms are affine in min(S, W) itself, so it is
+read as a symbol K and the windowed layers' coefficients go on features of their own
+(`attend`): a decode's min(context, W) summed over the decodes; a chunk's differences f(p + c)
+- f(p) of the prefill program's S K and K^2 terms (its causal count S K - K^2/2, telescoping
+over chunks) and the keys its queries' windows read, min(p + c, W - 1 + c). A run of decode
+steps ends where a decode's context reaches W (`growth`), so within a run every feature grows
+linearly and a recorded schedule re-times in closed form. Each step's cost is exactly the
+lowered programs' at its contexts; a bound stays a bound (the least-work programs').
+
 A mixture of experts' routed experts are not affine in the step's tokens: the weights read are
 those of the distinct experts the step touches, E(1 - (1 - k/E)^M) under uniform routing, and
 with attention DP or expert parallelism the busiest expert rank's routings take a ceiling. So
@@ -24,17 +34,15 @@ read, and each step's rows and experts are evaluated exactly in NumPy from its t
 
 - every attention-DP rank steps a batch like this one (the simulator replays one rank, the
   clients split evenly over the ranks), so a MoE layer sees dp x tokens, routed k ways over
-  moe_ep expert ranks; the step waits for the busiest expert rank;
-- the bound (`Parameters` at BOUND) takes what any routing must cost: the busiest rank serves
-  at least ceil(dp x tokens x k / ep) routed rows (pigeonhole), and since a token routes to an
-  expert at most once, reads at least ceil(k / ep) experts (k at ep 1: every token routed to the
-  same k experts); the dispatch and combine all-to-alls can move nothing (a step routed all
-  local), so they are left out;
-- the prediction takes uniform routing: the busiest rank's rows at the deployment's imbalance
-  factor over the mean, dp x tokens x k / ep; the distinct experts' expectation over the rank's
-  share, D(dp x tokens) / ep; and two all-to-alls per MoE layer, each device sending its (N-1)/N
-  share of its tokens' routed rows (`Deployment.all_to_all_bytes`) over the workbench's link for
-  the N = tp x dp devices, one link latency each (every pair's send is concurrent).
+  moe_ep expert ranks; the step waits for the busiest expert rank, whose rows and experts are
+  `Deployment.busiest`'s (the rule's one owner);
+- the bound (`Parameters` at BOUND) takes what any routing must cost (pigeonhole rows,
+  ceil(k / ep) experts); the dispatch and combine all-to-alls can move nothing (a step routed
+  all local), so they are left out;
+- the prediction takes uniform routing at the deployment's imbalance factor, and two
+  all-to-alls per MoE layer, each device sending its (N-1)/N share of its tokens' routed rows
+  (`Deployment.all_to_all_bytes`) over the workbench's link for the N = tp x dp devices, one
+  link latency each (every pair's send is concurrent).
 
 The interface for a deployment at scale is `build(Deployment(..., attention_dp=, moe_ep=,
 moe_tp=))`: one StepModel of one attention-DP rank.
@@ -56,12 +64,15 @@ from rooflinec.spec.load import DTYPE_BYTES
 from rooflinec.model.moe import distinct
 from rooflinec.model.symbol_table import model_values
 from rooflinec.model.symbols import B, M, S
+from rooflinec.model.window import local_layers
 
-# step features, in this order
+# step features, in this order (the window_ ones: the windowed layers' own, see the module)
 FEATURES = ("one", "tokens", "logits", "decodes", "context", "chunk_square", "chunk_tokens",
-            "chunk_keys", "chunks")
+            "chunk_keys", "chunks", "window_context", "window_chunk_sk", "window_chunk_kk", "window_chunk_keys")
 (ONE, TOKENS, LOGITS, DECODES, CONTEXT, CHUNK_SQUARE, CHUNK_TOKENS, CHUNK_KEYS,
- CHUNKS) = range(len(FEATURES))
+ CHUNKS, WINDOW_CONTEXT, WINDOW_CHUNK_SK, WINDOW_CHUNK_KK, WINDOW_CHUNK_KEYS) = range(len(FEATURES))
+GROWING = [CONTEXT, WINDOW_CONTEXT]   # what a run of unchanged decode steps grows (`growth`)
+K = sp.Symbol("K", positive=True)     # min(S, W): the keys a windowed layer's query attends to
 
 
 @dataclass(frozen=True)
@@ -93,7 +104,8 @@ class NotAffine(sm.Unpredictable):
 
 
 class Windowed(NotAffine):
-    """A term with a min or max in the step's symbols: a window's min(S, W) keys per sequence."""
+    """A term with a min or max in the step's symbols other than the windowed layers' min(S, W)
+    (which the window_ features take): the keys sparse attention selects, min(S, k_top)."""
 
 
 def bounding(p: Parameters) -> bool:
@@ -104,41 +116,26 @@ def bounding(p: Parameters) -> bool:
 @dataclass(frozen=True)
 class Routed:
     """The routed-expert kernels of one step (see the module): seconds at the peaks per routed
-    row (compute, memory) and per distinct expert read (memory), per kernel [R]; the MoE
-    layer's shape; the all-to-alls' link seconds per step at 0 tokens and per token [2]."""
+    row (compute, memory) and per distinct expert read (memory), per kernel [R]; the
+    deployment, whose `busiest` gives each step's rows and experts; the all-to-alls' link
+    seconds per step at 0 tokens and per token [2]."""
 
     row_compute: np.ndarray
     row_memory: np.ndarray
     expert_memory: np.ndarray
-    dp: int
-    ep: int
-    top_k: int
-    held: int                   # experts one expert rank holds (redundant copies included)
-    imbalance: float
-    distinct: object            # NumPy: expected distinct experts of T tokens under uniform routing
+    deployment: Deployment
     all_to_all_s: np.ndarray
-
-    def rows(self, tokens: np.ndarray, bound: bool) -> np.ndarray:
-        """Routed rows the busiest expert rank serves in one MoE layer."""
-        total = self.dp * tokens * self.top_k
-        most = self.dp * tokens * min(self.top_k, self.held)
-        if bound:
-            return np.ceil(total / self.ep)
-        return np.minimum(most, self.imbalance * total / self.ep) if self.ep > 1 else total
-
-    def experts(self, tokens: np.ndarray, bound: bool) -> np.ndarray:
-        """Distinct experts the busiest expert rank reads in one MoE layer."""
-        if bound:
-            return np.where(tokens > 0, -(-self.top_k // self.ep), 0.0)
-        return np.minimum(self.held, self.distinct(self.dp * tokens) / self.ep)
+    expert_compute: np.ndarray | None = None   # [R] s per expert read dequantising it (weight-only; None: 0)
 
     def parts(self, x: np.ndarray, bound: bool) -> tuple:
         """(compute [n, R], memory [n, R]) seconds at the peaks and the all-to-alls' [n]."""
         tokens = x[:, TOKENS]
-        rows, experts = self.rows(tokens, bound), self.experts(tokens, bound)
+        rows, experts = self.deployment.busiest(tokens, bound)
         link = np.zeros(len(x)) if bound else self.all_to_all_s[0] + self.all_to_all_s[1] * tokens
-        return (np.outer(rows, self.row_compute),
-                np.outer(rows, self.row_memory) + np.outer(experts, self.expert_memory), link)
+        compute = np.outer(rows, self.row_compute)
+        if self.expert_compute is not None and self.expert_compute.any():
+            compute = compute + np.outer(experts, self.expert_compute)
+        return compute, np.outer(rows, self.row_memory) + np.outer(experts, self.expert_memory), link
 
     def seconds(self, x: np.ndarray, p: Parameters, parts: tuple | None = None) -> np.ndarray:
         """The routed kernels' times under `p` (`parts`: this x's, computed before)."""
@@ -159,6 +156,7 @@ class StepModel:
     collectives: int
     link_s: np.ndarray          # [2]: link seconds at 0 tokens, per token
     routed: Routed | None = field(default=None, kw_only=True)   # a MoE's routed experts (rows 0 above)
+    window: int | None = field(default=None, kw_only=True)      # W of the windowed layers (None: none)
 
     def durations(self, x: np.ndarray, p: Parameters) -> np.ndarray:
         """Step times for feature rows x [n, F]."""
@@ -191,7 +189,8 @@ def build(dep: Deployment) -> StepModel:
     # the program without the busiest rank's ceilings (experts split moe_tp ways): Routed adds them
     flat = replace(dep, attention_dp=1, moe_ep=1, moe_tp=dep.expert_tp) if moe is not None else dep
     rows, names, experts, attending = [], [], [], set()
-    for op, flops, traffic in program_costs.symbolic_ops(flat, "decode", dev, act, stored):
+    w = model.window if local_layers(model) else None
+    for op, flops, traffic in _keyed(program_costs.symbolic_ops(flat, "decode", dev, act, stored), w):
         if op.category == "attention":
             attending.add(op.name)
         if moe is not None and routed(op):
@@ -199,7 +198,7 @@ def build(dep: Deployment) -> StepModel:
             flops, traffic = sp.Integer(0), {}
         rows.append(_decode_row(op, flops, traffic))
         names.append(op.name)
-    for op, flops, traffic in program_costs.symbolic_ops(flat, "prefill", dev, act, stored):
+    for op, flops, traffic in _keyed(program_costs.symbolic_ops(flat, "prefill", dev, act, stored), w):
         if op.category == "attention":
             rows.append(_chunk_row(op, flops, traffic))
             names.append(f"{op.name} (prompt chunks)")
@@ -220,15 +219,25 @@ def build(dep: Deployment) -> StepModel:
         # one-shot all-reduces (as serving_model): affine in tokens, so two points give it exactly
         at = [coll * collectives.time(share * t, 1, ln) for t in (0, 1)]
         link = np.array([at[0], at[1] - at[0]])
-    return StepModel(dep, compute, memory, tuple(names), model.n_layers, coll, link, routed=kernels)
+    return StepModel(dep, compute, memory, tuple(names), model.n_layers, coll, link, routed=kernels, window=w)
+
+
+def _keyed(ops, w):
+    """`ops` with each windowed layer's min(S, W) keys as the symbol K (none without a window)."""
+    if w is None:
+        return ops
+    keys = {sp.Min(S, sp.Integer(w)): K}
+    return [(op, f.xreplace(keys), {c: e.xreplace(keys) for c, e in t.items()}) for op, f, t in ops]
 
 
 def _routed_row(op, flops, traffic, model):
     """A routed-expert op's (unit, FLOPs per routed row, other bytes per routed row, weight
-    bytes per distinct expert read): its FLOPs and activations linear in M (M k rows), its
-    weights the distinct experts' E(1 - (1 - k/E)^M) times one expert's."""
+    bytes per distinct expert read, FLOPs per distinct expert read): its FLOPs and activations
+    linear in M (M k rows), its weights the distinct experts' E(1 - (1 - k/E)^M) times one
+    expert's, and so any FLOPs over them (a weight-only GEMM dequantising each weight it reads)."""
     top_k, d = model.moe.top_k, distinct(model).xreplace(model_values(model))
     per_expert = sp.simplify(traffic.get("weights", sp.Integer(0)) / d)
+    flops, dequant = _over_experts(sp.sympify(flops), d)
     others = sum((e for cls, e in traffic.items() if cls != "weights"), sp.Integer(0))
     out = []
     for expr in (flops, others, per_expert * M):
@@ -236,24 +245,34 @@ def _routed_row(op, flops, traffic, model):
         if set(terms) - {(1,)}:
             raise NotAffine(f"routed op {op.name}: its cost is not a multiple of its tokens and experts")
         out.append(terms.get((1,), 0.0))
-    return op.unit, out[0] / top_k, out[1] / top_k, out[2]
+    return op.unit, out[0] / top_k, out[1] / top_k, out[2], float(dequant)
+
+
+def _over_experts(expr, d):
+    """(expr less its multiple of the distinct experts d(M), that multiple's coefficient): the
+    part of a routed op's FLOPs that follows the experts read, not the rows."""
+    power = [p for p in d.atoms(sp.Pow) if p.exp.has(M)]
+    if not power or not expr.has(power[0]):
+        return expr, 0.0
+    u = sp.Dummy("u")
+    c = sp.expand(expr.xreplace({power[0]: u})).coeff(u) / sp.expand(d.xreplace({power[0]: u})).coeff(u)
+    return sp.expand(expr - c * d), c
 
 
 def _routed(dep, experts, matrix, vector, act) -> Routed:
     """The routed kernels' seconds at the peaks, and the dispatch and combine all-to-alls."""
-    model, dev, moe = dep.model, dep.device, dep.model.moe
-    peak = np.array([matrix if unit == "matrix" else vector for unit, _, _, _ in experts])
-    row_c = roofline.compute_time(np.array([c for _, c, _, _ in experts]), peak)
-    row_m = roofline.transfer_time(np.array([m for _, _, m, _ in experts]), dev.bandwidth)
-    expert_m = roofline.transfer_time(np.array([w for _, _, _, w in experts]), dev.bandwidth)
+    dev = dep.device
+    peak = np.array([matrix if unit == "matrix" else vector for unit, *_ in experts])
+    row_c = roofline.compute_time(np.array([e[1] for e in experts]), peak)
+    row_m = roofline.transfer_time(np.array([e[2] for e in experts]), dev.bandwidth)
+    expert_m = roofline.transfer_time(np.array([e[3] for e in experts]), dev.bandwidth)
+    expert_c = roofline.compute_time(np.array([e[4] for e in experts]), peak)
     try:    # affine in tokens: two points give it exactly
         at = [program_costs.all_to_all_s(dep, t, act) for t in (0, 1)]
     except DeviceLacks as exc:     # the device declares no link for the tp x dp devices
         raise sm.Unpredictable(str(exc)) from None
     a2a = np.array([at[0], at[1] - at[0]])
-    d = sp.lambdify(M, distinct(model).xreplace(model_values(model)), "numpy")
-    return Routed(row_c, row_m, expert_m, dep.attention_dp, dep.moe_ep, moe.top_k,
-                  (moe.experts + dep.redundant_experts) // dep.moe_ep, dep.imbalance, d, a2a)
+    return Routed(row_c, row_m, expert_m, dep, a2a, expert_compute=expert_c)
 
 
 def attention_peak(dep: Deployment) -> float:
@@ -268,8 +287,9 @@ def attention_peak(dep: Deployment) -> float:
 
 
 def _terms(expr, symbols) -> dict:
-    """The monomials of `expr` in `symbols`; a term that is no polynomial in them (a sliding
-    window's min(S, W) keys) is not affine in the step features: said so, not raised raw."""
+    """The monomials of `expr` in `symbols`; a term that is no polynomial in them (a minimum
+    of the context but the window's, `_keyed`) is not affine in the step features: said so,
+    not raised raw."""
     if expr == 0:
         return {}
     try:
@@ -277,38 +297,96 @@ def _terms(expr, symbols) -> dict:
     except sp.PolynomialError as exc:
         bad = sorted(str(f) for f in expr.atoms(sp.Min, sp.Max) if f.free_symbols & set(symbols))
         raise (Windowed if bad else NotAffine)(f"{', '.join(bad) or exc} is not affine in the step features "
-                        "(windowed attention reads min(S, W) keys per sequence; the simulator's step is "
-                        "affine in the batch's summed context)") from None
+                        "(the simulator's step is affine in the batch's summed contexts and, for windowed "
+                        "layers, in their sum of min(context, W); no other minimum of the context)") from None
 
 
 def _decode_row(op, flops, traffic):
     """The decode program's op over the step: M -> tokens; B -> decodes in attention (B*S ->
-    the sum of their contexts), else the sequences that get logits."""
+    the sum of their contexts, B*K -> of their min(context, W)), else the sequences that get
+    logits."""
     b_feature = DECODES if op.category == "attention" else LOGITS
-    place = {(0, 0, 0): ONE, (0, 0, 1): TOKENS, (1, 0, 0): b_feature}
+    place = {(0, 0, 0, 0): ONE, (0, 0, 1, 0): TOKENS, (1, 0, 0, 0): b_feature}
     if op.category == "attention":
-        place[(1, 1, 0)] = CONTEXT
+        place[(1, 1, 0, 0)] = CONTEXT
+        place[(1, 0, 0, 1)] = WINDOW_CONTEXT
 
     def row(expr):
         out = np.zeros(len(FEATURES))
-        for mono, c in _terms(expr, (B, S, M)).items():
+        for mono, c in _terms(expr, (B, S, M, K)).items():
             if mono not in place:
-                raise NotAffine(f"decode op {op.name}: term {mono} of B, S, M is not affine in the step features")
+                raise NotAffine(f"decode op {op.name}: term {mono} of B, S, M, min(S, W) is not affine in the step features")
             out[place[mono]] += c
         return out
     return op.unit, row(flops), sum((row(e) for e in traffic.values()), np.zeros(len(FEATURES)))
 
 
+# the prefill program's monomials in (S, K) at B = 1 -> a chunk's feature; S alone is the
+# chunk's tokens (FLOPs, queries, outputs) or the keys it reads (the KV cache), per group
+_CHUNK = {(2, 0): CHUNK_SQUARE, (0, 0): CHUNKS, (1, 1): WINDOW_CHUNK_SK, (0, 2): WINDOW_CHUNK_KK}
+
+
 def _chunk_row(op, flops, traffic):
-    """The prefill program's attention at B = 1 for one chunk: S^2 -> (p+c)^2 - p^2, S -> c
-    (FLOPs, queries and outputs) or p + c (the KV cache it reads), constants -> per chunk."""
+    """The prefill program's attention at B = 1 for one chunk of c tokens after p: a term f(S)
+    of the prompt's count becomes f(p + c) - f(p) (S^2 -> (p+c)^2 - p^2; S K and K^2, K =
+    min(S, W), alike), S -> c (FLOPs, queries and outputs) or the keys the chunk reads (the
+    KV cache: p + c, or min(p + c, W - 1 + c) in a windowed layer), constants -> per chunk."""
+    windowed = any(sp.sympify(e).has(K) for e in (flops, *traffic.values()))
+
     def row(expr, linear):
         out = np.zeros(len(FEATURES))
-        for (s_power,), c in _terms(expr.subs(B, 1), (S,)).items():
-            if s_power > 2:
-                raise NotAffine(f"prefill op {op.name}: S^{s_power} has no chunk feature")
-            out[(CHUNKS, linear, CHUNK_SQUARE)[s_power]] += c
+        for mono, c in _terms(sp.sympify(expr).subs(B, 1), (S, K)).items():
+            if mono != (1, 0) and mono not in _CHUNK:
+                raise NotAffine(f"prefill op {op.name}: S^{mono[0]} min(S, W)^{mono[1]} has no chunk feature")
+            out[linear if mono == (1, 0) else _CHUNK[mono]] += c
         return out
-    memory = sum((row(e, CHUNK_KEYS if cls == "kv_cache" else CHUNK_TOKENS) for cls, e in traffic.items()),
+    keys = WINDOW_CHUNK_KEYS if windowed else CHUNK_KEYS
+    memory = sum((row(e, keys if cls == "kv_cache" else CHUNK_TOKENS) for cls, e in traffic.items()),
                  np.zeros(len(FEATURES)))
     return op.unit, row(flops, CHUNK_TOKENS), memory
+
+
+# --- a step's features --------------------------------------------------------------------
+
+def attend(x: np.ndarray, window: int | None, kvlen: np.ndarray, prefix: np.ndarray, sizes: np.ndarray) -> None:
+    """Fill row `x`'s attention features for decodes holding `kvlen` tokens each (context
+    kvlen + 1 with the new one) and prompt chunks of `sizes` tokens after `prefix`:
+    decodes, context, the chunks' (p + c)^2 - p^2, tokens, keys read, count; with a window W,
+    sum min(context, W), and per chunk the differences f(p + c) - f(p) of S min(S, W) and
+    min(S, W)^2 and the keys the chunk reads, min(p + c, W - 1 + c) (its queries' windows:
+    keys max(0, p - W + 1) .. p + c - 1). The chunk differences telescope (a prompt in chunks
+    costs the prompt); the causal count they make of a chunk, S K - K^2/2 at f(S), is the
+    prefill program's (the queries' exact sum of min(p + i + 1, W) keys, less the diagonal's
+    half, as the full layers' (p + c)^2 / 2 - p^2 / 2)."""
+    n = len(kvlen)
+    x[DECODES] = n
+    x[CONTEXT] = float(kvlen.sum() + n)
+    if window is not None:
+        x[WINDOW_CONTEXT] = float(np.minimum(kvlen + 1, window).sum())
+    if not len(sizes):
+        return
+    keys = prefix + sizes
+    x[CHUNK_SQUARE] = float((keys * keys - prefix * prefix).sum())
+    x[CHUNK_TOKENS] = float(sizes.sum())
+    x[CHUNK_KEYS] = float(keys.sum())
+    x[CHUNKS] = len(sizes)
+    if window is not None:
+        at, before = np.minimum(keys, window), np.minimum(prefix, window)
+        x[WINDOW_CHUNK_SK] = float((keys * at - prefix * before).sum())
+        x[WINDOW_CHUNK_KK] = float((at * at - before * before).sum())
+        x[WINDOW_CHUNK_KEYS] = float(np.minimum(keys, window - 1 + sizes).sum())
+
+
+def growth(window: int | None, kvlen: np.ndarray, per_step) -> tuple[np.ndarray, int | None]:
+    """A run of decode steps from `kvlen` cached tokens each, `per_step` more per step: (what
+    each step adds to the features, [F]; the most steps the run may take while that stays so,
+    None for no limit). Windowed layers read min(context, W): a run ends where a decode's
+    context reaches W, so within a run the features grow linearly (the re-timing's closed form)."""
+    g = np.zeros(len(FEATURES))
+    g[CONTEXT] = len(kvlen) * per_step
+    if window is None:
+        return g, None
+    ctx = kvlen + 1
+    open_ = ctx < window
+    g[WINDOW_CONTEXT] = int(open_.sum()) * per_step
+    return g, int(np.ceil((window - ctx[open_]) / per_step).min()) if open_.any() else None

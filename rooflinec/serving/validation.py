@@ -114,9 +114,8 @@ def prompt_alone(case) -> float:
     x = np.zeros((2, len(sc.FEATURES)))
     x[:, [sc.ONE, sc.LOGITS, sc.CHUNKS]] = 1
     for i, prefix in enumerate((0, isl - 1)):     # the whole prompt; its last token alone
-        tail = isl - prefix
-        x[i, [sc.TOKENS, sc.CHUNK_SQUARE, sc.CHUNK_TOKENS, sc.CHUNK_KEYS]] = \
-            tail, isl * isl - prefix * prefix, tail, isl
+        sc.attend(x[i], case.step.window, np.zeros(0, np.int64), np.array([prefix]), np.array([isl - prefix]))
+        x[i, sc.TOKENS] = isl - prefix
     full, last = case.step.durations(x, sc.BOUND)
     if not (case.policy.prefix_caching and work.reused):
         return float(full)
@@ -130,6 +129,8 @@ def _decode_bound(case) -> float:
     x = np.zeros(len(sc.FEATURES))
     x[[sc.ONE, sc.TOKENS, sc.LOGITS, sc.DECODES]] = 1, r.concurrency, r.concurrency, r.concurrency
     x[sc.CONTEXT] = r.concurrency * (r.isl + r.osl / 2)
+    if case.step.window is not None:      # windowed layers read min(context, W) (stepcost.attend)
+        x[sc.WINDOW_CONTEXT] = r.concurrency * min(r.isl + r.osl / 2, case.step.window)
     return float(case.step.durations(x[None], sc.BOUND)[0])
 
 
