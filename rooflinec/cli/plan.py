@@ -107,6 +107,9 @@ def parse_slo(text: str) -> plan.Slo:
         name = name.strip().lower()
         if not sep or name not in ("ttft", "tpot") or name in found:
             raise UsageError(f"--slo: '{part}': expected ttft<=TIME or tpot<=TIME, each once, e.g. 'ttft<=2s,tpot<=50ms'")
+        if _bare_number(value):
+            raise UsageError(f"--slo: '{part}': {value.strip()} has no unit; give a time with its unit "
+                             f"(us, ms, s), e.g. '{name}<={value.strip()}ms'")
         try:
             found[name] = float(parse_quantity(value.strip(), "time"))
         except QuantityError as exc:
@@ -116,6 +119,15 @@ def parse_slo(text: str) -> plan.Slo:
     if not found:
         raise UsageError("--slo: no target; e.g. 'ttft<=2s,tpot<=50ms'")
     return plan.Slo(found.get("ttft", math.inf), found.get("tpot", math.inf))
+
+
+def _bare_number(text: str) -> bool:
+    """A target written without its unit (`tpot<=50`): refused rather than read as seconds."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _batches(text: str | None) -> tuple:
