@@ -385,6 +385,7 @@ def _solve(args, model, slo, stdout) -> int:
         raise UsageError("--weights: --solve takes one choice (a format, or one per class: experts=mxfp4,attention=bf16)")
     weights, experts = choices[0]["weights"], choices[0].get("experts")
     kv = _formats(args.kv_cache, (weights,), "--kv-cache")[0]
+    quick._check_tp(model, args.tp, {})   # a --tp that does not divide the model: a usage error, as serve's
     dep = Deployment(model, device, args.tp, weights, kv, experts=experts)
     unit, scale = UNITS[args.solve]
     head = {"kind": "inverse", "model": model.key, "device": device.key, "tp": args.tp, "batch": args.batch,

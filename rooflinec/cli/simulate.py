@@ -221,6 +221,11 @@ def _disaggregated(args, work, model, device, policy, params, where, stdout) -> 
         raise UsageError("--prefill-workers: two pools are simulated for a closed loop (--concurrency) of fixed --isl and --osl")
     names = ("prefill_workers", "decode_workers", "prefill_tp", "decode_tp", "prefill_batch")
     n = {k: _positive(k.replace("_", "-"), getattr(args, k)) for k in names}
+    for pool in ("prefill", "decode"):   # each pool's tp divides the model, or the flag that set it is wrong
+        try:
+            quick._check_tp(model, n[f"{pool}_tp"] or args.tp, {})
+        except UsageError as exc:
+            raise UsageError(str(exc).replace("--tp:", f"--{pool}-tp:", 1) if n[f"{pool}_tp"] else str(exc)) from None
     deps = [sc.Deployment(model, device, n[f"{pool}_tp"] or args.tp, args.weights, policy.kv_dtype(),
                           experts=args.experts)
             for pool in ("prefill", "decode")]
