@@ -191,9 +191,9 @@ def convert(path: str, hf_id: str | None = None) -> tuple[str, list[Problem]]:
 def mapped(path: str, hf_id: str | None = None) -> tuple[dict, list[Problem]]:
     """The model spec (a mapping) for the config at `path`, and the notes on what it leaves out."""
     file = config_file(path)
-    doc = yamlio.load(file)
+    doc = yamlio.load(file, form=yamlio.JSON)
     if not isinstance(doc.data, dict):
-        raise SpecError([doc.problem((), "expected a config.json: a mapping of fields")])
+        raise SpecError([doc.problem((), f"expected a config.json: {yamlio.JSON.mapping}")])
     problems = validate.numbers(doc, doc.data)   # finite, integers exact: as in any spec
     if problems:
         raise SpecError(problems)

@@ -99,10 +99,10 @@ def numbers(doc: Located, node, path: tuple = ()) -> list[Problem]:
     if isinstance(node, list):
         return [p for i, v in enumerate(node) for p in numbers(doc, v, path + (i,))]
     if isinstance(node, float) and not math.isfinite(node):
-        return [doc.problem(path, f"{node} is not accepted; numbers in a spec must be finite")]
+        return [doc.problem(path, f"{json.dumps(node)} is not accepted; numbers must be finite")]
     if isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_INTEGER:
         return [doc.problem(path, f"integer of {len(str(abs(node)))} digits is too large; integers "
-                                  f"in a spec are at most 2^53 = {MAX_INTEGER}")]
+                                  f"are at most 2^53 = {MAX_INTEGER}")]
     return []
 
 
