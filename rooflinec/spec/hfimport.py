@@ -226,7 +226,7 @@ def _unwrapped(r: Reader, key: str, left_out: dict, arch: str) -> list:
     """The multimodal config's own fields: [its tie_word_embeddings, then the notes on the rest].
     The text model's section must be a mapping; each other section is noted with what it leaves out."""
     if not isinstance(r.data.get(key), dict):
-        raise SpecError([r.problem(key, f"expected the text model's config as a mapping, which {arch} "
+        raise SpecError([r.problem(key, f"expected the text model's config as a JSON object, which {arch} "
                                         f"holds in '{key}'")])
     r.used.add(key)
     tied = r.flag("tie_word_embeddings", False)
