@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rooflinec.spec import hfimport, load as spec
+from rooflinec.spec.validate import MAX_DIMENSION
 from rooflinec.model import params
 from rooflinec.cost import deployment, kvcache
 from rooflinec.base.errors import SpecError
@@ -180,7 +181,8 @@ def test_missing_field_is_located(call, tmp_path):
     cfg.write_text(json.dumps(data, indent=2))
     code, _, err = call("import", cfg)
     # line 10 (after "{" and the three lines of architectures and five fields), column 18
-    assert code == 1 and err == f'{cfg}:10:18: hidden_size: expected a positive whole number, got "4096"\n'
+    assert code == 1 and err == (f'{cfg}:10:18: hidden_size: expected a positive whole number of at most '
+                                 f'{MAX_DIMENSION:,} (2^24, a model dimension\'s limit), got "4096"\n')
     del data["hidden_size"]
     cfg.write_text(json.dumps(data, indent=2))
     code, _, err = call("import", cfg)

@@ -395,7 +395,7 @@ def test_a_measurements_count_of_many_digits_is_located(tmp_path):
 
 
 @pytest.mark.parametrize("value, fragment", [
-    ("1.0e+999", "must be finite"), (".nan", "must be finite"), (str(2 ** 64), "at most 2^53")])
+    ("1.0e+999", "must be finite"), ("NaN", "must be finite"), (str(2 ** 64), "at most 2^53")])
 def test_an_imported_config_with_a_number_past_a_float_is_located(tmp_path, value, fragment):
     from rooflinec.spec import hfimport
     from rooflinec.base.errors import SpecError

@@ -72,6 +72,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rooflinec.spec import hfimport, load as spec
+from rooflinec.spec.validate import MAX_DIMENSION
 from rooflinec.model import params
 from rooflinec.cli.app import run
 from rooflinec.base.errors import SpecError
@@ -381,16 +382,21 @@ def test_nope_beside_linear_layers_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("folder", ["qwen3-next-80b-a3b-instruct", "qwen3-30b-a3b", "llama-4-scout-17b-16e"])
-def test_a_billion_layers_import_in_closed_form(tmp_path, folder):
+def test_the_most_layers_import_in_closed_form(tmp_path, folder):
     """The per-layer rules (mlp_only_layers, full_attention_interval, no_rope_layer_interval,
     interleave_moe_layer_step) are read in closed form: a billion layers once ran out of memory
-    building Qwen3-MoE's list of sparse layers. Llama 4's per-layer lists must then be left out."""
+    building Qwen3-MoE's list of sparse layers. Llama 4's per-layer lists must then be left out.
+    The most a spec holds, validate.MAX_DIMENSION, imports; one more is refused at the key."""
     config = _config(folder)
-    config["num_hidden_layers"] = 10**9
+    config["num_hidden_layers"] = MAX_DIMENSION
     for key in ("no_rope_layers", "moe_layers"):
         config.pop(key, None)
     model, _, _ = _import(tmp_path, config)
-    assert model.n_layers == 10**9 and model.moe.moe_layers(0, 10**9) > 0
+    assert model.n_layers == MAX_DIMENSION and model.moe.moe_layers(0, MAX_DIMENSION) > 0
+    config["num_hidden_layers"] = MAX_DIMENSION + 1
+    with pytest.raises(SpecError) as err:
+        _import(tmp_path, config)
+    assert LOCATED.match(str(err.value)) and "num_hidden_layers: expected a positive whole number of at most" in str(err.value)
 
 
 @pytest.mark.parametrize(("types", "pattern"), [

@@ -386,5 +386,5 @@ def test_a_wrong_out_is_said_before_any_timing(tmp_path):
     assert f"--out: {tmp_path} is a folder" in err.getvalue()
     (tmp_path / "file").write_text("")
     assert run(["measure", "model", "m.yaml", "--device", "d.yaml", "--out",
-                str(tmp_path / "file")], out, err) == 1
-    assert "a file" in err.getvalue()
+                str(tmp_path / "file")], out, err) == 2   # a usage error too, as device's folder is
+    assert "a file" in err.getvalue() and "usage: rooflinec measure model" in err.getvalue()

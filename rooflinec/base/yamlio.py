@@ -8,12 +8,19 @@ to), so an alias bomb ("billion laughs"), a recursive alias or a large node repe
 aliases fails fast instead of eating time and memory in the walk, validation or output.
 Only regular files are read: a FIFO, device or folder is refused before it is opened
 for reading, so it cannot block.
+
+A JSON file (a Hugging Face config.json) is read as JSON: its values are JSON's (1e-05 a
+number, NaN a number to refuse, where YAML 1.1 reads both as strings), its syntax errors are
+JSON's, and every message names the input as JSON; the YAML walk only places its values and
+keeps the same limits.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+from dataclasses import dataclass
 
 import yaml
 
@@ -31,6 +38,19 @@ _YAML = "tag:yaml.org,2002:"
 _PLAIN_SCALARS = {_YAML + t for t in ("str", "int", "float", "bool", "null")}
 _NUMBERS = {_YAML + "int", _YAML + "float"}
 _ACCEPTED = "strings, numbers, booleans, null, lists and mappings"
+
+
+@dataclass(frozen=True)
+class Form:
+    """What kind of text a file is, as its messages name it."""
+    language: str   # YAML, JSON
+    noun: str       # what one such file is called
+    mapping: str    # what its top level must be
+    reader: str     # who keeps only the last of two equal keys
+
+
+YAML = Form("YAML", "spec", "a YAML mapping of keys", "YAML")
+JSON = Form("JSON", "config.json file", "a JSON object of fields", "a JSON reader")
 
 
 class Located:
@@ -90,18 +110,19 @@ def read_bytes(file: str, limit: int = MAX_BYTES, kind: str = "spec",
     return raw
 
 
-def read_text(file: str) -> str:
-    raw = read_bytes(file)
+def read_text(file: str, form: Form = YAML) -> str:
+    kind = f"a {form.language} text file"
+    raw = read_bytes(file, kind=form.noun, form=kind)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line, col = _line_col(raw[:exc.start].decode("utf-8", "replace"), None)
         raise SpecError([Problem(file, line, col, "(file)",
-                                 f"not UTF-8 text (byte {exc.start}); a spec is a YAML text file")]) from None
+                                 f"not UTF-8 text (byte {exc.start}); a {form.noun} is {kind}")]) from None
     if "\x00" in text:
         line, col = _line_col(text, text.index("\x00"))
         raise SpecError([Problem(file, line, col, "(file)",
-                                 "contains NUL bytes; a spec is a YAML text file")])
+                                 f"contains NUL bytes; a {form.noun} is {kind}")])
     return text
 
 
@@ -130,30 +151,45 @@ def _line_col(text: str, position: int | None) -> tuple[int, int]:
     return head.count("\n") + 1, len(head) - (head.rfind("\n") + 1) + 1
 
 
-def load(file: str, text: str | None = None) -> Located:
-    text = read_text(file) if text is None else text
+def _json(file: str, text: str):
+    """JSON's own reading of `text`: its value, or None where a number is past Python's digit
+    limit (the walk names it, located). JSON's syntax errors are said as JSON's."""
+    if not text.strip():
+        raise _fail(file, f"file is empty; expected {JSON.mapping}")
+    try:
+        return json.loads(text)   # NaN and Infinity read as numbers, refused later as not finite
+    except json.JSONDecodeError as exc:
+        raise SpecError([Problem(file, exc.lineno, exc.colno, "(file)", f"JSON error: {exc.msg}")]) from None
+    except RecursionError:
+        raise _fail(file, f"JSON nesting is too deep; at most {MAX_DEPTH} levels") from None
+    except ValueError:
+        return None
+
+
+def load(file: str, text: str | None = None, form: Form = YAML) -> Located:
+    text = read_text(file, form) if text is None else text
+    value = _json(file, text) if form is JSON else None
     loader = None
     try:
-        loader = yaml.SafeLoader(text)
+        # JSON's tabs are whitespace, which YAML refuses where it indents; a raw tab cannot be
+        # inside a JSON string, so spaces in their place keep every column
+        loader = yaml.SafeLoader(text if form is YAML else text.replace("\t", " "))
         node = loader.get_single_node()
         if node is None:
-            raise _fail(file, "file is empty; expected a YAML mapping of keys")
-        walk = _Walk(file)
+            raise _fail(file, f"file is empty; expected {form.mapping}")
+        walk = _Walk(file, form)
         walk.visit(node, (), 0)
         if walk.problems:
             raise SpecError(walk.problems)
-        data = loader.construct_document(node)
-    except yaml.reader.ReaderError as exc:
-        line, col = _line_col(text, exc.position)
-        raise SpecError([Problem(file, line, col, "(file)",
-                                 f"character U+{_codepoint(exc.character):04X} is not allowed in YAML; "
-                                 "a spec is a YAML text file")]) from None
-    except yaml.MarkedYAMLError as exc:
-        raise _fail(file, _yaml_message(exc), exc.problem_mark or exc.context_mark) from None
+        if form is JSON and value is None:
+            raise _fail(file, "cannot read a number of the file (past Python's digit limit)")
+        data = loader.construct_document(node) if form is YAML else value
     except yaml.YAMLError as exc:
-        raise _fail(file, f"YAML error: {exc}") from None
+        if form is JSON:   # valid JSON that YAML cannot place (a raw C1 control in a string): unlocated
+            return Located(file, value, {}, {})
+        raise _yaml_error(file, text, exc) from None
     except RecursionError:
-        raise _fail(file, f"YAML nesting is too deep; at most {MAX_DEPTH} levels") from None
+        raise _fail(file, f"{form.language} nesting is too deep; at most {MAX_DEPTH} levels") from None
     except (ValueError, TypeError, OverflowError) as exc:   # a constructor refused a value
         raise _fail(file, f"cannot read a value: {exc}") from None
     finally:
@@ -171,6 +207,18 @@ def trusted(file: str):
         return yaml.load(read_text(file), Loader=loader)
     except yaml.YAMLError as exc:
         raise _fail(file, f"YAML error: {exc}") from None
+
+
+def _yaml_error(file: str, text: str, exc: yaml.YAMLError) -> SpecError:
+    """PyYAML's error, located."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        line, col = _line_col(text, exc.position)
+        return SpecError([Problem(file, line, col, "(file)",
+                                  f"character U+{_codepoint(exc.character):04X} is not allowed in YAML; "
+                                  "a spec is a YAML text file")])
+    if isinstance(exc, yaml.MarkedYAMLError):
+        return _fail(file, _yaml_message(exc), exc.problem_mark or exc.context_mark)
+    return _fail(file, f"YAML error: {exc}")
 
 
 def _yaml_message(exc: yaml.MarkedYAMLError) -> str:
@@ -199,8 +247,8 @@ def _tag(tag: str) -> str:
 class _Walk:
     """Record where every value and key is; refuse what is not plain YAML."""
 
-    def __init__(self, file: str):
-        self.file = file
+    def __init__(self, file: str, form: Form = YAML):
+        self.file, self.form = file, form
         self.marks: dict = {}
         self.key_marks: dict = {}
         self.plain: set = set()
@@ -216,11 +264,12 @@ class _Walk:
     def visit(self, node, path: Path, depth: int) -> None:
         self.count += 1
         if self.count > MAX_NODES:
-            raise _fail(self.file, f"the document expands to more than {MAX_NODES} nodes "
-                                   "(an alias repeated too often?); specs must be small",
+            raise _fail(self.file, f"the document expands to more than {MAX_NODES} nodes"
+                                   + (" (an alias repeated too often?)" if self.form is YAML else "")
+                                   + f"; {self.form.noun}s must be small",
                         node.start_mark, format_path(path))
         if depth > MAX_DEPTH:
-            raise _fail(self.file, f"nested more than {MAX_DEPTH} levels deep; specs are shallow",
+            raise _fail(self.file, f"nested more than {MAX_DEPTH} levels deep; {self.form.noun}s are shallow",
                         node.start_mark, format_path(path))
         self.marks.setdefault(path, _at(node.start_mark))
         if isinstance(node, yaml.ScalarNode):
@@ -274,7 +323,7 @@ class _Walk:
             if key in seen:
                 self._problem(key_node, path + (key,),
                               f"duplicate key '{key}' (first written at line {seen[key][0]}); "
-                              "YAML would keep only the last one, so remove one of them")
+                              f"{self.form.reader} would keep only the last one, so remove one of them")
                 continue
             seen[key] = where
             self.key_marks.setdefault(path + (key,), where)

@@ -36,8 +36,15 @@ examples:
   rooflinec validate-ops vidur/compute/a100/*/*/mlp.csv --out ops   # kernels against the roofline
   rooflinec measure device --quick                 # time this machine (needs the [measure] extra)
 
-exit status: 0 built, 1 a spec is wrong (each problem as file:line:col: path: message),
-2 the command line is wrong.
+exit status, every command:
+  0    done: build wrote its reports, check found every spec valid, import, calibrate and
+       measure wrote (or printed) their file, the others printed their answer
+  1    an input file is wrong or unreadable (a spec, config.json, CSV, trace, engine or
+       calibration file: each problem as file:line:col: path: message), the model cannot
+       answer what was asked (e.g. the weights leave no memory for the KV cache), or an
+       output could not be written
+  2    the command line is wrong: the command's usage line and what is wrong
+  141  standard output went away (| head, closed), as for a process killed by SIGPIPE
 """
 
 

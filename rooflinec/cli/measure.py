@@ -122,7 +122,7 @@ def register_trace(sub, streams, parents=()) -> None:
 
 def cmd_trace(args, stdout, stderr) -> int:
     if os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise RooflineError(f"{args.out}: a file; --out names the folder the report goes to")
+        raise UsageError(f"--out {args.out}: a file; --out names the folder the report goes to")
     model, device, dtype, quantization = _trace_setup(args)
     rules = trace.load_rules(args.rules)
     read = trace.read(args.trace, args.step)
@@ -183,7 +183,7 @@ def cmd_measure(args, stdout, stderr) -> int:
     if args.what == "device":
         output.check_file_target(args.out)
     if args.what == "model" and os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise RooflineError(f"{args.out}: a file; --out names the folder the report goes to")
+        raise UsageError(f"--out {args.out}: a file; --out names the folder the report goes to")
     if args.what == "device":
         written = [_write_spec(args.out, _device(args))]
     else:

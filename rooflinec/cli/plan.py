@@ -109,6 +109,9 @@ def parse_slo(text: str) -> plan.Slo:
         name = name.strip().lower()
         if not sep or name not in ("ttft", "tpot") or name in found:
             raise UsageError(f"--slo: '{part}': expected ttft<=TIME or tpot<=TIME, each once, e.g. 'ttft<=2s,tpot<=50ms'")
+        if _bare_number(value):
+            raise UsageError(f"--slo: '{part}': {value.strip()} has no unit; give a time with its unit "
+                             f"(us, ms, s), e.g. '{name}<={value.strip()}ms'")
         try:
             found[name] = float(parse_quantity(value.strip(), "time"))
         except QuantityError as exc:
@@ -118,6 +121,15 @@ def parse_slo(text: str) -> plan.Slo:
     if not found:
         raise UsageError("--slo: no target; e.g. 'ttft<=2s,tpot<=50ms'")
     return plan.Slo(found.get("ttft", math.inf), found.get("tpot", math.inf))
+
+
+def _bare_number(text: str) -> bool:
+    """A target written without its unit (`tpot<=50`): refused rather than read as seconds."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _batches(text: str | None) -> tuple:
@@ -380,6 +392,7 @@ def _solve(args, model, slo, stdout) -> int:
         raise UsageError("--weights: --solve takes one choice (a format, or one per class: experts=mxfp4,attention=bf16)")
     weights, experts = choices[0]["weights"], choices[0].get("experts")
     kv = _formats(args.kv_cache, (weights,), "--kv-cache")[0]
+    quick._check_tp(model, args.tp, {})   # a --tp that does not divide the model: a usage error, as serve's
     dep = Deployment(model, device, args.tp, weights, kv, experts=experts)
     unit, scale = UNITS[args.solve]
     head = {"kind": "inverse", "model": model.key, "device": device.key, "tp": args.tp, "batch": args.batch,

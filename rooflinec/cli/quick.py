@@ -204,13 +204,12 @@ def _table(rows) -> str:
 def cmd_import(args, stdout, stderr) -> int:
     if args.out is not None:
         check_file_target(args.out)
-    text, notes = hfimport.convert(args.config, args.hf_id)
+    # the spec is checked as a study would load it (its problems located in the config), and its parameters counted
+    model, text, notes = hfimport.load(args.config, args.hf_id)
     if not args.quiet:
         lines = [str(n) for n in notes] if args.verbose else [hfimport.summary(notes)] if notes else []
         for line in lines:
             stderr.write(f"{line}\n")
-    # the spec is checked as a study would load it, and its parameters counted
-    model = spec.load_model(args.out or hfimport.config_file(args.config) + " (imported)", text)
     count = int(number(params.count(model).total, model_values(model)))
     head, rest = text.split("\n", 1)
     text = f"{head}\n# {count:,} parameters, as rooflinec counts this spec\n{rest}"
@@ -232,8 +231,7 @@ def _model(ref: str):
     if ref.endswith((".yaml", ".yml")) and os.path.isfile(ref):
         return spec.load_model(ref)
     if os.path.isfile(hfimport.config_file(ref)):
-        text, _ = hfimport.convert(ref)
-        return spec.load_model(hfimport.config_file(ref) + " (imported)", text)
+        return hfimport.load(ref)[0]
     if catalog.path("models", ref):
         return spec.load_model(catalog.path("models", ref))
     raise UsageError(_unknown("model", ref, catalog.names("models")) +

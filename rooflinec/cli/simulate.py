@@ -50,7 +50,8 @@ def register(sub, streams, parents=()) -> None:
                        "ITL, E2E and throughput", streams=streams, parents=parents, epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     s.set_defaults(parser=s)
-    s.add_argument("model", metavar="MODEL", help="a catalog model (rooflinec models) or a model spec YAML")
+    s.add_argument("model", metavar="MODEL", help="a catalog model (rooflinec models), a model spec YAML, "
+                   "or a Hugging Face config.json (or the model folder holding one)")
     s.add_argument("--device", required=True, metavar="NAME",
                    help="a catalog device (rooflinec devices) or a hardware spec YAML")
     s.add_argument("--tp", default=1, type=int, metavar="N", help="tensor-parallel degree (default: 1)")
@@ -165,12 +166,14 @@ def cmd_simulate(args, stdout, stderr) -> int:
     else:
         table = calibration.load(args.calibration or calibration.shipped())
         kind = calibration.model_kind(model)
-        params, where = table.of(device.key, engine_key, kind), f"calibration for ({device.key}, {engine_key}, {kind})"
+        params, where = table.fit(device.key, engine_key, kind, policy.name)
         band = table.intervals
     if args.prefill_workers is not None or args.decode_workers is not None:
         return _disaggregated(args, work, model, device, policy, params, where, stdout)
     work = _one_rank(work, _positive("attention-dp", args.attention_dp))
     layout = dict(attention_dp=args.attention_dp, moe_ep=_positive("ep", args.ep), moe_tp=_positive("moe-tp", args.moe_tp))
+    # degrees that do not divide what they split are a command-line mistake, said as serve says it
+    quick._check_tp(model, args.tp, {"attention_dp": args.attention_dp, "ep": args.ep, "moe_tp": args.moe_tp})
     try:
         step = sc.build(sc.Deployment(model, device, args.tp, args.weights, policy.kv_dtype(), experts=args.experts,
                                       **layout))
@@ -180,10 +183,11 @@ def cmd_simulate(args, stdout, stderr) -> int:
         raise RooflineError(f"cannot simulate: {exc}") from None
     # a bound with speculation only at its best case, alpha = 1; below it, alpha is a prediction
     bound = args.bound and (draft is None or draft.alpha == 1)
-    out = {"kind": "bound" if bound else "prediction", "model": model.key, "device": device.key,
+    out = {"kind": "bound" if bound else "prediction", "model": model.name, "device": device.key,
            "tp": args.tp, **({"attention_dp": args.attention_dp, "ep": args.ep} if args.attention_dp > 1 or args.ep > 1 else {}),
            "engine": {"name": policy.name, "version": policy.version, "file": engine_key},
            "workload": work.describe(), "parameters": {"source": where, **vars(params)},
+           "kv_cache": {"fraction": policy.cache_fraction, "of": policy.cache_fraction_of},
            "prefix_cache": {"on": policy.prefix_caching, "pool_fits": res.prefix_pool,
                             "measured_hits": res.prefix_hits},
            **({"speculation": {"draft": draft.describe(), "k": draft.k, "tokens_per_step": step.tokens_per_step,
@@ -196,7 +200,7 @@ def cmd_simulate(args, stdout, stderr) -> int:
         out["interval"] = {"level": band["level"], **means_within(band),
                            **({"new": {k: means_within(q) for k, q in band["by"].items()}} if band.get("by") else {})}
     if args.chart:
-        svg = timeline(res, f"{model.key} on {args.tp} x {device.key}, {policy.name}: {work.describe()}")
+        svg = timeline(res, f"{model.name} on {args.tp} x {device.key}, {policy.name}: {work.describe()}")
         try:
             output.write_file(args.chart, svg)
         except OSError as exc:
@@ -224,6 +228,11 @@ def _disaggregated(args, work, model, device, policy, params, where, stdout) -> 
              "prefill_attention_dp", "decode_attention_dp", "prefill_ep", "decode_ep")
     n = {k: _positive(k.replace("_", "-"), getattr(args, k)) for k in names}
     moe = getattr(model, "moe", None) is not None
+    for pool in ("prefill", "decode"):   # each pool's tp divides the model, or the flag that set it is wrong
+        try:
+            quick._check_tp(model, n[f"{pool}_tp"] or args.tp, {})
+        except UsageError as exc:
+            raise UsageError(str(exc).replace("--tp:", f"--{pool}-tp:", 1) if n[f"{pool}_tp"] else str(exc)) from None
     deps = [sc.Deployment(model, device, n[f"{pool}_tp"] or args.tp, args.weights, policy.kv_dtype(),
                           experts=args.experts, attention_dp=n[f"{pool}_attention_dp"] or 1,
                           **({"moe_ep": n[f"{pool}_ep"] or 1} if moe else {}))
@@ -234,7 +243,7 @@ def _disaggregated(args, work, model, device, policy, params, where, stdout) -> 
                disagg.simulate(pools, policy, work.concurrency, work.isl.low, work.osl.low, params))
     except Unpredictable as exc:
         raise RooflineError(f"cannot simulate: {exc}") from None
-    out = {"kind": "bound" if args.bound else "prediction", "model": model.key, "device": device.key,
+    out = {"kind": "bound" if args.bound else "prediction", "model": model.name, "device": device.key,
            "pools": {"prefill": [pools.prefill_workers, deps[0].tp], "decode": [pools.decode_workers, deps[1].tp]},
            "attention_dp": {"prefill": deps[0].attention_dp, "decode": deps[1].attention_dp},
            "engine": policy.name, "workload": f"closed loop of {work.concurrency} clients; ISL {work.isl}, OSL {work.osl}; "
@@ -274,8 +283,17 @@ def text(out: dict) -> str:
     lines += ["", f"output tokens/s per GPU {out['tokens_per_s_per_gpu']:.1f}, per user "
               f"{'-' if per_user is None else f'{per_user:.1f}'}; {out['requests_per_s']:.2f} requests/s",
               f"{out['steps']} steps, mean batch {out['mean_batch']:.1f}, {out['preemptions']} preemptions, "
-              f"KV cache {out['kv_cache_tokens']} tokens per device"]
+              f"KV cache {out['kv_cache_tokens']:,} tokens per device ({_cache_share(out)})"]
     return "\n".join(lines) + "\n"
+
+
+def _cache_share(out: dict) -> str:
+    """Where the simulator's KV cache is sized from: the engine's memory fraction (serve's
+    bound gives the cache all the memory the weights leave)."""
+    kv, name = out["kv_cache"], out["engine"]["name"]
+    return (f"{name} gives weights and KV cache {kv['fraction']:g} of the memory; serve's figure gives the cache "
+            "all that the weights leave" if kv["of"] == "total" else
+            f"{name} gives the KV cache {kv['fraction']:g} of the memory the weights leave; serve's figure all of it")
 
 
 def cmd_calibrate(args, stdout, stderr, specs_root) -> int:

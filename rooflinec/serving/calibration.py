@@ -44,8 +44,21 @@ class Table:
     #                                 log(predicted / measured) quantiles, pooled and per kind of hold-out
 
     def of(self, device: str, engine: str, kind: str = "dense") -> Parameters:
-        return (self.groups.get((device, engine, kind)) or self.groups.get((device, engine))
-                or self.engines.get(engine) or self.default)
+        return self.fit(device, engine, kind)[0]
+
+    def fit(self, device: str, engine: str, kind: str = "dense", shown: str | None = None) -> tuple[Parameters, str]:
+        """The parameters for (device, engine, kind), the most specific group fitted, and which
+        fit that is, said for a reader (`shown`: the engine's display name, else its key)."""
+        name = shown or engine
+        for key in ((device, engine, kind), (device, engine)):
+            if key in self.groups:
+                return self.groups[key], f"the calibration's ({', '.join(key)}) fit"
+        missing = (f"{device} not calibrated" if not any(k[0] == device for k in self.groups) else
+                   f"{device} not calibrated with {engine}" if not any(k[:2] == (device, engine) for k in self.groups)
+                   else f"no {kind} model calibrated on ({device}, {engine})")
+        if engine in self.engines:
+            return self.engines[engine], f"{name}'s engine-wide fit: {missing}"
+        return self.default, f"the pooled fit of every device and engine: {missing}, {engine} not fitted"
 
 
 def shipped() -> str:

@@ -45,6 +45,7 @@ from rooflinec.cost import collectives as C
 from rooflinec.cost import parallel, program_costs
 from rooflinec.cost.deployment import Deployment
 from rooflinec.base.errors import DeviceLacks
+from rooflinec.base.quantities import gib
 from rooflinec.base.roofline import Roofline, roofline
 from rooflinec.spec.load import DTYPE_BYTES
 from rooflinec.model.symbols import B, S
@@ -117,8 +118,8 @@ def sequences_that_fit(run: Run) -> float:
     dep = checked(run.deployment)
     free = run.device.capacity - dep.weight_bytes()
     if free <= 0:
-        raise Unpredictable(f"{run.weights} weights need {dep.weight_bytes() / 1e9:.1f} GB "
-                            f"per device; {run.device.key} has {run.device.capacity / 1e9:.1f} GB")
+        raise Unpredictable(f"{run.weights} weights need {gib(dep.weight_bytes())} "
+                            f"per device; {run.device.key} has {gib(run.device.capacity)}")
     return free / dep.kv_per_sequence(mean_context(run))
 
 

@@ -48,6 +48,7 @@ from rooflinec.serving import stepcost as sc
 from rooflinec.serving.engines import Policy
 from rooflinec.serving.workload import Workload
 from rooflinec.serving.serving_model import Unpredictable
+from rooflinec.base.quantities import gib
 
 MAX_EVENTS = 5_000_000    # a budget in events, so no workload runs away
 
@@ -114,7 +115,7 @@ def kv_capacity_tokens(model: sc.StepModel, policy: Policy) -> int:
     cache = (policy.cache_fraction * dev.capacity - weights if policy.cache_fraction_of == "total"
              else policy.cache_fraction * (dev.capacity - weights))
     if cache <= 0:
-        raise Unpredictable(f"{dep.weights} weights take {weights / 1e9:.1f} GB per device; "
+        raise Unpredictable(f"{dep.weights} weights take {gib(weights)} per device; "
                             f"{policy.name} leaves no memory for the KV cache on {dev.key}")
     per_token = float(dep.kv_per_token()) + getattr(model, "kv_bytes_per_token", 0.0)
     blocks = int(cache // (per_token * policy.kv_block_tokens))

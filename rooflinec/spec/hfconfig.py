@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from rooflinec.base import yamlio
 from rooflinec.base.errors import Problem, SpecError
 from rooflinec.model import kinds
+from rooflinec.spec.validate import MAX_DIMENSION
 
 
 # Fields that change no FLOP or byte count, and why; read for every architecture.
@@ -57,6 +58,27 @@ COST_FREE = {
 COSTLESS = "not modelled; costs nothing"   # how a note on a field that changes no cost begins
 
 
+class Read(int):
+    """A count as read from one config key, remembering where: the spec's own checks of a
+    field holding it (7 KV heads of 32 query heads) are located at that key, not in the
+    spec the import would have written (`hfimport.load`). Arithmetic on it gives a plain int."""
+
+    def __new__(cls, value: int, where):
+        out = int.__new__(cls, value)
+        out.where = where   # message -> Problem at the key's value
+        return out
+
+
+def _whole(value, low: int) -> bool:
+    """A whole number from `low` to the model spec's plausibility limit (validate.MAX_DIMENSION)."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= MAX_DIMENSION
+
+
+def _expected(low: int, value) -> str:
+    what = "a positive whole number" if low else "a whole number >= 0"
+    return f"expected {what} of at most {MAX_DIMENSION:,} (2^24, a model dimension's limit), got {json.dumps(value)}"
+
+
 @dataclass
 class Reader:
     """The config's fields, each marked when mapped; the rest become notes."""
@@ -76,10 +98,9 @@ class Reader:
     def need(self, key: str) -> int:
         """A count the mapping cannot do without: a positive whole number."""
         value = self.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-            return value
-        message = (f"expected a positive whole number, got {json.dumps(value)}" if key in self.data
-                   else f"missing '{key}', which the mapping needs")
+        if _whole(value, 1):
+            return self.read(key, value)
+        message = _expected(1, value) if key in self.data else f"missing '{key}', which the mapping needs"
         raise SpecError([self.problem(key, message)])
 
     def flag(self, key: str, default: bool) -> bool:
@@ -100,6 +121,9 @@ class Reader:
 
     def problem(self, key: str, message: str) -> Problem:
         return self.doc.problem((key,) if key in self.data else (), message)
+
+    def read(self, key: str, value: int) -> Read:
+        return Read(value, lambda message: self.problem(key, message))
 
     def leftovers(self, arch: str) -> list[Problem]:
         """A note for every field no mapping read: why it costs nothing, or that it is unknown."""
@@ -136,9 +160,9 @@ def count(r: Reader, key: str) -> int:
     value = r.get(key)
     if value is None:
         return 0
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    raise SpecError([r.problem(key, f"expected a whole number >= 0, got {json.dumps(value)}")])
+    if _whole(value, 0):
+        return r.read(key, value)
+    raise SpecError([r.problem(key, _expected(0, value))])
 
 
 def kind_section(r: Reader, name: str) -> dict:
@@ -214,6 +238,9 @@ def _decoder(r: Reader, act_key: str = "hidden_act", act_default: str = "silu",
     width: a config with no dense layer may name only its experts')."""
     d_model, heads = r.need("hidden_size"), r.need("num_attention_heads")
     head_dim = r.need("head_dim") if r.data.get("head_dim") is not None else d_model // heads
+    if not head_dim:   # transformers' default head_dim, hidden_size // num_attention_heads, is 0
+        raise SpecError([r.problem("num_attention_heads", f"{heads} heads of a hidden_size of {d_model} leave "
+                                                          "each head no dimension; give head_dim or fewer heads")])
     act = r.get(act_key, act_default)
     kinds = {"silu": "swiglu", "gelu_pytorch_tanh": "geglu", "gelu": "geglu", "gelu_new": "geglu"}
     if not isinstance(act, str) or act not in kinds:

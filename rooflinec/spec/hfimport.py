@@ -12,10 +12,10 @@ import os
 
 import yaml
 
-from rooflinec.spec import validate
+from rooflinec.spec import load as spec_load, validate
 from rooflinec.base import yamlio
 from rooflinec.base.errors import Problem, SpecError, one_line
-from rooflinec.spec.hfconfig import COSTLESS, Inner, Reader, _decoder, _layer_types, _optional, _window
+from rooflinec.spec.hfconfig import COSTLESS, Inner, Read, Reader, _decoder, _layer_types, _optional, _window
 from rooflinec.spec.hfimport_moe import ARCHITECTURES as MOE   # experts, latent and linear attention
 from rooflinec.spec.hfimport_hybrid import ARCHITECTURES as HYBRID   # Mamba-2 (Nemotron-H), Jamba
 
@@ -151,6 +151,38 @@ def config_file(path: str) -> str:
     return os.path.join(path, "config.json") if os.path.isdir(path) else path
 
 
+def load(path: str, hf_id: str | None = None):
+    """The config at `path` as a loaded Model, the spec's YAML text and the notes. The spec is
+    checked as a study would load it; a problem found there is located at the config key its
+    value came from (a field derived from several keys: at the config's top, naming the field),
+    since the spec itself is not written."""
+    spec, notes = mapped(path, hf_id)
+    text, file = emit(spec, notes), config_file(path)
+    try:
+        return spec_load.load_model(f"{file} (imported)", text), text, notes
+    except SpecError as exc:
+        raise SpecError([_relocated(p, spec, f"{file} (imported)", file) for p in exc.problems]) from None
+
+
+def _relocated(problem: Problem, spec: dict, imported: str, file: str) -> Problem:
+    """A problem of the imported spec at the config key its value was read from."""
+    if problem.file != imported:
+        return problem
+    value = _values(spec).get(problem.path)
+    if isinstance(value, Read):
+        return value.where(f"{problem.message} (the spec's {problem.path})")
+    return Problem(file, 1, 1, "(top level)", f"the spec imported from it: {problem.path}: {problem.message}")
+
+
+def _values(node, path: tuple = ()) -> dict:
+    """Every value of the spec by its path as problems name it (attention.n_kv_heads)."""
+    out = {yamlio.format_path(path): node}
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        out.update(_values(value, path + (key,)))
+    return out
+
+
 def convert(path: str, hf_id: str | None = None) -> tuple[str, list[Problem]]:
     """The model spec YAML for the config at `path`, and the notes on what it leaves out."""
     spec, notes = mapped(path, hf_id)
@@ -160,9 +192,9 @@ def convert(path: str, hf_id: str | None = None) -> tuple[str, list[Problem]]:
 def mapped(path: str, hf_id: str | None = None) -> tuple[dict, list[Problem]]:
     """The model spec (a mapping) for the config at `path`, and the notes on what it leaves out."""
     file = config_file(path)
-    doc = yamlio.load(file)
+    doc = yamlio.load(file, form=yamlio.JSON)
     if not isinstance(doc.data, dict):
-        raise SpecError([doc.problem((), "expected a config.json: a mapping of fields")])
+        raise SpecError([doc.problem((), f"expected a config.json: {yamlio.JSON.mapping}")])
     problems = validate.numbers(doc, doc.data)   # finite, integers exact: as in any spec
     if problems:
         raise SpecError(problems)
@@ -195,7 +227,7 @@ def _unwrapped(r: Reader, key: str, left_out: dict, arch: str) -> list:
     """The multimodal config's own fields: [its tie_word_embeddings, then the notes on the rest].
     The text model's section must be a mapping; each other section is noted with what it leaves out."""
     if not isinstance(r.data.get(key), dict):
-        raise SpecError([r.problem(key, f"expected the text model's config as a mapping, which {arch} "
+        raise SpecError([r.problem(key, f"expected the text model's config as a JSON object, which {arch} "
                                         f"holds in '{key}'")])
     r.used.add(key)
     tied = r.flag("tie_word_embeddings", False)
@@ -229,6 +261,7 @@ class _Dumper(yaml.SafeDumper):
 
 
 _Dumper.add_representer(str, _Dumper.represent_str)
+_Dumper.add_representer(Read, yaml.SafeDumper.represent_int)   # a count read from the config is an int
 
 
 def emit(spec: dict, notes: list[Problem]) -> str:

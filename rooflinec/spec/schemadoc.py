@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from rooflinec.spec.validate import schema
+from rooflinec.spec.validate import MAX_DIMENSION, schema
 
 KINDS = (("hardware", "Hardware specs (`hardware/*.yaml` beside a study, or the catalog's `rooflinec/spec/catalog/hardware/`)"),
          ("model", "Model specs (`models/*.yaml` beside a study, or the catalog's `rooflinec/spec/catalog/models/`)"),
@@ -56,7 +56,9 @@ def reference() -> str:
            "Generated from the JSON Schemas in `rooflinec/spec/schemas/` by "
            "`python -m rooflinec.spec.schemadoc > docs/spec-reference.md`; do not edit by hand.",
            "Quantities are plain numbers or strings with a unit: `1555 GB/s`, `312 TFLOP/s`, "
-           "`40 GiB`, `192 KiB` (GB = 10^9 bytes, GiB = 2^30), and `312e12` reads as a number.", ""]
+           "`40 GiB`, `192 KiB` (GB = 10^9 bytes, GiB = 2^30), and `312e12` reads as a number.",
+           f"Every integer of a model spec (widths, heads, layers, experts, vocabulary, context, a layer "
+           f"kind's sizes) is at most {MAX_DIMENSION:,} (2^24).", ""]
     for name, title in KINDS:
         root = schema(name)
         out += [f"## {title}", "", root.get("description", ""), "",

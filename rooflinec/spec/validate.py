@@ -56,7 +56,28 @@ def _with_kinds(root: dict) -> dict:
         props[key] = value
     items = root["properties"]["attention"]["properties"]["pattern"]["items"]
     items["enum"] = list(dict.fromkeys([*items["enum"], *kinds.pattern_names()]))
-    return {**root, "properties": props}
+    return {**root, "properties": {k: v if k == "operators" else _bounded(v) for k, v in props.items()}}
+
+
+# The one plausibility limit of a model's integer dimensions (widths, heads, layers, experts,
+# vocabulary, context, a kind's sizes): 2^24, above the largest any released config holds (Llama 4
+# Scout's 10,485,760-token context) and far below where a parameter count stops meaning anything
+# (a trillion layers printed 2.2e20 parameters). Every integer field of the model schema takes it
+# as its maximum unless it states a smaller one; declared operators' costs are not dimensions.
+MAX_DIMENSION = 2 ** 24
+
+
+def _bounded(node):
+    """`node` (a schema) with MAX_DIMENSION as the maximum of every integer it holds that has none."""
+    if isinstance(node, list):
+        return [_bounded(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _bounded(v) for k, v in node.items()}
+    types = node.get("type")
+    if (types == "integer" or isinstance(types, list) and "integer" in types) and "maximum" not in node:
+        out["maximum"] = MAX_DIMENSION
+    return out
 
 
 def _validator(name: str):
@@ -78,10 +99,10 @@ def numbers(doc: Located, node, path: tuple = ()) -> list[Problem]:
     if isinstance(node, list):
         return [p for i, v in enumerate(node) for p in numbers(doc, v, path + (i,))]
     if isinstance(node, float) and not math.isfinite(node):
-        return [doc.problem(path, f"{node} is not accepted; numbers in a spec must be finite")]
+        return [doc.problem(path, f"{json.dumps(node)} is not accepted; numbers must be finite")]
     if isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_INTEGER:
         return [doc.problem(path, f"integer of {len(str(abs(node)))} digits is too large; integers "
-                                  f"in a spec are at most 2^53 = {MAX_INTEGER}")]
+                                  f"are at most 2^53 = {MAX_INTEGER}")]
     return []
 
 
@@ -154,7 +175,8 @@ def _explain(doc: Located, err: ValidationError) -> list[Problem]:
         return [doc.problem(path, f"{show(inst)} is not accepted; {accepted}")]
     if kw in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
         op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[kw]
-        return [doc.problem(path, f"must be {op} {err.validator_value}, {_got(inst)}")]
+        limit = " (2^24: the plausibility limit of a model's dimensions)" if err.validator_value == MAX_DIMENSION else ""
+        return [doc.problem(path, f"must be {op} {err.validator_value}{limit}, {_got(inst)}")]
     if kw == "propertyNames":
         return [doc.problem(path, f"key {err.message}")]
     if kw == "minLength":

@@ -1,0 +1,349 @@
+"""A user trial's command-line defects, each as the test that would have caught it: an SLO
+without a unit, a layout mistake found after parsing (exit 2 with the usage line, as the
+top-level help says), which calibration fit `simulate` used, memory in GiB, the KV cache's
+size and the engine's memory fraction, the model's name and MODEL's help."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rooflinec.base import yamlio
+from rooflinec.base.errors import Problem, SpecError, UsageError
+from rooflinec.base.yamlio import format_path
+from rooflinec.base.quantities import gib
+from rooflinec.cli.app import run
+from rooflinec.cli.plan import parse_slo
+from rooflinec.serving import calibration, engines, simulator
+from rooflinec.serving import stepcost as sc
+from rooflinec.serving.serving_model import Unpredictable
+from rooflinec.spec import catalog, hfimport, load as spec, validate
+from rooflinec.spec.hfconfig import Read
+from rooflinec.spec.validate import MAX_DIMENSION
+
+LLAMA8 = spec.load_model(catalog.path("models", "llama-3.1-8b"))
+LLAMA70 = spec.load_model(catalog.path("models", "llama-3.1-70b"))
+H100 = spec.load_hardware(catalog.path("hardware", "h100-sxm"))
+LOAD = ["--isl", "16", "--osl", "4", "--concurrency", "1", "--requests", "2", "--warmup", "0"]
+
+
+def cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    return run(list(argv), out, err), out.getvalue(), err.getvalue()
+
+
+# --- 1. an SLO without its unit ---------------------------------------------------------------
+
+@pytest.mark.slow
+@given(st.one_of(st.integers(1, 10**6).map(str), st.floats(1e-3, 1e6).map(repr)), st.sampled_from(("ttft", "tpot")))
+@settings(max_examples=25, deadline=None)
+def test_a_bare_number_is_refused_not_read_as_seconds(value, name):
+    with pytest.raises(UsageError, match="has no unit"):
+        parse_slo(f"{name}<={value}")
+
+
+@pytest.mark.parametrize("text,seconds", [("tpot<=50ms", 0.05), ("tpot<=50 ms", 0.05), ("ttft<=2s", 2.0),
+                                          ("tpot<=500us", 5e-4)])
+def test_a_time_with_its_unit_is_read_in_seconds(text, seconds):
+    slo = parse_slo(text)
+    assert math.isclose(min(slo.ttft_s, slo.tpot_s), seconds)
+
+
+def test_plan_with_a_unitless_slo_exits_2_with_its_usage():
+    code, out, err = cli("plan", "llama-3.1-8b", "--devices", "h100-sxm", "--slo", "tpot<=50")
+    assert code == 2 and out == "" and "usage: rooflinec plan" in err
+    assert "'tpot<=50': 50 has no unit" in err and "tpot<=50ms" in err
+
+
+# --- 5. command-line mistakes found after parsing: 2 and the usage line -----------------------
+
+@pytest.mark.parametrize("argv,flag", [
+    (["--attention-dp", "8", "--ep", "8", "--concurrency", "8"], "--ep"),      # experts on a dense model
+    (["--tp", "3", "--concurrency", "8"], "--tp"),                             # 3 does not divide 32 heads
+    (["--prefill-workers", "1", "--prefill-tp", "3", "--concurrency", "8"], "--prefill-tp"),
+    (["--prefill-workers", "1", "--tp", "3", "--concurrency", "8"], "--tp"),
+])
+def test_simulate_layout_mistakes_are_usage_errors(argv, flag):
+    code, out, err = cli("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "vllm",
+                         "--isl", "1024", "--osl", "128", *argv)
+    assert code == 2 and out == "", err
+    assert "usage: rooflinec simulate" in err and f"error: {flag}: " in err and "Traceback" not in err
+
+
+def test_plan_solve_with_a_tp_that_does_not_divide_is_a_usage_error():
+    code, _, err = cli("plan", "llama-3.1-8b", "--slo", "tpot<=50ms", "--solve", "bandwidth", "--device",
+                       "h100-sxm", "--tp", "3", "--batch", "8", "--context", "1024")
+    assert code == 2 and "usage: rooflinec plan" in err and "--tp: tensor-parallel degree 3" in err
+
+
+def test_measure_out_naming_a_file_is_a_usage_error(tmp_path):
+    target = tmp_path / "a-file"
+    target.write_text("")
+    code, _, err = cli("measure", "model", "gpt2", "--device", "h100-sxm", "--out", str(target))
+    assert code == 2 and "usage: rooflinec measure model" in err
+
+
+def test_the_top_level_help_states_every_exit_status():
+    code, out, _ = cli("--help")
+    status = out.split("exit status", 1)[1]
+    assert code == 0 and "every command" in status
+    for number in ("0", "1", "2", "141"):
+        assert f"\n  {number} " in status
+    assert "0 built" not in out
+
+
+# --- 6. which calibration fit simulate used ---------------------------------------------------
+
+TABLE = calibration.load(calibration.shipped())
+
+
+@pytest.mark.parametrize("device,engine,kind", [("b200", "vllm", "dense"), ("h100-sxm", "vllm", "dense"),
+                                                ("h200-sxm", "vllm", "dense"), ("h200-sxm", "trtllm", "moe"),
+                                                ("h100-sxm", "nope", "dense")])
+def test_the_label_names_the_fit_whose_parameters_are_used(device, engine, kind):
+    params, label = TABLE.fit(device, engine, kind, "Shown")
+    assert params == TABLE.of(device, engine, kind)
+    if (device, engine, kind) in TABLE.groups:
+        assert params is TABLE.groups[(device, engine, kind)] and label == f"the calibration's ({device}, {engine}, {kind}) fit"
+    elif engine in TABLE.engines:
+        assert params is TABLE.engines[engine] and label.startswith("Shown's engine-wide fit: ")
+        pairs = {k[:2] for k in TABLE.groups}
+        why = (f"no {kind} model calibrated on ({device}, {engine})" if (device, engine) in pairs else
+               f"{device} not calibrated with {engine}" if device in {p[0] for p in pairs} else f"{device} not calibrated")
+        assert label == f"Shown's engine-wide fit: {why}"
+    else:
+        assert params is TABLE.default and label.startswith("the pooled fit")
+
+
+@pytest.mark.slow
+def test_simulate_prints_the_fit_it_used():
+    code, out, _ = cli("simulate", "llama-3.1-8b", "--device", "b200", "--engine", "vllm", *LOAD)
+    assert code == 0 and out.splitlines()[1] == "prediction (vLLM's engine-wide fit: b200 not calibrated)"
+    assert "calibration for (b200" not in out
+
+
+# --- 7. memory in GiB, the KV cache's size, the model's name ----------------------------------
+
+def test_weights_that_leave_no_cache_are_said_in_gib_as_serve_says_them():
+    step = sc.build(sc.Deployment(LLAMA70, H100, 1, "bf16", "bf16"))
+    with pytest.raises(Unpredictable) as caught:
+        simulator.kv_capacity_tokens(step, engines.load("vllm"))
+    weights = step.deployment.weight_bytes()
+    assert f"take {gib(weights)} per device" in str(caught.value) and " GB " not in str(caught.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["vllm", "trtllm"])
+def test_simulate_says_the_cache_size_and_the_fraction_it_comes_from(engine):
+    code, out, _ = cli("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", engine, *LOAD, "--json")
+    doc = json.loads(out)
+    policy = engines.load(engine)
+    dep = sc.Deployment(LLAMA8, H100, 1, "bf16", policy.kv_dtype())
+    weights, per_token = float(dep.weight_bytes()), float(dep.kv_per_token())
+    # vLLM: 0.9 of the whole memory, weights inside it; TensorRT-LLM: 0.9 of what the weights leave
+    cache = (policy.cache_fraction * H100.capacity - weights if policy.cache_fraction_of == "total"
+             else policy.cache_fraction * (H100.capacity - weights))
+    block = policy.kv_block_tokens
+    assert doc["kv_cache_tokens"] == int(cache // (per_token * block)) * block
+    assert doc["kv_cache"] == {"fraction": policy.cache_fraction, "of": policy.cache_fraction_of}
+    code, text, _ = cli("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", engine, *LOAD)
+    line = text.splitlines()[-1]
+    assert f"KV cache {doc['kv_cache_tokens']:,} tokens per device ({policy.name} gives" in line
+    assert f"{policy.cache_fraction:g} of the memory" in line
+
+
+@pytest.mark.slow
+def test_simulate_names_a_config_folder_by_the_model_not_the_file():
+    code, out, _ = cli("simulate", "tests/hf_configs/llama-3.1-8b", "--device", "h100-sxm", "--engine", "vllm",
+                       *LOAD, "--json")
+    served = cli("serve", "tests/hf_configs/llama-3.1-8b", "--device", "h100-sxm", "--json")[1]
+    assert code == 0 and json.loads(out)["model"] == json.loads(served)["model"] != "config"
+
+
+# --- 8. MODEL's help --------------------------------------------------------------------------
+
+def test_simulate_help_says_a_config_json_is_a_model():
+    code, out, _ = cli("simulate", "--help")
+    assert code == 0 and "config.json" in out.split("MODEL", 2)[-1].split("--device")[0]
+
+
+# --- 2. plausibility limits of every integer dimension, stated once (validate.MAX_DIMENSION) --
+
+CONFIGS = Path(__file__).parent / "hf_configs"
+MODELS = ("llama-3.1-8b", "deepseek-v3", "jamba-1.5-mini", "qwen3-next-80b-a3b")
+HUGE = st.one_of(st.integers(MAX_DIMENSION + 1, 2 ** 53), st.integers(2 ** 53 + 1, 2 ** 200))
+
+
+def _integer_fields(node, path=()):
+    """Every integer leaf of a spec mapping, by path (booleans are not counts)."""
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in _integer_fields(v, path + (k,))]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in _integer_fields(v, path + (i,))]
+    return [path] if isinstance(node, int) and not isinstance(node, bool) else []
+
+
+def _set(node, path, value):
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+
+
+SPEC_FIELDS = [(name, path) for name in MODELS
+               for path in _integer_fields(yaml.safe_load(open(catalog.path("models", name), encoding="utf-8")))]
+
+
+def test_the_limit_is_every_model_integers_maximum_in_the_schema():
+    def integers(node):
+        if isinstance(node, dict):
+            if node.get("type") == "integer" or isinstance(node.get("type"), list) and "integer" in node["type"]:
+                yield node
+            for key, value in node.items():
+                if key != "operators":   # declared operators' costs are not dimensions
+                    yield from integers(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from integers(value)
+    found = list(integers(validate.schema("model")))
+    assert len(found) > 30 and all(1 <= n["maximum"] <= MAX_DIMENSION for n in found)
+
+
+@pytest.mark.slow
+@given(st.sampled_from(SPEC_FIELDS), HUGE)
+@settings(max_examples=40, deadline=None)
+def test_a_model_spec_with_a_huge_integer_is_refused_at_it(field, value):
+    name, path = field
+    data = yaml.safe_load(open(catalog.path("models", name), encoding="utf-8"))
+    _set(data, path, value)
+    with pytest.raises(SpecError) as err:
+        spec.load_model("huge.yaml", yaml.safe_dump(data, sort_keys=False))
+    assert format_path(path) in {p.path for p in err.value.problems}, str(err.value)
+
+
+def _read_keys(folder: str) -> dict:
+    """The config keys whose counts the import writes into the spec, each with its spec path."""
+    spec_, _ = hfimport.mapped(str(CONFIGS / folder))
+    keys = {}
+    for path in _integer_fields(spec_):
+        node = spec_
+        for part in path:
+            node = node[part]
+        if isinstance(node, Read):
+            keys[node.where("").path] = format_path(path)
+    return keys
+
+
+CONFIG_KEYS = [(folder, key) for folder in ("llama-3.1-8b", "deepseek-v3", "jamba-1.5-mini",
+                                            "qwen3-next-80b-a3b-instruct") for key in _read_keys(folder)]
+
+
+def test_every_dimension_an_import_reads_is_tracked_to_its_key():
+    keys = _read_keys("llama-3.1-8b")   # head_dim is hidden_size // num_attention_heads here: read from no key
+    assert keys == {"hidden_size": "d_model", "num_hidden_layers": "n_layers", "vocab_size": "vocab",
+                    "num_attention_heads": "attention.n_heads", "num_key_value_heads": "attention.n_kv_heads",
+                    "intermediate_size": "mlp.d_ff",
+                    "max_position_embeddings": "max_context"}
+
+
+def _import_with(tmp_path, folder, key, value):
+    data = json.loads((CONFIGS / folder / "config.json").read_text(encoding="utf-8"))
+    data[key] = value
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    out = tmp_path / "out.yaml"
+    code, printed, err = cli("import", str(cfg), "--out", str(out), "-q")
+    return code, printed, err, cfg, out
+
+
+@pytest.mark.slow
+@given(st.sampled_from(CONFIG_KEYS), HUGE)
+@settings(max_examples=40, deadline=None)
+def test_an_import_with_a_huge_count_is_refused_at_its_key_and_writes_nothing(tmp_path_factory, case, value):
+    folder, key = case
+    code, printed, err, cfg, out = _import_with(tmp_path_factory.mktemp("huge"), folder, key, value)
+    assert code == 1 and printed == "" and not out.exists()
+    assert err.startswith(f"{cfg}:") and f": {key}: " in err and "parameters" not in err, err
+
+
+def test_a_trillion_layers_are_refused_where_the_float_was(tmp_path):
+    for value in (10 ** 12, 1e12):
+        data = json.loads((CONFIGS / "llama-3.1-8b" / "config.json").read_text(encoding="utf-8"))
+        data["num_hidden_layers"] = value
+        with pytest.raises(SpecError) as err:
+            _loaded(tmp_path, data)
+        assert [p.path for p in err.value.problems] == ["num_hidden_layers"]
+
+
+def _loaded(tmp_path, data):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    return hfimport.load(str(cfg))
+
+
+# --- 3. an imported spec's problems located in the config.json --------------------------------
+
+def test_a_kv_head_count_that_does_not_divide_is_located_at_its_key(tmp_path):
+    code, printed, err, cfg, out = _import_with(tmp_path, "llama-3.1-8b", "num_key_value_heads", 7)
+    line = cfg.read_text().splitlines().index('  "num_key_value_heads": 7,') + 1
+    col = len('  "num_key_value_heads": ') + 1
+    assert code == 1 and printed == "" and not out.exists()
+    assert err.startswith(f"{cfg}:{line}:{col}: num_key_value_heads: 7 KV heads do not divide 32 query heads")
+    assert str(out) not in err and "attention.n_kv_heads" in err   # the spec's field named, not its file
+
+
+def test_a_problem_of_a_derived_field_is_at_the_config_not_the_output():
+    """rotary_dim from head_dim x partial_rotary_factor: no one key holds it."""
+    problem = hfimport._relocated(Problem("c.json (imported)", 9, 9, "attention.rotary_dim", "must be >= 1"),
+                                  {"attention": {"rotary_dim": 0}}, "c.json (imported)", "c.json")
+    assert (problem.file, problem.line, problem.path) == ("c.json", 1, "(top level)")
+    assert "attention.rotary_dim: must be >= 1" in problem.message
+
+
+# --- 4. a config.json's errors speak of JSON -------------------------------------------------
+
+@pytest.mark.parametrize("text,said", [
+    ("", "file is empty; expected a JSON object of fields"),
+    ("[" * 100 + "]" * 100, "config.json files are shallow"),
+    ("[" * 100000 + "]" * 100000, "JSON nesting is too deep"),
+    ('{"a": 1, "b": \x00}', "a config.json file is a JSON text file"),
+    ('{"a": 1,, "b": 2}', "JSON error: Expecting property name enclosed in double quotes"),
+    ('{"a": 1, "a": 2}', "a JSON reader would keep only the last one"),
+    ("[1, 2]", "expected a config.json: a JSON object of fields"),
+])
+def test_json_input_errors_name_json(tmp_path, text, said):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(text, encoding="utf-8")
+    code, _, err = cli("import", str(cfg))
+    assert code == 1 and said in err and "YAML" not in err and "spec" not in err, err
+
+
+def test_json_syntax_errors_are_at_json_s_line_and_column(tmp_path):
+    text = '{\n  "a": 1,\n  "b": [1, 2,,]\n}'
+    cfg = tmp_path / "config.json"
+    cfg.write_text(text, encoding="utf-8")
+    with pytest.raises(json.JSONDecodeError) as raw:
+        json.loads(text)
+    with pytest.raises(SpecError) as err:
+        yamlio.load(str(cfg), form=yamlio.JSON)
+    assert (err.value.problems[0].line, err.value.problems[0].col) == (raw.value.lineno, raw.value.colno)
+
+
+def test_json_values_are_json_s(tmp_path):
+    """1e-05 is a number (YAML 1.1 reads it as a string), NaN a number refused as not finite
+    (not the string "NaN"), a tab whitespace."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"eps":\t1e-05, "n": NaN}', encoding="utf-8")
+    doc = yamlio.load(str(cfg), form=yamlio.JSON)
+    assert doc.data["eps"] == 1e-05 and math.isnan(doc.data["n"])
+    data = json.loads((CONFIGS / "llama-3.1-8b" / "config.json").read_text(encoding="utf-8"))
+    data["num_hidden_layers"] = "VALUE"
+    cfg.write_text(json.dumps(data, indent=2).replace('"VALUE"', "NaN"), encoding="utf-8")
+    code, _, err = cli("import", str(cfg))
+    assert code == 1 and "num_hidden_layers: NaN is not accepted; numbers must be finite" in err and '"NaN"' not in err
