@@ -10,8 +10,11 @@ law), and that wait is part of TTFT.
 
 A step's time is the sum over its kernels of max(FLOPs / (compute fraction x peak),
 bytes / (bandwidth fraction x bandwidth)), plus fixed times per layer and per step, plus the
-tensor-parallel all-reduces. The calibration's efficiencies (`Efficiency`) are the only
-fitted numbers.
+tensor-parallel collectives the serving bound times (the sharded program's all-reduces and
+logits all-gather, `program_costs.collectives_s`: the ring model over the workbench's link,
+scale-out once the group leaves one scale-up domain), so a calibrated step with fractions
+at most 1 never comes out below the bound of the same step. The calibration's efficiencies
+(`Efficiency`) are the only fitted numbers.
 
 Attention data parallelism with expert parallelism (`Run.attention_dp`, `moe_ep`, `moe_tp`):
 the concurrency splits evenly over the attention-DP ranks, each stepping its own batch and KV
@@ -41,7 +44,6 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from rooflinec.cost import collectives as C
 from rooflinec.cost import parallel, program_costs
 from rooflinec.cost.deployment import Deployment
 from rooflinec.base.errors import DeviceLacks
@@ -135,8 +137,8 @@ class StepCost:
     compute_s: np.ndarray      # per kernel, FLOPs / peak
     memory_s: np.ndarray       # per kernel, bytes / bandwidth
     layers: int
-    collectives: int           # all-reduces in the step (0 at tp 1)
-    link_s: float              # their ring transfers at the link bandwidth
+    collectives: int           # collectives in the step (0 at tp 1 without attention DP or EP)
+    link_s: float              # their time: ring model over the workbench's link, and the all-to-alls
     curve_s: np.ndarray | None = None   # per kernel, a per-op curve's time (NaN: none; see step_cost)
 
     def time(self, eff: Efficiency) -> float:
@@ -183,20 +185,14 @@ def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float,
                       dev.bandwidth) for op in ops]
     try:
         collectives, link_s = 0, program_costs.all_to_all_s(dep, tokens, act)
-    except DeviceLacks as exc:    # no link declared for the tp x dp devices
+        if run.tp > 1:   # the collectives the serving bound times, on the link it takes
+            launches, seconds = program_costs.collectives_s(dep, dev, {B: decode_seqs, S: context}, tokens,
+                                                            act, stored)
+            collectives, link_s = launches, link_s + seconds
+    except DeviceLacks as exc:    # no link declared for the group's devices
         raise Unpredictable(str(exc)) from None
     if dep.all_to_all:
-        collectives = 2 * (run.model.n_layers - run.model.moe.dense_layers(run.model.n_layers))
-    if run.tp > 1:
-        if dev.link_bandwidth is None:
-            raise Unpredictable(f"{dev.key} declares no interconnect bandwidth for tensor parallelism")
-        collectives += dep.all_reduces()
-        payload = tokens * run.model.d_model * DTYPE_BYTES[ACTIVATION_DTYPE]
-        link = C.Link(dev.link, dev.link_bandwidth, dev.link_latency)
-        volume = float(C.fraction("all_reduce", run.tp)) * payload
-        # engines run small all-reduces one-shot over NVSwitch (vLLM's custom all-reduce,
-        # TensorRT-LLM's): one link latency per collective, not the ring's 2(n-1) steps
-        link_s += dep.all_reduces() * C.time(volume, 1, link)
+        collectives += 2 * (run.model.n_layers - run.model.moe.dense_layers(run.model.n_layers))
     return StepCost(np.array([r.t_compute for r in roofs]), np.array([r.t_memory for r in roofs]), run.model.n_layers, collectives, link_s,
                     _curve_times(run, ops, roofs, op_time))
 
