@@ -119,22 +119,36 @@ def choose(file: str | None, device: str, engine: str | None) -> Choice | str:
     return Choice(eff, engine, level, path, default, _interval(residuals), rows, len(residuals))
 
 
+def output_length(prompt: int, context: int, osl: int | None = None) -> int | str:
+    """Output tokens per request the prediction assumes: `osl` as given (serve's --osl), else
+    2 (context - prompt), so the requests' mean context, prompt + osl / 2, is --context (the
+    bounds' step); or why there is none."""
+    if osl is not None:
+        return osl
+    if context <= prompt:
+        return (f"--context {context:,} is not past --prompt {prompt:,}: the calibrated model decodes "
+                "after the prompt (its mean context is --context), so it needs --context > --prompt "
+                "(or --osl)")
+    return 2 * (context - prompt)
+
+
 def run(model, device, weights: str, kv_cache: str, tp: int, prompt: int, context: int,
-        batch: int, layout: dict | None = None, experts: str | None = None) -> serving_model.Run | str:
+        batch: int, layout: dict | None = None, experts: str | None = None,
+        osl: int | None = None) -> serving_model.Run | str:
     """The serving model's run for serve's point: `batch` requests of `prompt` tokens per
-    attention-DP rank, each generating 2 (context - prompt) tokens, so the mean context is
-    `context`; `layout`: serve's attention_dp, ep and moe_tp (the study's `parallel` keys);
-    routed experts stored in `experts`; or why not."""
+    attention-DP rank, each generating `output_length` tokens (by default 2 (context - prompt),
+    so the mean context is `context`); `layout`: serve's attention_dp, ep and moe_tp (the
+    study's `parallel` keys); routed experts stored in `experts`; or why not."""
     if kv_cache != weights:
         return "the calibrated model stores the KV cache in the weights' format; --kv-cache differs"
     if weights not in DTYPE_BYTES:
         return f"the calibrated model runs GEMMs at the weights' dtype; {weights} is a storage format only"
-    if context <= prompt:
-        return (f"--context {context:,} is not past --prompt {prompt:,}: the calibrated model decodes "
-                "after the prompt (its mean context is --context), so it needs --context > --prompt")
+    out = output_length(prompt, context, osl)
+    if isinstance(out, str):
+        return out
     layout = layout or {}
     dp = layout.get("attention_dp", 1)
-    return serving_model.Run(model, device, weights, tp, prompt, 2 * (context - prompt), batch * dp,
+    return serving_model.Run(model, device, weights, tp, prompt, out, batch * dp,
                              dp, layout.get("ep", 1), layout.get("moe_tp"), experts)
 
 

@@ -24,6 +24,8 @@ class Configuration:
     note: str                      # where the calibrated figures come from, or why there are none
     smallest: dict | None          # {"tp", "tried"} when not one sequence fits at this tp
     drawn: list = field(default_factory=list)   # (batch, tokens/s of the group, fits) for the chart
+    crossing: str = ""             # where the tp group leaves its scale-up domain: the link it takes
+    assumed: str = ""              # the requests the calibrated prediction assumes (quick.workload)
 
     @property
     def gpus(self) -> int:
@@ -93,8 +95,12 @@ def text(model_name: str, setup: str, context: int, prompt: int, configs: list[C
             top = c.section["crossovers"][0]["devices"][0]["max_batch"]
             lines.append(f"{c.device.key} at tp {c.tp}: weights {gib(c.section['weight_bytes'])} per GPU; "
                          f"the largest batch that fits at context {context:,} is {top:,}")
+        if c.crossing:
+            lines.append(f"{c.device.key} at tp {c.tp}: {c.crossing}")
     for note in dict.fromkeys(f"{c.device.key}: {c.note}" for c in configs):
         lines.append(one_line(note))
+    for assumed in dict.fromkeys(c.assumed for c in configs if c.assumed):
+        lines.append(one_line(assumed))
     return "\n".join(lines) + "\n"
 
 

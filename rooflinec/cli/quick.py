@@ -12,7 +12,7 @@ import os
 
 from rooflinec.spec import catalog
 from rooflinec.base.roofline import ridge
-from rooflinec.base.errors import RooflineError, SpecError, UsageError, one_line
+from rooflinec.base.errors import DeviceLacks, RooflineError, SpecError, UsageError, one_line
 from rooflinec.cli.summary import CONTEXT, PROMPT
 from rooflinec.spec.load import DTYPE_BYTES, Study, load_hardware, load_model
 from rooflinec.base.quantities import gib, seconds, si, sig
@@ -92,6 +92,11 @@ def register(sub, streams, parents=()) -> None:
                    help="tokens in the KV cache while decoding (default: 4096)")
     s.add_argument("--prompt", default=PROMPT, type=int, metavar="S",
                    help="prompt tokens for the time to first token (default: 2048)")
+    s.add_argument("--osl", default=None, type=int, metavar="N",
+                   help="output tokens per request for the calibrated prediction (default: "
+                        "2 x (context - prompt), so the requests' mean context is --context, "
+                        "the bounds' step; each step then prefills prompt / osl prompt tokens "
+                        "per decoding sequence)")
     s.add_argument("--dtype", default="bf16", metavar="DTYPE",
                    help="compute dtype: the tensor peak and the activations (default: bf16)")
     s.add_argument("--weights", metavar="FORMAT", help=weight_flags.HELP)
@@ -317,7 +322,7 @@ CHART_BATCHES = [2 ** k for k in range(15)]    # --out's batch axis: 1 to 16,384
 
 def cmd_serve(args, stdout, stderr) -> int:
     batches, tps = _counts(args.batch, "--batch"), sorted(set(_counts(args.tp, "--tp")))
-    for flag, value in (("--context", args.context), ("--prompt", args.prompt)):
+    for flag, value in (("--context", args.context), ("--prompt", args.prompt), ("--osl", args.osl or 1)):
         if value < 1:
             raise UsageError(f"{flag}: expected a whole number >= 1, got {value}")
     if args.dtype not in DTYPE_BYTES:
@@ -359,7 +364,8 @@ def cmd_serve(args, stdout, stderr) -> int:
             configs.append(table.Configuration(
                 device, tp, section, _predicted(args, model, device, tp, storage, section, choice),
                 choice if isinstance(choice, str) else choice.says(),
-                _smallest(model, device, args, storage, section), drawn))
+                _smallest(model, device, args, storage, section), drawn, crossing(model, device, tp),
+                "" if isinstance(choice, str) else workload(args)))
     if not configs:
         raise RooflineError("no configuration could be evaluated:\n" + "\n".join(skipped))
     draft = speculation.draft_of(args, _model)
@@ -392,6 +398,20 @@ def cmd_serve(args, stdout, stderr) -> int:
     return 0
 
 
+def crossing(model, device, tp: int) -> str:
+    """'' while the tp group stays inside one scale-up domain; else that it leaves it and the
+    link its collectives take (`Workbench.link` chooses; the step's collectives are timed on it)."""
+    domain = device.link_domain
+    if tp == 1 or domain is None or tp <= domain:
+        return ""
+    try:
+        link = Workbench(_study(model, device, "bf16", [1], 1, 1, tp)).link(device, tp, "the tp collectives")
+    except DeviceLacks:
+        return ""
+    return (f"the tp group of {tp} crosses the {device.link or 'scale-up'} domain of {domain} devices: "
+            f"its collectives run over {link.name or 'the scale-out network'}")
+
+
 def _dequantisation(model, dtype: str, stored: dict) -> str:
     """The weight-only GEMMs' statement for --weights the --dtype peak does not run on."""
     weights = stored.get("weights", dtype)
@@ -408,7 +428,20 @@ def _predicted(args, model, device, tp: int, storage: dict, section: dict, choic
     points = sorted({row["batch"] for row in section["steps"] if row["batch"] <= top} | ({top} if top >= 1 else set()))
     return {b: calibrated.predict(choice, calibrated.run(model, device, weights, kv, tp, args.prompt,
                                                          args.context, b, _layout(args),
-                                                         storage.get("experts"))) for b in points}
+                                                         storage.get("experts"), args.osl)) for b in points}
+
+
+def workload(args) -> str:
+    """The requests the calibrated prediction assumes, and what that means for its steady
+    step, in one line ('' where it predicts nothing for lack of an output length)."""
+    osl = calibrated.output_length(args.prompt, args.context, args.osl)
+    if isinstance(osl, str):
+        return ""
+    how = ("--osl" if args.osl is not None
+           else f"2 x (context - prompt) by default, so their mean context is --context {args.context:,}; --osl sets it")
+    return (f"calibrated for requests of {args.prompt:,} prompt and {osl:,} output tokens ({how}): "
+            f"mean context {args.prompt + osl / 2:,.0f}; each steady step prefills prompt / osl = "
+            f"{args.prompt / osl:.3g} prompt tokens per sequence it decodes, so a short output costs TPOT")
 
 
 def _smallest(model, device, args, storage: dict, section: dict):
@@ -424,7 +457,9 @@ def _document(model, c, args, storage: dict) -> dict:
             "context": args.context, "prompt": args.prompt,
             "summary": _plain(_answers(c.device, args.dtype, c.section)),
             "serving": _plain(c.section), "smallest_tp": c.smallest,
-            "calibrated": {"note": c.note, "points": [{"batch": b, **p} for b, p in c.predicted.items()]}}
+            "calibrated": {"note": c.note, "prompt": args.prompt,
+                           "osl": calibrated.output_length(args.prompt, args.context, args.osl),
+                           "points": [{"batch": b, **p} for b, p in c.predicted.items()]}}
 
 
 def _speculation(model, device, tp: int, args, storage: dict, draft, batches) -> dict | None:
@@ -492,7 +527,8 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None, 
             lines.append(f"  calibrated at batch {c['max_batch']:,}: TPOT {tpot}, TTFT {ttft}")
     if config is not None:
         whys = sorted({p["why"] for p in predicted.values() if "why" in p})
-        lines += [one_line(config.note)] + [f"  not predicted: {w}" for w in whys]
+        lines += [one_line(config.note)] + ([f"  {one_line(config.assumed)}"] if config.assumed else []) \
+            + [f"  not predicted: {w}" for w in whys]
     longest = max(section["steps"][0]["context"], section["prefill"][0]["prompt"])
     if model.max_context and longest > model.max_context:
         lines.append(f"note: {longest:,} tokens is past the model's max_context, {model.max_context:,}")
