@@ -216,6 +216,28 @@ def _model(ref: str):
                  "; or give a model spec YAML or a config.json")
 
 
+def _max_context_at(ref: str) -> tuple[str, tuple]:
+    """The file MODEL names and where its max_context lives: a model spec's `max_context`, a
+    config.json's `max_position_embeddings` (the field the importer maps)."""
+    if ref.endswith((".yaml", ".yml")) and os.path.isfile(ref):
+        return ref, ("max_context",)
+    if os.path.isfile(hfimport.config_file(ref)):
+        return hfimport.config_file(ref), ("max_position_embeddings",)
+    return catalog.path("models", ref), ("max_context",)
+
+
+def context_warning(ref: str, model, longest: int) -> str:
+    """A located warning when `longest` tokens (the context or the prompt) run past the model
+    spec's max_context ('' otherwise): past it the positions were never trained."""
+    if not model.max_context or longest <= model.max_context:
+        return ""
+    file, path = _max_context_at(ref)
+    problem = yamlio.load(file).problem(path, f"{longest:,} tokens (--context or --prompt) run past the "
+                                              f"model's max_context, {model.max_context:,}: the figures "
+                                              "price the work, not a trained position")
+    return f"warning: {problem}"
+
+
 def _device(ref: str):
     if ref.endswith((".yaml", ".yml")) and os.path.isfile(ref):
         return spec.load_hardware(ref)
@@ -333,6 +355,9 @@ def cmd_serve(args, stdout, stderr) -> int:
     model, devices = _model(args.model), [_device(n) for n in _names(args.device)]
     if "experts" in storage and getattr(model, "moe", None) is None:
         raise UsageError(f"--weights experts=: {model.name} has no routed experts; give one format for its weights")
+    warned = context_warning(args.model, model, max(args.context, args.prompt))
+    if warned:
+        stderr.write(warned + "\n")
     layout = _layout(args)
     for tp in tps:
         _check_tp(model, tp, layout)
@@ -426,6 +451,10 @@ def _predicted(args, model, device, tp: int, storage: dict, section: dict, choic
     weights, kv = storage.get("weights", args.dtype), storage.get("kv_cache", args.dtype)
     top = section["crossovers"][0]["devices"][0]["max_batch"]
     points = sorted({row["batch"] for row in section["steps"] if row["batch"] <= top} | ({top} if top >= 1 else set()))
+    if not points:    # no batch fits: the serving model's reason at one sequence, said as such
+        why = calibrated.predict(choice, calibrated.run(model, device, weights, kv, tp, args.prompt, args.context,
+                                                        1, _layout(args), storage.get("experts"), args.osl))
+        return {1: why if "why" in why else {"why": "not one sequence fits beside the weights"}}
     return {b: calibrated.predict(choice, calibrated.run(model, device, weights, kv, tp, args.prompt,
                                                          args.context, b, _layout(args),
                                                          storage.get("experts"), args.osl)) for b in points}
@@ -529,9 +558,6 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None, 
         whys = sorted({p["why"] for p in predicted.values() if "why" in p})
         lines += [one_line(config.note)] + ([f"  {one_line(config.assumed)}"] if config.assumed else []) \
             + [f"  not predicted: {w}" for w in whys]
-    longest = max(section["steps"][0]["context"], section["prefill"][0]["prompt"])
-    if model.max_context and longest > model.max_context:
-        lines.append(f"note: {longest:,} tokens is past the model's max_context, {model.max_context:,}")
     return "\n".join(lines) + "\n"
 
 
