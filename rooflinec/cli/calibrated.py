@@ -10,11 +10,14 @@ says which.
 
 The interval is split conformal (`serving.intervals`) over the fit's own TPOT residuals,
 as the file records them (in sample: rows the fit saw, so it is narrower than a held-out one).
-TTFT is not fitted (calibrate.py), so it has no interval.
+TTFT is not fitted (calibrate.py): the TTFT printed is the serving model's with the efficiencies
+fitted on TPOT, so it has no interval. A run whose concurrency lies outside the group's measured
+runs is marked as an extrapolation.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -45,6 +48,7 @@ class Choice:
     interval: tuple | None     # (lo, hi) log residual quantiles at LEVEL, or None
     rows: int
     residuals: int = 0         # the residuals the interval is drawn from
+    measured: tuple | None = None   # (least, most) concurrency of the group's runs, where the file says
 
     def says(self, command: bool = True) -> str:
         """Where the figures come from; `command`: for `serve`, which names its flag."""
@@ -54,7 +58,9 @@ class Choice:
         source = (("the shipped calibration (default; --calibration FILE for another)" if command
                    else "the shipped calibration") if self.default else f"calibration {self.file}")
         band = (f"; TPOT's {LEVEL:.0%} interval from the fit's {self.residuals} residuals (in sample, "
-                "every device and engine; TTFT is not fitted)" if self.interval else "")
+                "every device and engine)" if self.interval else "")
+        band += ("; TTFT is the serving model's with these TPOT-fitted efficiencies (no TTFT was "
+                 "fitted), so it has no interval")
         return f"calibrated prediction by {source}: {where}{band}"
 
 
@@ -70,6 +76,16 @@ def _groups(doc) -> dict:
 def _residuals(doc) -> list[float]:
     return [r["tpot_log_residual"] for r in doc.get("rows") or []
             if isinstance(r, dict) and isinstance(r.get("tpot_log_residual"), (int, float))]
+
+
+def _measured(doc, device: str, engine: str) -> tuple | None:
+    """(least, most) concurrency of the runs fitted for (device, engine), read from the rows'
+    ids, which name them as the benchmark does (..._<device>_<engine>_..._c<N>_tp...);
+    None where no id does."""
+    tag = f"_{device.replace('-', '_')}_{engine}_"
+    found = [int(m.group(1)) for r in doc.get("rows") or [] if isinstance(r, dict)
+             and tag in str(r.get("row_id", "")) for m in [re.search(r"_c(\d+)_tp", str(r["row_id"]))] if m]
+    return (min(found), max(found)) if found else None
 
 
 def _interval(residuals) -> tuple | None:
@@ -116,7 +132,8 @@ def choose(file: str | None, device: str, engine: str | None) -> Choice | str:
     else:
         level, eff, rows = "pooled", _efficiency(doc["default"]), 0
     residuals = _residuals(doc)
-    return Choice(eff, engine, level, path, default, _interval(residuals), rows, len(residuals))
+    return Choice(eff, engine, level, path, default, _interval(residuals), rows, len(residuals),
+                  _measured(doc, device, engine) if level == "group" else None)
 
 
 def output_length(prompt: int, context: int, osl: int | None = None) -> int | str:
@@ -165,4 +182,8 @@ def predict(choice: Choice, run: serving_model.Run | str) -> dict:
     if choice.interval:
         lo, hi = intervals.interval(p.tpot_s, *choice.interval)
         out["tpot_interval_s"] = [float(lo), float(hi)]
+    if choice.measured and not choice.measured[0] <= run.concurrency <= choice.measured[1]:
+        out["extrapolation"] = (f"concurrency {run.concurrency:,} is outside the {choice.measured[0]:,} to "
+                                f"{choice.measured[1]:,} the calibration measured on this device with "
+                                f"{choice.engine}: an extrapolation of its fitted line")
     return out

@@ -60,8 +60,14 @@ def does_not_fit(c: Configuration) -> str:
             else f"{what} at any tp of {', '.join(map(str, c.smallest['tried']))}")
 
 
+CALIBRATED = ("calibrated TPOT (80%)", "predicted TTFT")   # TTFT is not fitted: TPOT's efficiencies
 HEAD = ("device", "tp", "GPUs", "batch", "tokens/s per user", "tokens/s per GPU", "step", "bound",
-        "TTFT ≥", "fits", "calibrated TPOT (80%)", "calibrated TTFT")
+        "TTFT ≥", "fits", *CALIBRATED)
+
+
+def extrapolations(c: Configuration) -> list[str]:
+    """One line per batch whose prediction extrapolates the calibration's measured runs."""
+    return [f"  batch {b:,}: {p['extrapolation']}" for b, p in sorted(c.predicted.items()) if "extrapolation" in p]
 
 
 def _rows(c: Configuration) -> list[tuple]:
@@ -101,6 +107,8 @@ def text(model_name: str, setup: str, context: int, prompt: int, configs: list[C
         lines.append(one_line(note))
     for assumed in dict.fromkeys(c.assumed for c in configs if c.assumed):
         lines.append(one_line(assumed))
+    for c in configs:
+        lines += [one_line(f"{c.device.key} at tp {c.tp}:{line}") for line in extrapolations(c)]
     return "\n".join(lines) + "\n"
 
 

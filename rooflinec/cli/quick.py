@@ -58,10 +58,14 @@ Tokens/s per user is one sequence's rate (1 / step), per GPU the group's over it
 --device and --tp take lists: one table row per (device, tp, batch), and where the weights
 do not fit the smallest tp that does is named:
   rooflinec serve llama-3.1-70b --device h100-sxm --tp 1,2,4,8
-Calibrated TPOT (80% interval) and TTFT come beside the bounds: the serving model with the
-shipped calibration's efficiencies on a device it was fitted on (said so; --engine picks
-its engine), or with --calibration FILE's on any device. --out FILE draws tokens/s per GPU
-against batch (SVG).
+Calibrated TPOT (80% interval) and predicted TTFT come beside the bounds: the serving model
+with the shipped calibration's efficiencies on a device it was fitted on (said so; --engine
+picks its engine), or with --calibration FILE's on any device. The efficiencies are fitted on
+measured TPOT only: TTFT is the same model's, with no interval. The prediction assumes requests
+of --prompt tokens generating --osl tokens (default 2 x (context - prompt), so the mean context
+is --context), printed with it; a short output makes every step prefill more prompt tokens per
+decoded one. A batch outside the concurrency the calibration measured is marked extrapolated.
+--out FILE draws tokens/s per GPU against batch (SVG).
 """ + speculation.EPILOG + """  rooflinec serve llama-3.1-8b --device h100-sxm --draft llama-3.2-1b --draft-k 4 --acceptance 0.7
 """
 
@@ -83,7 +87,8 @@ def register(sub, streams, parents=()) -> None:
     s = sub.add_parser("serve", help="decode tokens/s, time to first token and memory fit, "
                        "in the terminal", streams=streams, epilog=SERVE_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    s.add_argument("model", metavar="MODEL")
+    s.add_argument("model", metavar="MODEL", help="a catalog model (rooflinec models), a model spec "
+                   "YAML, or a Hugging Face config.json or the folder holding one")
     s.add_argument("--device", required=True, metavar="LIST",
                    help="a catalog device (rooflinec devices) or a hardware spec YAML; several "
                         "separated by commas, one row each")
@@ -535,7 +540,7 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None, 
     lines.append(f"decode at context {section['steps'][0]['context']:,}:")
     head = ("batch", "tokens/s per user", "tokens/s per GPU", "step", "bound", "memory needed", "fits")
     predicted = config.predicted if config else {}
-    rows = [head + (("calibrated TPOT (80%)", "calibrated TTFT") if predicted else ())]
+    rows = [head + (table.CALIBRATED if predicted else ())]
     for row in section["steps"]:
         d = row["devices"][0]
         user, gpu = table.rates(d["tokens_per_s"], row["batch"], section)
@@ -553,11 +558,12 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None, 
         top = predicted.get(c["max_batch"])
         if top and "why" not in top and c["max_batch"] not in {r["batch"] for r in section["steps"]}:
             tpot, ttft = table.calibrated_cells(top)
-            lines.append(f"  calibrated at batch {c['max_batch']:,}: TPOT {tpot}, TTFT {ttft}")
+            lines.append(f"  calibrated at batch {c['max_batch']:,}: TPOT {tpot}, TTFT {ttft}"
+                         + (" (extrapolated)" if "extrapolation" in top else ""))
     if config is not None:
         whys = sorted({p["why"] for p in predicted.values() if "why" in p})
         lines += [one_line(config.note)] + ([f"  {one_line(config.assumed)}"] if config.assumed else []) \
-            + [f"  not predicted: {w}" for w in whys]
+            + [f"  not predicted: {w}" for w in whys] + table.extrapolations(config)
     return "\n".join(lines) + "\n"
 
 
