@@ -31,7 +31,7 @@ from rooflinec.cost.deployment import Deployment
 from rooflinec.cost.workbench import Workbench
 from rooflinec.cli import speculation
 from rooflinec.cli import storage as weight_flags
-from rooflinec.serving import speculative, stepcost
+from rooflinec.serving import routed_bound, speculative, stepcost
 from rooflinec.serving.serving_model import Unpredictable
 
 SERVE_EPILOG = """\
@@ -386,6 +386,7 @@ def cmd_serve(args, stdout, stderr) -> int:
                 skipped.append(f"{device.key} at tp {tp}: not evaluated: "
                                + "; ".join(p.message for p in exc.problems))
                 continue
+            section = _least_work(section, model, device, tp, args.dtype, storage, layout)
             top = section["crossovers"][0]["devices"][0]   # the chart's solid line ends at the largest batch that fits
             drawn = sorted([(row["batch"], row["devices"][0]["tokens_per_s"], row["devices"][0]["fits"])
                             for row in section["steps"]]
@@ -426,6 +427,22 @@ def cmd_serve(args, stdout, stderr) -> int:
     if args.out and not args.quiet:
         stderr.write(one_line(f"wrote {args.out}") + "\n")
     return 0
+
+
+def _least_work(section: dict, model, device, tp: int, dtype: str, storage: dict, layout: dict) -> dict:
+    """Under attention DP or expert parallelism, the section's step and TTFT bounds at the
+    least-work routing (serving/routed_bound.py); where the step model cannot price the
+    deployment, the section's figures said to be expectations under uniform routing."""
+    dep = Deployment(model, device, tp, storage.get("weights", dtype), storage.get("kv_cache", dtype),
+                     attention_dp=layout.get("attention_dp", 1), moe_tp=layout.get("moe_tp"),
+                     moe_ep=layout.get("ep", 1), experts=storage.get("experts"), compute=dtype)
+    if not dep.all_to_all:
+        return section
+    try:
+        return routed_bound.section(section, stepcost.build(dep), DTYPE_BYTES[dtype])
+    except (Unpredictable, DeviceLacks) as exc:
+        return {**section, "expected": f"the step and TTFT figures are expectations under uniform routing, "
+                                       f"not bounds (the least-work routing's step cannot be priced: {exc})"}
 
 
 def crossing(model, device, tp: int) -> str:
@@ -534,6 +551,9 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None, 
     lines = [answers.text(model.name, setup, _answers(device, dtype, section)).rstrip("\n")]
     if dequantisation:
         lines.append(f"  {dequantisation}")
+    for key in ("routing", "expected"):
+        if section.get(key):
+            lines.append(f"  under attention DP / expert parallelism: {section[key]}")
     if section.get("conventions"):
         lines.append("  conventions of these bounds (the least work a correct kernel does): "
                      + "; ".join(f"{c['name']}: {c['choice']}" for c in section["conventions"]))
