@@ -145,8 +145,9 @@ def _deployment(ctx) -> dict | None:
     if dep.group == 1:
         return None
     # tokens/s are the group's: each of the attention_dp ranks steps its own batch
+    moe = getattr(ctx.model, "moe", None) is not None    # moe_tp: each expert's width, as the deployment splits it
     return {"gpus": dep.group, "tp": p.tp, "ep": p.ep, "attention_dp": p.attention_dp,
-            "moe_tp": dep.expert_tp if getattr(ctx.model, "moe", None) is not None else None,
+            **({"moe_tp": dep.expert_tp} if moe else {}),
             "collectives": "beside the kernels (communication overlaps compute)" if p.overlap
             else "after the kernels (communication does not overlap compute)"}
 
