@@ -60,6 +60,19 @@ def test_a_calibrated_prediction_is_never_below_the_bound_of_its_step(name, key,
     assert p["ttft_s"] >= section["prefill"][0]["devices"][0]["time_s"]
 
 
+def test_inside_a_domain_the_fitted_overheads_cover_the_rings_extra_latencies():
+    """Inside an NVLink domain the calibrated step runs all-reduces one-shot (one latency each)
+    where the bound counts the ring's 2 (n - 1) steps: at n = 8, 13 latencies of 0.47 us more,
+    two all-reduces a layer = 12.22 us a layer, which every shipped parameter set's fitted
+    per-layer time exceeds (so the prediction stays above the bound there too)."""
+    doc = yamlio.load(calibrated.shipped()).data
+    sets = [doc["default"], *doc["engines"], *doc["groups"]]
+    h100 = device("h100-sxm")
+    extra = 2 * (2 * (h100.link_domain - 1) - 1) * h100.link_latency
+    assert extra == pytest.approx(12.22e-6)
+    assert all(g["parameters"]["per_layer_s"] > extra for g in sets)
+
+
 @pytest.mark.slow
 def test_serve_names_collectives_and_the_link_past_the_nvlink_domain(call):
     """Llama-3.1-70B at tp 16 on H100 (NVLink domains of 8): the ring crosses nodes over

@@ -72,6 +72,12 @@ def all_to_all_s(dep, tokens, bytes_per_element) -> float:
     return 2 * layers * collectives.time(max(moved["sent"], moved["received_busiest"]), 1, link)
 
 
+def tp_link(dep) -> collectives.Link:
+    """The link the tp group's collectives take (the workbench's: scale-up inside one domain,
+    else scale-out; DeviceLacks where the device declares neither)."""
+    return _bench(dep.model).link(dep.device, dep.tp, "the tensor-parallel all-reduces")
+
+
 def collectives_s(dep, device, workload: dict, tokens, bytes_per_element, formats: dict | None = None) -> tuple[int, float]:
     """(launches, seconds) of one decode step's collectives but the all-to-alls (those are
     `all_to_all_s`'s): the ones the serving bound times (the sharded program's embedding and

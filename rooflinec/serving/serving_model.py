@@ -10,10 +10,10 @@ law), and that wait is part of TTFT.
 
 A step's time is the sum over its kernels of max(FLOPs / (compute fraction x peak),
 bytes / (bandwidth fraction x bandwidth)), plus fixed times per layer and per step, plus the
-tensor-parallel collectives the serving bound times (the sharded program's all-reduces and
-logits all-gather, `program_costs.collectives_s`: the ring model over the workbench's link,
-scale-out once the group leaves one scale-up domain), so a calibrated step with fractions
-at most 1 never comes out below the bound of the same step. The calibration's efficiencies
+tensor-parallel collectives on the link the serving bound's take (the workbench's: scale-out
+once the tp group leaves one scale-up domain): one-shot all-reduces inside a domain, as
+engines run them and the calibration was fitted; past it the bound's own collectives by its
+ring model, so the step never comes out below the bound of the same step. The calibration's efficiencies
 (`Efficiency`) are the only fitted numbers.
 
 Attention data parallelism with expert parallelism (`Run.attention_dp`, `moe_ep`, `moe_tp`):
@@ -44,6 +44,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
+from rooflinec.cost import collectives as C
 from rooflinec.cost import parallel, program_costs
 from rooflinec.cost.deployment import Deployment
 from rooflinec.base.errors import DeviceLacks
@@ -185,9 +186,8 @@ def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float,
                       dev.bandwidth) for op in ops]
     try:
         collectives, link_s = 0, program_costs.all_to_all_s(dep, tokens, act)
-        if run.tp > 1:   # the collectives the serving bound times, on the link it takes
-            launches, seconds = program_costs.collectives_s(dep, dev, {B: decode_seqs, S: context}, tokens,
-                                                            act, stored)
+        if run.tp > 1:
+            launches, seconds = _tp_collectives(run, dep, tokens, decode_seqs, context, stored)
             collectives, link_s = launches, link_s + seconds
     except DeviceLacks as exc:    # no link declared for the group's devices
         raise Unpredictable(str(exc)) from None
@@ -195,6 +195,23 @@ def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float,
         collectives += 2 * (run.model.n_layers - run.model.moe.dense_layers(run.model.n_layers))
     return StepCost(np.array([r.t_compute for r in roofs]), np.array([r.t_memory for r in roofs]), run.model.n_layers, collectives, link_s,
                     _curve_times(run, ops, roofs, op_time))
+
+
+def _tp_collectives(run: Run, dep: Deployment, tokens, decode_seqs, context, stored) -> tuple[int, float]:
+    """(launches, seconds) of the step's tensor-parallel collectives, on the link the serving
+    bound's take (`program_costs.tp_link`). Inside one scale-up domain, the per-layer all-reduces
+    one-shot: engines run small all-reduces so over NVSwitch (vLLM's custom all-reduce,
+    TensorRT-LLM's), one link latency each, and the shipped calibration was fitted so (every
+    measured run's tp group within a domain); the per-layer overheads it fitted exceed the
+    ring's extra latencies the bound counts. Past the domain, the bound's own collectives (the
+    embedding's and row-parallel all-reduces, the logits all-gather) by its ring model over the
+    scale-out network (`program_costs.collectives_s`), so the step never comes out below the bound."""
+    act = DTYPE_BYTES[ACTIVATION_DTYPE]
+    link = program_costs.tp_link(dep)
+    if link.name == run.device.link and link.bandwidth == run.device.link_bandwidth:
+        volume = float(C.fraction("all_reduce", run.tp)) * tokens * run.model.d_model * act
+        return dep.all_reduces(), dep.all_reduces() * C.time(volume, 1, link)
+    return program_costs.collectives_s(dep, run.device, {B: decode_seqs, S: context}, tokens, act, stored)
 
 
 def _curve_times(run, ops, roofs, op_time) -> np.ndarray | None:
