@@ -183,7 +183,16 @@ def predict(choice: Choice, run: serving_model.Run | str) -> dict:
         lo, hi = intervals.interval(p.tpot_s, *choice.interval)
         out["tpot_interval_s"] = [float(lo), float(hi)]
     if choice.measured and not choice.measured[0] <= run.concurrency <= choice.measured[1]:
-        out["extrapolation"] = (f"concurrency {run.concurrency:,} is outside the {choice.measured[0]:,} to "
-                                f"{choice.measured[1]:,} the calibration measured on this device with "
-                                f"{choice.engine}: an extrapolation of its fitted line")
+        out["extrapolated"] = {"concurrency": run.concurrency, "measured": list(choice.measured)}
     return out
+
+
+def extrapolation(points: dict, engine: str | None) -> str:
+    """One line naming the batches (batch -> predict's dict) whose concurrency lies outside
+    the runs the calibration measured ('' where none does)."""
+    out = {b: p["extrapolated"] for b, p in sorted(points.items()) if "extrapolated" in p}
+    if not out:
+        return ""
+    lo, hi = next(iter(out.values()))["measured"]
+    return (f"extrapolated beyond the calibration's measured range (concurrency {lo:,} to {hi:,} on "
+            f"this device with {engine}): batch " + ", ".join(f"{b:,}" for b in out))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from rooflinec.base.errors import one_line
 from rooflinec.base.quantities import gib, seconds, sig
+from rooflinec.cli import calibrated
 from rooflinec.render import charts
 
 
@@ -66,8 +67,10 @@ HEAD = ("device", "tp", "GPUs", "batch", "tokens/s per user", "tokens/s per GPU"
 
 
 def extrapolations(c: Configuration) -> list[str]:
-    """One line per batch whose prediction extrapolates the calibration's measured runs."""
-    return [f"  batch {b:,}: {p['extrapolation']}" for b, p in sorted(c.predicted.items()) if "extrapolation" in p]
+    """The line naming the batches whose prediction extrapolates the calibration's measured runs."""
+    engine = next((p.get("engine") for p in c.predicted.values() if "engine" in p), None)
+    line = calibrated.extrapolation(c.predicted, engine)
+    return [line] if line else []
 
 
 def _rows(c: Configuration) -> list[tuple]:
@@ -111,7 +114,7 @@ def text(model_name: str, setup: str, context: int, prompt: int, configs: list[C
     for assumed in dict.fromkeys(c.assumed for c in configs if c.assumed):
         lines.append(one_line(assumed))
     for c in configs:
-        lines += [one_line(f"{c.device.key} at tp {c.tp}:{line}") for line in extrapolations(c)]
+        lines += [one_line(f"{c.device.key} at tp {c.tp}: {line}") for line in extrapolations(c)]
     return "\n".join(lines) + "\n"
 
 

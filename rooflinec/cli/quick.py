@@ -579,11 +579,11 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None, 
         if top and "why" not in top and c["max_batch"] not in {r["batch"] for r in section["steps"]}:
             tpot, ttft = table.calibrated_cells(top)
             lines.append(f"  calibrated at batch {c['max_batch']:,}: TPOT {tpot}, TTFT {ttft}"
-                         + (" (extrapolated)" if "extrapolation" in top else ""))
+                         + (" (extrapolated)" if "extrapolated" in top else ""))
     if config is not None:
         whys = sorted({p["why"] for p in predicted.values() if "why" in p})
         lines += [one_line(config.note)] + ([f"  {one_line(config.assumed)}"] if config.assumed else []) \
-            + [f"  not predicted: {w}" for w in whys] + table.extrapolations(config)
+            + [f"  not predicted: {w}" for w in whys] + [f"  {line}" for line in table.extrapolations(config)]
     return "\n".join(lines) + "\n"
 
 
