@@ -392,11 +392,11 @@ def cmd_serve(args, stdout, stderr) -> int:
                             for row in section["steps"]]
                            + ([(top["max_batch"], top["at_max_batch"]["tokens_per_s"], True)] if top["at_max_batch"] else []))
             section["steps"] = [row for row in section["steps"] if row["batch"] in batches]
+            predicted = _predicted(args, model, device, tp, storage, section, choice)
             configs.append(table.Configuration(
-                device, tp, section, _predicted(args, model, device, tp, storage, section, choice),
-                choice if isinstance(choice, str) else choice.says(),
+                device, tp, section, predicted, choice if isinstance(choice, str) else choice.says(),
                 _smallest(model, device, args, storage, section), drawn, crossing(model, device, tp),
-                "" if isinstance(choice, str) else workload(args)))
+                workload(args) if any("why" not in p for p in predicted.values()) else ""))
     if not configs:
         raise RooflineError("no configuration could be evaluated:\n" + "\n".join(skipped))
     draft = speculation.draft_of(args, _model)
