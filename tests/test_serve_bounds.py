@@ -208,3 +208,14 @@ def test_help_and_extrapolation_words(call):
     batches = [int(b.replace(",", "")) for b in line[len(head):].split(", ")]
     assert 1 in batches and 16 not in batches                   # 16 lies inside the measured range
     assert all(b < lo or b > hi for b in batches)
+
+
+@pytest.mark.slow
+def test_where_the_least_work_step_cannot_be_priced_the_figures_are_said_to_be_expectations(call):
+    """gpt-oss-120b's sliding windows are not affine in the simulator's step features, so its
+    least-work step is not priced: under attention DP / EP serve says its step figures are
+    expectations under uniform routing, not bounds."""
+    code, out, err = call("serve", "gpt-oss-120b", "--device", "h100-sxm", "--attention-dp", "2", "--ep", "2",
+                          "--batch", "1")
+    assert code == 0, err
+    assert "the step and TTFT figures are expectations under uniform routing, not bounds" in out
