@@ -184,6 +184,8 @@ def test_the_output_length_the_prediction_assumes_is_printed_and_settable(call):
     assert short["osl"] == 152 and long["osl"] == 1024
     assert long["points"][0]["tpot_s"] < short["points"][0]["tpot_s"]
     assert calibrated.output_length(1024, 1100) == 152 and calibrated.output_length(1024, 1100, 7) == 7
+    code, _, err = call(*argv, "--osl", "0")
+    assert code == 2 and "--osl: expected a whole number >= 1, got 0" in err
 
 
 def _measured_concurrency(device: str, engine: str) -> list[int]:

@@ -349,7 +349,8 @@ CHART_BATCHES = [2 ** k for k in range(15)]    # --out's batch axis: 1 to 16,384
 
 def cmd_serve(args, stdout, stderr) -> int:
     batches, tps = _counts(args.batch, "--batch"), sorted(set(_counts(args.tp, "--tp")))
-    for flag, value in (("--context", args.context), ("--prompt", args.prompt), ("--osl", args.osl or 1)):
+    given = (("--context", args.context), ("--prompt", args.prompt)) + ((("--osl", args.osl),) if args.osl is not None else ())
+    for flag, value in given:
         if value < 1:
             raise UsageError(f"{flag}: expected a whole number >= 1, got {value}")
     if args.dtype not in DTYPE_BYTES:
@@ -503,13 +504,14 @@ def _smallest(model, device, args, storage: dict, section: dict):
 
 
 def _document(model, c, args, storage: dict) -> dict:
+    osl = calibrated.output_length(args.prompt, args.context, args.osl)
     return {"model": model.name, "device": c.device.key, "dtype": args.dtype, "tp": c.tp,
             "quantization": storage, "dequantisation": _dequantisation(model, args.dtype, storage) or None,
             "context": args.context, "prompt": args.prompt,
             "summary": _plain(_answers(c.device, args.dtype, c.section)),
             "serving": _plain(c.section), "smallest_tp": c.smallest,
             "calibrated": {"note": c.note, "prompt": args.prompt,
-                           "osl": calibrated.output_length(args.prompt, args.context, args.osl),
+                           "osl": osl if isinstance(osl, int) else None,
                            "points": [{"batch": b, **p} for b, p in c.predicted.items()]}}
 
 
