@@ -217,11 +217,11 @@ def test_readme_config_to_answer_example_runs(call, tmp_path, monkeypatch):
 
 
 def test_serve_says_when_the_context_is_past_the_model(call):
-    code, out, _ = call("serve", "gpt2-medium", "--device", "h100-sxm", "--context", "1024")
-    assert code == 0 and out.endswith("note: 2,048 tokens is past the model's max_context, 1,024\n")
-    code, out, _ = call("serve", "gpt2-medium", "--device", "h100-sxm", "--context", "512",
+    code, out, err = call("serve", "gpt2-medium", "--device", "h100-sxm", "--context", "1024")
+    assert code == 0 and "2,048 tokens (--context or --prompt) run past the model's max_context, 1,024" in err
+    code, out, err = call("serve", "gpt2-medium", "--device", "h100-sxm", "--context", "512",
                         "--prompt", "1024")
-    assert code == 0 and "note:" not in out
+    assert code == 0 and "warning:" not in err
 
 
 @pytest.mark.slow

@@ -140,11 +140,26 @@ def test_tp1_decode_step_is_todays_decode_ledger():
 
 def test_tp_step_has_two_all_reduces_per_layer():
     # 70B at tp 4, 16 tokens: 160 all-reduces of 16 x 8192 x 2 B = 262,144 B; ring 1.5 x that,
-    # plus one NVLink latency (0.47 us) each: engines run small all-reduces one-shot
+    # plus one NVLink latency (0.47 us) each: inside the NVLink domain engines run small
+    # all-reduces one-shot (the calibration was fitted so)
     run = sm.Run(LLAMA_70B, H200, "fp8", 4, 1024, 1024, 16)
     step = sm.step_cost(run, 16, 1536, 0)
     assert step.collectives == 160
     assert step.link_s == pytest.approx(160 * (1.5 * 262_144 / 450e9 + 0.47e-6))
+
+
+def test_a_tp_group_past_the_nvlink_domain_times_its_collectives_over_scale_out():
+    """70B at tp 16 on H100 (NVLink domains of 8): the serving bound's collectives
+    (deployment.collectives) by its ring model over InfiniBand NDR, 50 GB/s and 2.7 us a step:
+    161 all-reduces of 16 x 8192 x 2 B, 2 x 15/16 of it and 30 steps each; the logits all-gather, 15/16 of 16 x 128,256 x 2 B and 15 steps. The latencies
+    alone, 161 x 30 x 2.7 us = 13.04 ms, are what the one-shot NVLink model left out."""
+    run = sm.Run(LLAMA_70B, H100, "bf16", 16, 1024, 1024, 16)
+    step = sm.step_cost(run, 16, 1536, 0)
+    assert step.collectives == 162
+    all_reduces = 161 * (2 * 15 / 16 * 262_144 / 50e9 + 30 * 2.7e-6)
+    gather = 15 / 16 * 4_104_192 / 50e9 + 15 * 2.7e-6
+    assert step.link_s == pytest.approx(all_reduces + gather, rel=1e-12)
+    assert 161 * 30 * 2.7e-6 == pytest.approx(13.041e-3, rel=1e-4)
 
 
 def test_fp8_weights_halve_weight_traffic_and_use_the_fp8_peak():
@@ -205,9 +220,14 @@ def test_weights_that_do_not_fit_are_unpredictable():
 
 
 def test_tp_needs_an_interconnect():
-    bare = replace(H100, link_bandwidth=None)
+    """No scale-up link: the collectives go over the scale-out network, as the bound's do
+    (Workbench.link); with neither, the step is unpredictable."""
+    run = sm.Run(LLAMA_8B, replace(H100, link_bandwidth=None), "bf16", 2, 1024, 128, 8)
+    over_ib = sm.step_cost(run, 8, 1088, 0).link_s
+    assert over_ib > sm.step_cost(replace(run, device=H100), 8, 1088, 0).link_s
+    bare = replace(H100, link_bandwidth=None, network_bandwidth=None)
     with pytest.raises(sm.Unpredictable, match="interconnect"):
-        sm.step_cost(sm.Run(LLAMA_8B, bare, "bf16", 2, 1024, 128, 8), 8, 1088, 0)
+        sm.step_cost(replace(run, device=bare), 8, 1088, 0)
 
 
 def test_a_device_without_a_vector_or_fp8_peak_is_unpredictable():

@@ -49,7 +49,13 @@ def _bound(step: _Step, batch, context) -> dict:
     roof, comm = step.terms.roof(batch, context), step.comm(batch, context)
     time = max(roof.time, comm) if step.ctx.parallel.overlap else roof.time + comm
     return {"compute_s": roof.t_compute, "memory_s": roof.t_memory, "comm_s": comm, "time_s": time,
-            "bound": roof.bound, "tokens_per_s": batch * step.ctx.parallel.attention_dp / time}
+            "bound": dominant(roof, comm), "tokens_per_s": batch * step.ctx.parallel.attention_dp / time}
+
+
+def dominant(roof, comm: float) -> str:
+    """The step's largest term by name: the roofline's ("compute" or "memory"), or
+    "collectives" where the collectives take longer than either."""
+    return "collectives" if comm > max(roof.t_compute, roof.t_memory) else roof.bound
 
 
 def _size(step: _Step, batch, context) -> tuple[float, float]:
@@ -139,8 +145,9 @@ def _deployment(ctx) -> dict | None:
     if dep.group == 1:
         return None
     # tokens/s are the group's: each of the attention_dp ranks steps its own batch
+    moe = getattr(ctx.model, "moe", None) is not None    # moe_tp: each expert's width, as the deployment splits it
     return {"gpus": dep.group, "tp": p.tp, "ep": p.ep, "attention_dp": p.attention_dp,
-            "moe_tp": dep.expert_tp if p.ep > 1 or p.attention_dp > 1 else 1,
+            **({"moe_tp": dep.expert_tp} if moe else {}),
             "collectives": "beside the kernels (communication overlaps compute)" if p.overlap
             else "after the kernels (communication does not overlap compute)"}
 

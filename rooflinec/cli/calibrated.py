@@ -10,11 +10,14 @@ says which.
 
 The interval is split conformal (`serving.intervals`) over the fit's own TPOT residuals,
 as the file records them (in sample: rows the fit saw, so it is narrower than a held-out one).
-TTFT is not fitted (calibrate.py), so it has no interval.
+TTFT is not fitted (calibrate.py): the TTFT printed is the serving model's with the efficiencies
+fitted on TPOT, so it has no interval. A run whose concurrency lies outside the group's measured
+runs is marked as an extrapolation.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -43,6 +46,7 @@ class Choice:
     interval: tuple | None     # (lo, hi) log residual quantiles at LEVEL, or None
     rows: int
     residuals: int = 0         # the residuals the interval is drawn from
+    measured: tuple | None = None   # (least, most) concurrency of the group's runs, where the file says
 
     def says(self, command: bool = True) -> str:
         """Where the figures come from; `command`: for `serve`, which names its flag."""
@@ -52,7 +56,9 @@ class Choice:
         source = (("the shipped calibration (default; --calibration FILE for another)" if command
                    else "the shipped calibration") if self.default else f"calibration {self.file}")
         band = (f"; TPOT's {LEVEL:.0%} interval from the fit's {self.residuals} residuals (in sample, "
-                "every device and engine; TTFT is not fitted)" if self.interval else "")
+                "every device and engine)" if self.interval else "")
+        band += ("; TTFT is the serving model's with these TPOT-fitted efficiencies (no TTFT was "
+                 "fitted), so it has no interval")
         return f"calibrated prediction by {source}: {where}{band}"
 
 
@@ -68,6 +74,16 @@ def _groups(doc) -> dict:
 def _residuals(doc) -> list[float]:
     return [r["tpot_log_residual"] for r in doc.get("rows") or []
             if isinstance(r, dict) and isinstance(r.get("tpot_log_residual"), (int, float))]
+
+
+def _measured(doc, device: str, engine: str) -> tuple | None:
+    """(least, most) concurrency of the runs fitted for (device, engine), read from the rows'
+    ids, which name them as the benchmark does (..._<device>_<engine>_..._c<N>_tp...);
+    None where no id does."""
+    tag = f"_{device.replace('-', '_')}_{engine}_"
+    found = [int(m.group(1)) for r in doc.get("rows") or [] if isinstance(r, dict)
+             and tag in str(r.get("row_id", "")) for m in [re.search(r"_c(\d+)_tp", str(r["row_id"]))] if m]
+    return (min(found), max(found)) if found else None
 
 
 def _interval(residuals) -> tuple | None:
@@ -113,25 +129,40 @@ def choose(file: str | None, device: str, engine: str | None) -> Choice | str:
     else:
         level, eff, rows = "pooled", _efficiency(doc["default"]), 0
     residuals = _residuals(doc)
-    return Choice(eff, engine, level, path, default, _interval(residuals), rows, len(residuals))
+    return Choice(eff, engine, level, path, default, _interval(residuals), rows, len(residuals),
+                  _measured(doc, device, engine) if level == "group" else None)
+
+
+def output_length(prompt: int, context: int, osl: int | None = None) -> int | str:
+    """Output tokens per request the prediction assumes: `osl` as given (serve's --osl), else
+    2 (context - prompt), so the requests' mean context, prompt + osl / 2, is --context (the
+    bounds' step); or why there is none."""
+    if osl is not None:
+        return osl
+    if context <= prompt:
+        return (f"--context {context:,} is not past --prompt {prompt:,}: the calibrated model decodes "
+                "after the prompt (its mean context is --context), so it needs --context > --prompt "
+                "(or --osl)")
+    return 2 * (context - prompt)
 
 
 def run(model, device, weights: str, kv_cache: str, tp: int, prompt: int, context: int,
-        batch: int, layout: dict | None = None, experts: str | None = None) -> serving_model.Run | str:
+        batch: int, layout: dict | None = None, experts: str | None = None,
+        osl: int | None = None) -> serving_model.Run | str:
     """The serving model's run for serve's point: `batch` requests of `prompt` tokens per
-    attention-DP rank, each generating 2 (context - prompt) tokens, so the mean context is
-    `context`; `layout`: serve's attention_dp, ep and moe_tp (the study's `parallel` keys);
-    routed experts stored in `experts`; or why not."""
+    attention-DP rank, each generating `output_length` tokens (by default 2 (context - prompt),
+    so the mean context is `context`); `layout`: serve's attention_dp, ep and moe_tp (the
+    study's `parallel` keys); routed experts stored in `experts`; or why not."""
     if kv_cache != weights:
         return "the calibrated model stores the KV cache in the weights' format; --kv-cache differs"
     if weights not in DTYPE_BYTES:
         return f"the calibrated model runs GEMMs at the weights' dtype; {weights} is a storage format only"
-    if context <= prompt:
-        return (f"--context {context:,} is not past --prompt {prompt:,}: the calibrated model decodes "
-                "after the prompt (its mean context is --context), so it needs --context > --prompt")
+    out = output_length(prompt, context, osl)
+    if isinstance(out, str):
+        return out
     layout = layout or {}
     dp = layout.get("attention_dp", 1)
-    return serving_model.Run(model, device, weights, tp, prompt, 2 * (context - prompt), batch * dp,
+    return serving_model.Run(model, device, weights, tp, prompt, out, batch * dp,
                              dp, layout.get("ep", 1), layout.get("moe_tp"), experts)
 
 
@@ -148,4 +179,17 @@ def predict(choice: Choice, run: serving_model.Run | str) -> dict:
     if choice.interval:
         lo, hi = intervals.interval(p.tpot_s, *choice.interval)
         out["tpot_interval_s"] = [float(lo), float(hi)]
+    if choice.measured and not choice.measured[0] <= run.concurrency <= choice.measured[1]:
+        out["extrapolated"] = {"concurrency": run.concurrency, "measured": list(choice.measured)}
     return out
+
+
+def extrapolation(points: dict, engine: str | None) -> str:
+    """One line naming the batches (batch -> predict's dict) whose concurrency lies outside
+    the runs the calibration measured ('' where none does)."""
+    out = {b: p["extrapolated"] for b, p in sorted(points.items()) if "extrapolated" in p}
+    if not out:
+        return ""
+    lo, hi = next(iter(out.values()))["measured"]
+    return (f"extrapolated beyond the calibration's measured range (concurrency {lo:,} to {hi:,} on "
+            f"this device with {engine}): batch " + ", ".join(f"{b:,}" for b in out))

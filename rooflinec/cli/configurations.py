@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from rooflinec.base.errors import one_line
 from rooflinec.base.quantities import gib, seconds, sig
+from rooflinec.cli import calibrated
 from rooflinec.render import charts
 
 
@@ -24,6 +25,8 @@ class Configuration:
     note: str                      # where the calibrated figures come from, or why there are none
     smallest: dict | None          # {"tp", "tried"} when not one sequence fits at this tp
     drawn: list = field(default_factory=list)   # (batch, tokens/s of the group, fits) for the chart
+    crossing: str = ""             # where the tp group leaves its scale-up domain: the link it takes
+    assumed: str = ""              # the requests the calibrated prediction assumes (quick.workload)
 
     @property
     def gpus(self) -> int:
@@ -58,8 +61,16 @@ def does_not_fit(c: Configuration) -> str:
             else f"{what} at any tp of {', '.join(map(str, c.smallest['tried']))}")
 
 
+CALIBRATED = ("calibrated TPOT (80%)", "predicted TTFT")   # TTFT is not fitted: TPOT's efficiencies
 HEAD = ("device", "tp", "GPUs", "batch", "tokens/s per user", "tokens/s per GPU", "step", "bound",
-        "TTFT ≥", "fits", "calibrated TPOT (80%)", "calibrated TTFT")
+        "TTFT ≥", "fits", *CALIBRATED)
+
+
+def extrapolations(c: Configuration) -> list[str]:
+    """The line naming the batches whose prediction extrapolates the calibration's measured runs."""
+    engine = next((p.get("engine") for p in c.predicted.values() if "engine" in p), None)
+    line = calibrated.extrapolation(c.predicted, engine)
+    return [line] if line else []
 
 
 def _rows(c: Configuration) -> list[tuple]:
@@ -93,8 +104,17 @@ def text(model_name: str, setup: str, context: int, prompt: int, configs: list[C
             top = c.section["crossovers"][0]["devices"][0]["max_batch"]
             lines.append(f"{c.device.key} at tp {c.tp}: weights {gib(c.section['weight_bytes'])} per GPU; "
                          f"the largest batch that fits at context {context:,} is {top:,}")
+        if c.crossing:
+            lines.append(f"{c.device.key} at tp {c.tp}: {c.crossing}")
+    for said in dict.fromkeys(c.section.get("routing") or c.section.get("expected") or "" for c in configs):
+        if said:
+            lines.append(one_line(f"under attention DP / expert parallelism: {said}"))
     for note in dict.fromkeys(f"{c.device.key}: {c.note}" for c in configs):
         lines.append(one_line(note))
+    for assumed in dict.fromkeys(c.assumed for c in configs if c.assumed):
+        lines.append(one_line(assumed))
+    for c in configs:
+        lines += [one_line(f"{c.device.key} at tp {c.tp}: {line}") for line in extrapolations(c)]
     return "\n".join(lines) + "\n"
 
 

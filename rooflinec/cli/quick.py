@@ -12,7 +12,7 @@ import os
 
 from rooflinec.spec import catalog
 from rooflinec.base.roofline import ridge
-from rooflinec.base.errors import RooflineError, SpecError, UsageError, one_line
+from rooflinec.base.errors import DeviceLacks, RooflineError, SpecError, UsageError, one_line
 from rooflinec.cli.summary import CONTEXT, PROMPT
 from rooflinec.spec.load import DTYPE_BYTES, Study, load_hardware, load_model
 from rooflinec.base.quantities import gib, seconds, si, sig
@@ -31,7 +31,7 @@ from rooflinec.cost.deployment import Deployment
 from rooflinec.cost.workbench import Workbench
 from rooflinec.cli import speculation
 from rooflinec.cli import storage as weight_flags
-from rooflinec.serving import speculative, stepcost
+from rooflinec.serving import routed_bound, speculative, stepcost
 from rooflinec.serving.serving_model import Unpredictable
 
 SERVE_EPILOG = """\
@@ -61,10 +61,14 @@ Tokens/s per user is one sequence's rate (1 / step), per GPU the group's over it
 --device and --tp take lists: one table row per (device, tp, batch), and where the weights
 do not fit the smallest tp that does is named:
   rooflinec serve llama-3.1-70b --device h100-sxm --tp 1,2,4,8
-Calibrated TPOT (80% interval) and TTFT come beside the bounds: the serving model with the
-shipped calibration's efficiencies on a device it was fitted on (said so; --engine picks
-its engine), or with --calibration FILE's on any device. --out FILE draws tokens/s per GPU
-against batch (SVG).
+Calibrated TPOT (80% interval) and predicted TTFT come beside the bounds: the serving model
+with the shipped calibration's efficiencies on a device it was fitted on (said so; --engine
+picks its engine), or with --calibration FILE's on any device. The efficiencies are fitted on
+measured TPOT only: TTFT is the same model's, with no interval. The prediction assumes requests
+of --prompt tokens generating --osl tokens (default 2 x (context - prompt), so the mean context
+is --context), printed with it; a short output makes every step prefill more prompt tokens per
+decoded one. A batch outside the concurrency the calibration measured is marked extrapolated.
+--out FILE draws tokens/s per GPU against batch (SVG).
 """ + speculation.EPILOG + """  rooflinec serve llama-3.1-8b --device h100-sxm --draft llama-3.2-1b --draft-k 4 --acceptance 0.7
 """
 
@@ -86,7 +90,8 @@ def register(sub, streams, parents=()) -> None:
     s = sub.add_parser("serve", help="decode tokens/s, time to first token and memory fit, "
                        "in the terminal", streams=streams, epilog=SERVE_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    s.add_argument("model", metavar="MODEL", help="a catalog model (rooflinec models), a model spec YAML or a config.json")
+    s.add_argument("model", metavar="MODEL", help="a catalog model (rooflinec models), a model spec "
+                   "YAML, or a Hugging Face config.json or the folder holding one")
     s.add_argument("--device", required=True, metavar="LIST",
                    help="a catalog device (rooflinec devices) or a hardware spec YAML; several "
                         "separated by commas, one row each")
@@ -95,6 +100,11 @@ def register(sub, streams, parents=()) -> None:
                    help="tokens in the KV cache while decoding (default: 4096)")
     s.add_argument("--prompt", default=PROMPT, type=int, metavar="S",
                    help="prompt tokens for the time to first token (default: 2048)")
+    s.add_argument("--osl", default=None, type=int, metavar="N",
+                   help="output tokens per request for the calibrated prediction (default: "
+                        "2 x (context - prompt), so the requests' mean context is --context, "
+                        "the bounds' step; each step then prefills prompt / osl prompt tokens "
+                        "per decoding sequence)")
     s.add_argument("--dtype", default=None, metavar="DTYPE",
                    help="compute dtype: the GEMMs' tensor peak, and the activations' and KV cache's format "
                         f"where not given otherwise (default: {weight_flags.GEMM_RULE}; activations and KV "
@@ -238,6 +248,28 @@ def _model(ref: str):
                  "; or give a model spec YAML or a config.json")
 
 
+def _max_context_at(ref: str) -> tuple[str, tuple]:
+    """The file MODEL names and where its max_context lives: a model spec's `max_context`, a
+    config.json's `max_position_embeddings` (the field the importer maps)."""
+    if ref.endswith((".yaml", ".yml")) and os.path.isfile(ref):
+        return ref, ("max_context",)
+    if os.path.isfile(hfimport.config_file(ref)):
+        return hfimport.config_file(ref), ("max_position_embeddings",)
+    return catalog.path("models", ref), ("max_context",)
+
+
+def context_warning(ref: str, model, longest: int) -> str:
+    """A located warning when `longest` tokens (the context or the prompt) run past the model
+    spec's max_context ('' otherwise): past it the positions were never trained."""
+    if not model.max_context or longest <= model.max_context:
+        return ""
+    file, path = _max_context_at(ref)
+    problem = yamlio.load(file).problem(path, f"{longest:,} tokens (--context or --prompt) run past the "
+                                              f"model's max_context, {model.max_context:,}: the figures "
+                                              "price the work, not a trained position")
+    return f"warning: {problem}"
+
+
 def _device(ref: str):
     if ref.endswith((".yaml", ".yml")) and os.path.isfile(ref):
         return spec.load_hardware(ref)
@@ -357,7 +389,8 @@ CHART_BATCHES = [2 ** k for k in range(15)]    # --out's batch axis: 1 to 16,384
 
 def cmd_serve(args, stdout, stderr) -> int:
     batches, tps = _counts(args.batch, "--batch"), sorted(set(_counts(args.tp, "--tp")))
-    for flag, value in (("--context", args.context), ("--prompt", args.prompt)):
+    given = (("--context", args.context), ("--prompt", args.prompt)) + ((("--osl", args.osl),) if args.osl is not None else ())
+    for flag, value in given:
         if value < 1:
             raise UsageError(f"{flag}: expected a whole number >= 1, got {value}")
     if args.dtype is not None and args.dtype not in DTYPE_BYTES:
@@ -368,6 +401,9 @@ def cmd_serve(args, stdout, stderr) -> int:
     model, devices = _model(args.model), [_device(n) for n in _names(args.device)]
     if "experts" in storage and getattr(model, "moe", None) is None:
         raise UsageError(f"--weights experts=: {model.name} has no routed experts; give one format for its weights")
+    warned = context_warning(args.model, model, max(args.context, args.prompt))
+    if warned:
+        stderr.write(warned + "\n")
     layout = _layout(args)
     for tp in tps:
         _check_tp(model, tp, layout)
@@ -396,15 +432,17 @@ def cmd_serve(args, stdout, stderr) -> int:
                 skipped.append(f"{device.key} at tp {tp}: not evaluated: "
                                + "; ".join(p.message for p in exc.problems))
                 continue
+            section = _least_work(section, model, device, tp, dtype, stored, layout)
             top = section["crossovers"][0]["devices"][0]   # the chart's solid line ends at the largest batch that fits
             drawn = sorted([(row["batch"], row["devices"][0]["tokens_per_s"], row["devices"][0]["fits"])
                             for row in section["steps"]]
                            + ([(top["max_batch"], top["at_max_batch"]["tokens_per_s"], True)] if top["at_max_batch"] else []))
             section["steps"] = [row for row in section["steps"] if row["batch"] in batches]
+            predicted = _predicted(args, model, device, tp, dtype, stored, section, choice)
             configs.append(table.Configuration(
-                device, tp, section, _predicted(args, model, device, tp, dtype, stored, section, choice),
-                choice if isinstance(choice, str) else choice.says(),
-                _smallest(model, device, args, dtype, stored, section), drawn))
+                device, tp, section, predicted, choice if isinstance(choice, str) else choice.says(),
+                _smallest(model, device, args, dtype, stored, section), drawn, crossing(model, device, tp),
+                workload(args) if any("why" not in p for p in predicted.values()) else ""))
     if not configs:
         raise RooflineError("no configuration could be evaluated:\n" + "\n".join(skipped))
     draft = speculation.draft_of(args, _model)
@@ -442,6 +480,36 @@ def cmd_serve(args, stdout, stderr) -> int:
     return 0
 
 
+def _least_work(section: dict, model, device, tp: int, dtype: str, storage: dict, layout: dict) -> dict:
+    """Under attention DP or expert parallelism, the section's step and TTFT bounds at the
+    least-work routing (serving/routed_bound.py); where the step model cannot price the
+    deployment, the section's figures said to be expectations under uniform routing."""
+    dep = Deployment(model, device, tp, storage.get("weights", dtype), storage.get("kv_cache", dtype),
+                     attention_dp=layout.get("attention_dp", 1), moe_tp=layout.get("moe_tp"),
+                     moe_ep=layout.get("ep", 1), experts=storage.get("experts"), compute=dtype)
+    if not dep.all_to_all:
+        return section
+    try:
+        return routed_bound.section(section, stepcost.build(dep), DTYPE_BYTES[dtype])
+    except (Unpredictable, DeviceLacks) as exc:
+        return {**section, "expected": f"the step and TTFT figures are expectations under uniform routing, "
+                                       f"not bounds (the least-work routing's step cannot be priced: {exc})"}
+
+
+def crossing(model, device, tp: int) -> str:
+    """'' while the tp group stays inside one scale-up domain; else that it leaves it and the
+    link its collectives take (`Workbench.link` chooses; the step's collectives are timed on it)."""
+    domain = device.link_domain
+    if tp == 1 or domain is None or tp <= domain:
+        return ""
+    try:
+        link = Workbench(_study(model, device, "bf16", [1], 1, 1, tp)).link(device, tp, "the tp collectives")
+    except DeviceLacks:
+        return ""
+    return (f"the tp group of {tp} crosses the {device.link or 'scale-up'} domain of {domain} devices: "
+            f"its collectives run over {link.name or 'the scale-out network'}")
+
+
 def _dequantisation(model, dtype: str, stored: dict) -> str:
     """The weight-only GEMMs' statement for --weights the --dtype peak does not run on."""
     weights = stored.get("weights", dtype)
@@ -456,9 +524,26 @@ def _predicted(args, model, device, tp: int, dtype: str, storage: dict, section:
     weights, kv = storage.get("weights", dtype), storage.get("kv_cache", dtype)
     top = section["crossovers"][0]["devices"][0]["max_batch"]
     points = sorted({row["batch"] for row in section["steps"] if row["batch"] <= top} | ({top} if top >= 1 else set()))
+    if not points:    # no batch fits: the serving model's reason at one sequence, said as such
+        why = calibrated.predict(choice, calibrated.run(model, device, weights, kv, tp, args.prompt, args.context,
+                                                        1, _layout(args), storage.get("experts"), args.osl))
+        return {1: why if "why" in why else {"why": "not one sequence fits beside the weights"}}
     return {b: calibrated.predict(choice, calibrated.run(model, device, weights, kv, tp, args.prompt,
                                                          args.context, b, _layout(args),
-                                                         storage.get("experts"))) for b in points}
+                                                         storage.get("experts"), args.osl)) for b in points}
+
+
+def workload(args) -> str:
+    """The requests the calibrated prediction assumes, and what that means for its steady
+    step, in one line ('' where it predicts nothing for lack of an output length)."""
+    osl = calibrated.output_length(args.prompt, args.context, args.osl)
+    if isinstance(osl, str):
+        return ""
+    how = ("--osl" if args.osl is not None
+           else f"2 x (context - prompt) by default, so their mean context is --context {args.context:,}; --osl sets it")
+    return (f"calibrated for requests of {args.prompt:,} prompt and {osl:,} output tokens ({how}): "
+            f"mean context {args.prompt + osl / 2:,.0f}; each steady step prefills prompt / osl = "
+            f"{args.prompt / osl:.3g} prompt tokens per sequence it decodes, so a short output costs TPOT")
 
 
 def _smallest(model, device, args, dtype: str, storage: dict, section: dict):
@@ -469,12 +554,15 @@ def _smallest(model, device, args, dtype: str, storage: dict, section: dict):
 
 
 def _document(model, c, args, dtype: str, storage: dict) -> dict:
+    osl = calibrated.output_length(args.prompt, args.context, args.osl)
     return {"model": model.name, "device": c.device.key, "dtype": dtype, "tp": c.tp,
             "quantization": storage, "dequantisation": _dequantisation(model, dtype, storage) or None,
             "context": args.context, "prompt": args.prompt,
             "summary": _plain(_answers(c.device, dtype, c.section)),
             "serving": _plain(c.section), "smallest_tp": c.smallest,
-            "calibrated": {"note": c.note, "points": [{"batch": b, **p} for b, p in c.predicted.items()]}}
+            "calibrated": {"note": c.note, "prompt": args.prompt,
+                           "osl": osl if isinstance(osl, int) else None,
+                           "points": [{"batch": b, **p} for b, p in c.predicted.items()]}}
 
 
 def _speculation(model, device, tp: int, args, dtype: str, storage: dict, draft, batches) -> dict | None:
@@ -515,13 +603,16 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None, 
     lines = [answers.text(model.name, setup, _answers(device, dtype, section)).rstrip("\n")]
     if dequantisation:
         lines.append(f"  {dequantisation}")
+    for key in ("routing", "expected"):
+        if section.get(key):
+            lines.append(f"  under attention DP / expert parallelism: {section[key]}")
     if section.get("conventions"):
         lines.append("  conventions of these bounds (the least work a correct kernel does): "
                      + "; ".join(f"{c['name']}: {c['choice']}" for c in section["conventions"]))
     lines.append(f"decode at context {section['steps'][0]['context']:,}:")
     head = ("batch", "tokens/s per user", "tokens/s per GPU", "step", "bound", "memory needed", "fits")
     predicted = config.predicted if config else {}
-    rows = [head + (("calibrated TPOT (80%)", "calibrated TTFT") if predicted else ())]
+    rows = [head + (table.CALIBRATED if predicted else ())]
     for row in section["steps"]:
         d = row["devices"][0]
         user, gpu = table.rates(d["tokens_per_s"], row["batch"], section)
@@ -539,13 +630,12 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None, 
         top = predicted.get(c["max_batch"])
         if top and "why" not in top and c["max_batch"] not in {r["batch"] for r in section["steps"]}:
             tpot, ttft = table.calibrated_cells(top)
-            lines.append(f"  calibrated at batch {c['max_batch']:,}: TPOT {tpot}, TTFT {ttft}")
+            lines.append(f"  calibrated at batch {c['max_batch']:,}: TPOT {tpot}, TTFT {ttft}"
+                         + (" (extrapolated)" if "extrapolated" in top else ""))
     if config is not None:
         whys = sorted({p["why"] for p in predicted.values() if "why" in p})
-        lines += [one_line(config.note)] + [f"  not predicted: {w}" for w in whys]
-    longest = max(section["steps"][0]["context"], section["prefill"][0]["prompt"])
-    if model.max_context and longest > model.max_context:
-        lines.append(f"note: {longest:,} tokens is past the model's max_context, {model.max_context:,}")
+        lines += [one_line(config.note)] + ([f"  {one_line(config.assumed)}"] if config.assumed else []) \
+            + [f"  not predicted: {w}" for w in whys] + [f"  {line}" for line in table.extrapolations(config)]
     return "\n".join(lines) + "\n"
 
 

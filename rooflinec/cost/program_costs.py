@@ -8,7 +8,7 @@ serving model's business.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 
 from rooflinec.cost import collectives
@@ -70,6 +70,27 @@ def all_to_all_s(dep, tokens, bytes_per_element) -> float:
     moved = dep.all_to_all_bytes(tokens, bytes_per_element)
     layers = dep.model.n_layers - dep.model.moe.dense_layers(dep.model.n_layers)
     return 2 * layers * collectives.time(max(moved["sent"], moved["received_busiest"]), 1, link)
+
+
+def tp_link(dep) -> collectives.Link:
+    """The link the tp group's collectives take (the workbench's: scale-up inside one domain,
+    else scale-out; DeviceLacks where the device declares neither)."""
+    return _bench(dep.model).link(dep.device, dep.tp, "the tensor-parallel all-reduces")
+
+
+def collectives_s(dep, device, workload: dict, tokens, bytes_per_element, formats: dict | None = None) -> tuple[int, float]:
+    """(launches, seconds) of one decode step's collectives but the all-to-alls (those are
+    `all_to_all_s`'s): the ones the serving bound times (the sharded program's embedding and
+    row-parallel all-reduces and the logits all-gather), by `Workbench.communication` (the
+    ring model over the workbench's link: scale-up inside one domain, scale-out across),
+    at `workload` with `tokens` rows (M) in `bytes_per_element` activations."""
+    bench, prog = _program(dep, "decode", device, formats)
+    kept = tuple(c for c in prog.collectives if c.kind != "all_to_all")
+    if not kept:
+        return 0, 0.0
+    rows = bench.communication(replace(prog, collectives=kept, bindings={}), device,
+                               {**workload, M: tokens, b: bytes_per_element})
+    return sum(r.count for r in rows), float(sum(r.time for r in rows))
 
 
 def op_costs(dep, phase: str, device, workload: dict, tokens=None, bytes_per_element=2,

@@ -10,8 +10,11 @@ law), and that wait is part of TTFT.
 
 A step's time is the sum over its kernels of max(FLOPs / (compute fraction x peak),
 bytes / (bandwidth fraction x bandwidth)), plus fixed times per layer and per step, plus the
-tensor-parallel all-reduces. The calibration's efficiencies (`Efficiency`) are the only
-fitted numbers.
+tensor-parallel collectives on the link the serving bound's take (the workbench's: scale-out
+once the tp group leaves one scale-up domain): one-shot all-reduces inside a domain, as
+engines run them and the calibration was fitted; past it the bound's own collectives by its
+ring model, so the step never comes out below the bound of the same step. The calibration's efficiencies
+(`Efficiency`) are the only fitted numbers.
 
 Attention data parallelism with expert parallelism (`Run.attention_dp`, `moe_ep`, `moe_tp`):
 the concurrency splits evenly over the attention-DP ranks, each stepping its own batch and KV
@@ -136,8 +139,8 @@ class StepCost:
     compute_s: np.ndarray      # per kernel, FLOPs / peak
     memory_s: np.ndarray       # per kernel, bytes / bandwidth
     layers: int
-    collectives: int           # all-reduces in the step (0 at tp 1)
-    link_s: float              # their ring transfers at the link bandwidth
+    collectives: int           # collectives in the step (0 at tp 1 without attention DP or EP)
+    link_s: float              # their time: ring model over the workbench's link, and the all-to-alls
     curve_s: np.ndarray | None = None   # per kernel, a per-op curve's time (NaN: none; see step_cost)
 
     def time(self, eff: Efficiency) -> float:
@@ -184,22 +187,32 @@ def step_cost(run: Run, decode_seqs: float, context: float, prefill_seqs: float,
                       dev.bandwidth) for op in ops]
     try:
         collectives, link_s = 0, program_costs.all_to_all_s(dep, tokens, act)
-    except DeviceLacks as exc:    # no link declared for the tp x dp devices
+        if run.tp > 1:
+            launches, seconds = _tp_collectives(run, dep, tokens, decode_seqs, context, stored)
+            collectives, link_s = launches, link_s + seconds
+    except DeviceLacks as exc:    # no link declared for the group's devices
         raise Unpredictable(str(exc)) from None
     if dep.all_to_all:
-        collectives = 2 * (run.model.n_layers - run.model.moe.dense_layers(run.model.n_layers))
-    if run.tp > 1:
-        if dev.link_bandwidth is None:
-            raise Unpredictable(f"{dev.key} declares no interconnect bandwidth for tensor parallelism")
-        collectives += dep.all_reduces()
-        payload = tokens * run.model.d_model * DTYPE_BYTES[ACTIVATION_DTYPE]
-        link = C.Link(dev.link, dev.link_bandwidth, dev.link_latency)
-        volume = float(C.fraction("all_reduce", run.tp)) * payload
-        # engines run small all-reduces one-shot over NVSwitch (vLLM's custom all-reduce,
-        # TensorRT-LLM's): one link latency per collective, not the ring's 2(n-1) steps
-        link_s += dep.all_reduces() * C.time(volume, 1, link)
+        collectives += 2 * (run.model.n_layers - run.model.moe.dense_layers(run.model.n_layers))
     return StepCost(np.array([r.t_compute for r in roofs]), np.array([r.t_memory for r in roofs]), run.model.n_layers, collectives, link_s,
                     _curve_times(run, ops, roofs, op_time))
+
+
+def _tp_collectives(run: Run, dep: Deployment, tokens, decode_seqs, context, stored) -> tuple[int, float]:
+    """(launches, seconds) of the step's tensor-parallel collectives, on the link the serving
+    bound's take (`program_costs.tp_link`). Inside one scale-up domain, the per-layer all-reduces
+    one-shot: engines run small all-reduces so over NVSwitch (vLLM's custom all-reduce,
+    TensorRT-LLM's), one link latency each, and the shipped calibration was fitted so (every
+    measured run's tp group within a domain); the per-layer overheads it fitted exceed the
+    ring's extra latencies the bound counts. Past the domain, the bound's own collectives (the
+    embedding's and row-parallel all-reduces, the logits all-gather) by its ring model over the
+    scale-out network (`program_costs.collectives_s`), so the step never comes out below the bound."""
+    act = DTYPE_BYTES[ACTIVATION_DTYPE]
+    link = program_costs.tp_link(dep)
+    if link.name == run.device.link and link.bandwidth == run.device.link_bandwidth:
+        volume = float(C.fraction("all_reduce", run.tp)) * tokens * run.model.d_model * act
+        return dep.all_reduces(), dep.all_reduces() * C.time(volume, 1, link)
+    return program_costs.collectives_s(dep, run.device, {B: decode_seqs, S: context}, tokens, act, stored)
 
 
 def _curve_times(run, ops, roofs, op_time) -> np.ndarray | None:

@@ -1,0 +1,105 @@
+"""The step bound under attention data parallelism or expert parallelism, at the least-work routing.
+
+The serving section's step under attention DP or EP is the deployment's sharded program: its
+busiest expert rank reads the expected distinct experts under uniform routing, and its
+dispatch and combine all-to-alls move their uniform-routing bytes. Both are expectations, so
+that step is not a bound. Here the routed experts cost what any routing must: the simulator's
+step model at its bound (`stepcost.Routed` at BOUND: the busiest rank serves at least
+ceil(dp x tokens x k / ep) routed rows and reads at least ceil(k / ep) experts; a step routed
+all local moves nothing, so no all-to-all). The other kernels are the same step model's; the
+step is bounded by the overlapped rule, max(sum of compute, sum of memory), at the datasheet
+peaks, plus the tensor-parallel collectives the serving bound times
+(`program_costs.collectives_s`), after the kernels as the section's are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rooflinec.cost import program_costs
+from rooflinec.model.symbols import B, S
+from rooflinec.serving import stepcost as sc
+
+ROUTING = ("least-work routing (the simulator's bound): the busiest expert rank serves "
+           "ceil(dp x tokens x k / ep) routed rows and reads ceil(k / ep) experts, no all-to-all "
+           "moves a token; the intensities are the program's under uniform routing")
+MOST = 1 << 20     # the largest batch the compute-bound crossing is looked for at
+
+
+def _decode(batch: int, context: int) -> np.ndarray:
+    """Features of a step decoding `batch` sequences at `context` each, no prefill."""
+    x = np.zeros((1, len(sc.FEATURES)))
+    x[0, sc.ONE], x[0, sc.DECODES], x[0, sc.TOKENS], x[0, sc.LOGITS] = 1, batch, batch, batch
+    x[0, sc.CONTEXT] = batch * context
+    return x
+
+
+def _prompt(prompt: int) -> np.ndarray:
+    """Features of a step prefilling one prompt as one chunk, its last token's logits."""
+    x = np.zeros((1, len(sc.FEATURES)))
+    x[0, sc.ONE], x[0, sc.TOKENS], x[0, sc.LOGITS], x[0, sc.CHUNKS] = 1, prompt, 1, 1
+    x[0, sc.CHUNK_SQUARE], x[0, sc.CHUNK_TOKENS], x[0, sc.CHUNK_KEYS] = prompt ** 2, prompt, prompt
+    return x
+
+
+def _step(model: sc.StepModel, x: np.ndarray, workload: dict, tokens: int, bytes_per_element: int) -> dict:
+    compute, memory = float((x @ model.compute.T).sum()), float((x @ model.memory.T).sum())
+    if model.routed is not None:
+        rows_c, rows_m, _ = model.routed.parts(x, True)     # the least-work routing, no all-to-all
+        compute, memory = compute + float(rows_c.sum()), memory + float(rows_m.sum())
+    dep = model.deployment
+    _, comm = program_costs.collectives_s(dep, dep.device, workload, tokens, bytes_per_element, dep.formats())
+    time = max(compute, memory) + comm
+    bound = "collectives" if comm > max(compute, memory) else "compute" if compute >= memory else "memory"
+    return {"compute_s": compute, "memory_s": memory, "comm_s": comm, "time_s": time, "bound": bound}
+
+
+def decode(model: sc.StepModel, batch: int, context: int, bytes_per_element: int) -> dict:
+    """One attention-DP rank's decode step of `batch` sequences at `context`, bounded (the module);
+    tokens/s are the group's (every rank steps such a batch)."""
+    out = _step(model, _decode(batch, context), {B: batch, S: context}, batch, bytes_per_element)
+    return {**out, "tokens_per_s": batch * model.deployment.attention_dp / out["time_s"]}
+
+
+def prefill(model: sc.StepModel, prompt: int, bytes_per_element: int) -> dict:
+    """One prompt's prefill alone, bounded (the module): the time to first token's bound."""
+    out = _step(model, _prompt(prompt), {B: 1, S: prompt}, prompt, bytes_per_element)
+    return {**out, "prompt_tokens_per_s": prompt / out["time_s"]}
+
+
+def compute_bound_from(model: sc.StepModel, context: int) -> int | None:
+    """The least batch whose bounded decode step's compute reaches its memory (bisection:
+    compute grows faster in the batch than memory, whose weights are read once), or None below
+    MOST."""
+    def turned(batch):
+        step = decode(model, batch, context, 2)
+        return step["compute_s"] >= step["memory_s"]
+    if not turned(MOST):
+        return None
+    lo, hi = 0, MOST          # turned(hi), not turned(lo) (batch 0 reads the weights alone)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if turned(mid) else (mid, hi)
+    return hi
+
+
+def section(section: dict, model: sc.StepModel, bytes_per_element: int) -> dict:
+    """The serving section with its step and TTFT bounds at the least-work routing (the
+    module); memory fit and sizes unchanged. One device: serve's."""
+    out = {**section, "routing": ROUTING}
+    out["steps"] = [{**row, "devices": [{**row["devices"][0], **decode(model, row["batch"], row["context"],
+                                                                         bytes_per_element)}]}
+                    for row in section["steps"]]
+    crossovers = []
+    for row in section["crossovers"]:
+        d, context = row["devices"][0], row["context"]
+        first = compute_bound_from(model, context)
+        top = decode(model, d["max_batch"], context, bytes_per_element) if d["max_batch"] >= 1 else None
+        crossovers.append({**row, "devices": [{**d, "at": None, "ceiling": None, "first": first,
+                                                "reachable": first is not None and first <= d["max_batch"],
+                                                "at_one": decode(model, 1, context, bytes_per_element),
+                                                "at_max_batch": top}]})
+    out["crossovers"] = crossovers
+    out["prefill"] = [{**row, "devices": [{**row["devices"][0], **prefill(model, row["prompt"], bytes_per_element)}]}
+                      for row in section["prefill"]]
+    return out

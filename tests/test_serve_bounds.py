@@ -1,0 +1,223 @@
+"""`serve`'s bounds and its calibrated predictions side by side: a prediction never beats the
+bound of the same step, the bound names its largest term, the bound under attention DP / EP is
+one (the least-work routing), and what the prediction assumes is printed."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from rooflinec.analyses.serving import dominant
+from rooflinec.base import yamlio
+from rooflinec.base.roofline import Roofline
+from rooflinec.cli import calibrated, quick
+from rooflinec.cost.deployment import Deployment
+from rooflinec.serving import routed_bound, serving_model as sm, stepcost as sc
+from rooflinec.spec import catalog, load
+
+
+def model(name):
+    return load.load_model(catalog.path("models", name))
+
+
+def device(name):
+    return load.load_hardware(catalog.path("hardware", name))
+
+
+def test_the_bound_names_its_largest_term():
+    # 1 ms of compute, 2 ms of memory: memory, unless the collectives take longer than both
+    roof = Roofline(1e-3, 2e-3)
+    assert dominant(roof, 1.5e-3) == "memory"
+    assert dominant(roof, 2.5e-3) == "collectives"
+    assert dominant(Roofline(3e-3, 2e-3), 2.5e-3) == "compute"
+
+
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(["llama-3.1-8b", "llama-3.1-70b", "qwen3-30b-a3b"]),
+       st.sampled_from(["h100-sxm", "h200-sxm"]), st.sampled_from([1, 2, 4, 8, 16]),
+       st.integers(1, 256), st.integers(1, 8), st.sampled_from(["bf16", "fp8"]))
+@example("llama-3.1-70b", "h100-sxm", 16, 1, 8, "bf16")      # the trial's case: the ring crosses nodes
+def test_a_calibrated_prediction_is_never_below_the_bound_of_its_step(name, key, tp, batch, growth, dtype):
+    """Over models, devices, tp inside and past the NVLink domain, batches and contexts: the
+    shipped calibration's TPOT is at least the step bound at (batch, context) and its TTFT at
+    least the prompt's bound (the same collectives, on the same link, at fractions <= 1)."""
+    m, dev, prompt = model(name), device(key), 1024
+    context = prompt + 128 * growth
+    section = quick.serving_section(m, dev, dtype, [batch], context, prompt, tp)
+    if section["crossovers"][0]["devices"][0]["max_batch"] < batch:
+        return     # past memory the prediction queues; serve prints none
+    choice = calibrated.choose(None, key, None)
+    p = calibrated.predict(choice, calibrated.run(m, dev, dtype, dtype, tp, prompt, context, batch))
+    assert "why" not in p, p
+    step = section["steps"][0]["devices"][0]
+    assert p["tpot_s"] >= step["time_s"]
+    assert p["ttft_s"] >= section["prefill"][0]["devices"][0]["time_s"]
+
+
+def test_inside_a_domain_the_fitted_overheads_cover_the_rings_extra_latencies():
+    """Inside an NVLink domain the calibrated step runs all-reduces one-shot (one latency each)
+    where the bound counts the ring's 2 (n - 1) steps: at n = 8, 13 latencies of 0.47 us more,
+    two all-reduces a layer = 12.22 us a layer, which every shipped parameter set's fitted
+    per-layer time exceeds (so the prediction stays above the bound there too)."""
+    doc = yamlio.load(calibrated.shipped()).data
+    sets = [doc["default"], *doc["engines"], *doc["groups"]]
+    h100 = device("h100-sxm")
+    extra = 2 * (2 * (h100.link_domain - 1) - 1) * h100.link_latency
+    assert extra == pytest.approx(12.22e-6)
+    assert all(g["parameters"]["per_layer_s"] > extra for g in sets)
+
+
+@pytest.mark.slow
+def test_serve_names_collectives_and_the_link_past_the_nvlink_domain(call):
+    """Llama-3.1-70B at tp 16 on H100 (NVLink domains of 8): the ring crosses nodes over
+    InfiniBand, its collectives outweigh the step's memory, and the calibrated TPOT (which
+    times the same collectives) stays above the bound."""
+    code, out, err = call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--tp", "8,16", "--batch", "1",
+                          "--json")
+    assert code == 0, err
+    docs = {d["tp"]: d for d in json.loads(out)["configurations"]}
+    at16 = docs[16]["serving"]["steps"][0]["devices"][0]
+    assert at16["comm_s"] > max(at16["compute_s"], at16["memory_s"]) and at16["bound"] == "collectives"
+    assert docs[8]["serving"]["steps"][0]["devices"][0]["bound"] == "memory"
+    for doc in docs.values():
+        assert doc["calibrated"]["points"][0]["tpot_s"] >= doc["serving"]["steps"][0]["devices"][0]["time_s"]
+    text = call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--tp", "8,16", "--batch", "1")[1]
+    assert "h100-sxm at tp 16: the tp group of 16 crosses the NVLink 4 (NVSwitch) domain of 8 devices: " \
+           "its collectives run over InfiniBand NDR (ConnectX-7)" in text
+    assert "at tp 8: the tp group" not in text
+
+
+def test_the_crossing_is_said_only_past_the_domain():
+    h100 = device("h100-sxm")
+    assert quick.crossing(model("llama-3.1-8b"), h100, 8) == ""
+    assert "crosses" in quick.crossing(model("llama-3.1-8b"), h100, 16)
+
+
+QWEN_EP = Deployment(model("qwen3-30b-a3b"), device("h200-sxm"), 1, "bf16", "bf16", attention_dp=4, moe_ep=4)
+
+
+@pytest.mark.slow
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 2048), st.integers(1, 32768))
+def test_the_least_work_bound_is_below_the_simulators_bound_step(batch, context):
+    """The overlapped rule, max(sum compute, sum memory), is at most the simulator's bound step
+    (the sum of each kernel's max) on the same features and routing: the serve bound is below
+    anything `simulate --bound` prices for that step."""
+    step_model = sc.build(QWEN_EP)
+    x = routed_bound._decode(batch, context)
+    least = routed_bound.decode(step_model, batch, context, 2)
+    assert least["comm_s"] == 0      # tp 1: no all-reduce, and no all-to-all at the least-work routing
+    assert least["time_s"] <= step_model.durations(x, sc.BOUND)[0] * (1 + 1e-12)
+
+
+@pytest.mark.slow
+def test_serve_bound_under_attention_dp_is_at_most_simulate_bound(call):
+    """Qwen3-30B-A3B at attention DP 4 x EP 4 on H200, 16 sequences a rank (64 clients),
+    prompts of 1024 and 128 output tokens: serve's step bound at the context the requests start
+    decoding at is at most the simulator's bound-mode TPOT (every step it replays decodes at
+    least there, and some prefill beside), and below the old expected-routing figure."""
+    args = ["qwen3-30b-a3b", "--device", "h200-sxm", "--attention-dp", "4", "--ep", "4"]
+    code, out, err = call("serve", *args, "--batch", "16", "--context", "1025", "--prompt", "1024", "--json")
+    assert code == 0, err
+    serving = json.loads(out)["serving"]
+    step = serving["steps"][0]["devices"][0]
+    assert "least-work routing" in serving["routing"] and step["comm_s"] == 0
+    code, out, err = call("simulate", *args, "--engine", "trtllm", "--concurrency", "64", "--isl", "1024",
+                          "--osl", "128", "--bound", "--requests", "64", "--json")
+    assert code == 0, err
+    tpot = json.loads(out)["tpot_s"]["mean"]
+    assert step["time_s"] <= tpot
+    text = call("serve", *args, "--batch", "16", "--context", "1025", "--prompt", "1024")[1]
+    assert "under attention DP / expert parallelism: least-work routing" in text
+
+
+@pytest.mark.slow
+def test_json_reports_the_moe_tp_the_deployment_uses(call):
+    for argv, want in ((("--tp", "4", "--moe-tp", "4"), 4), (("--tp", "4"), 4),
+                       (("--tp", "2", "--attention-dp", "2", "--ep", "4", "--moe-tp", "1"), 1)):
+        code, out, err = call("serve", "qwen3-30b-a3b", "--device", "h100-sxm", *argv, "--batch", "1", "--json")
+        assert code == 0, err
+        doc = json.loads(out)
+        assert doc["serving"]["deployment"]["moe_tp"] == want == doc["summary"]["deployment"]["moe_tp"]
+    code, out, _ = call("serve", "llama-3.1-8b", "--device", "h100-sxm", "--tp", "2", "--batch", "1", "--json")
+    assert "moe_tp" not in json.loads(out)["serving"]["deployment"]     # no experts to split
+
+
+@pytest.mark.slow
+def test_weights_that_do_not_fit_say_why_there_is_no_prediction(call):
+    """Llama-3.1-70B in bf16 on one H100: 141.1 GB of weights, 85.9 GB of memory."""
+    code, out, err = call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--batch", "1,16")
+    assert code == 0, err
+    assert "  not predicted: bf16 weights need 141.1 GB per device; h100-sxm has 85.9 GB\n" in out
+
+
+@pytest.mark.slow
+def test_a_context_past_max_context_is_warned_once_located(call):
+    code, out, err = call("serve", "llama-3.1-8b", "--device", "h100-sxm,h200-sxm", "--context", "200000",
+                          "--batch", "1")
+    assert code == 0
+    spec = catalog.path("models", "llama-3.1-8b")
+    line, col = yamlio.load(spec).where(("max_context",))
+    want = f"warning: {spec}:{line}:{col}: max_context: 200,000 tokens"
+    assert err.count("warning:") == 1 and err.startswith(want) and "131,072" in err
+    assert call("serve", "llama-3.1-8b", "--device", "h100-sxm", "--context", "8192", "--batch", "1")[2] == ""
+
+
+@pytest.mark.slow
+def test_the_output_length_the_prediction_assumes_is_printed_and_settable(call):
+    """--context 1100 after a 1024-token prompt: 2 x 76 = 152 output tokens by default (mean
+    context 1100), so each steady step prefills 1024 / 152 = 6.74 prompt tokens per decoded
+    one; --osl 1024 predicts longer requests, whose TPOT is lower."""
+    argv = ["serve", "llama-3.1-70b", "--device", "h200-sxm", "--dtype", "fp8", "--batch", "91",
+            "--prompt", "1024", "--context", "1100"]
+    code, out, err = call(*argv)
+    assert code == 0, err
+    assert "calibrated for requests of 1,024 prompt and 152 output tokens" in out and "= 6.74 prompt tokens" in out
+    short = json.loads(call(*argv, "--json")[1])["calibrated"]
+    long = json.loads(call(*argv, "--osl", "1024", "--json")[1])["calibrated"]
+    assert short["osl"] == 152 and long["osl"] == 1024
+    assert long["points"][0]["tpot_s"] < short["points"][0]["tpot_s"]
+    assert calibrated.output_length(1024, 1100) == 152 and calibrated.output_length(1024, 1100, 7) == 7
+    code, _, err = call(*argv, "--osl", "0")
+    assert code == 2 and "--osl: expected a whole number >= 1, got 0" in err
+
+
+def _measured_concurrency(device: str, engine: str) -> list[int]:
+    doc = yamlio.load(calibrated.shipped()).data
+    tag = f"_{device.replace('-', '_')}_{engine}_"
+    return [int(re.search(r"_c(\d+)_tp", r["row_id"]).group(1)) for r in doc["rows"] if tag in r["row_id"]]
+
+
+@pytest.mark.slow
+def test_help_and_extrapolation_words(call):
+    code, out, _ = call("serve", "--help")
+    assert code == 0 and re.search(r"MODEL\s+a catalog model \(rooflinec models\)", out)
+    assert "TTFT is the same model's" in out
+    seen = _measured_concurrency("h100-sxm", "trtllm")
+    lo, hi = min(seen), max(seen)
+    assert lo > 1       # batch 1 lies below every run the calibration measured
+    text = call("serve", "llama-3.1-8b", "--device", "h100-sxm", "--batch", "1,16")[1]
+    assert "predicted TTFT" in text and "calibrated TTFT" not in text
+    head = f"  extrapolated beyond the calibration's measured range (concurrency {lo:,} to {hi:,} on this " \
+           "device with trtllm): batch "
+    line = next(x for x in text.splitlines() if x.startswith(head))
+    batches = [int(b.replace(",", "")) for b in line[len(head):].split(", ")]
+    assert 1 in batches and 16 not in batches                   # 16 lies inside the measured range
+    assert all(b < lo or b > hi for b in batches)
+
+
+@pytest.mark.slow
+def test_where_the_least_work_step_cannot_be_priced_the_figures_are_said_to_be_expectations(call):
+    """gpt-oss-120b's sliding windows are not affine in the simulator's step features, so its
+    least-work step is not priced: under attention DP / EP serve says its step figures are
+    expectations under uniform routing, not bounds."""
+    code, out, err = call("serve", "gpt-oss-120b", "--device", "h100-sxm", "--attention-dp", "2", "--ep", "2",
+                          "--batch", "1")
+    assert code == 0, err
+    assert "the step and TTFT figures are expectations under uniform routing, not bounds" in out
