@@ -11,6 +11,7 @@ Residuals in, quantiles out: who groups the rows (per op class, per serving grou
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -43,3 +44,90 @@ def interval(predicted, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
 def covered(predicted, measured, lo: float, hi: float) -> np.ndarray:
     r = np.log(np.asarray(predicted, float) / np.asarray(measured, float))
     return (r >= lo) & (r <= hi)
+
+
+# --- a new group: a shift shared by its rows, then each row's own noise ----------------------
+
+class TooFewGroups(ValueError):
+    """Fewer than two groups: the spread of group shifts cannot be estimated."""
+
+
+def t_cdf(x, df: int) -> np.ndarray:
+    """Student's t distribution function at integer `df` >= 1, in closed form (Abramowitz and
+    Stegun, "Handbook of Mathematical Functions", 1964, 26.7.3 and 26.7.4: A(t|v) = P(|T| <= t)
+    as a finite series in theta = atan(t / sqrt(v)))."""
+    if df < 1 or int(df) != df:
+        raise ValueError(f"t_cdf: df {df} is not a positive integer")
+    t = np.asarray(x, float)
+    th = np.arctan(np.abs(t) / math.sqrt(df))
+    s, c = np.sin(th), np.cos(th)
+    term, total = (np.ones_like(th), np.ones_like(th)) if df % 2 == 0 else (c, c if df > 1 else 0 * c)
+    for j in range(2 if df % 2 == 0 else 3, df - 1, 2):   # each term (j - 1)/j cos^2 theta the last
+        term = term * (j - 1) / j * c * c
+        total = total + term
+    a = s * total if df % 2 == 0 else 2 / math.pi * (th + (s * total if df > 1 else 0))
+    return 0.5 + np.sign(t) * a / 2
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The p-quantile of Student's t at integer `df`, by bisection on `t_cdf` (60 halvings)."""
+    return _invert(lambda x: float(t_cdf(x, df)), p, -1e6, 1e6)
+
+
+def _invert(cdf, p: float, lo: float, hi: float) -> float:
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+        if hi - lo <= 1e-12 * max(1.0, abs(mid)):
+            break
+    return (lo + hi) / 2
+
+
+@dataclass(frozen=True)
+class GroupBand:
+    """The interval of a row of a new group, and what it is made of."""
+    lo: float
+    hi: float
+    center: float          # mean of the groups' medians
+    shift_scale: float     # s_b sqrt(1 + 1/m): the scale of the new group's shift about `center`
+    groups: int            # m, the groups it is drawn from (t with m - 1 degrees of freedom)
+
+
+def group_band(groups, level: float = 0.8) -> GroupBand:
+    """The `level` interval of log(predicted / measured) for a row of a group none of `groups`
+    (one array of log residuals each) is. The two-level law: a row's residual is its group's
+    shift plus its own noise, r = mu_g + e. The shift of a new group is drawn like the others'
+    (normal): with m_g each group's median, c their mean and s_b their standard deviation over m
+    groups, (mu_new - c) / (s_b sqrt(1 + 1/m)) is Student's t with m - 1 degrees of freedom (the
+    prediction interval of one more normal draw; Higgins, Thompson and Spiegelhalter, JRSS A 2009,
+    for the random-effects form). The noise is the groups' own rows about their medians, each
+    group weighing the same (a new group is one more group, not one more row), taken as it is,
+    with no distribution assumed. The new row's distribution function is their convolution,
+    F(x) = sum_g 1/m mean_i T_{m-1}((x - c - (r_gi - m_g)) / (s_b sqrt(1 + 1/m))), and the
+    interval its (1 - level)/2 and (1 + level)/2 quantiles. Two groups give one degree of
+    freedom (a Cauchy shift), wide as the evidence is thin; a distribution-free level over
+    groups (Dunn, Wasserman and Ramdas, "Distribution-free prediction sets for two-layer
+    hierarchical models", JASA 2022) needs ceil((m + 1) level) <= m groups, 4 at 80%, more
+    than the visible rows have of a model or an engine. Where every median is equal (s_b = 0)
+    the shift is c alone and the interval is the split conformal one of c + noise."""
+    groups = [np.asarray(g, float)[np.isfinite(g)] for g in groups]
+    groups = [g for g in groups if len(g)]
+    m = len(groups)
+    if m < 2:
+        raise TooFewGroups(f"{m} group{'s' * (m != 1)} cannot give the spread of a new group's shift; need 2")
+    medians = np.array([np.median(g) for g in groups])
+    center, spread = float(medians.mean()), float(medians.std(ddof=1))
+    noise = [g - med for g, med in zip(groups, medians)]
+    scale = spread * math.sqrt(1 + 1 / m)
+    tail = (1 - level) / 2
+    if scale == 0:
+        lo, hi = quantiles(center + np.concatenate(noise), level)
+        return GroupBand(lo, hi, center, 0.0, m)
+    weights = np.concatenate([np.full(len(e), 1 / (m * len(e))) for e in noise])
+    shifts = center + np.concatenate(noise)
+
+    def cdf(x):
+        return float(weights @ t_cdf((x - shifts) / scale, m - 1))
+    reach = abs(t_quantile(tail / 2, m - 1)) * scale * 4 + float(np.abs(shifts).max()) + 1
+    return GroupBand(_invert(cdf, tail, -reach, reach), _invert(cdf, 1 - tail, -reach, reach),
+                     center, scale, m)

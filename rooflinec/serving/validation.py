@@ -163,12 +163,16 @@ def holdouts(cases, free) -> list[dict]:
 
 
 def band_of(ho: list[dict], level: float = LEVEL) -> dict | None:
-    """The interval's log-residual quantiles (log predicted / measured) for TTFT and TPOT: split
-    conformal on left-out rows' residuals (each row predicted by a fit that never saw its
-    model, its tp or its engine, so the residuals are those of a new deployment). Pooled over
-    every kind of hold-out (the default band), and per kind under `by`: the band for a
-    deployment whose model is new is calibrated on the leave-one-model-out residuals alone, and
-    so on (a new model's errors are not a new tp's). None where too few rows."""
+    """The intervals' log-residual quantiles (log predicted / measured) for TPOT and TTFT.
+    - pooled (`tpot`, `ttft`): split conformal on every left-out row's residual (each row
+      predicted by a fit that never saw its model, its tp or its engine): the band of a
+      deployment whose model, tp and engine were all calibrated, its errors drawn like the
+      calibrated rows' ones (`coverage`'s exchangeable figure).
+    - per kind under `by` (a deployment whose model, tp or engine is new): the two-level band
+      of a new group (`intervals.group_band`) from that kind's held-out groups, each group's
+      residuals its own: the shift a new group's rows share is drawn like the calibrated
+      groups' shifts, Student's t over their medians, beside its rows' own noise.
+    None where too few rows."""
     if not ho:
         return None
     try:
@@ -177,12 +181,9 @@ def band_of(ho: list[dict], level: float = LEVEL) -> dict | None:
         return None
     band["by"] = {}
     for by in HOLDOUTS:
-        mine = [h["residuals"] for h in ho if h["by"] == by]
-        try:
-            band["by"][by] = _quantiles(np.concatenate(mine), level) if mine else None
-        except intervals.TooFewRows:
-            band["by"][by] = None
-    band["by"] = {k: v for k, v in band["by"].items() if v}
+        got = _new_group([h["residuals"] for h in ho if h["by"] == by], level)
+        if got:
+            band["by"][by] = got
     return band
 
 
@@ -190,39 +191,66 @@ def _quantiles(res: np.ndarray, level: float) -> dict:
     return {w: list(intervals.quantiles(_finite(res[:, i]), level)) for i, w in enumerate(WHATS)}
 
 
+def _new_group(parts: list[np.ndarray], level: float) -> dict | None:
+    """{tpot: [lo, hi], ttft: [lo, hi], groups, center, shift_scale} of a new group from
+    `parts` (one residual array [n, 2] per group); None where fewer than two groups."""
+    out = {}
+    for i, w in enumerate(WHATS):
+        try:
+            g = intervals.group_band([p[:, i] for p in parts], level)
+        except intervals.TooFewGroups:
+            return None
+        out[w] = [g.lo, g.hi]
+        out[f"{w}_center"], out[f"{w}_shift_scale"] = g.center, g.shift_scale
+    return {**out, "groups": g.groups}
+
+
 def coverage(ho: list[dict], level: float = LEVEL) -> dict:
-    """The share of left-out rows inside their interval, per kind of hold-out and over all, two
-    ways:
-    - `tpot`, `ttft` (group transfer): a held-out group's rows against the band from the
-      left-out residuals of the other groups of the same kind (the same model, tp or engine
-      never on both sides): what a deployment unlike every calibrated one can expect. With two
-      models and three engines in the visible rows this asks one or two groups to stand for all.
-    - `exchangeable`: each left-out row against its kind's band from every other left-out row
-      of that kind (leave one row out, its own group's other rows included): the conformal
-      guarantee where a new deployment's errors are drawn like the calibrated groups' ones, the
-      band `band_of(...)["by"]` issues."""
-    out, every = {}, {w: [] for w in WHATS}
+    """The share of left-out rows inside their interval, per kind of hold-out and over all
+    ('all' pools the kinds' rows), nested: a held-out group's residuals never shape its own
+    interval.
+    - `tpot`, `ttft` (new group): a held-out group's rows against the two-level band
+      (`intervals.group_band`) of the other groups of its kind (the same model, tp or engine
+      never on both sides); `groups`: the same per held-out group.
+    - `split_conformal`: the same rows against the split conformal band of the other groups'
+      rows pooled (the band before the group shift was modelled: it ignores that a group's
+      rows share their error).
+    - `exchangeable`: each left-out row against its kind's split conformal band from every
+      other left-out row of that kind (its own group's other rows included): the conformal
+      guarantee where a deployment's errors are drawn like the calibrated rows' ones, the
+      pooled band `band_of` issues.
+    The other groups' residuals are each from a fit that never saw that group's rows but did
+    see the held-out group's: the held-out rows reach their band only through those fits."""
+    out, every = {}, {"new": {w: [] for w in WHATS}, "split": {w: [] for w in WHATS}}
     for by in HOLDOUTS:
         hs = [h for h in ho if h["by"] == by]
-        hits = {w: [] for w in WHATS}
+        hits = {"new": {w: [] for w in WHATS}, "split": {w: [] for w in WHATS}}
+        groups = {}
         for h in hs:
             others = [o["residuals"] for o in hs if o is not h]
             if not others:
                 continue
-            rest = np.concatenate(others)
+            band = _new_group(others, level)
             for i, w in enumerate(WHATS):
+                mine = _finite(h["residuals"][:, i])
+                if band:
+                    inside = ((mine >= band[w][0]) & (mine <= band[w][1])).tolist()
+                    hits["new"][w].extend(inside)
+                    groups.setdefault(str(h.get("held_out", len(groups))), {})[w] = _share(inside)
                 try:
-                    lo, hi = intervals.quantiles(_finite(rest[:, i]), level)
+                    lo, hi = intervals.quantiles(_finite(np.concatenate(others)[:, i]), level)
                 except intervals.TooFewRows:
                     continue
-                mine = _finite(h["residuals"][:, i])
-                hits[w].extend(((mine >= lo) & (mine <= hi)).tolist())
-        out[by] = {w: _share(hits[w]) for w in WHATS} | {"rows": len(hits["tpot"])} \
-            | {"exchangeable": _jackknife([h["residuals"] for h in hs], level)}
-        for w in WHATS:
-            every[w].extend(hits[w])
-    out["all"] = {w: _share(every[w]) for w in WHATS} | {"rows": len(every["tpot"])} \
-        | {"exchangeable": _jackknife([h["residuals"] for h in ho], level)}
+                hits["split"][w].extend(((mine >= lo) & (mine <= hi)).tolist())
+        out[by] = {w: _share(hits["new"][w]) for w in WHATS} | {"rows": len(hits["new"]["tpot"])} \
+            | {"groups": groups, "split_conformal": {w: _share(hits["split"][w]) for w in WHATS},
+               "exchangeable": _jackknife([h["residuals"] for h in hs], level)}
+        for kind in every:
+            for w in WHATS:
+                every[kind][w].extend(hits[kind][w])
+    out["all"] = {w: _share(every["new"][w]) for w in WHATS} | {"rows": len(every["new"]["tpot"])} \
+        | {"split_conformal": {w: _share(every["split"][w]) for w in WHATS},
+           "exchangeable": _jackknife([h["residuals"] for h in ho], level)}
     return {"level": level, **out}
 
 
