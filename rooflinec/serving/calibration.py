@@ -124,6 +124,12 @@ def _intervals(doc, block, problems) -> dict | None:
                                     "kind (model, tp, engine): {tpot: [lo, hi], ttft: [lo, hi]}"))
         return out
     out["by"] = {k: _band(doc, ("intervals", "by_holdout", k), v, problems) for k, v in kinds.items()}
+    seen = block.get("calibrated")     # the models, tp degrees and engines fitted (newer files)
+    if seen is not None and not (isinstance(seen, dict) and all(isinstance(v, list) for v in seen.values())):
+        problems.append(doc.problem(("intervals", "calibrated"), "calibrated: expected a mapping of "
+                                    "model, tp, engine: [values]"))
+    elif seen is not None:
+        out["calibrated"] = seen
     return out
 
 

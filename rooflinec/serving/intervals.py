@@ -131,3 +131,36 @@ def group_band(groups, level: float = 0.8) -> GroupBand:
     reach = abs(t_quantile(tail / 2, m - 1)) * scale * 4 + float(np.abs(shifts).max()) + 1
     return GroupBand(_invert(cdf, tail, -reach, reach), _invert(cdf, 1 - tail, -reach, reach),
                      center, scale, m)
+
+
+# --- which band a prediction takes -------------------------------------------------------------
+
+def new_in(calibrated: dict | None, model_id: str, tp: int, engine: str, fitted_group: bool) -> list[str] | None:
+    """The respects (model, tp, engine) in which a deployment is none of the calibrated ones;
+    None where the calibration does not list them (an older file). A deployment whose
+    (device, engine, kind of model) has no fit of its own borrows its engine's or the pooled
+    parameters, as a left-out engine's rows do: it counts as a new engine."""
+    if calibrated is None:
+        return None
+    values = {"model": model_id, "tp": tp, "engine": engine}
+    new = [k for k, v in values.items() if k in calibrated and v not in calibrated[k]]
+    return new + ["engine"] if not fitted_group and "engine" not in new else new
+
+
+def band_for(band: dict, new: list[str] | None) -> tuple[dict | None, str]:
+    """(quantiles {tpot: [lo, hi], ttft: [lo, hi]}, what they are) for a deployment new in
+    `new`: calibrated in every respect, the pooled band; new in one, that kind's new-group
+    band; new in several, the union of theirs (no group of the calibration was new in several
+    respects at once, so that band's coverage is not measured); `new` None (the calibration
+    does not say what it holds), the union of every kind's, the widest."""
+    kinds = band.get("by") or {}
+    pick = list(kinds) if new is None else [k for k in new if k in kinds]
+    if new == []:
+        return {w: band[w] for w in ("tpot", "ttft")}, "model, tp and engine calibrated: the pooled band"
+    if not pick:
+        return None, f"no band for a new {' and '.join(new)} in the calibration"
+    q = {w: [min(kinds[k][w][0] for k in pick), max(kinds[k][w][1] for k in pick)] for w in ("tpot", "ttft")}
+    if new is None:
+        return q, ("the calibration does not list the models, tp and engines it holds (written before the "
+                   "group-shift band): the widest of its per-kind bands (" + ", ".join(pick) + ")")
+    return q, f"new {' and '.join(pick)}: the group-shift band" + (" (union; not measured)" if len(pick) > 1 else "")

@@ -424,30 +424,45 @@ def document(fits: fitting.Fits, cases, source: str, ho: list[dict] | None = Non
         "groups": [{"device": g[0], "engine": g[1], "models": g[2], "parameters": params(fits.groups[g]),
                     "residuals": residuals([c for c in usable if c.group == g], own)}
                    for g in sorted(fits.groups)],
-        **_interval_block(ho),
+        **_interval_block(ho, usable),
     }
 
 
-def _interval_block(ho) -> dict:
+def _interval_block(ho, usable=()) -> dict:
     band = band_of(ho) if ho else None
     if band is None:
         return {}
     cover = coverage(ho)
     return {"intervals": {
         "level": band["level"],
-        "method": "split conformal on log(predicted / measured) of every row predicted with its model, "
-                  "its tp or its engine left out of the fit, pooled; a prediction y allows measured "
-                  "values in [y e^-hi, y e^-lo]; by_holdout: the same from one kind of hold-out alone "
-                  "(the band for a new model from the leave-one-model-out residuals), with its coverage "
-                  "of a held-out group from the other groups (group transfer) and of a row from all "
-                  "the other rows of that kind (exchangeable)",
+        "method": "tpot, ttft: split conformal on log(predicted / measured) of every row predicted with its "
+                  "model, its tp or its engine left out of the fit, pooled: the band of a deployment whose "
+                  "model, tp and engine are all calibrated; a prediction y allows measured values in "
+                  "[y e^-hi, y e^-lo]. by_holdout: the band of a deployment new in that respect, two-level "
+                  "(a shift the new group's rows share, Student's t with groups - 1 degrees of freedom about "
+                  "the mean of that kind's held-out group medians, scale shift_scale, convolved with the "
+                  "rows' own noise about their group's median), with its nested coverage of a held-out "
+                  "group from the other groups (new_group), the split conformal band's (split_conformal) "
+                  "and a row's from all the other rows of that kind (exchangeable); calibrated: the "
+                  "models (Hugging Face ids), tp degrees and engines the rows hold",
         **{w: [_r(v) for v in band[w]] for w in WHATS},
         # a share only where some left-out row had an interval (few rows: none, said by absence)
         "left_out_coverage": {w: _r(cover["all"][w]) for w in WHATS if cover["all"][w] is not None},
+        "left_out_coverage_split_conformal": {w: _r(v) for w, v in cover["all"]["split_conformal"].items()
+                                              if v is not None},
+        "calibrated": calibrated(usable),
         "by_holdout": {by: {**{w: [_r(v) for v in q[w]] for w in WHATS},
-                            "coverage_group_transfer": {w: _cover(cover[by][w]) for w in WHATS},
+                            **{f"{w}_{k}": _r(q[f"{w}_{k}"]) for w in WHATS for k in ("center", "shift_scale")},
+                            "groups": q["groups"],
+                            "coverage_new_group": {w: _cover(cover[by][w]) for w in WHATS},
+                            "coverage_split_conformal": {w: _cover(cover[by]["split_conformal"][w]) for w in WHATS},
                             "coverage_exchangeable": {w: _cover(cover[by]["exchangeable"][w]) for w in WHATS}}
                        for by, q in band["by"].items()}}}
+
+
+def calibrated(usable) -> dict:
+    """The models (Hugging Face ids), tp degrees and engines of the predicted rows."""
+    return {by: sorted({getattr(c.row, by) for c in usable}, key=str) for by in HOLDOUTS}
 
 
 def _cover(x):
