@@ -336,6 +336,7 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
                                for by in HOLDOUTS},
         "violations": violations,
         "intervals": band, "coverage": cover, "interval_factors": _factors(band),
+        "interval_table": interval_table(cover, band),
         "schedule_ttft_over_measured": sum(r["ttft_schedule_bound_s"] > r["measured_ttft_s"] for r in done),
         "weakest": weakest(done),
         "simulator": True,
@@ -343,6 +344,27 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
                            "reason": r["reason"]} for r in records if not r["predicted"]],
         "rows": records,
     }
+
+
+def interval_table(cover: dict | None, band: dict | None) -> list[dict]:
+    """The report's coverage table: per kind of hold-out and pooled, the nested coverage of the
+    new-group band, of the split conformal band it replaces, and of a row from its kind's other
+    rows; the band's measured / predicted factors (pooled: the pooled split conformal band's)."""
+    if not cover:
+        return []
+    factors = _factors(band)
+    out = []
+    for by in (*HOLDOUTS, "all"):
+        c = cover.get(by)
+        if not c:
+            continue
+        q = (band or {}).get("by", {}).get(by) if by != "all" else band
+        out.append({"kind": "pooled" if by == "all" else f"new {by}", "rows": c["rows"],
+                    "groups": None if by == "all" else (q or {}).get("groups"),
+                    "new_group": {w: c[w] for w in WHATS}, "split_conformal": c["split_conformal"],
+                    "exchangeable": c["exchangeable"], "factors": factors.get(by),
+                    "by_group": c.get("groups", {})})
+    return out
 
 
 def _factors(band: dict | None) -> dict:
