@@ -132,6 +132,204 @@ def group_band(groups, level: float = 0.8) -> GroupBand:
     return GroupBand(_invert(cdf, tail, -reach, reach), _invert(cdf, 1 - tail, -reach, reach),
                      center, scale, m)
 
+# --- per kind of hold-out: the bands a calibration issues and their coverage ---------------------
+# `ho`: the left-out groups, each {"by": model | tp | engine, "held_out": its value, "residuals":
+# [n, 2] log(predicted / measured) of TPOT and TTFT from a fit that never saw the group}
+
+HOLDOUTS = ("model", "tp", "engine")
+WHATS = ("tpot", "ttft")
+LEVEL = 0.8          # the prediction intervals' level
+
+
+def band_of(ho: list[dict], level: float = LEVEL) -> dict | None:
+    """The intervals' log-residual quantiles (log predicted / measured) for TPOT and TTFT.
+    - pooled (`tpot`, `ttft`): split conformal on every left-out row's residual (each row
+      predicted by a fit that never saw its model, its tp or its engine): the band of a
+      deployment whose model, tp and engine were all calibrated, its errors drawn like the
+      calibrated rows' ones (`coverage`'s exchangeable figure).
+    - per kind under `by` (a deployment whose model, tp or engine is new): the two-level band
+      of a new group (`group_band`) from that kind's held-out groups, each group's
+      residuals its own: the shift a new group's rows share is drawn like the calibrated
+      groups' shifts, Student's t over their medians, beside its rows' own noise.
+    None where too few rows."""
+    if not ho:
+        return None
+    try:
+        band = {"level": level, **_quantiles(np.concatenate([h["residuals"] for h in ho]), level)}
+    except TooFewRows:
+        return None
+    band["by"] = {}
+    for by in HOLDOUTS:
+        got = _new_group([h["residuals"] for h in ho if h["by"] == by], level)
+        if got:
+            band["by"][by] = got
+    return band
+
+
+def _quantiles(res: np.ndarray, level: float) -> dict:
+    return {w: list(quantiles(_finite(res[:, i]), level)) for i, w in enumerate(WHATS)}
+
+
+def _new_group(parts: list[np.ndarray], level: float) -> dict | None:
+    """{tpot: [lo, hi], ttft: [lo, hi], groups, center, shift_scale} of a new group from
+    `parts` (one residual array [n, 2] per group); None where fewer than two groups."""
+    out = {}
+    for i, w in enumerate(WHATS):
+        try:
+            g = group_band([p[:, i] for p in parts], level)
+        except TooFewGroups:
+            return None
+        out[w] = [g.lo, g.hi]
+        out[f"{w}_center"], out[f"{w}_shift_scale"] = g.center, g.shift_scale
+    return {**out, "groups": g.groups}
+
+
+def coverage(ho: list[dict], level: float = LEVEL) -> dict:
+    """The share of left-out rows inside their interval, per kind of hold-out and over all
+    ('all' pools the kinds' rows), nested: a held-out group's residuals never shape its own
+    interval.
+    - `tpot`, `ttft` (new group): a held-out group's rows against the two-level band
+      (`group_band`) of the other groups of its kind (the same model, tp or engine
+      never on both sides); `groups`: the same per held-out group.
+    - `split_conformal`: the same rows against the split conformal band of the other groups'
+      rows pooled (the band before the group shift was modelled: it ignores that a group's
+      rows share their error).
+    - `exchangeable`: each left-out row against its kind's split conformal band from every
+      other left-out row of that kind (its own group's other rows included): the conformal
+      guarantee where a deployment's errors are drawn like the calibrated rows' ones, the
+      pooled band `band_of` issues.
+    The other groups' residuals are each from a fit that never saw that group's rows but did
+    see the held-out group's: the held-out rows reach their band only through those fits."""
+    out, every = {}, {"new": {w: [] for w in WHATS}, "split": {w: [] for w in WHATS}}
+    for by in HOLDOUTS:
+        hs = [h for h in ho if h["by"] == by]
+        hits = {"new": {w: [] for w in WHATS}, "split": {w: [] for w in WHATS}}
+        groups = {}
+        for h in hs:
+            others = [o["residuals"] for o in hs if o is not h]
+            if not others:
+                continue
+            band = _new_group(others, level)
+            for i, w in enumerate(WHATS):
+                mine = _finite(h["residuals"][:, i])
+                if band:
+                    inside = ((mine >= band[w][0]) & (mine <= band[w][1])).tolist()
+                    hits["new"][w].extend(inside)
+                    groups.setdefault(str(h.get("held_out", len(groups))), {})[w] = _share(inside)
+                try:
+                    lo, hi = quantiles(_finite(np.concatenate(others)[:, i]), level)
+                except TooFewRows:
+                    continue
+                hits["split"][w].extend(((mine >= lo) & (mine <= hi)).tolist())
+        out[by] = {w: _share(hits["new"][w]) for w in WHATS} | {"rows": len(hits["new"]["tpot"])} \
+            | {"groups": groups, "split_conformal": {w: _share(hits["split"][w]) for w in WHATS},
+               "exchangeable": _jackknife([h["residuals"] for h in hs], level)}
+        for kind in every:
+            for w in WHATS:
+                every[kind][w].extend(hits[kind][w])
+    out["all"] = {w: _share(every["new"][w]) for w in WHATS} | {"rows": len(every["new"]["tpot"])} \
+        | {"split_conformal": {w: _share(every["split"][w]) for w in WHATS},
+           "exchangeable": _jackknife([h["residuals"] for h in ho], level)}
+    return {"level": level, **out}
+
+
+def _jackknife(parts: list[np.ndarray], level: float) -> dict:
+    """The share of residuals inside the band from all the others (one left out at a time)."""
+    out = {}
+    for i, w in enumerate(WHATS):
+        r = _finite(np.concatenate(parts)[:, i]) if parts else np.zeros(0)
+        hits = []
+        for j in range(len(r)):
+            try:
+                lo, hi = quantiles(np.delete(r, j), level)
+            except TooFewRows:
+                break
+            hits.append(lo <= r[j] <= hi)
+        out[w] = _share(hits)
+    return out
+
+
+def _finite(x):
+    x = np.asarray(x, float)
+    return x[np.isfinite(x)]
+
+
+def _share(hits) -> float | None:
+    return float(np.mean(hits)) if hits else None
+
+
+def interval_table(cover: dict | None, band: dict | None) -> list[dict]:
+    """The report's coverage table: per kind of hold-out and pooled, the nested coverage of the
+    new-group band, of the split conformal band it replaces, and of a row from its kind's other
+    rows; the band's measured / predicted factors (pooled: the pooled split conformal band's)."""
+    if not cover:
+        return []
+    factors = factors(band)
+    out = []
+    for by in (*HOLDOUTS, "all"):
+        c = cover.get(by)
+        if not c:
+            continue
+        q = (band or {}).get("by", {}).get(by) if by != "all" else band
+        out.append({"kind": "pooled" if by == "all" else f"new {by}", "rows": c["rows"],
+                    "groups": None if by == "all" else (q or {}).get("groups"),
+                    "new_group": {w: c[w] for w in WHATS}, "split_conformal": c["split_conformal"],
+                    "exchangeable": c["exchangeable"], "factors": factors.get(by),
+                    "by_group": c.get("groups", {})})
+    return out
+
+
+def factors(band: dict | None) -> dict:
+    """Measured / predicted at the band's ends, pooled ('all') and per kind of hold-out."""
+    if not band:
+        return {}
+    kinds = {"all": band, **band.get("by", {})}
+    return {by: {w: [math.exp(-q[w][1]), math.exp(-q[w][0])] for w in WHATS} for by, q in kinds.items()}
+
+
+def block(ho, usable=()) -> dict:
+    band = band_of(ho) if ho else None
+    if band is None:
+        return {}
+    cover = coverage(ho)
+    return {"intervals": {
+        "level": band["level"],
+        "method": "tpot, ttft: split conformal on log(predicted / measured) of every row predicted with its "
+                  "model, its tp or its engine left out of the fit, pooled: the band of a deployment whose "
+                  "model, tp and engine are all calibrated; a prediction y allows measured values in "
+                  "[y e^-hi, y e^-lo]. by_holdout: the band of a deployment new in that respect, two-level "
+                  "(a shift the new group's rows share, Student's t with groups - 1 degrees of freedom about "
+                  "the mean of that kind's held-out group medians, scale shift_scale, convolved with the "
+                  "rows' own noise about their group's median), with its nested coverage of a held-out "
+                  "group from the other groups (new_group), the split conformal band's (split_conformal) "
+                  "and a row's from all the other rows of that kind (exchangeable); calibrated: the "
+                  "models (Hugging Face ids), tp degrees and engines the rows hold",
+        **{w: [_r(v) for v in band[w]] for w in WHATS},
+        # a share only where some left-out row had an interval (few rows: none, said by absence)
+        "left_out_coverage": {w: _r(cover["all"][w]) for w in WHATS if cover["all"][w] is not None},
+        "left_out_coverage_split_conformal": {w: _r(v) for w, v in cover["all"]["split_conformal"].items()
+                                              if v is not None},
+        "calibrated": calibrated(usable),
+        "by_holdout": {by: {**{w: [_r(v) for v in q[w]] for w in WHATS},
+                            **{f"{w}_{k}": _r(q[f"{w}_{k}"]) for w in WHATS for k in ("center", "shift_scale")},
+                            "groups": q["groups"],
+                            "coverage_new_group": {w: _cover(cover[by][w]) for w in WHATS},
+                            "coverage_split_conformal": {w: _cover(cover[by]["split_conformal"][w]) for w in WHATS},
+                            "coverage_exchangeable": {w: _cover(cover[by]["exchangeable"][w]) for w in WHATS}}
+                       for by, q in band["by"].items()}}}
+
+
+def calibrated(usable) -> dict:
+    """The models (Hugging Face ids), tp degrees and engines of the predicted rows."""
+    return {by: sorted({getattr(c.row, by) for c in usable}, key=str) for by in HOLDOUTS}
+
+
+def _cover(x):
+    return None if x is None else _r(x)
+
+def _r(x: float) -> float:
+    return 0.0 if x == 0 or not math.isfinite(x) else float(f"{x:.6g}")
+
 
 # --- which band a prediction takes -------------------------------------------------------------
 
