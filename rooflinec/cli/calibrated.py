@@ -8,9 +8,14 @@ default only to a device it was fitted on (a (device, engine) group of its own);
 user names applies to any device, through its engine's or pooled parameters, and the answer
 says which.
 
-The interval is split conformal (`serving.intervals`) over the fit's own TPOT residuals,
-as the file records them (in sample: rows the fit saw, so it is narrower than a held-out one).
-TTFT is not fitted (calibrate.py), so it has no interval.
+The interval: where the file carries an `intervals` block (`rooflinec calibrate` writes one
+from its leave-one-group-out refits, `serving.intervals.block`), the band the deployment takes
+(`intervals.band_for`): the pooled split conformal band where its model, tp and engine (with a
+fit of its device) were all calibrated, else the two-level band of a new group of that kind
+(a shift its rows share, drawn like the calibrated groups' ones), for TPOT and TTFT. An
+older file carries only the fit's own TPOT residuals: the interval is then split conformal
+over them (in sample: rows the fit saw, narrower than a held-out one, blind to a new model's
+shift) and TTFT has none.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from importlib import resources
 import yaml
 
 from rooflinec.base import yamlio
-from rooflinec.serving import calibrate, intervals, serving_model
+from rooflinec.serving import calibrate, calibration, intervals, serving_model
 from rooflinec.spec.load import DTYPE_BYTES
 
 SHIPPED = "serving-visible.yaml"   # the steady-state model's calibration the package ships
@@ -42,9 +47,10 @@ class Choice:
     level: str                 # "group", "engine" or "pooled"
     file: str
     default: bool              # the shipped calibration, taken without being asked for
-    interval: tuple | None     # (lo, hi) log residual quantiles at LEVEL, or None
+    interval: tuple | None     # (lo, hi) in-sample TPOT log residual quantiles at LEVEL, or None
     rows: int
     residuals: int = 0         # the residuals the interval is drawn from
+    bands: dict | None = None  # the file's left-out bands (`calibration.Table.intervals`), or None
 
     def says(self, command: bool = True) -> str:
         """Where the figures come from; `command`: for `serve`, which names its flag."""
@@ -53,7 +59,9 @@ class Choice:
                  "pooled": "parameters pooled over every device and engine"}[self.level]
         source = (("the shipped calibration (default; --calibration FILE for another)" if command
                    else "the shipped calibration") if self.default else f"calibration {self.file}")
-        band = (f"; TPOT's {LEVEL:.0%} interval from the fit's {self.residuals} residuals (in sample, "
+        band = (f"; {self.bands['level']:.0%} intervals of TPOT and TTFT from the calibration's left-out refits"
+                if self.bands else
+                f"; TPOT's {LEVEL:.0%} interval from the fit's {self.residuals} residuals (in sample, "
                 "every device and engine; TTFT is not fitted)" if self.interval else "")
         return f"calibrated prediction by {source}: {where}{band}"
 
@@ -72,6 +80,16 @@ def _residuals(doc) -> list[float]:
             if isinstance(r, dict) and isinstance(r.get("tpot_log_residual"), (int, float))]
 
 
+def _bands(doc: dict) -> dict | None:
+    """The file's `intervals` block in `calibration.Table.intervals`' shape, or None."""
+    block = doc.get("intervals")
+    if not isinstance(block, dict):
+        return None
+    return {"level": block["level"], "tpot": block["tpot"], "ttft": block["ttft"],
+            "by": {k: {w: v[w] for w in ("tpot", "ttft")} for k, v in (block.get("by_holdout") or {}).items()},
+            **({"calibrated": block["calibrated"]} if "calibrated" in block else {})}
+
+
 def _interval(residuals) -> tuple | None:
     try:
         return intervals.quantiles(residuals, LEVEL)
@@ -87,6 +105,7 @@ def _document(path: str, default: bool) -> dict:
     second on the shipped file's 309 residual rows, a quarter of `serve`'s import floor."""
     if not default:
         calibrate.load(path)
+        calibration.load(path)       # its intervals block, every problem located
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     return yaml.load(yamlio.read_text(path), Loader=loader)
 
@@ -116,7 +135,7 @@ def choose(file: str | None, device: str, engine: str | None) -> Choice | str:
     else:
         level, eff, rows = "pooled", _efficiency(doc["default"]), 0
     residuals = _residuals(doc)
-    return Choice(eff, engine, level, path, default, _interval(residuals), rows, len(residuals))
+    return Choice(eff, engine, level, path, default, _interval(residuals), rows, len(residuals), _bands(doc))
 
 
 def run(model, device, weights: str, kv_cache: str, tp: int, prompt: int, context: int,
@@ -139,7 +158,8 @@ def run(model, device, weights: str, kv_cache: str, tp: int, prompt: int, contex
 
 
 def predict(choice: Choice, run: serving_model.Run | str) -> dict:
-    """TPOT and TTFT predicted, with the TPOT interval; or {"why": ...} when not predictable."""
+    """TPOT and TTFT predicted, with their intervals (`interval_band` says which band; an older
+    file: TPOT's in-sample one alone); or {"why": ...} when not predictable."""
     if isinstance(run, str):
         return {"why": run}
     try:
@@ -148,7 +168,14 @@ def predict(choice: Choice, run: serving_model.Run | str) -> dict:
         return {"why": str(exc)}
     out = {"tpot_s": p.tpot_s, "ttft_s": p.ttft_s, "tokens_per_s_per_user": 1 / p.tpot_s,
            "engine": choice.engine, "level": choice.level, "interval_level": LEVEL}
-    if choice.interval:
+    if choice.bands:
+        new = intervals.new_in(choice.bands.get("calibrated"), run.model.hf_id, run.tp, choice.engine or "(pooled)",
+                               choice.level == "group")
+        q, out["interval_band"] = intervals.band_for(choice.bands, new)
+        out["interval_level"] = choice.bands["level"]
+        for w, y in (("tpot", p.tpot_s), ("ttft", p.ttft_s)) if q else ():
+            out[f"{w}_interval_s"] = [float(v) for v in intervals.interval(y, *q[w])]
+    elif choice.interval:
         lo, hi = intervals.interval(p.tpot_s, *choice.interval)
         out["tpot_interval_s"] = [float(lo), float(hi)]
     return out

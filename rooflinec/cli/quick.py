@@ -471,7 +471,8 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None, 
     lines.append(f"decode at context {section['steps'][0]['context']:,}:")
     head = ("batch", "tokens/s per user", "tokens/s per GPU", "step", "bound", "memory needed", "fits")
     predicted = config.predicted if config else {}
-    rows = [head + (("calibrated TPOT (80%)", "calibrated TTFT") if predicted else ())]
+    ttft = "calibrated TTFT" + (" (80%)" if any("ttft_interval_s" in p for p in predicted.values()) else "")
+    rows = [head + (("calibrated TPOT (80%)", ttft) if predicted else ())]
     for row in section["steps"]:
         d = row["devices"][0]
         user, gpu = table.rates(d["tokens_per_s"], row["batch"], section)

@@ -59,8 +59,11 @@ def load(file: str) -> Table:
         raise SpecError([doc.problem((), "expected a calibration mapping with 'default', 'engines' and 'groups'")])
     if d.get("kind") != KIND:   # the steady-state model's calibration: read by its own loader
         old = calibrate.load(file)
+        band = _intervals(doc, d.get("intervals"), problems)
+        if problems:
+            raise SpecError(problems)
         return Table(Parameters.of(old.default), {k: Parameters.of(v) for k, v in old.groups.items()},
-                     {k: Parameters.of(v) for k, v in old.engines.items()}, old.fitted, "steady-state calibration")
+                     {k: Parameters.of(v) for k, v in old.engines.items()}, old.fitted, "steady-state calibration", band)
 
     def params(path, block):
         ps = block.get("parameters") if isinstance(block, dict) else None
