@@ -4,16 +4,12 @@ errors of mean TTFT and mean TPOT per group and left out per group, the per-requ
 assumption carries most of the prediction. The report has the steady-state validation's
 shape (`validate_runs.render` draws it) plus the simulator's own sections.
 
-Prediction intervals (issue 30 item 3): split conformal quantiles of log(predicted / measured)
-over left-out rows, each predicted by a fit that never saw its model, its tp or its engine
-(`holdouts`). The pooled band mixes the three kinds; the band for a deployment new in one
-respect comes from that kind of hold-out alone (a new model's band from the leave-one-model-out
-residuals), since a new model's errors are larger than a new tp's. Coverage is reported per
-kind two ways (`coverage`): a held-out group against the band of the other groups of its kind
-(group transfer: with two models and three engines, one or two groups stand for every other,
-and the visible rows' model and engine shifts fall outside), and each left-out row against the
-band of all the other left-out rows of its kind (the conformal guarantee where a new group's
-errors are drawn like the calibrated groups' ones)."""
+Prediction intervals (issue 30 item 3; the law in `serving.intervals`): each row predicted by
+a fit that never saw its model, its tp or its engine (`holdouts`); the pooled split conformal
+band of those residuals for a deployment calibrated in every respect, and per kind the
+two-level band of a new group (a shift its rows share, Student's t over the held-out groups'
+medians, beside the rows' own noise), measured by nested leave-one-group-out
+(`intervals.coverage`), both kept in the calibration file (`intervals.block`)."""
 
 from __future__ import annotations
 
