@@ -294,7 +294,7 @@ def interval_table(cover: dict | None, band: dict | None) -> list[dict]:
     rows; the band's measured / predicted factors (pooled: the pooled split conformal band's)."""
     if not cover:
         return []
-    factors = factors(band)
+    ends = factors(band)
     out = []
     for by in (*HOLDOUTS, "all"):
         c = cover.get(by)
@@ -304,7 +304,7 @@ def interval_table(cover: dict | None, band: dict | None) -> list[dict]:
         out.append({"kind": "pooled" if by == "all" else f"new {by}", "rows": c["rows"],
                     "groups": None if by == "all" else (q or {}).get("groups"),
                     "new_group": {w: c[w] for w in WHATS}, "split_conformal": c["split_conformal"],
-                    "exchangeable": c["exchangeable"], "factors": factors.get(by),
+                    "exchangeable": c["exchangeable"], "factors": ends.get(by),
                     "by_group": c.get("groups", {})})
     return out
 
