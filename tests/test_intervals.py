@@ -6,6 +6,7 @@ visible serving rows."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -150,3 +151,73 @@ def test_nested_coverage_on_the_visible_rows():
             assert cover[by][w] >= cover[by]["split_conformal"][w], (by, w)
     assert 0.75 <= cover["all"]["tpot"] <= 0.90 and 0.75 <= cover["all"]["ttft"] <= 0.90
     assert cover["all"]["rows"] == 3 * cover["model"]["rows"]
+
+
+def _steady_state_calibration(tmp_path, calibrated: str) -> Path:
+    """A steady-state calibration (`rooflinec calibrate`'s format) with a left-out bands block."""
+    params = "{bandwidth_fraction: 1.0, compute_fraction: 0.5, per_layer_s: 0.0001, per_step_s: 0.0, per_collective_s: 0.0}"
+    cal = tmp_path / "cal.yaml"
+    cal.write_text(f"fitted: [compute_fraction, per_layer_s]\ndefault: {{parameters: {params}}}\n"
+                   f"engines: [{{engine: trtllm, parameters: {params}}}]\n"
+                   f"groups: [{{device: h100-sxm, engine: trtllm, parameters: {params}, residuals: {{rows: 10}}}}]\n"
+                   "intervals: {level: 0.8, tpot: [-0.1, 0.2], ttft: [-0.5, 0.3],\n"
+                   "  by_holdout: {model: {tpot: [-0.4, 0.4], ttft: [-1, 1]}}" + calibrated + "}\n", encoding="utf-8")
+    return cal
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, lo, hi, band", [
+    ("meta-llama/Llama-3.1-8B-Instruct", -0.1, 0.2, "model, tp and engine calibrated: the pooled band"),
+    ("meta-llama/Llama-3.1-70B", -0.4, 0.4, "new model: the group-shift band")])
+def test_serve_takes_the_band_of_its_deployment(call, tmp_path, model, lo, hi, band):
+    """`serve` under a calibration with left-out bands: TPOT and TTFT each [y e^-hi, y e^-lo]
+    of the band its deployment takes (llama-3.1-8b on h100-sxm with trtllm at tp 1: calibrated
+    where the file lists its model, a new model's band where it does not)."""
+    cal = _steady_state_calibration(tmp_path, f", calibrated: {{model: [{model}], tp: [1], engine: [trtllm]}}")
+    code, out, err = call("serve", "llama-3.1-8b", "--device", "h100-sxm", "--calibration", cal, "--json")
+    assert code == 0, err
+    p = json.loads(out)["calibrated"]["points"][0]
+    assert p["interval_band"] == band
+    assert p["tpot_interval_s"] == pytest.approx([p["tpot_s"] * math.exp(-hi), p["tpot_s"] * math.exp(-lo)])
+    ttft = {"pooled": [-0.5, 0.3], "new": [-1, 1]}["pooled" if "pooled" in band else "new"]
+    assert p["ttft_interval_s"] == pytest.approx([p["ttft_s"] * math.exp(-ttft[1]), p["ttft_s"] * math.exp(-ttft[0])])
+    code, text, err = call("serve", "llama-3.1-8b", "--device", "h100-sxm", "--calibration", cal)
+    assert "calibrated TTFT (80%)" in text and "80% intervals of TPOT and TTFT from the calibration's left-out refits" in text
+
+
+def test_a_bad_bands_block_in_a_steady_state_calibration_is_located(call, tmp_path):
+    cal = _steady_state_calibration(tmp_path, ", calibrated: [1]")
+    code, out, err = call("serve", "llama-3.1-8b", "--device", "h100-sxm", "--calibration", cal)
+    assert code == 1 and "cal.yaml:" in err and "calibrated" in err, err
+
+
+@pytest.mark.slow
+def test_plan_rows_carry_the_band_of_their_deployment(call, tmp_path):
+    """`plan` under a simulator calibration with left-out bands: every row's prediction has
+    TPOT and TTFT intervals [y e^-hi, y e^-lo] of its band (tp 1 calibrated: the pooled band;
+    tp 2 not: a new tp's), the table its 80% columns and a line naming each band."""
+    cal = tmp_path / "cal.yaml"
+    cal.write_text("kind: simulator\ndefault:\n  parameters: {compute_fraction: 0.6}\n"
+                   "groups: [{device: h100-sxm, engine: vllm, models: dense, parameters: {compute_fraction: 0.6}}]\n"
+                   "intervals: {level: 0.8, tpot: [-0.1, 0.2], ttft: [-0.5, 0.3],\n"
+                   "  by_holdout: {tp: {tpot: [-0.2, 0.3], ttft: [-2, 0.5]}},\n"
+                   "  calibrated: {model: [meta-llama/Llama-3.1-8B-Instruct], tp: [1], engine: [vllm]}}\n",
+                   encoding="utf-8")
+    args = ("plan", "llama-3.1-8b", "--slo", "tpot<=1s", "--devices", "h100-sxm", "--gpus", 2, "--concurrency", "1,8",
+            "--aggregated", "--weights", "bf16", "--kv-cache", "bf16", "--engine", "vllm", "--calibration", cal)
+    code, out, err = call(*args, "--json")
+    assert code == 0, err
+    rows = [r for rows in json.loads(out)["best_per_device"].values() for r in rows]
+    assert {r["deployment"]["tp"] for r in rows} >= {1, 2}
+    for r in rows:
+        p, q = r["prediction"], ({"tpot": [-0.1, 0.2], "ttft": [-0.5, 0.3]} if r["deployment"]["tp"] == 1 and
+                                 r["deployment"]["pp"] == 1 else None)
+        if r["deployment"]["tp"] == 2:
+            q = {"tpot": [-0.2, 0.3], "ttft": [-2, 0.5]}
+            assert p["interval"]["band"] == "new tp: the group-shift band"
+        if q:
+            for w in ("tpot", "ttft"):
+                assert p["interval"][f"{w}_s"] == pytest.approx([p[f"{w}_s"] * math.exp(-q[w][1]), p[f"{w}_s"] * math.exp(-q[w][0])])
+    code, text, err = call(*args)
+    assert "80%" in text.splitlines()[next(i for i, l in enumerate(text.splitlines()) if l.startswith("device"))]
+    assert "  new tp: the group-shift band" in text
