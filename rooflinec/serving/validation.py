@@ -172,7 +172,8 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
         params = ({"default": fits.default, "groups": fits.groups, "engines": fits.engines} if fits
                   else {"default": sc.BOUND, "groups": {}, "engines": {}})
     ho = holdouts(cases, fitted) if with_holdouts else []
-    band = band or intervals.band_of(ho)
+    measured = intervals.band_of(ho) if ho else None     # this run's bands, beside the coverage it measures
+    band = band or measured
     disaggregated = [c for c in cases if c.row.mode == "disagg"]
     split = [_disaggregated(c, specs, of(c)) for c in disaggregated]   # serving/disagg.py
     records = [record(c, of(c), band) for c in cases if c.row.mode != "disagg"] + [r for r in split if not r["predicted"]]
@@ -212,8 +213,7 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
         "holdout_worst_ttft": {by: max((h["ttft"]["median_abs"] for h in ho if h["by"] == by), default=None)
                                for by in HOLDOUTS},
         "violations": violations,
-        "intervals": band, "coverage": cover, "interval_factors": intervals.factors(band),
-        "interval_table": intervals.interval_table(cover, band),
+        "intervals": band, "coverage": cover, "interval_table": intervals.interval_table(cover, measured or band),
         "schedule_ttft_over_measured": sum(r["ttft_schedule_bound_s"] > r["measured_ttft_s"] for r in done),
         "weakest": weakest(done),
         "simulator": True,
