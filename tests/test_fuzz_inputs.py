@@ -58,9 +58,9 @@ def test_an_interval_without_a_left_out_coverage_is_written_without_one():
     pooled interval its rows but no held-out group an interval of the others' (too few), and
     `calibrate` died on the missing coverage (TypeError); the coverage is now left out."""
     import numpy as np
-    from rooflinec.serving import validation
+    from rooflinec.serving import intervals
     rows = lambda n: np.tile([[0.1, -0.2]], (n, 1)) * np.arange(1, n + 1)[:, None]  # noqa: E731
     # 9 rows pooled give an 80% interval; 8 or 1 of the other group's give none
     ho = [{"by": "model", "residuals": rows(8)}, {"by": "model", "residuals": rows(1)}]
-    assert validation.band_of(ho) is not None and validation.coverage(ho)["all"]["tpot"] is None
-    assert validation._interval_block(ho)["intervals"]["left_out_coverage"] == {}
+    assert intervals.band_of(ho) is not None and intervals.coverage(ho)["all"]["tpot"] is None
+    assert intervals.block(ho)["intervals"]["left_out_coverage"] == {}

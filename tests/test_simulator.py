@@ -233,23 +233,36 @@ def test_a_schedule_the_kv_capacity_never_bound_holds_at_any_capacity_above_its_
     assert small.capacity_bound and len(small.schedule.steps) != len(free.schedule.steps)
 
 
-def test_a_calibration_with_intervals_prints_them(call, tmp_path):
-    """`simulate` under a calibration carrying intervals prints the interval of each mean:
-    [mean e^-hi, mean e^-lo] of the file's log(predicted / measured) quantiles."""
-    cal = tmp_path / "cal.yaml"
-    cal.write_text("kind: simulator\ndefault:\n  parameters: {compute_fraction: 0.6}\n"
-                   "intervals: {level: 0.8, tpot: [-0.1, 0.2], ttft: [-0.5, 0.3],\n"
-                   "  by_holdout: {model: {tpot: [-0.4, 0.4], ttft: [-1, 1]}}}\n")
-    code, out, err = call("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "vllm", "--concurrency", 4,
-                          "--isl", 256, "--osl", 16, "--calibration", cal, "--json")
-    assert code == 0, err
-    got = json.loads(out)
+def test_a_calibration_with_intervals_prints_the_band_of_the_deployment(call, tmp_path):
+    """`simulate` under a calibration carrying intervals prints the interval of each mean,
+    [mean e^-hi, mean e^-lo] of the band the deployment takes: the pooled one where its model,
+    tp and engine (with a fit of its own device) were calibrated, a kind's new-group band where
+    one is new, the widest where the file does not say what it holds."""
+    def run(calibrated):
+        cal = tmp_path / "cal.yaml"
+        cal.write_text("kind: simulator\ndefault:\n  parameters: {compute_fraction: 0.6}\n"
+                       "groups: [{device: h100-sxm, engine: vllm, models: dense, parameters: {compute_fraction: 0.6}}]\n"
+                       "intervals: {level: 0.8, tpot: [-0.1, 0.2], ttft: [-0.5, 0.3],\n"
+                       "  by_holdout: {model: {tpot: [-0.4, 0.4], ttft: [-1, 1]}, tp: {tpot: [-0.2, 0.3], ttft: [-2, 0.5]}}"
+                       + calibrated + "}\n")
+        args = ("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "vllm", "--concurrency", 4,
+                "--isl", 256, "--osl", 16, "--calibration", cal)
+        code, out, err = call(*args, "--json")
+        assert code == 0, err
+        return json.loads(out), call(*args)[1]
+    seen = ", calibrated: {model: [meta-llama/Llama-3.1-8B-Instruct], tp: [1, 2], engine: [vllm]}"
+    got, text = run(seen)
     mean = got["ttft_s"]["mean"]
     assert got["interval"]["ttft_mean_s"] == pytest.approx([mean * np.exp(-0.3), mean * np.exp(0.5)])
-    assert got["interval"]["new"]["model"]["ttft_mean_s"] == pytest.approx([mean * np.exp(-1), mean * np.exp(1)])
-    code, text, err = call("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "vllm", "--concurrency", 4,
-                           "--isl", 256, "--osl", 16, "--calibration", cal)
-    assert "80% interval of the mean" in text and "where the model is not among the calibrated ones" in text
+    assert "80% interval of the mean (a prediction; model, tp and engine calibrated" in text
+    got, text = run(seen.replace("Llama-3.1-8B-Instruct", "Llama-3.1-70B"))     # a new model
+    assert got["interval"]["ttft_mean_s"] == pytest.approx([mean * np.exp(-1), mean * np.exp(1)])
+    assert "new model: the group-shift band" in text
+    got, text = run(seen.replace("Llama-3.1-8B-Instruct", "x").replace("1, 2", "2"))   # new model and tp: the union
+    assert got["interval"]["ttft_mean_s"] == pytest.approx([mean * np.exp(-1), mean * np.exp(2)])
+    got, text = run("")     # an older file: the widest of its kinds' bands, said so
+    assert got["interval"]["ttft_mean_s"] == pytest.approx([mean * np.exp(-1), mean * np.exp(2)])
+    assert "does not list the models" in text
 
 
 @pytest.mark.parametrize("block, where", [("{level: 1.5, tpot: [0, 1], ttft: [0, 1]}", "level"),

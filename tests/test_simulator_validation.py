@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from rooflinec.serving import measurements
-from rooflinec.serving import calibration, fitting, rows, validation
+from rooflinec.serving import calibration, fitting, intervals, rows, validation
 from rooflinec.serving import stepcost as sc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,31 +112,37 @@ def test_calibrate_then_validate_through_the_simulator(call, tmp_path):
     assert any("disaggregated" in u["reason"] for u in rep["unpredictable"])
     md = (tmp_path / "out/serving.md").read_text()
     assert "weakest scheduling assumption" in md and "## Leave one group out" in md and "## By mode and layout" in md
-    assert rep["coverage"]["all"]["rows"] == sum(h["tpot"]["rows"] for h in rep["holdouts"] if len({g["held_out"] for g in rep["holdouts"] if g["by"] == h["by"]}) > 1)
+    # a held-out group's band needs two other groups of its kind (the spread of their shifts)
+    assert rep["coverage"]["all"]["rows"] == sum(h["tpot"]["rows"] for h in rep["holdouts"] if len({g["held_out"] for g in rep["holdouts"] if g["by"] == h["by"]}) > 2)
 
 
 def test_intervals_come_from_left_out_residuals_and_cover_left_out_rows():
-    """Split conformal: the 80% band's quantiles are order statistics of the pooled left-out
-    residuals; coverage checks each held-out group against the other groups' residuals."""
+    """The pooled band is split conformal over every left-out row; a kind's band is the
+    two-level band of a new group from that kind's groups; coverage checks each held-out group
+    against the band of the other groups of its kind (nested), and keeps the split conformal
+    and exchangeable-rows figures beside it."""
     rng = np.random.default_rng(0)
     ho = [{"by": by, "held_out": str(v), "residuals": rng.normal(0, 0.2, size=(30, 2))}
           for by in validation.HOLDOUTS for v in range(3)]
-    band = validation.band_of(ho)
+    band = intervals.band_of(ho)
     pooled = np.sort(np.concatenate([h["residuals"][:, 1] for h in ho]))   # 270 rows
     # (270 + 1) x 0.1 = 27.1 -> the 27th smallest; (271) x 0.9 = 243.9 -> the 244th
     assert band["ttft"] == [pooled[26], pooled[243]]
-    cover = validation.coverage(ho)
-    assert cover["all"]["rows"] == 270 and 0.7 <= cover["all"]["ttft"] <= 0.9   # exchangeable rows: about 80%
+    tp = [h["residuals"][:, 0] for h in ho if h["by"] == "tp"]
+    g = intervals.group_band(tp, 0.8)
+    assert band["by"]["tp"]["tpot"] == [g.lo, g.hi] and band["by"]["tp"]["groups"] == 3
+    cover = intervals.coverage(ho)
+    assert cover["all"]["rows"] == 270 and 0.7 <= cover["all"]["ttft"] <= 1.0
+    assert set(cover["model"]["groups"]) == {"0", "1", "2"}
     shifted = [dict(h, residuals=h["residuals"] + (1.0 if h["held_out"] == "0" else 0.0)) for h in ho]
-    assert validation.coverage(shifted)["all"]["ttft"] < 0.6   # a group unlike the others falls outside
-    # per kind: the band of a new tp from the leave-one-tp-out residuals alone (90 rows:
-    # 91 x 0.1 = 9.1 -> the 9th smallest; 91 x 0.9 = 81.9 -> the 82nd)
-    tp = np.sort(np.concatenate([h["residuals"][:, 0] for h in ho if h["by"] == "tp"]))
-    assert band["by"]["tp"]["tpot"] == [tp[8], tp[81]]
+    # a group unlike the others falls outside the split conformal band; the new-group band,
+    # drawn from groups of which one is shifted, is wider and covers more of it
+    got = intervals.coverage(shifted)
+    assert got["all"]["split_conformal"]["ttft"] < 0.6 < got["all"]["ttft"]
     # a row against its kind's other rows: about 80% however unlike its group is (89 others:
     # 90 x 0.1 = 9 -> their 9th, 90 x 0.9 = 81 -> their 81st; a row of rank j of the 90 is
     # inside for 10 <= j <= 81: 72 of 90)
-    assert validation.coverage(shifted)["model"]["exchangeable"]["ttft"] == pytest.approx(72 / 90)
+    assert got["model"]["exchangeable"]["ttft"] == pytest.approx(72 / 90)
 
 
 @pytest.mark.slow

@@ -8,11 +8,16 @@ default only to a device it was fitted on (a (device, engine) group of its own);
 user names applies to any device, through its engine's or pooled parameters, and the answer
 says which.
 
-The interval is split conformal (`serving.intervals`) over the fit's own TPOT residuals,
-as the file records them (in sample: rows the fit saw, so it is narrower than a held-out one).
-TTFT is not fitted (calibrate.py): the TTFT printed is the serving model's with the efficiencies
-fitted on TPOT, so it has no interval. A run whose concurrency lies outside the group's measured
-runs is marked as an extrapolation.
+The interval: where the file carries an `intervals` block (`rooflinec calibrate` writes one
+from its leave-one-group-out refits, `serving.intervals.block`), the band the deployment takes
+(`intervals.band_for`): the pooled split conformal band where its model, tp and engine (with a
+fit of its device) were all calibrated, else the two-level band of a new group of that kind
+(a shift its rows share, drawn like the calibrated groups' ones), for TPOT and TTFT. An
+older file carries only the fit's own TPOT residuals: the interval is then split conformal
+over them (in sample: rows the fit saw, narrower than a held-out one, blind to a new model's
+shift) and TTFT has none.
+A run whose concurrency lies outside the group's measured runs is marked as an
+extrapolation.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from functools import cache
 from importlib import resources
 
 from rooflinec.base import yamlio
-from rooflinec.serving import calibrate, intervals, serving_model
+from rooflinec.serving import calibrate, calibration, intervals, serving_model
 from rooflinec.spec.load import DTYPE_BYTES
 
 SHIPPED = "serving-visible.yaml"   # the steady-state model's calibration the package ships
@@ -43,10 +48,11 @@ class Choice:
     level: str                 # "group", "engine" or "pooled"
     file: str
     default: bool              # the shipped calibration, taken without being asked for
-    interval: tuple | None     # (lo, hi) log residual quantiles at LEVEL, or None
+    interval: tuple | None     # (lo, hi) in-sample TPOT log residual quantiles at LEVEL, or None
     rows: int
     residuals: int = 0         # the residuals the interval is drawn from
     measured: tuple | None = None   # (least, most) concurrency of the group's runs, where the file says
+    bands: dict | None = None  # the file's left-out bands (`calibration.Table.intervals`), or None
 
     def says(self, command: bool = True) -> str:
         """Where the figures come from; `command`: for `serve`, which names its flag."""
@@ -55,10 +61,10 @@ class Choice:
                  "pooled": "parameters pooled over every device and engine"}[self.level]
         source = (("the shipped calibration (default; --calibration FILE for another)" if command
                    else "the shipped calibration") if self.default else f"calibration {self.file}")
-        band = (f"; TPOT's {LEVEL:.0%} interval from the fit's {self.residuals} residuals (in sample, "
-                "every device and engine)" if self.interval else "")
-        band += ("; TTFT is the serving model's with these TPOT-fitted efficiencies (no TTFT was "
-                 "fitted), so it has no interval")
+        band = (f"; {self.bands['level']:.0%} intervals of TPOT and TTFT from the calibration's left-out refits"
+                if self.bands else
+                f"; TPOT's {LEVEL:.0%} interval from the fit's {self.residuals} residuals (in sample, "
+                "every device and engine; TTFT is not fitted)" if self.interval else "")
         return f"calibrated prediction by {source}: {where}{band}"
 
 
@@ -86,6 +92,16 @@ def _measured(doc, device: str, engine: str) -> tuple | None:
     return (min(found), max(found)) if found else None
 
 
+def _bands(doc: dict) -> dict | None:
+    """The file's `intervals` block in `calibration.Table.intervals`' shape, or None."""
+    block = doc.get("intervals")
+    if not isinstance(block, dict):
+        return None
+    return {"level": block["level"], "tpot": block["tpot"], "ttft": block["ttft"],
+            "by": {k: {w: v[w] for w in ("tpot", "ttft")} for k, v in (block.get("by_holdout") or {}).items()},
+            **({"calibrated": block["calibrated"]} if "calibrated" in block else {})}
+
+
 def _interval(residuals) -> tuple | None:
     try:
         return intervals.quantiles(residuals, LEVEL)
@@ -101,6 +117,7 @@ def _document(path: str, default: bool) -> dict:
     third of a second on the shipped file's 309 residual rows, a quarter of `serve`'s import floor."""
     if not default:
         calibrate.load(path)
+        calibration.load(path)       # its intervals block, every problem located
     return yamlio.trusted(path)
 
 
@@ -130,7 +147,7 @@ def choose(file: str | None, device: str, engine: str | None) -> Choice | str:
         level, eff, rows = "pooled", _efficiency(doc["default"]), 0
     residuals = _residuals(doc)
     return Choice(eff, engine, level, path, default, _interval(residuals), rows, len(residuals),
-                  _measured(doc, device, engine) if level == "group" else None)
+                  _measured(doc, device, engine) if level == "group" else None, _bands(doc))
 
 
 def output_length(prompt: int, context: int, osl: int | None = None) -> int | str:
@@ -167,7 +184,8 @@ def run(model, device, weights: str, kv_cache: str, tp: int, prompt: int, contex
 
 
 def predict(choice: Choice, run: serving_model.Run | str) -> dict:
-    """TPOT and TTFT predicted, with the TPOT interval; or {"why": ...} when not predictable."""
+    """TPOT and TTFT predicted, with their intervals (`interval_band` says which band; an older
+    file: TPOT's in-sample one alone); or {"why": ...} when not predictable."""
     if isinstance(run, str):
         return {"why": run}
     try:
@@ -176,7 +194,14 @@ def predict(choice: Choice, run: serving_model.Run | str) -> dict:
         return {"why": str(exc)}
     out = {"tpot_s": p.tpot_s, "ttft_s": p.ttft_s, "tokens_per_s_per_user": 1 / p.tpot_s,
            "engine": choice.engine, "level": choice.level, "interval_level": LEVEL}
-    if choice.interval:
+    if choice.bands:
+        new = intervals.new_in(choice.bands.get("calibrated"), run.model.hf_id, run.tp, choice.engine or "(pooled)",
+                               choice.level == "group")
+        q, out["interval_band"] = intervals.band_for(choice.bands, new)
+        out["interval_level"] = choice.bands["level"]
+        for w, y in (("tpot", p.tpot_s), ("ttft", p.ttft_s)) if q else ():
+            out[f"{w}_interval_s"] = [float(v) for v in intervals.interval(y, *q[w])]
+    elif choice.interval:
         lo, hi = intervals.interval(p.tpot_s, *choice.interval)
         out["tpot_interval_s"] = [float(lo), float(hi)]
     if choice.measured and not choice.measured[0] <= run.concurrency <= choice.measured[1]:

@@ -42,12 +42,13 @@ def rates(tokens_per_s: float, batch: int, section: dict) -> tuple[float, float]
 
 
 def calibrated_cells(p: dict | None) -> tuple[str, str]:
-    """'TPOT (interval)' and 'TTFT' cells of one prediction; '—' where there is none."""
+    """'TPOT (interval)' and 'TTFT (interval)' cells of one prediction; '—' where there is none."""
     if not p or "why" in p:
         return "—", "—"
     band = p.get("tpot_interval_s")
     tpot = seconds(p["tpot_s"]) + (f" ({seconds(band[0])}–{seconds(band[1])})" if band else "")
-    return tpot, seconds(p["ttft_s"])
+    band = p.get("ttft_interval_s")
+    return tpot, seconds(p["ttft_s"]) + (f" ({seconds(band[0])}–{seconds(band[1])})" if band else "")
 
 
 def does_not_fit(c: Configuration) -> str:

@@ -19,7 +19,7 @@ from rooflinec.cli.output import check_file_target, write_file
 from rooflinec.cost import inverse
 from rooflinec.cost.deployment import Deployment
 from rooflinec.cost.parallel import Unshardable
-from rooflinec.serving import calibration, engines, plan, plan_cost, plan_step
+from rooflinec.serving import calibration, engines, intervals, plan, plan_cost, plan_step
 from rooflinec.serving.plan_chart import pareto_svg
 from rooflinec.serving import serving_model as sm
 from rooflinec.spec import catalog
@@ -208,8 +208,9 @@ def cmd_plan(args, stdout, stderr) -> int:
     res = plan.search(model, devices, args.gpus, work, slo, lambda d: table.of(d.key, engine, kind),
                       lambda d: [plan.Formats(w["weights"], k, w.get("experts")) for w in weights for k in kv],
                       disaggregated=not args.aggregated)
-    out = document(model, devices, work, slo, res, prices, args, engine, 
-                   table.source or os.path.basename(args.calibration or calibration.shipped()))
+    out = document(model, devices, work, slo, res, prices, args, engine,
+                   table.source or os.path.basename(args.calibration or calibration.shipped()),
+                   _band_of(table, model, engine, kind))
     if args.simulate:
         policy = engines.load(args.simulate)
         rows = [{**r, "isl": work.isl, "osl": work.osl} for r in out["frontier"]]
@@ -227,7 +228,30 @@ def cmd_plan(args, stdout, stderr) -> int:
     return 0
 
 
-def _row(model, t: dict, i: int, devices: dict, prices: dict, isl: int, osl: int) -> dict:
+def _band_of(table, model, engine: str, kind: str):
+    """(device, deployment) -> the interval's band and what it is (`intervals.band_for`), or
+    None where the calibration has no intervals. The band was measured on the simulator's
+    replay of benchmark rows; the plan's steady-state figure is not that replay, and layouts the
+    calibration never held out (pp, dp, ep, disaggregated pools) are outside what it measured."""
+    if not table.intervals:
+        return lambda dev, dep: None
+
+    def band(dev, dep):
+        fitted = (dev, engine, kind) in table.groups or (dev, engine) in table.groups
+        new = intervals.new_in(table.intervals.get("calibrated"), model.hf_id, dep["tp"], engine or "(pooled)", fitted)
+        return intervals.band_for(table.intervals, new)
+    return band
+
+
+def _interval(band, tpot: float, ttft: float) -> dict | None:
+    if band is None or band[0] is None:
+        return None if band is None else {"band": band[1]}
+    q, which = band
+    return {"band": which, **{f"{w}_s": [float(v) for v in intervals.interval(y, *q[w])]
+                              for w, y in (("tpot", tpot), ("ttft", ttft))}}
+
+
+def _row(model, t: dict, i: int, devices: dict, prices: dict, isl: int, osl: int, band=lambda dev, dep: None) -> dict:
     dev = devices[t["device"][i]]
     per_gpu = float(t["per_gpu"][i])
     price = prices.get(dev.key)
@@ -239,7 +263,8 @@ def _row(model, t: dict, i: int, devices: dict, prices: dict, isl: int, osl: int
                                                              t["experts"][i] or None)),
         "batch": int(t["batch"][i]),
         "prediction": {"tpot_s": float(t["tpot_s"][i]), "ttft_s": float(t["ttft_s"][i]),
-                       "tokens_per_s_per_gpu": per_gpu, "tokens_per_s_per_user": float(t["per_user"][i])},
+                       "tokens_per_s_per_gpu": per_gpu, "tokens_per_s_per_user": float(t["per_user"][i]),
+                       "interval": _interval(band(dev.key, dep), float(t["tpot_s"][i]), float(t["ttft_s"][i]))},
         "bound": {"tpot_s_at_least": float(t["tpot_bound_s"][i]),
                   "tokens_per_s_per_gpu_at_most": float(t["per_gpu_bound"][i])},
         "memory_per_gpu_bytes": float(t["memory_bytes"][i]),
@@ -252,7 +277,8 @@ def _row(model, t: dict, i: int, devices: dict, prices: dict, isl: int, osl: int
     }
 
 
-def document(model, devices, work, slo, res, prices, args, engine, calibration_source) -> dict:
+def document(model, devices, work, slo, res, prices, args, engine, calibration_source,
+             band=lambda dev, dep: None) -> dict:
     t = res.table()
     by_key = {d.key: d for d in devices}
     n = len(t["per_gpu"])
@@ -268,7 +294,7 @@ def document(model, devices, work, slo, res, prices, args, engine, calibration_s
             if key not in seen and t["per_user"][i] > fastest and len(rows) < args.top:
                 seen.add(key)
                 fastest = t["per_user"][i]
-                rows.append(_row(model, t, int(i), by_key, prices, work.isl, work.osl))
+                rows.append(_row(model, t, int(i), by_key, prices, work.isl, work.osl, band))
         best[dev] = rows
     return {
         "kind": "plan", "model": model.key, "workload": {"isl": work.isl, "osl": work.osl,
@@ -279,7 +305,7 @@ def document(model, devices, work, slo, res, prices, args, engine, calibration_s
         "calibration": {"source": calibration_source, "engine": engine or "pooled"},
         "searched": res.searched, "feasible": n, "pruned": dict(sorted(res.pruned.items(), key=lambda kv: -kv[1])),
         "top_per_device": args.top, "best_per_device": best,
-        "frontier": [_row(model, t, int(i), by_key, prices, work.isl, work.osl) for i in front],
+        "frontier": [_row(model, t, int(i), by_key, prices, work.isl, work.osl, band) for i in front],
         "devices_without_price": sorted(d.key for d in devices if d.key not in prices),
         "devices_without_power": sorted(d.key for d in devices if d.board_power is None),
         "_front": [int(i) for i in front], "_table": t,
@@ -298,8 +324,11 @@ def _cells(r: dict) -> list:
     e = r["energy_per_output_token_j_at_most"]
     g = r["gemm"]
     gemm = g["gemm_dtype"] + (f"/{g['experts_gemm_dtype']}" if g["experts_gemm_dtype"] else "") + (" W-only" if g["weight_only"] else "")
+    iv = p.get("interval") or {}
+    span = lambda w, f: f"{iv[w][0] * 1e3:{f}}-{iv[w][1] * 1e3:{f}}" if w in iv else "-"   # noqa: E731
     return [r["device"], r["label"], plan.Formats(r["weights"], r["kv_cache"], r["experts"]).label(), gemm, str(r["batch"]),
-            f"{p['tpot_s'] * 1e3:.2f}", f"{r['bound']['tpot_s_at_least'] * 1e3:.2f}", f"{p['ttft_s'] * 1e3:.0f}",
+            f"{p['tpot_s'] * 1e3:.2f}", span("tpot_s", ".2f"), f"{r['bound']['tpot_s_at_least'] * 1e3:.2f}",
+            f"{p['ttft_s'] * 1e3:.0f}", span("ttft_s", ".0f"),
             f"{p['tokens_per_s_per_gpu']:.0f}", f"{r['bound']['tokens_per_s_per_gpu_at_most']:.0f}",
             f"{p['tokens_per_s_per_user']:.1f}",
             "-" if c is None else f"{c['usd_per_million_output_tokens']:.3f}",
@@ -312,7 +341,7 @@ def _sim_cells(sim: dict) -> list:
     return [f"{sim['tpot_s']['mean'] * 1e3:.2f}", f"{sim['ttft_s']['mean'] * 1e3:.0f}", f"{sim['tokens_per_s_per_gpu']:.0f}"]
 
 
-HEAD = ["device", "deployment", "w/kv", "GEMMs", "B", "TPOT ms", ">= bound", "TTFT ms", "tok/s/GPU", "<= bound",
+HEAD = ["device", "deployment", "w/kv", "GEMMs", "B", "TPOT ms", "80%", ">= bound", "TTFT ms", "80%", "tok/s/GPU", "<= bound",
         "tok/s/user", "$/M out", "$/M in", "J/tok <="]
 
 
@@ -358,6 +387,7 @@ def text(out: dict) -> str:
         why = sorted({r["simulated"]["not_simulated"] for r in out["frontier"] if "not_simulated" in r.get("simulated", {})})
         lines += [f"sim: the serving simulator's closed loop at the same clients, {out['calibration']['engine']}'s "
                   "scheduler (a prediction)" + (f"; - where not simulated: {'; '.join(why)}" if why else "")]
+    lines += _interval_notes(out)
     lines += _weight_only_notes(out)
     lines += _pruned(out)
     if out["devices_without_price"]:
@@ -365,6 +395,18 @@ def text(out: dict) -> str:
     if out["devices_without_power"]:
         lines += [f"no board power in the hardware spec: {', '.join(out['devices_without_power'])}"]
     return "\n".join(lines) + "\n"
+
+
+def _interval_notes(out: dict) -> list[str]:
+    """What the 80% columns are: each band the rows took, once."""
+    rows = [r for rows in out["best_per_device"].values() for r in rows] + out["frontier"]
+    said = dict.fromkeys(r["prediction"]["interval"]["band"] for r in rows if r["prediction"].get("interval"))
+    if not said:
+        return ["", "80%: - (the calibration carries no intervals)"]
+    return ["", "80%: the calibration's 80% interval of the predicted TPOT and TTFT (a prediction, not a bound), "
+                "measured on the simulator's replay of benchmark runs; the steady-state figures here are not "
+                "that replay, and pp, dp, ep and disaggregated pools were never held out. Bands:"] + \
+        [f"  {s}" for s in said]
 
 
 def _weight_only_notes(out: dict) -> list[str]:

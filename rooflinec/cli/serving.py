@@ -9,7 +9,7 @@ import yaml
 from rooflinec.cli import output
 from rooflinec.base.errors import Problem, RooflineError, SpecError
 from rooflinec.render.formats import parse as parse_formats
-from rooflinec.serving import calibrate, calibration, measurements, opcurves, rows, validate_ops, validate_runs, validation, workload
+from rooflinec.serving import calibrate, calibration, intervals, measurements, opcurves, rows, validate_ops, validate_runs, validation, workload
 from rooflinec.base.errors import UsageError
 from rooflinec.cli import simulate as sim
 
@@ -111,6 +111,7 @@ def cmd_calibrate(args, stdout, stderr) -> int:
         raise SpecError([Problem(args.csv, 1, 1, "(rows)", f"{exc}; `rooflinec validate` "
                                  "says why each row is not predicted")]) from None
     doc = calibrate.document(cal, prepared, os.path.basename(args.csv))
+    doc.update(intervals.block(validate_runs.holdouts(prepared, cal.fitted), [p for p in prepared if p.costs is not None]))
     return output.write_command_file(args.out, "# rooflinec serving-model calibration, written by "
                                      "`rooflinec calibrate`.\n" + yaml.safe_dump(doc, sort_keys=False, width=120), stdout)
 

@@ -167,7 +167,11 @@ def cmd_simulate(args, stdout, stderr) -> int:
         table = calibration.load(args.calibration or calibration.shipped())
         kind = calibration.model_kind(model)
         params, where = table.fit(device.key, engine_key, kind, policy.name)
-        band = table.intervals
+        if table.intervals:
+            new = intervals.new_in(table.intervals.get("calibrated"), model.hf_id, args.tp, engine_key,
+                                   (device.key, engine_key, kind) in table.groups or (device.key, engine_key) in table.groups)
+            q, which = intervals.band_for(table.intervals, new)
+            band = q and {"level": table.intervals["level"], "band": which, **q}
     if args.prefill_workers is not None or args.decode_workers is not None:
         return _disaggregated(args, work, model, device, policy, params, where, stdout)
     work = _one_rank(work, _positive("attention-dp", args.attention_dp))
@@ -197,8 +201,7 @@ def cmd_simulate(args, stdout, stderr) -> int:
         def means_within(q):
             return {f"{w}_mean_s": [float(v) for v in intervals.interval(out[f"{w}_s"]["mean"], *q[w])]
                     for w in ("ttft", "tpot") if out[f"{w}_s"]["mean"] is not None}
-        out["interval"] = {"level": band["level"], **means_within(band),
-                           **({"new": {k: means_within(q) for k, q in band["by"].items()}} if band.get("by") else {})}
+        out["interval"] = {"level": band["level"], "band": band["band"], **means_within(band)}
     if args.chart:
         svg = timeline(res, f"{model.name} on {args.tp} x {device.key}, {policy.name}: {work.describe()}")
         try:
@@ -272,13 +275,9 @@ def text(out: dict) -> str:
                                             for q in ("mean", "p50", "p90", "p99")))
     if "interval" in out:
         iv = out["interval"]
-        lines.append(f"{iv['level']:.0%} interval of the mean (from the calibration's left-out residuals): "
+        lines.append(f"{iv['level']:.0%} interval of the mean (a prediction; {iv['band']}): "
                      + ", ".join(f"{w.upper()} {1e3 * iv[f'{w}_mean_s'][0]:.2f}-{1e3 * iv[f'{w}_mean_s'][1]:.2f} ms"
                                  for w in ("ttft", "tpot") if f"{w}_mean_s" in iv))
-        for kind, q in iv.get("new", {}).items():   # the band of a deployment new in that respect
-            lines.append(f"  where the {kind} is not among the calibrated ones: " + ", ".join(
-                f"{w.upper()} {1e3 * q[f'{w}_mean_s'][0]:.2f}-{1e3 * q[f'{w}_mean_s'][1]:.2f} ms"
-                for w in ("ttft", "tpot") if f"{w}_mean_s" in q))
     per_user = out["tokens_per_s_per_user"]
     lines += ["", f"output tokens/s per GPU {out['tokens_per_s_per_gpu']:.1f}, per user "
               f"{'-' if per_user is None else f'{per_user:.1f}'}; {out['requests_per_s']:.2f} requests/s",

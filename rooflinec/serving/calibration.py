@@ -72,8 +72,11 @@ def load(file: str) -> Table:
         raise SpecError([doc.problem((), "expected a calibration mapping with 'default', 'engines' and 'groups'")])
     if d.get("kind") != KIND:   # the steady-state model's calibration: read by its own loader
         old = calibrate.load(file)
+        band = _intervals(doc, d.get("intervals"), problems)
+        if problems:
+            raise SpecError(problems)
         return Table(Parameters.of(old.default), {k: Parameters.of(v) for k, v in old.groups.items()},
-                     {k: Parameters.of(v) for k, v in old.engines.items()}, old.fitted, "steady-state calibration")
+                     {k: Parameters.of(v) for k, v in old.engines.items()}, old.fitted, "steady-state calibration", band)
 
     def params(path, block):
         ps = block.get("parameters") if isinstance(block, dict) else None
@@ -137,6 +140,12 @@ def _intervals(doc, block, problems) -> dict | None:
                                     "kind (model, tp, engine): {tpot: [lo, hi], ttft: [lo, hi]}"))
         return out
     out["by"] = {k: _band(doc, ("intervals", "by_holdout", k), v, problems) for k, v in kinds.items()}
+    seen = block.get("calibrated")     # the models, tp degrees and engines fitted (newer files)
+    if seen is not None and not (isinstance(seen, dict) and all(isinstance(v, list) for v in seen.values())):
+        problems.append(doc.problem(("intervals", "calibrated"), "calibrated: expected a mapping of "
+                                    "model, tp, engine: [values]"))
+    elif seen is not None:
+        out["calibrated"] = seen
     return out
 
 

@@ -9,7 +9,7 @@ import os
 import numpy as np
 from markupsafe import Markup
 
-from rooflinec.serving import calibrate, measurements
+from rooflinec.serving import calibrate, intervals, measurements
 from rooflinec.cost.deployment import ALL_REDUCES_PER_LAYER
 from rooflinec.serving.serving_model import BOUND, bound, predict, request_bound
 from rooflinec.render import charts, pages as rnd
@@ -113,7 +113,9 @@ def holdouts(prepared, free) -> list[dict]:
             out.append({"by": column, "held_out": str(value),
                         "fallback": sorted({f"{p.group[0]}/{p.group[1]}" for p in test if p.group not in cal.groups}),
                         "tpot": summary([r["tpot_error"] for r in recs]),
-                        "ttft": summary([r["ttft_error"] for r in recs])})
+                        "ttft": summary([r["ttft_error"] for r in recs]),
+                        # log(predicted / measured), the intervals' residuals (`intervals.band_of`)
+                        "residuals": np.log1p([[r[f"{w}_error"] for w in intervals.WHATS] for r in recs])})
     return out
 
 
@@ -130,6 +132,9 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
     records = evaluate(prepared, cal)
     done = [r for r in records if r["predicted"]]
     ho = holdouts(prepared, cal.fitted)
+    band = intervals.band_of(ho)
+    cover = intervals.coverage(ho) if ho else None
+    ho = [{k: v for k, v in h.items() if k != "residuals"} for h in ho]
     violations = [{k: r[k] for k in RUN_KEYS}
                   | {"what": what, "bound_s": r[f"{what}_bound_s"], "measured_s": r[f"measured_{what}_s"]}
                   for r in done for what in BOUNDED if r[f"{what}_bound_s"] > r[f"measured_{what}_s"]]
@@ -157,6 +162,8 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
         "holdouts": ho,
         "holdout_worst": {by: worst_holdout(ho, by) for by in HOLDOUTS},
         "violations": violations,
+        "intervals": band, "coverage": cover,
+        "interval_table": intervals.interval_table(cover, band),
         "unpredictable": [{"row_id": r["row_id"], "model": r["model"], "device": r["device"],
                            "reason": r["reason"]} for r in records if not r["predicted"]],
         "rows": records,

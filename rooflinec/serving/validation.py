@@ -4,16 +4,12 @@ errors of mean TTFT and mean TPOT per group and left out per group, the per-requ
 assumption carries most of the prediction. The report has the steady-state validation's
 shape (`validate_runs.render` draws it) plus the simulator's own sections.
 
-Prediction intervals (issue 30 item 3): split conformal quantiles of log(predicted / measured)
-over left-out rows, each predicted by a fit that never saw its model, its tp or its engine
-(`holdouts`). The pooled band mixes the three kinds; the band for a deployment new in one
-respect comes from that kind of hold-out alone (a new model's band from the leave-one-model-out
-residuals), since a new model's errors are larger than a new tp's. Coverage is reported per
-kind two ways (`coverage`): a held-out group against the band of the other groups of its kind
-(group transfer: with two models and three engines, one or two groups stand for every other,
-and the visible rows' model and engine shifts fall outside), and each left-out row against the
-band of all the other left-out rows of its kind (the conformal guarantee where a new group's
-errors are drawn like the calibrated groups' ones)."""
+Prediction intervals (issue 30 item 3; the law in `serving.intervals`): each row predicted by
+a fit that never saw its model, its tp or its engine (`holdouts`); the pooled split conformal
+band of those residuals for a deployment calibrated in every respect, and per kind the
+two-level band of a new group (a shift its rows share, Student's t over the held-out groups'
+medians, beside the rows' own noise), measured by nested leave-one-group-out
+(`intervals.coverage`), both kept in the calibration file (`intervals.block`)."""
 
 from __future__ import annotations
 
@@ -27,10 +23,8 @@ from rooflinec.serving import calibration, disagg, engines, fitting, intervals, 
 from rooflinec.serving import stepcost as sc
 from rooflinec.serving.serving_model import Unpredictable
 
-HOLDOUTS = ("model", "tp", "engine")
 WEAKEST = 8
-LEVEL = 0.8          # the prediction intervals' level
-WHATS = ("tpot", "ttft")
+HOLDOUTS, LEVEL, WHATS = intervals.HOLDOUTS, intervals.LEVEL, intervals.WHATS
 
 ASSUMPTIONS = (
     "Each row's benchmark is replayed step by step: a closed loop of C clients, 2C warm-up requests "
@@ -95,7 +89,7 @@ def record(case: fitting.Case, p: sc.Parameters, band: dict | None = None) -> di
 
 def _intervals(band: dict, tpot: float, ttft: float) -> dict:
     """The measured means the interval allows around the predicted ones (`band`: the log
-    residual quantiles, as `band_of` gives them)."""
+    residual quantiles, as `intervals.band_of` gives them)."""
     out = {}
     for what, y in (("tpot", tpot), ("ttft", ttft)):
         lo, hi = intervals.interval(y, *band[what])
@@ -163,95 +157,6 @@ def holdouts(cases, free) -> list[dict]:
     return out
 
 
-def band_of(ho: list[dict], level: float = LEVEL) -> dict | None:
-    """The interval's log-residual quantiles (log predicted / measured) for TTFT and TPOT: split
-    conformal on left-out rows' residuals (each row predicted by a fit that never saw its
-    model, its tp or its engine, so the residuals are those of a new deployment). Pooled over
-    every kind of hold-out (the default band), and per kind under `by`: the band for a
-    deployment whose model is new is calibrated on the leave-one-model-out residuals alone, and
-    so on (a new model's errors are not a new tp's). None where too few rows."""
-    if not ho:
-        return None
-    try:
-        band = {"level": level, **_quantiles(np.concatenate([h["residuals"] for h in ho]), level)}
-    except intervals.TooFewRows:
-        return None
-    band["by"] = {}
-    for by in HOLDOUTS:
-        mine = [h["residuals"] for h in ho if h["by"] == by]
-        try:
-            band["by"][by] = _quantiles(np.concatenate(mine), level) if mine else None
-        except intervals.TooFewRows:
-            band["by"][by] = None
-    band["by"] = {k: v for k, v in band["by"].items() if v}
-    return band
-
-
-def _quantiles(res: np.ndarray, level: float) -> dict:
-    return {w: list(intervals.quantiles(_finite(res[:, i]), level)) for i, w in enumerate(WHATS)}
-
-
-def coverage(ho: list[dict], level: float = LEVEL) -> dict:
-    """The share of left-out rows inside their interval, per kind of hold-out and over all, two
-    ways:
-    - `tpot`, `ttft` (group transfer): a held-out group's rows against the band from the
-      left-out residuals of the other groups of the same kind (the same model, tp or engine
-      never on both sides): what a deployment unlike every calibrated one can expect. With two
-      models and three engines in the visible rows this asks one or two groups to stand for all.
-    - `exchangeable`: each left-out row against its kind's band from every other left-out row
-      of that kind (leave one row out, its own group's other rows included): the conformal
-      guarantee where a new deployment's errors are drawn like the calibrated groups' ones, the
-      band `band_of(...)["by"]` issues."""
-    out, every = {}, {w: [] for w in WHATS}
-    for by in HOLDOUTS:
-        hs = [h for h in ho if h["by"] == by]
-        hits = {w: [] for w in WHATS}
-        for h in hs:
-            others = [o["residuals"] for o in hs if o is not h]
-            if not others:
-                continue
-            rest = np.concatenate(others)
-            for i, w in enumerate(WHATS):
-                try:
-                    lo, hi = intervals.quantiles(_finite(rest[:, i]), level)
-                except intervals.TooFewRows:
-                    continue
-                mine = _finite(h["residuals"][:, i])
-                hits[w].extend(((mine >= lo) & (mine <= hi)).tolist())
-        out[by] = {w: _share(hits[w]) for w in WHATS} | {"rows": len(hits["tpot"])} \
-            | {"exchangeable": _jackknife([h["residuals"] for h in hs], level)}
-        for w in WHATS:
-            every[w].extend(hits[w])
-    out["all"] = {w: _share(every[w]) for w in WHATS} | {"rows": len(every["tpot"])} \
-        | {"exchangeable": _jackknife([h["residuals"] for h in ho], level)}
-    return {"level": level, **out}
-
-
-def _jackknife(parts: list[np.ndarray], level: float) -> dict:
-    """The share of residuals inside the band from all the others (one left out at a time)."""
-    out = {}
-    for i, w in enumerate(WHATS):
-        r = _finite(np.concatenate(parts)[:, i]) if parts else np.zeros(0)
-        hits = []
-        for j in range(len(r)):
-            try:
-                lo, hi = intervals.quantiles(np.delete(r, j), level)
-            except intervals.TooFewRows:
-                break
-            hits.append(lo <= r[j] <= hi)
-        out[w] = _share(hits)
-    return out
-
-
-def _finite(x):
-    x = np.asarray(x, float)
-    return x[np.isfinite(x)]
-
-
-def _share(hits) -> float | None:
-    return float(np.mean(hits)) if hits else None
-
-
 def report(csv_file: str, specs_root: str | None, calibration_file: str | None, with_holdouts=True,
            unique_prompts=workload.BENCHMARK_UNIQUE_PROMPTS) -> dict:
     """`unique_prompts`: the prediction's distinct prompts (`workload.benchmark`)."""
@@ -268,12 +173,13 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
         params = ({"default": fits.default, "groups": fits.groups, "engines": fits.engines} if fits
                   else {"default": sc.BOUND, "groups": {}, "engines": {}})
     ho = holdouts(cases, fitted) if with_holdouts else []
-    band = band or band_of(ho)
+    measured = intervals.band_of(ho) if ho else None     # this run's bands, beside the coverage it measures
+    band = band or measured
     disaggregated = [c for c in cases if c.row.mode == "disagg"]
     split = [_disaggregated(c, specs, of(c)) for c in disaggregated]   # serving/disagg.py
     records = [record(c, of(c), band) for c in cases if c.row.mode != "disagg"] + [r for r in split if not r["predicted"]]
     done = [r for r in records if r["predicted"]]
-    cover = coverage(ho) if ho else None
+    cover = intervals.coverage(ho) if ho else None
     ho = [{k: v for k, v in h.items() if k != "residuals"} for h in ho]
     violations = [{k: r.get(k) for k in validate_runs.RUN_KEYS}
                   | {"what": w, "bound_s": r[f"{w}_bound_s"], "measured_s": r[f"measured_{w}_s"]}
@@ -308,7 +214,7 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
         "holdout_worst_ttft": {by: max((h["ttft"]["median_abs"] for h in ho if h["by"] == by), default=None)
                                for by in HOLDOUTS},
         "violations": violations,
-        "intervals": band, "coverage": cover, "interval_factors": _factors(band),
+        "intervals": band, "coverage": cover, "interval_table": intervals.interval_table(cover, measured or band),
         "schedule_ttft_over_measured": sum(r["ttft_schedule_bound_s"] > r["measured_ttft_s"] for r in done),
         "weakest": weakest(done),
         "simulator": True,
@@ -316,14 +222,6 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
                            "reason": r["reason"]} for r in records if not r["predicted"]],
         "rows": records,
     }
-
-
-def _factors(band: dict | None) -> dict:
-    """Measured / predicted at the band's ends, pooled ('all') and per kind of hold-out."""
-    if not band:
-        return {}
-    kinds = {"all": band, **band.get("by", {})}
-    return {by: {w: [math.exp(-q[w][1]), math.exp(-q[w][0])] for w in WHATS} for by, q in kinds.items()}
 
 
 def by_layout(recs) -> list[dict]:
@@ -397,34 +295,8 @@ def document(fits: fitting.Fits, cases, source: str, ho: list[dict] | None = Non
         "groups": [{"device": g[0], "engine": g[1], "models": g[2], "parameters": params(fits.groups[g]),
                     "residuals": residuals([c for c in usable if c.group == g], own)}
                    for g in sorted(fits.groups)],
-        **_interval_block(ho),
+        **intervals.block(ho, usable),
     }
-
-
-def _interval_block(ho) -> dict:
-    band = band_of(ho) if ho else None
-    if band is None:
-        return {}
-    cover = coverage(ho)
-    return {"intervals": {
-        "level": band["level"],
-        "method": "split conformal on log(predicted / measured) of every row predicted with its model, "
-                  "its tp or its engine left out of the fit, pooled; a prediction y allows measured "
-                  "values in [y e^-hi, y e^-lo]; by_holdout: the same from one kind of hold-out alone "
-                  "(the band for a new model from the leave-one-model-out residuals), with its coverage "
-                  "of a held-out group from the other groups (group transfer) and of a row from all "
-                  "the other rows of that kind (exchangeable)",
-        **{w: [_r(v) for v in band[w]] for w in WHATS},
-        # a share only where some left-out row had an interval (few rows: none, said by absence)
-        "left_out_coverage": {w: _r(cover["all"][w]) for w in WHATS if cover["all"][w] is not None},
-        "by_holdout": {by: {**{w: [_r(v) for v in q[w]] for w in WHATS},
-                            "coverage_group_transfer": {w: _cover(cover[by][w]) for w in WHATS},
-                            "coverage_exchangeable": {w: _cover(cover[by]["exchangeable"][w]) for w in WHATS}}
-                       for by, q in band["by"].items()}}}
-
-
-def _cover(x):
-    return None if x is None else _r(x)
 
 
 def _r(x: float) -> float:
