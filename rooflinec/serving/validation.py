@@ -138,8 +138,9 @@ def _summaries(recs) -> dict:
 
 
 def holdouts(cases, free) -> list[dict]:
-    """Each model, tp and engine left out in turn: the fits its rows take (their group's, else
-    their engine's, else the pooled one) refitted without them."""
+    """Each model, tp and engine left out in turn: the parameters its rows take
+    (`calibration.resolve`: their group's, else composed from their engine's and their kind's,
+    else the pooled one) refitted without them."""
     usable = [c for c in cases if c.predicted]
     out = []
     for by in HOLDOUTS:
@@ -148,15 +149,11 @@ def holdouts(cases, free) -> list[dict]:
             train = [c for c in usable if getattr(c.row, by) != value]
             if not train:
                 continue
-            fits, borrowed = {}, set()
-            for c in test:
-                g = c.group
-                if g not in fits:
-                    same = [t for t in train if t.group == g] or [t for t in train if t.group[1] == g[1]] or train
-                    if same[0].group != g:
-                        borrowed.add(f"{g[0]}/{g[1]}")
-                    fits[g] = fitting.fit(same, free)
-            recs = [record(c, fits[c.group]) for c in test]
+            fitter, borrowed = fitting.Fitter(train, free), set()
+            for g in {c.group for c in test}:
+                if fitter.get(("group", *g)) is None:
+                    borrowed.add(f"{g[0]}/{g[1]}")
+            recs = [record(c, fitter.of(c.group)) for c in test]
             out.append({"by": by, "held_out": str(value), "fallback": sorted(borrowed), **_summaries(recs),
                         "residuals": np.log1p([[r[f"{w}_error"] for w in WHATS] for r in recs])})
     return out
@@ -263,7 +260,7 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
         params = {"default": table.default, "groups": table.groups, "engines": table.engines}
     else:
         fits = fitting.fit_all(cases) if any(c.predicted for c in cases) else None
-        of, fitted = (lambda c: fits.of(c.group)), fitting.FITTED       # noqa: E731
+        of, fitted = (lambda c: fits.of(*c.group)), fitting.FITTED       # noqa: E731
         params = ({"default": fits.default, "groups": fits.groups, "engines": fits.engines} if fits
                   else {"default": sc.BOUND, "groups": {}, "engines": {}})
     ho = holdouts(cases, fitted) if with_holdouts else []
@@ -369,7 +366,7 @@ def calibrate(cases, source: str) -> dict:
     return document(fits, cases, source, holdouts(cases, fits.fitted))
 
 
-def document(fits: fitting.Fits, cases, source: str, ho: list[dict] | None = None) -> dict:
+def document(fits: calibration.Table, cases, source: str, ho: list[dict] | None = None) -> dict:
     """The calibration YAML's content (`calibration.load` reads it back)."""
     usable = [c for c in cases if c.predicted]
 
@@ -381,11 +378,12 @@ def document(fits: fitting.Fits, cases, source: str, ho: list[dict] | None = Non
 
     def params(p):
         return {n: _r(getattr(p, n)) for n in sc.NAMES}
-    own = lambda c: fits.of(c.group)   # noqa: E731
+    own = lambda c: fits.of(*c.group)   # noqa: E731
     return {
         "kind": calibration.KIND,
         "fitted_on": source,
-        "method": "the simulator's schedule of each row's benchmark, re-timed; least squares on "
+        "method": "the simulator's schedule of each row's benchmark, re-timed; soft-L1 loss (scale "
+                  f"{fitting.LOSS_SCALE:g}) on "
                   "log(predicted / measured) mean TPOT and mean TTFT, per (device, engine, dense or MoE "
                   "model), per engine and pooled; parameters not fitted keep their bound values",
         "fitted": list(fits.fitted),
@@ -396,6 +394,10 @@ def document(fits: fitting.Fits, cases, source: str, ho: list[dict] | None = Non
         "groups": [{"device": g[0], "engine": g[1], "models": g[2], "parameters": params(fits.groups[g]),
                     "residuals": residuals([c for c in usable if c.group == g], own)}
                    for g in sorted(fits.groups)],
+        # the compute fraction of a kind of model on a device (and anywhere) for an engine's
+        # group of the other kind only (calibration.resolve)
+        "kinds": [{**({"device": d} if d else {}), "models": k, "parameters": params(fits.kinds[d, k])}
+                  for d, k in fits.kinds],
         **_interval_block(ho),
     }
 
