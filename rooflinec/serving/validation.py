@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 from rooflinec.serving import measurements, validate_runs
+from rooflinec.serving.calibrate import NEGLIGIBLE_S
 from rooflinec.serving import calibration, disagg, engines, fitting, intervals, rows, workload
 from rooflinec.serving import stepcost as sc
 from rooflinec.serving.serving_model import Unpredictable
@@ -43,8 +44,15 @@ ASSUMPTIONS = (
     "A step's time is the roofline of that step: the decodes at their own contexts and the prompt "
     "chunks scheduled (FlashAttention variant, fused QKV, epilogues fused), each kernel "
     "max(FLOPs / (compute fraction x peak), bytes / (bandwidth fraction x bandwidth)), plus a fixed "
-    "time per step and per running request (host-side scheduling and sampling), per layer, and the "
+    "time per layer (each layer's kernels' launch and tail latency, so a deeper model's step costs more) "
+    "and per running request (host-side scheduling and sampling), and the "
     "tensor-parallel all-reduces (one-shot: payload / link bandwidth + one latency each).",
+    "Fitted per (device, engine, kind of model) with a soft-L1 loss on the log ratios (scale 0.1: a "
+    "row off by much more than 10% counts linearly, so rows measuring what the model lacks do not "
+    "set a group's parameters). A group the calibration lacks (and a left-out one) takes its engine's "
+    "host-side times (its other kind's group on that device, else the engine's fit) with the compute "
+    "fraction of models of its kind (on that device, else anywhere); an engine with no rows takes the "
+    "pooled fit (calibration.resolve).",
     "Weights in the row's GEMM format (fp8-block read as fp8); the KV cache as the next line says; "
     "activations bf16. KV-cache capacity: the engine's memory fraction of the device "
     "less the weights (activation workspace and CUDA graphs not subtracted).",
@@ -376,8 +384,9 @@ def document(fits: calibration.Table, cases, source: str, ho: list[dict] | None 
         return {"rows": len(cs), "tpot_median_abs_error": _r(float(np.median(np.abs(errs[:, 0])))),
                 "ttft_median_abs_error": _r(float(np.median(np.abs(errs[:, 1]))))}
 
-    def params(p):
-        return {n: _r(getattr(p, n)) for n in sc.NAMES}
+    def params(p):   # a time the fit drove to its coordinate's floor (1 us e^-30) is written as 0
+        return {n: 0.0 if n not in calibration.FRACTIONS and getattr(p, n) < NEGLIGIBLE_S
+                else _r(getattr(p, n)) for n in sc.NAMES}
     own = lambda c: fits.of(*c.group)   # noqa: E731
     return {
         "kind": calibration.KIND,
