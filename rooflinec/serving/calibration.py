@@ -13,8 +13,8 @@ end's latency: the engine's software) from its engine's other group on that devi
 engine's pooled fit; the compute fraction (the kernels' efficiency) from the models of its kind
 on that device, else of its kind anywhere (`kinds`). Taking both from the engine's rows of the
 other kind gave a MoE's fraction (0.15-0.23 on SGLang and vLLM) to a dense model: leaving
-Llama-3.1-70B out, its TTFT error was 136%; composed, 41% (bench/simulator.py). An engine with
-no rows at all takes the pooled fit.
+Llama-3.1-70B out, its TTFT error was 136%; composed, 37% (bench/simulator.py). An engine with
+no rows at all takes the pooled fit (its host times are unknown).
 
 A file in the steady-state model's format (`calibrate.load`, no per_request_s) is read too,
 its parameters taken as they are with no time per request.
