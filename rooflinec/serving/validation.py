@@ -36,7 +36,10 @@ WHATS = ("tpot", "ttft")
 ASSUMPTIONS = (
     "Each row's benchmark is replayed step by step: a closed loop of C clients, 2C warm-up requests "
     "then 20C measured ones, fixed ISL and OSL, all clients starting together (and again when the "
-    "warm-up has drained); mean TTFT and mean TPOT over the measured requests, as aiperf reports them.",
+    "warm-up has drained); mean TTFT and mean TPOT over the measured requests, as aiperf reports them. "
+    "Requests sent at the same instant reach the engine one after another (the server's front end "
+    "takes them in turn), so an idle engine's step starts with one of them and the others join the next "
+    "step; a busy engine admits at its next step every waiting request its budget takes.",
     "The engine's scheduler is its catalog file (catalog/engines/): token budget, batch limit, "
     "chunked prefill, mixed steps (TensorRT-LLM, vLLM) or prefill first (SGLang), KV blocks and "
     "the memory fraction for the cache, admission reservation, preemption by recompute. The runs' "
