@@ -277,3 +277,28 @@ def test_a_bad_interval_block_is_located(tmp_path, block, where):
     with pytest.raises(SpecError) as exc:
         calibration.load(str(cal))
     assert "cal.yaml:4" in str(exc.value) and where in str(exc.value)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_an_idle_engine_steps_at_the_first_arrival(engine):
+    """Four clients start together; the front end hands their requests over one by one, so the
+    idle engine's first step prefills one prompt and the other three join the next step (beside
+    the first request's decode where the engine mixes steps; SGLang prefills first). A busy
+    engine admits every waiting request its budget takes at once: under vLLM the first client's
+    next request joins the three still running, and the other three clients' next ones join
+    together; SGLang's prefill pauses the first request's decodes, so the wave finishes together
+    and the idle engine again takes one request first."""
+    work = workload.Workload(workload.Lengths(100, 100), workload.Lengths(4, 4), 8, 0, 4, None)
+    res = simulator.schedule(STEP8, engines.load(engine), work)
+    x = res.schedule.x0
+    assert (x[0, sc.CHUNKS], x[0, sc.CHUNK_TOKENS], x[0, sc.DECODES]) == (1, 100, 0)
+    assert (x[1, sc.CHUNKS], x[1, sc.CHUNK_TOKENS]) == (3, 300)
+    assert x[1, sc.DECODES] == (1 if engine == "vllm" else 0)
+    # the first request's first token comes a step before the others'
+    assert list(res.schedule.first[:4]) == [0, 1, 1, 1]
+    fifth, later = res.schedule.admitted[4], res.schedule.admitted[5:8]
+    assert len(set(later)) == 1 and x[later[0], sc.CHUNKS] == 3 and later[0] == fifth + 1
+    if engine == "vllm":
+        assert res.timeline[fifth, 2] == 4 and res.schedule.finished[0] < res.schedule.finished[1]
+    else:
+        assert res.timeline[fifth, 2] == 1 and len(set(res.schedule.finished[:4])) == 1

@@ -7,6 +7,15 @@ all-to-all), whose efficiencies a dense model's rows do not measure; fitting bot
 together made the dense rows' TPOT error 5.8% -> 14.1% (bench/simulator.py). A group without
 `models` (an older file) serves both kinds.
 
+A (device, engine, kind) with no group of its own (a new model kind on a calibrated engine)
+composes its parameters (`resolve`): the host-side times (per layer, per request, the front
+end's latency: the engine's software) from its engine's other group on that device, else the
+engine's pooled fit; the compute fraction (the kernels' efficiency) from the models of its kind
+on that device, else of its kind anywhere (`kinds`). Taking both from the engine's rows of the
+other kind gave a MoE's fraction (0.15-0.23 on SGLang and vLLM) to a dense model: leaving
+Llama-3.1-70B out, its TTFT error was 136%; composed, 37% (bench/simulator.py). An engine with
+no rows at all takes the pooled fit (its host times are unknown).
+
 A file in the steady-state model's format (`calibrate.load`, no per_request_s) is read too,
 its parameters taken as they are with no time per request.
 """
@@ -14,7 +23,7 @@ its parameters taken as they are with no time per request.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from importlib import resources
 
 from rooflinec.base import yamlio
@@ -33,6 +42,35 @@ def model_kind(model) -> str:
     return "moe" if getattr(model, "moe", None) is not None else "dense"
 
 
+def resolve(group: tuple, get) -> Parameters:
+    """The parameters of `group` (device, engine, kind) by the module's rule, from `get(key)`:
+    the Parameters fitted on the rows of one key or None, keys ("group", device, engine, kind),
+    ("engine", engine), ("kind", device or None, kind), ("default",)."""
+    return resolved(group, get)[0]
+
+
+def resolved(group: tuple, get) -> tuple[Parameters, str]:
+    """`resolve`'s parameters and where they come from, in words for a reader."""
+    device, engine, kind = group
+    own = get(("group", device, engine, kind))
+    if own is not None:
+        return own, f"the calibration's ({device}, {engine}, {kind}) fit"
+    other = next(k for k in MODEL_KINDS if k != kind)
+    mate = get(("group", device, engine, other))
+    host = mate or get(("engine", engine))
+    if host is None:
+        return get(("default",)), f"the pooled fit of every device and engine ({engine} not fitted)"
+    hosts = (f"host times of ({device}, {engine}, {other})" if mate is not None
+             else f"{engine}'s engine-wide host times ({device} not calibrated with {engine})")
+    here = get(("kind", device, kind))
+    eff = here or get(("kind", None, kind))
+    if eff is None:
+        return host, f"{hosts}, its compute fraction too (no {kind} model calibrated)"
+    where = f"{kind} models on {device}" if here is not None else f"{kind} models on any device"
+    return (replace(host, compute_fraction=eff.compute_fraction),
+            f"composed: {hosts}, the compute fraction of {where}")
+
+
 @dataclass(frozen=True)
 class Table:
     default: Parameters
@@ -42,23 +80,27 @@ class Table:
     source: str = ""
     intervals: dict | None = None   # {level, tpot: [lo, hi], ttft: [lo, hi], by: {kind: {tpot, ttft}}}:
     #                                 log(predicted / measured) quantiles, pooled and per kind of hold-out
+    kinds: dict = field(default_factory=dict)   # (device or None, kind) -> Parameters
 
     def of(self, device: str, engine: str, kind: str = "dense") -> Parameters:
         return self.fit(device, engine, kind)[0]
 
     def fit(self, device: str, engine: str, kind: str = "dense", shown: str | None = None) -> tuple[Parameters, str]:
-        """The parameters for (device, engine, kind), the most specific group fitted, and which
-        fit that is, said for a reader (`shown`: the engine's display name, else its key)."""
-        name = shown or engine
-        for key in ((device, engine, kind), (device, engine)):
-            if key in self.groups:
-                return self.groups[key], f"the calibration's ({', '.join(key)}) fit"
-        missing = (f"{device} not calibrated" if not any(k[0] == device for k in self.groups) else
-                   f"{device} not calibrated with {engine}" if not any(k[:2] == (device, engine) for k in self.groups)
-                   else f"no {kind} model calibrated on ({device}, {engine})")
-        if engine in self.engines:
-            return self.engines[engine], f"{name}'s engine-wide fit: {missing}"
-        return self.default, f"the pooled fit of every device and engine: {missing}, {engine} not fitted"
+        """The parameters for (device, engine, kind) by `resolve`'s rule, and which fit that is,
+        said for a reader (`shown`: the engine's display name, else its key)."""
+        if (device, engine) in self.groups:    # an older file's group serves both kinds
+            return self.groups[device, engine], f"the calibration's ({device}, {shown or engine}) fit"
+        params, where = resolved((device, engine, kind), self.get)
+        return params, where.replace(f"{engine}'s engine-wide", f"{shown or engine}'s engine-wide")
+
+    def get(self, key: tuple) -> Parameters | None:
+        """`resolve`'s lookup: the parameters this file holds for `key`, or None."""
+        level, *names = key
+        if level == "default":
+            return self.default
+        if level == "engine":
+            return self.engines.get(names[0])
+        return (self.groups if level == "group" else self.kinds).get(tuple(names))
 
 
 def shipped() -> str:
@@ -112,6 +154,7 @@ def load(file: str) -> Table:
 
     default = params(("default",), d["default"])
     groups, engines = entries("groups", ("device", "engine")), entries("engines", ("engine",))
+    kinds = _kinds(doc, d.get("kinds"), params, problems)
     fitted = d.get("fitted", [])
     if not (isinstance(fitted, list) and all(f in NAMES for f in fitted)):
         problems.append(doc.problem(("fitted",), f"expected a list of parameter names among {', '.join(NAMES)}"))
@@ -120,7 +163,28 @@ def load(file: str) -> Table:
         raise SpecError(problems)
     return Table(Parameters(**default), {k: Parameters(**v) for k, v in groups.items()},
                  {k[0]: Parameters(**v) for k, v in engines.items()}, tuple(fitted), str(d.get("fitted_on", "")),
-                 band)
+                 band, {k: Parameters(**v) for k, v in kinds.items()})
+
+
+def _kinds(doc, items, params, problems) -> dict:
+    """The optional `kinds` list: {models: dense or moe, device (absent: every device), parameters}."""
+    found = {}
+    if items is None:
+        return found
+    if not isinstance(items, list):
+        problems.append(doc.problem(("kinds",), "expected a list of {models, device, parameters}"))
+        return found
+    for i, g in enumerate(items):
+        values = params(("kinds", i), g)
+        if not isinstance(g, dict):
+            continue
+        if g.get("models") not in MODEL_KINDS:
+            problems.append(doc.problem(("kinds", i), f"models: expected one of {', '.join(MODEL_KINDS)}"))
+        elif "device" in g and not isinstance(g["device"], str):
+            problems.append(doc.problem(("kinds", i, "device"), "device: expected a device name"))
+        elif values is not None:
+            found[(g.get("device"), g["models"])] = values
+    return found
 
 
 def _intervals(doc, block, problems) -> dict | None:

@@ -19,6 +19,7 @@ import os
 import numpy as np
 
 from rooflinec.serving import measurements, validate_runs
+from rooflinec.serving.calibrate import NEGLIGIBLE_S
 from rooflinec.serving import calibration, disagg, engines, fitting, intervals, rows, workload
 from rooflinec.serving import stepcost as sc
 from rooflinec.serving.serving_model import Unpredictable
@@ -29,7 +30,10 @@ HOLDOUTS, LEVEL, WHATS = intervals.HOLDOUTS, intervals.LEVEL, intervals.WHATS
 ASSUMPTIONS = (
     "Each row's benchmark is replayed step by step: a closed loop of C clients, 2C warm-up requests "
     "then 20C measured ones, fixed ISL and OSL, all clients starting together (and again when the "
-    "warm-up has drained); mean TTFT and mean TPOT over the measured requests, as aiperf reports them.",
+    "warm-up has drained); mean TTFT and mean TPOT over the measured requests, as aiperf reports them. "
+    "Requests sent at the same instant reach the engine one after another (the server's front end "
+    "takes them in turn), so an idle engine's step starts with one of them and the others join the next "
+    "step; a busy engine admits at its next step every waiting request its budget takes.",
     "The engine's scheduler is its catalog file (catalog/engines/): token budget, batch limit, "
     "chunked prefill, mixed steps (TensorRT-LLM, vLLM) or prefill first (SGLang), KV blocks and "
     "the memory fraction for the cache, admission reservation, preemption by recompute. The runs' "
@@ -37,8 +41,15 @@ ASSUMPTIONS = (
     "A step's time is the roofline of that step: the decodes at their own contexts and the prompt "
     "chunks scheduled (FlashAttention variant, fused QKV, epilogues fused), each kernel "
     "max(FLOPs / (compute fraction x peak), bytes / (bandwidth fraction x bandwidth)), plus a fixed "
-    "time per step and per running request (host-side scheduling and sampling), per layer, and the "
+    "time per layer (each layer's kernels' launch and tail latency, so a deeper model's step costs more) "
+    "and per running request (host-side scheduling and sampling), and the "
     "tensor-parallel all-reduces (one-shot: payload / link bandwidth + one latency each).",
+    "Fitted per (device, engine, kind of model) with a soft-L1 loss on the log ratios (scale 0.1: a "
+    "row off by much more than 10% counts linearly, so rows measuring what the model lacks do not "
+    "set a group's parameters). A group the calibration lacks (and a left-out one) takes its engine's "
+    "host-side times (its other kind's group on that device, else the engine's fit) with the compute "
+    "fraction of models of its kind (on that device, else anywhere); an engine with no rows takes the "
+    "pooled fit (calibration.resolve).",
     "Weights in the row's GEMM format (fp8-block read as fp8); the KV cache as the next line says; "
     "activations bf16. KV-cache capacity: the engine's memory fraction of the device "
     "less the weights (activation workspace and CUDA graphs not subtracted).",
@@ -133,8 +144,9 @@ def _summaries(recs) -> dict:
 
 
 def holdouts(cases, free) -> list[dict]:
-    """Each model, tp and engine left out in turn: the fits its rows take (their group's, else
-    their engine's, else the pooled one) refitted without them."""
+    """Each model, tp and engine left out in turn: the parameters its rows take
+    (`calibration.resolve`: their group's, else composed from their engine's and their kind's,
+    else the pooled one) refitted without them."""
     usable = [c for c in cases if c.predicted]
     out = []
     for by in HOLDOUTS:
@@ -143,15 +155,11 @@ def holdouts(cases, free) -> list[dict]:
             train = [c for c in usable if getattr(c.row, by) != value]
             if not train:
                 continue
-            fits, borrowed = {}, set()
-            for c in test:
-                g = c.group
-                if g not in fits:
-                    same = [t for t in train if t.group == g] or [t for t in train if t.group[1] == g[1]] or train
-                    if same[0].group != g:
-                        borrowed.add(f"{g[0]}/{g[1]}")
-                    fits[g] = fitting.fit(same, free)
-            recs = [record(c, fits[c.group]) for c in test]
+            fitter, borrowed = fitting.Fitter(train, free), set()
+            for g in {c.group for c in test}:
+                if fitter.get(("group", *g)) is None:
+                    borrowed.add(f"{g[0]}/{g[1]}")
+            recs = [record(c, fitter.of(c.group)) for c in test]
             out.append({"by": by, "held_out": str(value), "fallback": sorted(borrowed), **_summaries(recs),
                         "residuals": np.log1p([[r[f"{w}_error"] for w in WHATS] for r in recs])})
     return out
@@ -169,7 +177,7 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
         params = {"default": table.default, "groups": table.groups, "engines": table.engines}
     else:
         fits = fitting.fit_all(cases) if any(c.predicted for c in cases) else None
-        of, fitted = (lambda c: fits.of(c.group)), fitting.FITTED       # noqa: E731
+        of, fitted = (lambda c: fits.of(*c.group)), fitting.FITTED       # noqa: E731
         params = ({"default": fits.default, "groups": fits.groups, "engines": fits.engines} if fits
                   else {"default": sc.BOUND, "groups": {}, "engines": {}})
     ho = holdouts(cases, fitted) if with_holdouts else []
@@ -268,7 +276,7 @@ def calibrate(cases, source: str) -> dict:
     return document(fits, cases, source, holdouts(cases, fits.fitted))
 
 
-def document(fits: fitting.Fits, cases, source: str, ho: list[dict] | None = None) -> dict:
+def document(fits: calibration.Table, cases, source: str, ho: list[dict] | None = None) -> dict:
     """The calibration YAML's content (`calibration.load` reads it back)."""
     usable = [c for c in cases if c.predicted]
 
@@ -278,13 +286,15 @@ def document(fits: fitting.Fits, cases, source: str, ho: list[dict] | None = Non
         return {"rows": len(cs), "tpot_median_abs_error": _r(float(np.median(np.abs(errs[:, 0])))),
                 "ttft_median_abs_error": _r(float(np.median(np.abs(errs[:, 1]))))}
 
-    def params(p):
-        return {n: _r(getattr(p, n)) for n in sc.NAMES}
-    own = lambda c: fits.of(c.group)   # noqa: E731
+    def params(p):   # a time the fit drove to its coordinate's floor (1 us e^-30) is written as 0
+        return {n: 0.0 if n not in calibration.FRACTIONS and getattr(p, n) < NEGLIGIBLE_S
+                else _r(getattr(p, n)) for n in sc.NAMES}
+    own = lambda c: fits.of(*c.group)   # noqa: E731
     return {
         "kind": calibration.KIND,
         "fitted_on": source,
-        "method": "the simulator's schedule of each row's benchmark, re-timed; least squares on "
+        "method": "the simulator's schedule of each row's benchmark, re-timed; soft-L1 loss (scale "
+                  f"{fitting.LOSS_SCALE:g}) on "
                   "log(predicted / measured) mean TPOT and mean TTFT, per (device, engine, dense or MoE "
                   "model), per engine and pooled; parameters not fitted keep their bound values",
         "fitted": list(fits.fitted),
@@ -295,6 +305,10 @@ def document(fits: fitting.Fits, cases, source: str, ho: list[dict] | None = Non
         "groups": [{"device": g[0], "engine": g[1], "models": g[2], "parameters": params(fits.groups[g]),
                     "residuals": residuals([c for c in usable if c.group == g], own)}
                    for g in sorted(fits.groups)],
+        # the compute fraction of a kind of model on a device (and anywhere) for an engine's
+        # group of the other kind only (calibration.resolve)
+        "kinds": [{**({"device": d} if d else {}), "models": k, "parameters": params(fits.kinds[d, k])}
+                  for d, k in fits.kinds],
         **intervals.block(ho, usable),
     }
 
