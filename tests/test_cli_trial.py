@@ -107,17 +107,23 @@ TABLE = calibration.load(calibration.shipped())
 @pytest.mark.parametrize("device,engine,kind", [("b200", "vllm", "dense"), ("h100-sxm", "vllm", "dense"),
                                                 ("h200-sxm", "vllm", "dense"), ("h200-sxm", "trtllm", "moe"),
                                                 ("h100-sxm", "nope", "dense")])
-def test_the_label_names_the_fit_whose_parameters_are_used(device, engine, kind):
+def test_the_label_names_the_fits_whose_parameters_are_used(device, engine, kind):
+    """The label names each source the parameters come from (calibration.resolve's rule): the
+    group's own fit; else host times from the engine's other kind on that device or its
+    engine-wide fit, with the compute fraction of the kind's models; else the pooled fit."""
     params, label = TABLE.fit(device, engine, kind, "Shown")
     assert params == TABLE.of(device, engine, kind)
+    other = "moe" if kind == "dense" else "dense"
     if (device, engine, kind) in TABLE.groups:
         assert params is TABLE.groups[(device, engine, kind)] and label == f"the calibration's ({device}, {engine}, {kind}) fit"
-    elif engine in TABLE.engines:
-        assert params is TABLE.engines[engine] and label.startswith("Shown's engine-wide fit: ")
-        pairs = {k[:2] for k in TABLE.groups}
-        why = (f"no {kind} model calibrated on ({device}, {engine})" if (device, engine) in pairs else
-               f"{device} not calibrated with {engine}" if device in {p[0] for p in pairs} else f"{device} not calibrated")
-        assert label == f"Shown's engine-wide fit: {why}"
+    elif (device, engine, other) in TABLE.groups or engine in TABLE.engines:
+        mate = TABLE.groups.get((device, engine, other))
+        host = mate or TABLE.engines[engine]
+        assert (f"host times of ({device}, {engine}, {other})" if mate else "Shown's engine-wide host times") in label
+        assert (params.per_layer_s, params.per_request_s) == (host.per_layer_s, host.per_request_s)
+        eff = TABLE.kinds.get((device, kind)) or TABLE.kinds.get((None, kind))
+        if eff is not None:
+            assert params.compute_fraction == eff.compute_fraction and "the compute fraction of" in label
     else:
         assert params is TABLE.default and label.startswith("the pooled fit")
 
@@ -125,7 +131,7 @@ def test_the_label_names_the_fit_whose_parameters_are_used(device, engine, kind)
 @pytest.mark.slow
 def test_simulate_prints_the_fit_it_used():
     code, out, _ = cli("simulate", "llama-3.1-8b", "--device", "b200", "--engine", "vllm", *LOAD)
-    assert code == 0 and out.splitlines()[1] == "prediction (vLLM's engine-wide fit: b200 not calibrated)"
+    assert code == 0 and out.splitlines()[1].startswith("prediction (composed: vLLM's engine-wide host times (b200 not calibrated with vllm)")
     assert "calibration for (b200" not in out
 
 

@@ -182,7 +182,7 @@ def test_serve_takes_the_band_of_its_deployment(call, tmp_path, model, lo, hi, b
     ttft = {"pooled": [-0.5, 0.3], "new": [-1, 1]}["pooled" if "pooled" in band else "new"]
     assert p["ttft_interval_s"] == pytest.approx([p["ttft_s"] * math.exp(-ttft[1]), p["ttft_s"] * math.exp(-ttft[0])])
     code, text, err = call("serve", "llama-3.1-8b", "--device", "h100-sxm", "--calibration", cal)
-    assert "calibrated TTFT (80%)" in text and "80% intervals of TPOT and TTFT from the calibration's left-out refits" in text
+    assert "predicted TTFT (80%)" in text and "80% intervals of TPOT and TTFT from the calibration's left-out refits" in text
 
 
 def test_a_bad_bands_block_in_a_steady_state_calibration_is_located(call, tmp_path):
@@ -207,7 +207,8 @@ def test_plan_rows_carry_the_band_of_their_deployment(call, tmp_path):
             "--aggregated", "--weights", "bf16", "--kv-cache", "bf16", "--engine", "vllm", "--calibration", cal)
     code, out, err = call(*args, "--json")
     assert code == 0, err
-    rows = [r for rows in json.loads(out)["best_per_device"].values() for r in rows]
+    doc = json.loads(out)
+    rows = [r for rows in doc["best_per_device"].values() for r in rows] + doc["frontier"]
     assert {r["deployment"]["tp"] for r in rows} >= {1, 2}
     for r in rows:
         p, q = r["prediction"], ({"tpot": [-0.1, 0.2], "ttft": [-0.5, 0.3]} if r["deployment"]["tp"] == 1 and

@@ -120,7 +120,9 @@ def test_calibrate_then_validate_through_the_simulator(call, tmp_path):
     models = {r["model"] for r in rep["rows"] if r["predicted"]}
     assert {h["by"] for h in rep["holdouts"]} == {"tp", "engine"} | ({"model"} if len(models) > 1 else set())
     assert all(r["ttft_bound_s"] <= r["ttft_s"] and r["tpot_bound_s"] <= r["tpot_s"] for r in rep["rows"] if r["predicted"])
-    assert any("disaggregated" in u["reason"] for u in rep["unpredictable"])
+    # the disaggregated rows are predicted in their own section, not among the aggregated ones
+    assert rep["disaggregated"] and not any(u["row_id"] in {d["row_id"] for d in rep["disaggregated"]}
+                                            for u in rep["unpredictable"] if "row_id" in u)
     md = (tmp_path / "out/serving.md").read_text()
     assert "weakest scheduling assumption" in md and "## Leave one group out" in md and "## By mode and layout" in md
     # a held-out group's band needs two other groups of its kind (the spread of their shifts)
@@ -175,9 +177,18 @@ def test_shipped_simulator_calibration_is_the_fit_of_the_visible_rows(visible, t
     the schedules simulated once for this module."""
     doc = validation.calibrate(visible, V2.name)
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc, sort_keys=False, width=120), encoding="utf-8")
-    assert calibration.load(str(tmp_path / "c.yaml")) == calibration.load(calibration.shipped()), \
+    fresh, kept = calibration.load(str(tmp_path / "c.yaml")), calibration.load(calibration.shipped())
+    # to 1e-4 relative: the file keeps 6 digits, and another machine's floating point may move the last
+    assert _figures(fresh) == pytest.approx(_figures(kept), rel=1e-4, abs=1e-12), \
         "refit: rooflinec calibrate ../shared/measured/serving-v2-visible.csv --out " \
         "rooflinec/serving/calibrations/simulator-visible.yaml"
+
+
+def _figures(table: calibration.Table) -> dict:
+    """Every fitted parameter of a calibration, keyed by its group and name."""
+    sets = {("default",): table.default, **{("group", *k): v for k, v in table.groups.items()},
+            **{("engine", k): v for k, v in table.engines.items()}, **{("kind", *k): v for k, v in table.kinds.items()}}
+    return {(*key, name): float(getattr(p, name)) for key, p in sets.items() for name in sc.NAMES}
 
 
 @pytest.mark.parametrize("tpot", ["5e-324", "1e300"])
