@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from rooflinec.serving import intervals
+from rooflinec.cli import calibrated, quick
+from rooflinec.serving import intervals, serving_model
 
 ROOT = Path(__file__).resolve().parents[1]
 V2 = ROOT.parent / "shared" / "measured" / "serving-v2-visible.csv"
@@ -222,3 +223,31 @@ def test_plan_rows_carry_the_band_of_their_deployment(call, tmp_path):
     code, text, err = call(*args)
     assert "80%" in text.splitlines()[next(i for i, l in enumerate(text.splitlines()) if l.startswith("device"))]
     assert "  new tp: the group-shift band" in text
+
+
+@given(st.floats(1e-6, 10), st.floats(-2, 0), st.floats(0, 2), st.floats(0, 20))
+def test_an_interval_never_reaches_below_its_floor(pred, lo, hi, floor):
+    """No run is faster than its bound: the band's ends are max(pred e^-hi, floor) and
+    max(pred e^-lo, floor), and without a floor the plain conformal ends."""
+    a, b = intervals.interval(pred, lo, hi, floor)
+    assert a >= floor and b >= floor and a <= b
+    assert (a, b) == pytest.approx((max(pred * math.exp(-hi), floor), max(pred * math.exp(-lo), floor)))
+    assert intervals.interval(pred, lo, hi) == pytest.approx((pred * math.exp(-hi), pred * math.exp(-lo)))
+
+
+@pytest.mark.slow
+def test_plan_and_serve_bands_start_at_or_above_their_bound(call):
+    """The user trial's case: plan's 80% TPOT band ran down to 18.63 ms beside '>= bound 27.30'."""
+    code, out, err = call("plan", "llama-3.1-70b", "--slo", "tpot<=50ms", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    rows = [r for rows in doc["best_per_device"].values() for r in rows] + doc["frontier"]
+    banded = [r for r in rows if (r["prediction"]["interval"] or {}).get("tpot_s")]
+    assert banded
+    for r in banded:
+        assert r["prediction"]["interval"]["tpot_s"][0] >= r["bound"]["tpot_s_at_least"] * (1 - 1e-12)
+    choice = calibrated.choose(None, "h200-sxm", None)
+    for batch in (1, 64):
+        run = calibrated.run(quick._model("mixtral-8x7b"), quick._device("h200-sxm"), "bf16", "bf16", 1, 2048, 4096, batch)
+        p, floor = calibrated.predict(choice, run), serving_model.bound(serving_model.costs(run))
+        assert p["tpot_interval_s"][0] >= floor.tpot_s and p["ttft_interval_s"][0] >= floor.ttft_s

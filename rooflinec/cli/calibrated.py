@@ -171,7 +171,8 @@ def run(model, device, weights: str, kv_cache: str, tp: int, prompt: int, contex
     so the mean context is `context`); `layout`: serve's attention_dp, ep and moe_tp (the
     study's `parallel` keys); routed experts stored in `experts`; or why not."""
     if kv_cache != weights:
-        return "the calibrated model stores the KV cache in the weights' format; --kv-cache differs"
+        return (f"the calibrated model stores the KV cache in the weights' format ({weights}); this run's is "
+                f"{kv_cache} (--kv-cache, default bf16): --kv-cache {weights} gives a calibrated prediction")
     if weights not in DTYPE_BYTES:
         return f"the calibrated model runs GEMMs at the weights' dtype; {weights} is a storage format only"
     out = output_length(prompt, context, osl)
@@ -189,9 +190,14 @@ def predict(choice: Choice, run: serving_model.Run | str) -> dict:
     if isinstance(run, str):
         return {"why": run}
     try:
-        p = serving_model.predict(run, serving_model.costs(run), choice.efficiency)
+        costs = serving_model.costs(run)
+        p = serving_model.predict(run, costs, choice.efficiency)
     except serving_model.Unpredictable as exc:
         return {"why": str(exc)}
+    try:    # the band never reaches below the same run's bound
+        floor = serving_model.bound(costs)
+    except serving_model.Unpredictable:
+        floor = serving_model.Prediction(0.0, 0.0)
     out = {"tpot_s": p.tpot_s, "ttft_s": p.ttft_s, "tokens_per_s_per_user": 1 / p.tpot_s,
            "engine": choice.engine, "level": choice.level, "interval_level": LEVEL}
     if choice.bands:
@@ -199,10 +205,10 @@ def predict(choice: Choice, run: serving_model.Run | str) -> dict:
                                choice.level == "group")
         q, out["interval_band"] = intervals.band_for(choice.bands, new)
         out["interval_level"] = choice.bands["level"]
-        for w, y in (("tpot", p.tpot_s), ("ttft", p.ttft_s)) if q else ():
-            out[f"{w}_interval_s"] = [float(v) for v in intervals.interval(y, *q[w])]
+        for w, y, f in (("tpot", p.tpot_s, floor.tpot_s), ("ttft", p.ttft_s, floor.ttft_s)) if q else ():
+            out[f"{w}_interval_s"] = [float(v) for v in intervals.interval(y, *q[w], f)]
     elif choice.interval:
-        lo, hi = intervals.interval(p.tpot_s, *choice.interval)
+        lo, hi = intervals.interval(p.tpot_s, *choice.interval, floor.tpot_s)
         out["tpot_interval_s"] = [float(lo), float(hi)]
     if choice.measured and not choice.measured[0] <= run.concurrency <= choice.measured[1]:
         out["extrapolated"] = {"concurrency": run.concurrency, "measured": list(choice.measured)}

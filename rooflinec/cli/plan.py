@@ -243,12 +243,13 @@ def _band_of(table, model, engine: str, kind: str):
     return band
 
 
-def _interval(band, tpot: float, ttft: float) -> dict | None:
+def _interval(band, tpot: float, ttft: float, tpot_bound: float) -> dict | None:
+    """The band's interval about each prediction; TPOT's never below the step's bound."""
     if band is None or band[0] is None:
         return None if band is None else {"band": band[1]}
     q, which = band
-    return {"band": which, **{f"{w}_s": [float(v) for v in intervals.interval(y, *q[w])]
-                              for w, y in (("tpot", tpot), ("ttft", ttft))}}
+    return {"band": which, **{f"{w}_s": [float(v) for v in intervals.interval(y, *q[w], floor)]
+                              for w, y, floor in (("tpot", tpot, tpot_bound), ("ttft", ttft, 0.0))}}
 
 
 def _row(model, t: dict, i: int, devices: dict, prices: dict, isl: int, osl: int, band=lambda dev, dep: None) -> dict:
@@ -264,7 +265,8 @@ def _row(model, t: dict, i: int, devices: dict, prices: dict, isl: int, osl: int
         "batch": int(t["batch"][i]),
         "prediction": {"tpot_s": float(t["tpot_s"][i]), "ttft_s": float(t["ttft_s"][i]),
                        "tokens_per_s_per_gpu": per_gpu, "tokens_per_s_per_user": float(t["per_user"][i]),
-                       "interval": _interval(band(dev.key, dep), float(t["tpot_s"][i]), float(t["ttft_s"][i]))},
+                       "interval": _interval(band(dev.key, dep), float(t["tpot_s"][i]), float(t["ttft_s"][i]),
+                                             float(t["tpot_bound_s"][i]))},
         "bound": {"tpot_s_at_least": float(t["tpot_bound_s"][i]),
                   "tokens_per_s_per_gpu_at_most": float(t["per_gpu_bound"][i])},
         "memory_per_gpu_bytes": float(t["memory_bytes"][i]),

@@ -258,13 +258,13 @@ def _max_context_at(ref: str) -> tuple[str, tuple]:
     return catalog.path("models", ref), ("max_context",)
 
 
-def context_warning(ref: str, model, longest: int) -> str:
+def context_warning(ref: str, model, longest: int, flags: str = "--context or --prompt") -> str:
     """A located warning when `longest` tokens (the context or the prompt) run past the model
     spec's max_context ('' otherwise): past it the positions were never trained."""
     if not model.max_context or longest <= model.max_context:
         return ""
     file, path = _max_context_at(ref)
-    problem = yamlio.load(file).problem(path, f"{longest:,} tokens (--context or --prompt) run past the "
+    problem = yamlio.load(file).problem(path, f"{longest:,} tokens ({flags}) run past the "
                                               f"model's max_context, {model.max_context:,}: the figures "
                                               "price the work, not a trained position")
     return f"warning: {problem}"

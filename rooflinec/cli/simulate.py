@@ -151,6 +151,9 @@ def cmd_simulate(args, stdout, stderr) -> int:
     work = workload_of(args)
     _positive("tp", args.tp)
     model, device = quick._model(args.model), quick._device(args.device)
+    warned = quick.context_warning(args.model, model, work.isl.high + work.osl.high, "--isl + --osl")
+    if warned:
+        stderr.write(warned + "\n")
     policy = engines.override(engines.load(args.engine), max_batch=args.max_batch, max_tokens=args.max_tokens,
                               chunked_prefill=args.chunked_prefill, chunk_tokens=args.chunk_tokens,
                               schedule=args.schedule, cache_fraction=args.cache_fraction,

@@ -61,10 +61,12 @@ def quantiles(residuals, level: float = 0.8) -> tuple[float, float]:
     return float(r[k_lo - 1]), float(r[k_hi - 1])
 
 
-def interval(predicted, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
-    """The measured values a prediction's interval allows: log(pred / measured) in [lo, hi]."""
-    p = np.asarray(predicted, float)
-    return p * np.exp(-hi), p * np.exp(-lo)
+def interval(predicted, lo: float, hi: float, floor=0.0) -> tuple[np.ndarray, np.ndarray]:
+    """The measured values a prediction's interval allows: log(pred / measured) in [lo, hi],
+    and never below `floor`, the same step's lower bound where the caller has it (no run is
+    faster than its bound, so the band's part below it would allow the impossible)."""
+    p, f = np.asarray(predicted, float), np.asarray(floor, float)
+    return np.maximum(p * np.exp(-hi), f), np.maximum(p * np.exp(-lo), f)
 
 
 def covered(predicted, measured, lo: float, hi: float) -> np.ndarray:
