@@ -238,7 +238,8 @@ def simulate(pools: Pools, policy: engines.Policy, clients: int, isl: int, osl: 
             "link": {"name": link.name, "bandwidth": link.bandwidth, "latency": link.latency},
             "kv_bytes": kv_bytes(pools, isl), "requests_per_s": rate,
             "tokens_per_s_per_gpu": rate * osl / pools.devices,
-            "prefill_utilisation": rate / P * alone, "clients_per_decode_rank": c_d, **match}
+            "prefill_utilisation": rate / match["prefill_capacity_per_s"],   # of what the pool can prefill
+            "clients_per_decode_rank": c_d, **match}
 
 
 def prefill_policy(pools: Pools, policy: engines.Policy, isl: int) -> engines.Policy:
