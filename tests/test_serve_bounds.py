@@ -221,3 +221,18 @@ def test_where_the_least_work_step_cannot_be_priced_the_figures_are_said_to_be_e
                           "--batch", "1")
     assert code == 0, err
     assert "the step and TTFT figures are expectations under uniform routing, not bounds" in out
+
+
+def test_serve_says_when_the_batch_queues_behind_the_kv_cache():
+    """The user trial's case: at --osl 1000 the requests' mean context, 1,024 + 500, fits fewer
+    sequences than the batch: serve names the batches that queue and how many run at once,
+    free memory / KV bytes per sequence at that context (serving_model.sequences_that_fit)."""
+    model, device = quick._model("llama-3.1-70b"), quick._device("h200-sxm")
+    choice = calibrated.choose(None, "h200-sxm", None)
+    run = calibrated.run(model, device, "fp8", "fp8", 1, 1024, 1100, 390, osl=1000)
+    p = calibrated.predict(choice, run)
+    fits = sm.sequences_that_fit(run)
+    assert fits < 390 and p["queued"] == {"running": pytest.approx(fits), "batch": 390.0}
+    line = calibrated.queueing({390: p})
+    assert f"batch 390 runs {fits:,.0f} at once" in line
+    assert calibrated.queueing({390: calibrated.predict(choice, calibrated.run(model, device, "fp8", "fp8", 1, 1024, 1100, 64, osl=1000))}) == ""

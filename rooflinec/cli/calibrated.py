@@ -210,6 +210,8 @@ def predict(choice: Choice, run: serving_model.Run | str) -> dict:
     elif choice.interval:
         lo, hi = intervals.interval(p.tpot_s, *choice.interval, floor.tpot_s)
         out["tpot_interval_s"] = [float(lo), float(hi)]
+    if costs.concurrency < run.per_rank:    # the KV cache holds fewer sequences than the batch: the rest queue
+        out["queued"] = {"running": float(costs.concurrency), "batch": float(run.per_rank)}
     if choice.measured and not choice.measured[0] <= run.concurrency <= choice.measured[1]:
         out["extrapolated"] = {"concurrency": run.concurrency, "measured": list(choice.measured)}
     return out
@@ -224,3 +226,14 @@ def extrapolation(points: dict, engine: str | None) -> str:
     lo, hi = next(iter(out.values()))["measured"]
     return (f"extrapolated beyond the calibration's measured range (concurrency {lo:,} to {hi:,} on "
             f"this device with {engine}): batch " + ", ".join(f"{b:,}" for b in out))
+
+
+def queueing(points: dict) -> str:
+    """One line naming the batches (batch -> predict's dict) whose requests do not all fit the
+    KV cache at once, so the rest wait and TTFT includes the wait ('' where none)."""
+    out = {b: p["queued"] for b, p in sorted(points.items()) if "queued" in p}
+    if not out:
+        return ""
+    return ("the KV cache holds fewer sequences than the batch at the requests' mean context (prompt + "
+            "output / 2): the rest queue, so TPOT is the running batch's and TTFT includes the wait: " +
+            ", ".join(f"batch {b:,} runs {q['running']:,.0f} at once" for b, q in out.items()))

@@ -67,11 +67,12 @@ HEAD = ("device", "tp", "GPUs", "batch", "tokens/s per user", "tokens/s per GPU"
         "TTFT ≥", "fits", *CALIBRATED)
 
 
-def extrapolations(c: Configuration) -> list[str]:
-    """The line naming the batches whose prediction extrapolates the calibration's measured runs."""
+def caveats(c: Configuration) -> list[str]:
+    """The lines naming the batches whose prediction extrapolates the calibration's measured
+    runs, and those whose requests queue because the KV cache holds fewer at once."""
     engine = next((p.get("engine") for p in c.predicted.values() if "engine" in p), None)
-    line = calibrated.extrapolation(c.predicted, engine)
-    return [line] if line else []
+    lines = [calibrated.extrapolation(c.predicted, engine), calibrated.queueing(c.predicted)]
+    return [line for line in lines if line]
 
 
 def _rows(c: Configuration) -> list[tuple]:
@@ -115,7 +116,7 @@ def text(model_name: str, setup: str, context: int, prompt: int, configs: list[C
     for assumed in dict.fromkeys(c.assumed for c in configs if c.assumed):
         lines.append(one_line(assumed))
     for c in configs:
-        lines += [one_line(f"{c.device.key} at tp {c.tp}: {line}") for line in extrapolations(c)]
+        lines += [one_line(f"{c.device.key} at tp {c.tp}: {line}") for line in caveats(c)]
     return "\n".join(lines) + "\n"
 
 

@@ -636,7 +636,7 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None, 
     if config is not None:
         whys = sorted({p["why"] for p in predicted.values() if "why" in p})
         lines += [one_line(config.note)] + ([f"  {one_line(config.assumed)}"] if config.assumed else []) \
-            + [f"  not predicted: {w}" for w in whys] + [f"  {line}" for line in table.extrapolations(config)]
+            + [f"  not predicted: {w}" for w in whys] + [f"  {line}" for line in table.caveats(config)]
     return "\n".join(lines) + "\n"
 
 
