@@ -539,3 +539,16 @@ def test_plan_text_answers_before_it_lists_what_it_pruned(call):
     assert out.index("best per device") < out.index("pruned, by reason:")
     listed = out[out.index("pruned, by reason:"):].split("\n\n")[0].splitlines()[1:]
     assert 1 <= len(listed) <= plan_cli.PRUNED_SHOWN + 1
+
+
+@pytest.mark.slow
+def test_a_device_meeting_nothing_is_named_not_dropped():
+    """A user trial: `--devices rtx4090,h200-sxm` left the RTX 4090 out of 'best per device' with
+    no word; 70B's weights fit no 24 GB card's tp degrees within 2 GPUs at 50 ms."""
+    args = ("plan", "llama-3.1-70b", "--slo", "tpot<=50ms", "--devices", "rtx4090,h200-sxm", "--gpus", "2", "--aggregated")
+    code, out, err = _cli(*args, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["devices_meeting_nothing"] == ["rtx4090"] and set(doc["best_per_device"]) == {"h200-sxm"}
+    code, out, err = _cli(*args)
+    assert "no configuration on rtx4090 meets the SLO (why at the end)" in out

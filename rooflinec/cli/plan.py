@@ -307,6 +307,7 @@ def document(model, devices, work, slo, res, prices, args, engine, calibration_s
         "calibration": {"source": calibration_source, "engine": engine or "pooled"},
         "searched": res.searched, "feasible": n, "pruned": dict(sorted(res.pruned.items(), key=lambda kv: -kv[1])),
         "top_per_device": args.top, "best_per_device": best,
+        "devices_meeting_nothing": [d.key for d in devices if d.key not in best],
         "frontier": [_row(model, t, int(i), by_key, prices, work.isl, work.osl, band) for i in front],
         "devices_without_price": sorted(d.key for d in devices if d.key not in prices),
         "devices_without_power": sorted(d.key for d in devices if d.board_power is None),
@@ -381,6 +382,8 @@ def text(out: dict) -> str:
     lines += ["", "best per device (most tokens/s per GPU):" if top == 1 else
               f"best {top} per device (most tokens/s per GPU; each next row faster per user):"]
     lines += _table([HEAD] + [_cells(r) for rows in out["best_per_device"].values() for r in rows])
+    if out["devices_meeting_nothing"]:
+        lines += [f"no configuration on {', '.join(out['devices_meeting_nothing'])} meets the SLO (why at the end)"]
     lines += ["", "Pareto frontier (tokens/s per GPU against tokens/s per user, predictions):"]
     simulated = any("simulated" in r for r in out["frontier"])
     lines += _table([HEAD + (["sim TPOT", "sim TTFT", "sim tok/s/GPU"] if simulated else [])]
