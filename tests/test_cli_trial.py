@@ -353,3 +353,27 @@ def test_json_values_are_json_s(tmp_path):
     cfg.write_text(json.dumps(data, indent=2).replace('"VALUE"', "NaN"), encoding="utf-8")
     code, _, err = cli("import", str(cfg))
     assert code == 1 and "num_hidden_layers: NaN is not accepted; numbers must be finite" in err and '"NaN"' not in err
+
+
+# --- a second trial: an open loop past capacity, a simulation past max_context -------------------
+
+OPEN = ("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "trtllm", "--isl", "1024", "--osl", "128",
+        "--requests", "300")
+
+
+@pytest.mark.slow
+def test_an_open_loop_past_capacity_says_it_is_overloaded():
+    code, out, _ = cli(*OPEN, "--rate", "500", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["overloaded"]["offered_per_s"] == 500
+    assert doc["overloaded"]["completed_per_s"] == doc["requests_per_s"] < 0.8 * 500
+    code, out, _ = cli(*OPEN, "--rate", "500")
+    assert "overloaded: " in out and "depends on --requests" in out
+    code, out, _ = cli(*OPEN, "--rate", "5", "--json")   # well inside capacity: a steady state
+    assert code == 0 and "overloaded" not in json.loads(out)
+
+
+def test_simulate_warns_past_the_model_max_context():
+    code, out, err = cli("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "vllm", "--isl", "131000",
+                         "--osl", "128", "--concurrency", "1", "--requests", "1", "--warmup", "0", "--json")
+    assert "max_context: 131,128 tokens (--isl + --osl) run past the model's max_context, 131,072" in err

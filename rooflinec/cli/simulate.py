@@ -147,6 +147,11 @@ def _formats(value, flag):
     return value
 
 
+# An open loop that completes less than this share of its arrival rate is not in a steady state
+# (a stable queue completes what arrives; the last requests' drain alone costs a few percent).
+OVERLOAD = 0.8
+
+
 def cmd_simulate(args, stdout, stderr) -> int:
     work = workload_of(args)
     _positive("tp", args.tp)
@@ -205,6 +210,8 @@ def cmd_simulate(args, stdout, stderr) -> int:
             return {f"{w}_mean_s": [float(v) for v in intervals.interval(out[f"{w}_s"]["mean"], *q[w])]
                     for w in ("ttft", "tpot") if out[f"{w}_s"]["mean"] is not None}
         out["interval"] = {"level": band["level"], "band": band["band"], **means_within(band)}
+    if not work.closed and out["requests_per_s"] < OVERLOAD * work.rate:
+        out["overloaded"] = {"offered_per_s": work.rate, "completed_per_s": out["requests_per_s"]}
     if args.chart:
         svg = timeline(res, f"{model.name} on {args.tp} x {device.key}, {policy.name}: {work.describe()}")
         try:
@@ -286,6 +293,10 @@ def text(out: dict) -> str:
               f"{'-' if per_user is None else f'{per_user:.1f}'}; {out['requests_per_s']:.2f} requests/s",
               f"{out['steps']} steps, mean batch {out['mean_batch']:.1f}, {out['preemptions']} preemptions, "
               f"KV cache {out['kv_cache_tokens']:,} tokens per device ({_cache_share(out)})"]
+    if "overloaded" in out:
+        o = out["overloaded"]
+        lines.append(f"overloaded: {o['completed_per_s']:.2f} requests/s completed of the {o['offered_per_s']:.4g} "
+                     "offered, so the queue grows through the run and every latency above depends on --requests")
     return "\n".join(lines) + "\n"
 
 
