@@ -110,7 +110,7 @@ def test_the_least_work_bound_is_below_the_simulators_bound_step(batch, context)
     (the sum of each kernel's max) on the same features and routing: the serve bound is below
     anything `simulate --bound` prices for that step."""
     step_model = sc.build(QWEN_EP)
-    x = routed_bound._decode(batch, context)
+    x = routed_bound._decode(batch, context, step_model.window)
     least = routed_bound.decode(step_model, batch, context, 2)
     assert least["comm_s"] == 0      # tp 1: no all-reduce, and no all-to-all at the least-work routing
     assert least["time_s"] <= step_model.durations(x, sc.BOUND)[0] * (1 + 1e-12)
@@ -214,10 +214,27 @@ def test_help_and_extrapolation_words(call):
 
 @pytest.mark.slow
 def test_where_the_least_work_step_cannot_be_priced_the_figures_are_said_to_be_expectations(call):
-    """gpt-oss-120b's sliding windows are not affine in the simulator's step features, so its
-    least-work step is not priced: under attention DP / EP serve says its step figures are
-    expectations under uniform routing, not bounds."""
-    code, out, err = call("serve", "gpt-oss-120b", "--device", "h100-sxm", "--attention-dp", "2", "--ep", "2",
+    """DeepSeek-V3.2's indexer keeps min(S, k_top) keys, a minimum of the context the
+    simulator's step features do not take (stepcost.Windowed), so its least-work step is not
+    priced: under attention DP / EP serve says its step figures are expectations under uniform
+    routing, not bounds."""
+    code, out, err = call("serve", "deepseek-v3.2-exp", "--device", "h200-sxm", "--attention-dp", "8", "--ep", "8",
                           "--batch", "1")
     assert code == 0, err
     assert "the step and TTFT figures are expectations under uniform routing, not bounds" in out
+
+
+@pytest.mark.slow
+def test_the_least_work_step_of_one_sequence_is_the_programs_windowed_layers_included():
+    """One sequence routes its token to exactly k experts whatever the routing, so at batch 1,
+    dp 1 and ep 1 the least-work step is the serving section's (the sharded program's) step,
+    FLOPs and bytes alike; gpt-oss-120b's sliding layers (W = 128) read min(context, W) keys
+    (stepcost.attend's window features), at contexts inside and past the window."""
+    m, dev = model("gpt-oss-120b"), device("h200-sxm")
+    step_model = sc.build(Deployment(m, dev, 1, "bf16", "bf16"))
+    assert step_model.window == 128
+    for context in (64, 128, 129, 4096):
+        want = quick.serving_section(m, dev, "bf16", [1], context, context, 1)["steps"][0]["devices"][0]
+        got = routed_bound.decode(step_model, 1, context, 2)
+        assert got["compute_s"] == pytest.approx(want["compute_s"], rel=1e-9)
+        assert got["memory_s"] == pytest.approx(want["memory_s"], rel=1e-9)

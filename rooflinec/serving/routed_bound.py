@@ -26,19 +26,21 @@ ROUTING = ("least-work routing (the simulator's bound): the busiest expert rank 
 MOST = 1 << 20     # the largest batch the compute-bound crossing is looked for at
 
 
-def _decode(batch: int, context: int) -> np.ndarray:
-    """Features of a step decoding `batch` sequences at `context` each, no prefill."""
+def _decode(batch: int, context: int, window: int | None) -> np.ndarray:
+    """Features of a step decoding `batch` sequences at `context` each, no prefill (windowed
+    layers' min(context, W) by `stepcost.attend`, the features' one owner)."""
     x = np.zeros((1, len(sc.FEATURES)))
-    x[0, sc.ONE], x[0, sc.DECODES], x[0, sc.TOKENS], x[0, sc.LOGITS] = 1, batch, batch, batch
-    x[0, sc.CONTEXT] = batch * context
+    none = np.zeros(0, np.int64)
+    sc.attend(x[0], window, np.full(batch, context - 1, np.int64), none, none)
+    x[0, sc.ONE], x[0, sc.TOKENS], x[0, sc.LOGITS] = 1, batch, batch
     return x
 
 
-def _prompt(prompt: int) -> np.ndarray:
+def _prompt(prompt: int, window: int | None) -> np.ndarray:
     """Features of a step prefilling one prompt as one chunk, its last token's logits."""
     x = np.zeros((1, len(sc.FEATURES)))
-    x[0, sc.ONE], x[0, sc.TOKENS], x[0, sc.LOGITS], x[0, sc.CHUNKS] = 1, prompt, 1, 1
-    x[0, sc.CHUNK_SQUARE], x[0, sc.CHUNK_TOKENS], x[0, sc.CHUNK_KEYS] = prompt ** 2, prompt, prompt
+    sc.attend(x[0], window, np.zeros(0, np.int64), np.array([0]), np.array([prompt]))
+    x[0, sc.ONE], x[0, sc.TOKENS], x[0, sc.LOGITS] = 1, prompt, 1
     return x
 
 
@@ -57,13 +59,13 @@ def _step(model: sc.StepModel, x: np.ndarray, workload: dict, tokens: int, bytes
 def decode(model: sc.StepModel, batch: int, context: int, bytes_per_element: int) -> dict:
     """One attention-DP rank's decode step of `batch` sequences at `context`, bounded (the module);
     tokens/s are the group's (every rank steps such a batch)."""
-    out = _step(model, _decode(batch, context), {B: batch, S: context}, batch, bytes_per_element)
+    out = _step(model, _decode(batch, context, model.window), {B: batch, S: context}, batch, bytes_per_element)
     return {**out, "tokens_per_s": batch * model.deployment.attention_dp / out["time_s"]}
 
 
 def prefill(model: sc.StepModel, prompt: int, bytes_per_element: int) -> dict:
     """One prompt's prefill alone, bounded (the module): the time to first token's bound."""
-    out = _step(model, _prompt(prompt), {B: 1, S: prompt}, prompt, bytes_per_element)
+    out = _step(model, _prompt(prompt, model.window), {B: 1, S: prompt}, prompt, bytes_per_element)
     return {**out, "prompt_tokens_per_s": prompt / out["time_s"]}
 
 
