@@ -151,10 +151,11 @@ def test_json_reports_the_moe_tp_the_deployment_uses(call):
 
 @pytest.mark.slow
 def test_weights_that_do_not_fit_say_why_there_is_no_prediction(call):
-    """Llama-3.1-70B in bf16 on one H100: 141.1 GB of weights, 85.9 GB of memory."""
+    """Llama-3.1-70B in bf16 on one H100: 141.1e9 B of weights (131.4 GiB), 80 GiB of memory
+    (serving_model states memory in GiB)."""
     code, out, err = call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--batch", "1,16")
     assert code == 0, err
-    assert "  not predicted: bf16 weights need 141.1 GB per device; h100-sxm has 85.9 GB\n" in out
+    assert "  not predicted: bf16 weights need 131.4 GiB per device; h100-sxm has 80.00 GiB\n" in out
 
 
 @pytest.mark.slow
