@@ -5,8 +5,8 @@ Why this shape: a step's cost is affine in a handful of step features for a fixe
 (device, tp, formats) (`stepcost.StepModel`), so one step model prices every batch of that
 triple in a single NumPy product; a mixture of experts under attention DP and EP adds the
 busiest expert device's routed rows and experts read, still arrays over the batches
-(`plan_step`, the planner's own until `stepcost` prices MoE steps; `plan_step.step_for` is
-the seam). The search builds each step model once and evaluates all
+(`plan_step`, the planner's own reading of the step, shared over dp and ep; `plan_step.step_for`
+is the seam). The search builds each step model once and evaluates all
 batches, all pipeline depths and both figures (a bound and a prediction) as arrays.
 
 Per configuration (batch B sequences in flight per pipeline stage, isl prompt and osl output
