@@ -257,12 +257,9 @@ def features(batch: np.ndarray, isl: int, osl: int) -> tuple[np.ndarray, np.ndar
 
 
 def bound_features(batch: np.ndarray, isl: int) -> np.ndarray:
-    """Step features [n, F] of the least decode step of `batch` sequences: context isl each, no prefill."""
-    b = batch.astype(float)
-    x = np.zeros((len(b), len(F)))
-    x[:, sc.ONE], x[:, sc.DECODES], x[:, sc.TOKENS], x[:, sc.LOGITS] = 1, b, b, b
-    x[:, sc.CONTEXT] = b * isl
-    return x
+    """Step features [n, F] of the least decode step of `batch` sequences: context isl each, no
+    prefill (a decode worker's step, `plan_disagg.decode_features`, at isl)."""
+    return plan_disagg.decode_features(batch.astype(float), isl)
 
 
 def _hop_s(device, batch: np.ndarray, model) -> np.ndarray:
