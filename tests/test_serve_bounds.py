@@ -117,6 +117,21 @@ def test_the_least_work_bound_is_below_the_simulators_bound_step(batch, context)
 
 
 @pytest.mark.slow
+def test_the_ttft_bound_routes_one_prompt_alone_in_the_group():
+    """Qwen3-30B-A3B (k = 8) at attention DP 4 x EP 4, a 1,024-token prompt alone: the MoE layers
+    see its 1,024 tokens only, so the busiest expert rank serves ceil(1024 x 8 / 4) = 2,048 rows
+    (not the 8,192 of four ranks prefilling at once) and reads ceil(8 / 4) = 2 experts; every
+    other kernel is the step model's at the prompt's features."""
+    step_model = sc.build(QWEN_EP)
+    got = routed_bound.prefill(step_model, 1024, 2)
+    x = routed_bound._prompt(1024, None)
+    r = step_model.routed
+    assert got["compute_s"] == pytest.approx(float((x @ step_model.compute.T).sum()) + 2048 * r.row_compute.sum())
+    assert got["memory_s"] == pytest.approx(float((x @ step_model.memory.T).sum()) + 2048 * r.row_memory.sum()
+                                            + 2 * r.expert_memory.sum())
+
+
+@pytest.mark.slow
 def test_serve_bound_under_attention_dp_is_at_most_simulate_bound(call):
     """Qwen3-30B-A3B at attention DP 4 x EP 4 on H200, 16 sequences a rank (64 clients),
     prompts of 1024 and 128 output tokens: serve's step bound at the context the requests start

@@ -14,6 +14,8 @@ peaks, plus the tensor-parallel collectives the serving bound times
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from rooflinec.cost import program_costs
@@ -44,10 +46,12 @@ def _prompt(prompt: int, window: int | None) -> np.ndarray:
     return x
 
 
-def _step(model: sc.StepModel, x: np.ndarray, workload: dict, tokens: int, bytes_per_element: int) -> dict:
+def _step(model: sc.StepModel, x: np.ndarray, workload: dict, tokens: int, bytes_per_element: int,
+          routed: sc.Routed | None = None) -> dict:
     compute, memory = float((x @ model.compute.T).sum()), float((x @ model.memory.T).sum())
-    if model.routed is not None:
-        rows_c, rows_m, _ = model.routed.parts(x, True)     # the least-work routing, no all-to-all
+    routed = routed or model.routed
+    if routed is not None:
+        rows_c, rows_m, _ = routed.parts(x, True)     # the least-work routing, no all-to-all
         compute, memory = compute + float(rows_c.sum()), memory + float(rows_m.sum())
     dep = model.deployment
     _, comm = program_costs.collectives_s(dep, dep.device, workload, tokens, bytes_per_element, dep.formats())
@@ -64,8 +68,13 @@ def decode(model: sc.StepModel, batch: int, context: int, bytes_per_element: int
 
 
 def prefill(model: sc.StepModel, prompt: int, bytes_per_element: int) -> dict:
-    """One prompt's prefill alone, bounded (the module): the time to first token's bound."""
-    out = _step(model, _prompt(prompt, model.window), {B: 1, S: prompt}, prompt, bytes_per_element)
+    """One prompt's prefill alone, bounded (the module): the time to first token's bound. Alone
+    in the group too: the other attention-DP ranks send the MoE layers nothing, so the busiest
+    expert rank serves ceil(prompt x k / ep) rows (`Deployment.busiest` at attention DP 1), not
+    the dp prompts' a step of every rank prefilling one would route."""
+    lone = None if model.routed is None else replace(model.routed,
+                                                     deployment=replace(model.deployment, attention_dp=1))
+    out = _step(model, _prompt(prompt, model.window), {B: 1, S: prompt}, prompt, bytes_per_element, lone)
     return {**out, "prompt_tokens_per_s": prompt / out["time_s"]}
 
 
