@@ -205,7 +205,8 @@ def test_plan_rows_carry_the_band_of_their_deployment(call, tmp_path):
                    "  calibrated: {model: [meta-llama/Llama-3.1-8B-Instruct], tp: [1], engine: [vllm]}}\n",
                    encoding="utf-8")
     args = ("plan", "llama-3.1-8b", "--slo", "tpot<=1s", "--devices", "h100-sxm", "--gpus", 2, "--concurrency", "1,8",
-            "--aggregated", "--weights", "bf16", "--kv-cache", "bf16", "--engine", "vllm", "--calibration", cal)
+            "--aggregated", "--weights", "bf16", "--kv-cache", "bf16", "--engine", "vllm", "--calibration", cal,
+            "--top", "4")     # best per device is one row by default; --top adds the faster per user, tp 2 among them
     code, out, err = call(*args, "--json")
     assert code == 0, err
     doc = json.loads(out)

@@ -236,7 +236,10 @@ def test_plan_prints_labelled_tables_and_json(tmp_path):
                         "--concurrency", "1,16", "--json")
     doc = json.loads(out)
     row = doc["frontier"][0]
-    assert set(row["prediction"]) == {"tpot_s", "ttft_s", "tokens_per_s_per_gpu", "tokens_per_s_per_user"}
+    p = row["prediction"]
+    assert set(p) == {"tpot_s", "ttft_s", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "interval"}
+    for w in ("tpot_s", "ttft_s"):     # the shipped calibration carries bands: each mean inside its own
+        assert p["interval"][w][0] <= p[w] <= p["interval"][w][1]
     assert row["cost"]["usd_per_million_output_tokens"] == pytest.approx(
         2.0 / (row["prediction"]["tokens_per_s_per_gpu"] * 3600) * 1e6)
 

@@ -110,10 +110,25 @@ def test_the_least_work_bound_is_below_the_simulators_bound_step(batch, context)
     (the sum of each kernel's max) on the same features and routing: the serve bound is below
     anything `simulate --bound` prices for that step."""
     step_model = sc.build(QWEN_EP)
-    x = routed_bound._decode(batch, context)
+    x = routed_bound._decode(batch, context, step_model.window)
     least = routed_bound.decode(step_model, batch, context, 2)
     assert least["comm_s"] == 0      # tp 1: no all-reduce, and no all-to-all at the least-work routing
     assert least["time_s"] <= step_model.durations(x, sc.BOUND)[0] * (1 + 1e-12)
+
+
+@pytest.mark.slow
+def test_the_ttft_bound_routes_one_prompt_alone_in_the_group():
+    """Qwen3-30B-A3B (k = 8) at attention DP 4 x EP 4, a 1,024-token prompt alone: the MoE layers
+    see its 1,024 tokens only, so the busiest expert rank serves ceil(1024 x 8 / 4) = 2,048 rows
+    (not the 8,192 of four ranks prefilling at once) and reads ceil(8 / 4) = 2 experts; every
+    other kernel is the step model's at the prompt's features."""
+    step_model = sc.build(QWEN_EP)
+    got = routed_bound.prefill(step_model, 1024, 2)
+    x = routed_bound._prompt(1024, None)
+    r = step_model.routed
+    assert got["compute_s"] == pytest.approx(float((x @ step_model.compute.T).sum()) + 2048 * r.row_compute.sum())
+    assert got["memory_s"] == pytest.approx(float((x @ step_model.memory.T).sum()) + 2048 * r.row_memory.sum()
+                                            + 2 * r.expert_memory.sum())
 
 
 @pytest.mark.slow
@@ -151,10 +166,11 @@ def test_json_reports_the_moe_tp_the_deployment_uses(call):
 
 @pytest.mark.slow
 def test_weights_that_do_not_fit_say_why_there_is_no_prediction(call):
-    """Llama-3.1-70B in bf16 on one H100: 141.1 GB of weights, 85.9 GB of memory."""
+    """Llama-3.1-70B in bf16 on one H100: 141.1e9 B of weights (131.4 GiB), 80 GiB of memory
+    (serving_model states memory in GiB)."""
     code, out, err = call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--batch", "1,16")
     assert code == 0, err
-    assert "  not predicted: bf16 weights need 141.1 GB per device; h100-sxm has 85.9 GB\n" in out
+    assert "  not predicted: bf16 weights need 131.4 GiB per device; h100-sxm has 80.00 GiB\n" in out
 
 
 @pytest.mark.slow
@@ -214,10 +230,11 @@ def test_help_and_extrapolation_words(call):
 
 @pytest.mark.slow
 def test_where_the_least_work_step_cannot_be_priced_the_figures_are_said_to_be_expectations(call):
-    """gpt-oss-120b's sliding windows are not affine in the simulator's step features, so its
-    least-work step is not priced: under attention DP / EP serve says its step figures are
-    expectations under uniform routing, not bounds."""
-    code, out, err = call("serve", "gpt-oss-120b", "--device", "h100-sxm", "--attention-dp", "2", "--ep", "2",
+    """DeepSeek-V3.2's indexer keeps min(S, k_top) keys, a minimum of the context the
+    simulator's step features do not take (stepcost.Windowed), so its least-work step is not
+    priced: under attention DP / EP serve says its step figures are expectations under uniform
+    routing, not bounds."""
+    code, out, err = call("serve", "deepseek-v3.2-exp", "--device", "h200-sxm", "--attention-dp", "8", "--ep", "8",
                           "--batch", "1")
     assert code == 0, err
     assert "the step and TTFT figures are expectations under uniform routing, not bounds" in out
@@ -236,3 +253,19 @@ def test_serve_says_when_the_batch_queues_behind_the_kv_cache():
     line = calibrated.queueing({390: p})
     assert f"batch 390 runs {fits:,.0f} at once" in line
     assert calibrated.queueing({390: calibrated.predict(choice, calibrated.run(model, device, "fp8", "fp8", 1, 1024, 1100, 64, osl=1000))}) == ""
+
+
+@pytest.mark.slow
+def test_the_least_work_step_of_one_sequence_is_the_programs_windowed_layers_included():
+    """One sequence routes its token to exactly k experts whatever the routing, so at batch 1,
+    dp 1 and ep 1 the least-work step is the serving section's (the sharded program's) step,
+    FLOPs and bytes alike; gpt-oss-120b's sliding layers (W = 128) read min(context, W) keys
+    (stepcost.attend's window features), at contexts inside and past the window."""
+    m, dev = model("gpt-oss-120b"), device("h200-sxm")
+    step_model = sc.build(Deployment(m, dev, 1, "bf16", "bf16"))
+    assert step_model.window == 128
+    for context in (64, 128, 129, 4096):
+        want = quick.serving_section(m, dev, "bf16", [1], context, context, 1)["steps"][0]["devices"][0]
+        got = routed_bound.decode(step_model, 1, context, 2)
+        assert got["compute_s"] == pytest.approx(want["compute_s"], rel=1e-9)
+        assert got["memory_s"] == pytest.approx(want["memory_s"], rel=1e-9)

@@ -5,8 +5,8 @@ Why this shape: a step's cost is affine in a handful of step features for a fixe
 (device, tp, formats) (`stepcost.StepModel`), so one step model prices every batch of that
 triple in a single NumPy product; a mixture of experts under attention DP and EP adds the
 busiest expert device's routed rows and experts read, still arrays over the batches
-(`plan_step`, the planner's own until `stepcost` prices MoE steps; `plan_step.step_for` is
-the seam). The search builds each step model once and evaluates all
+(`plan_step`, the planner's own reading of the step, shared over dp and ep; `plan_step.step_for`
+is the seam). The search builds each step model once and evaluates all
 batches, all pipeline depths and both figures (a bound and a prediction) as arrays.
 
 Per configuration (batch B sequences in flight per pipeline stage, isl prompt and osl output
@@ -257,12 +257,9 @@ def features(batch: np.ndarray, isl: int, osl: int) -> tuple[np.ndarray, np.ndar
 
 
 def bound_features(batch: np.ndarray, isl: int) -> np.ndarray:
-    """Step features [n, F] of the least decode step of `batch` sequences: context isl each, no prefill."""
-    b = batch.astype(float)
-    x = np.zeros((len(b), len(F)))
-    x[:, sc.ONE], x[:, sc.DECODES], x[:, sc.TOKENS], x[:, sc.LOGITS] = 1, b, b, b
-    x[:, sc.CONTEXT] = b * isl
-    return x
+    """Step features [n, F] of the least decode step of `batch` sequences: context isl each, no
+    prefill (a decode worker's step, `plan_disagg.decode_features`, at isl)."""
+    return plan_disagg.decode_features(batch.astype(float), isl)
 
 
 def _hop_s(device, batch: np.ndarray, model) -> np.ndarray:

@@ -2,13 +2,15 @@
 expert parallelism (EP): one busiest device's step, vectorised over batches as
 `stepcost.StepModel` is.
 
-Why hand-written here: `stepcost` prices a tensor-parallel step whose every kernel is affine
-in its step features, and a MoE step is not (the routed experts' weight traffic follows the
-distinct experts a step touches, E(1 - (1 - k/E)^M)), nor does it know attention DP or EP yet.
-Branch work teaches `stepcost` both; until then the planner prices them itself from the
-facts `cost/deployment.py`'s `Deployment` owns, and `step_for` is the seam: once `stepcost`
-prices a MoE/DP/EP deployment, `step_for` returns `stepcost.build`'s model and this module's
-`MoeStep` goes.
+Why hand-written here: `stepcost.build` prices a MoE step under attention DP and EP too
+(`stepcost.Routed`, asking `Deployment.busiest` as this module does), but the planner keeps
+its own reading for what stepcost's does not do: the programs are read once per (device, tp,
+formats) and shared by every dp and ep of the search (`memo`); the planner's step features
+carry no per-sequence min(context, W), so windows are read as W or S over the contexts priced
+(`_windowed`); the routed experts' GEMMs run at their own format's peak where the device lists
+one (`experts_gemm_dtype`); with an all-to-all and no shared experts a MoE layer keeps only
+o_proj's all-reduce (`_all_reduces`). `step_for` is the seam: once stepcost takes these,
+`step_for` returns `stepcost.build`'s model and this module's `MoeStep` goes.
 
 A `MoeStep` is two parts over one attention-DP rank's step features (`stepcost.FEATURES`):
 - every op but the routed experts', read by `stepcost`'s own row readers from the lowered
@@ -111,8 +113,8 @@ def step_for(dep: Deployment, memo: dict | None = None, contexts: tuple | None =
     programs' readings of one model between calls (per device, tp and formats: every dp and ep
     of a tp shares them). `contexts`: the fewest and the most tokens a sequence the step model
     prices holds (the planner's isl and isl + osl), which price a window outside them exactly
-    (`_windowed`; a dense model with windows, which stepcost's readers do not take, is read
-    here the same way)."""
+    (`_windowed`; a dense model with windows is read here the same way: stepcost's readers put
+    them on window features the planner's do not fill)."""
     sm.checked(dep)
     memo = {} if memo is None else memo
     if getattr(dep.model, "moe", None) is None:

@@ -14,6 +14,8 @@ peaks, plus the tensor-parallel collectives the serving bound times
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from rooflinec.cost import program_costs
@@ -26,26 +28,30 @@ ROUTING = ("least-work routing (the simulator's bound): the busiest expert rank 
 MOST = 1 << 20     # the largest batch the compute-bound crossing is looked for at
 
 
-def _decode(batch: int, context: int) -> np.ndarray:
-    """Features of a step decoding `batch` sequences at `context` each, no prefill."""
+def _decode(batch: int, context: int, window: int | None) -> np.ndarray:
+    """Features of a step decoding `batch` sequences at `context` each, no prefill (windowed
+    layers' min(context, W) by `stepcost.attend`, the features' one owner)."""
     x = np.zeros((1, len(sc.FEATURES)))
-    x[0, sc.ONE], x[0, sc.DECODES], x[0, sc.TOKENS], x[0, sc.LOGITS] = 1, batch, batch, batch
-    x[0, sc.CONTEXT] = batch * context
+    none = np.zeros(0, np.int64)
+    sc.attend(x[0], window, np.full(batch, context - 1, np.int64), none, none)
+    x[0, sc.ONE], x[0, sc.TOKENS], x[0, sc.LOGITS] = 1, batch, batch
     return x
 
 
-def _prompt(prompt: int) -> np.ndarray:
+def _prompt(prompt: int, window: int | None) -> np.ndarray:
     """Features of a step prefilling one prompt as one chunk, its last token's logits."""
     x = np.zeros((1, len(sc.FEATURES)))
-    x[0, sc.ONE], x[0, sc.TOKENS], x[0, sc.LOGITS], x[0, sc.CHUNKS] = 1, prompt, 1, 1
-    x[0, sc.CHUNK_SQUARE], x[0, sc.CHUNK_TOKENS], x[0, sc.CHUNK_KEYS] = prompt ** 2, prompt, prompt
+    sc.attend(x[0], window, np.zeros(0, np.int64), np.array([0]), np.array([prompt]))
+    x[0, sc.ONE], x[0, sc.TOKENS], x[0, sc.LOGITS] = 1, prompt, 1
     return x
 
 
-def _step(model: sc.StepModel, x: np.ndarray, workload: dict, tokens: int, bytes_per_element: int) -> dict:
+def _step(model: sc.StepModel, x: np.ndarray, workload: dict, tokens: int, bytes_per_element: int,
+          routed: sc.Routed | None = None) -> dict:
     compute, memory = float((x @ model.compute.T).sum()), float((x @ model.memory.T).sum())
-    if model.routed is not None:
-        rows_c, rows_m, _ = model.routed.parts(x, True)     # the least-work routing, no all-to-all
+    routed = routed or model.routed
+    if routed is not None:
+        rows_c, rows_m, _ = routed.parts(x, True)     # the least-work routing, no all-to-all
         compute, memory = compute + float(rows_c.sum()), memory + float(rows_m.sum())
     dep = model.deployment
     _, comm = program_costs.collectives_s(dep, dep.device, workload, tokens, bytes_per_element, dep.formats())
@@ -57,13 +63,18 @@ def _step(model: sc.StepModel, x: np.ndarray, workload: dict, tokens: int, bytes
 def decode(model: sc.StepModel, batch: int, context: int, bytes_per_element: int) -> dict:
     """One attention-DP rank's decode step of `batch` sequences at `context`, bounded (the module);
     tokens/s are the group's (every rank steps such a batch)."""
-    out = _step(model, _decode(batch, context), {B: batch, S: context}, batch, bytes_per_element)
+    out = _step(model, _decode(batch, context, model.window), {B: batch, S: context}, batch, bytes_per_element)
     return {**out, "tokens_per_s": batch * model.deployment.attention_dp / out["time_s"]}
 
 
 def prefill(model: sc.StepModel, prompt: int, bytes_per_element: int) -> dict:
-    """One prompt's prefill alone, bounded (the module): the time to first token's bound."""
-    out = _step(model, _prompt(prompt), {B: 1, S: prompt}, prompt, bytes_per_element)
+    """One prompt's prefill alone, bounded (the module): the time to first token's bound. Alone
+    in the group too: the other attention-DP ranks send the MoE layers nothing, so the busiest
+    expert rank serves ceil(prompt x k / ep) rows (`Deployment.busiest` at attention DP 1), not
+    the dp prompts' a step of every rank prefilling one would route."""
+    lone = None if model.routed is None else replace(model.routed,
+                                                     deployment=replace(model.deployment, attention_dp=1))
+    out = _step(model, _prompt(prompt, model.window), {B: 1, S: prompt}, prompt, bytes_per_element, lone)
     return {**out, "prompt_tokens_per_s": prompt / out["time_s"]}
 
 
