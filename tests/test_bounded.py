@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rooflinec.model import moe, window
+from rooflinec.spec.validate import MAX_DIMENSION   # 2^24: the largest dimension a spec may state
 
 ROOT = Path(__file__).resolve().parents[1]
 HANG = 60   # seconds: far past the few each case takes, short of a hang
@@ -70,7 +71,7 @@ def test_deepseek_v3_at_tp_8_derives_its_crossings(tree):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("moe_change", [{"d_expert": 1}, {"experts": 10 ** 12}])
+@pytest.mark.parametrize("moe_change", [{"d_expert": 1}, {"experts": MAX_DIMENSION}])
 def test_moe_extremes_build(tree, moe_change):
     name = _model(tree, "mixtral-8x7b", "extreme", moe=moe_change)
     report = _build(tree, {"model": name, "devices": ["h100-sxm"], "analyses": {
@@ -167,8 +168,8 @@ def test_dense_layers_in_closed_form_count_what_the_loop_counts(n_layers, first_
 
 
 @pytest.mark.slow
-def test_a_windowed_model_of_a_billion_layers_builds(tree):
-    name = _model(tree, "gemma-2-9b", "deep", n_layers=999_999_999)
+def test_a_windowed_model_of_the_most_layers_a_spec_may_state_builds(tree):
+    name = _model(tree, "gemma-2-9b", "deep", n_layers=MAX_DIMENSION)
     report = _build(tree, {"model": name, "devices": ["h100-sxm"], "analyses": {
         "params": {}, "serving": {"batch": [1], "contexts": [1024]}}})
     assert report["sections"]
@@ -210,12 +211,13 @@ def test_a_degree_16_operator_builds_every_analysis(tree):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("config", ["gemma-2-9b-it", "deepseek-v3"])
-def test_importing_a_config_of_a_billion_layers_ends(tree, config):
+def test_importing_a_config_of_the_most_layers_a_spec_may_state_ends(tree, config):
     """Gemma 2's sliding/full pattern and DeepSeek-V3's dense-first layers were counted layer
-    by layer on import; the counts are now closed-form."""
+    by layer on import; the counts are now closed-form (2^24 layers, the limit: a billion is
+    refused at the config key since the dimension limit, tests/test_cli_trial.py)."""
     data = json.loads((ROOT / "tests" / "hf_configs" / config / "config.json").read_text(encoding="utf-8"))
-    data["num_hidden_layers"] = 999_999_999
+    data["num_hidden_layers"] = MAX_DIMENSION
     (tree / "config.json").write_text(json.dumps(data), encoding="utf-8")
     done = _rooflinec(tree, "import", "config.json", "--out", tree / "big.yaml")
     assert done.returncode == 0, done.stderr
-    assert yaml.safe_load((tree / "big.yaml").read_text(encoding="utf-8"))["n_layers"] == 999_999_999
+    assert yaml.safe_load((tree / "big.yaml").read_text(encoding="utf-8"))["n_layers"] == MAX_DIMENSION
