@@ -612,8 +612,7 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None, 
     lines.append(f"decode at context {section['steps'][0]['context']:,}:")
     head = ("batch", "tokens/s per user", "tokens/s per GPU", "step", "bound", "memory needed", "fits")
     predicted = config.predicted if config else {}
-    ttft = table.CALIBRATED[1] + (" (80%)" if any("ttft_interval_s" in p for p in predicted.values()) else "")
-    rows = [head + ((table.CALIBRATED[0], ttft) if predicted else ())]
+    rows = [head + (table.calibrated_head(predicted.values()) if predicted else ())]
     for row in section["steps"]:
         d = row["devices"][0]
         user, gpu = table.rates(d["tokens_per_s"], row["batch"], section)
