@@ -3,7 +3,9 @@
 A step's lower bound is max(compute, memory) over the whole step, where compute sums each
 op's FLOPs over its unit's peak and memory is every byte over the bandwidth: perfect overlap
 of ops, so no kernel can beat it (decode_view sums per-op maxima instead, a tighter estimate
-that assumes no overlap between ops). Memory fit counts weights and the KV cache only.
+that assumes no overlap between ops). A tensor-parallel step's collectives take the least
+time any correct algorithm does (`collectives.least_time`), after the kernels or beside
+them (`parallel.overlap`). Memory fit counts weights and the KV cache only.
 Every figure here is a bound, so the steps are lowered under lower.LEAST_WORK (the masked
 half skipped, last-token logits, one QKV GEMM), whatever conventions the study's ledgers state.
 """
@@ -11,6 +13,7 @@ half skipped, last-token logits, one QKV GEMM), whatever conventions the study's
 from __future__ import annotations
 import sympy as sp
 
+from rooflinec.cost import collectives as C
 from rooflinec.cost import efficiency as E
 from rooflinec.cost import kvcache, piecewise
 from rooflinec.model import window
@@ -23,7 +26,9 @@ from rooflinec.base.units import parse_quantity
 
 class _Step:
     """One device's step of one phase in the study's deployment: the two overlapped terms
-    (`terms`) and the collectives its `parallel` block adds, timed by the ring model."""
+    (`terms`) and the collectives its `parallel` block adds, each at the least time any
+    correct algorithm takes (`collectives.least_time`: one latency, the all-reduce's payload
+    once), not the ring's expected time: a bound's."""
 
     def __init__(self, ctx, phase: str, variant: str, device):
         self.terms = ctx.step_terms(phase, variant, device, LEAST_WORK)
@@ -33,7 +38,7 @@ class _Step:
     def comm(self, batch, context) -> float:
         if not self.program.collectives:
             return 0.0
-        rows = self.ctx.communication(self.program, self.device, {B: batch, S: context})
+        rows = self.ctx.communication(self.program, self.device, {B: batch, S: context}, algorithm=C.LEAST)
         return float(sum(c.time for c in rows))
 
 

@@ -44,7 +44,8 @@ skipped, logits for the last prompt token only, one fused QKV GEMM, biases in th
 
 With --tp N the model is split over N devices (Megatron-LM tensor parallelism): memory is one
 device's share of the weights and KV cache, a step is one device's kernels followed by its
-all-reduces (ring model, not overlapping compute), and tokens/s are the group's, as the N
+collectives at the least time any correct algorithm takes (an all-reduce: its payload once
+over the link plus one latency; not overlapping compute), and tokens/s are the group's, as the N
 devices step together.
 --weights and --kv-cache store those tensors in their own formats. The GEMMs run by one rule,
 the one plan and simulate use: at the weights' format where the device has a tensor peak for it,

@@ -17,6 +17,7 @@ import re
 import sympy as sp
 from sympy.printing.jscode import jscode
 
+from rooflinec.cost import collectives as C
 from rooflinec.cost import kvcache
 from rooflinec.model import quant, window
 from rooflinec.cost.derive import exact
@@ -79,14 +80,16 @@ def _terms(bench, phase: str, variant: str, device, tp: int) -> dict:
 
 
 def _comm(bench, program, device, values) -> sp.Expr:
-    """The ring model's time of the step's collectives (Workbench.communication), kept in the
-    workload's symbols: each launch's volume over the link, plus its steps' latency."""
+    """The bound's time of the step's collectives (Workbench.communication at C.LEAST, the
+    summary's), kept in the workload's symbols: each launch's least volume over the link,
+    plus one latency."""
     total = sp.Integer(0)
     for c in program.collectives:
         link = bench.link(device, c.span, f"the {c.kind.replace('_', '-')} '{c.name}'")
         count = sp.sympify(c.repeat).xreplace(program.bindings).xreplace(values)
-        volume = sp.sympify(c.volume).xreplace(program.bindings).xreplace(values)
-        total += count * (transfer_time(volume, sp.nsimplify(link.bandwidth)) + c.steps * sp.nsimplify(link.latency or 0))
+        volume = sp.sympify(c.volume_under(C.LEAST)).xreplace(program.bindings).xreplace(values)
+        total += count * (transfer_time(volume, sp.nsimplify(link.bandwidth))
+                          + c.steps_under(C.LEAST) * sp.nsimplify(link.latency or 0))
     return total
 
 

@@ -5,7 +5,8 @@ Why exact: every kernel's FLOPs and bytes are sympy expressions, so at a fixed b
 context S the step is a sum of exact numbers and one unknown x. The step's time is
 T(x) = sum_k max(F_k / P_k, D_k / W) + n_c x (v / L + latency): each kernel's roofline (at
 the datasheet peaks, no overlap between kernels, no calibration: the roofline step) plus the
-tensor-parallel all-reduces, one-shot. With x one of W (memory bandwidth), P (the tensor peak
+tensor-parallel all-reduces at the least time any correct all-reduce takes
+(`collectives.least_time`: the payload once over the link, one latency). With x one of W (memory bandwidth), P (the tensor peak
 of the GEMMs' dtype, `Deployment.gemm_dtype`: bf16 for fp4 weights on Hopper, which run
 weight-only, their dequantisation FLOPs in the GEMMs'; the vector peak stays) or L (link bandwidth), T is non-increasing in x
 and each max switches branch at one point x_k. Between consecutive switch points T is
@@ -55,7 +56,7 @@ class Step:
     kernels: tuple
     bandwidth: sp.Rational
     collectives: int              # all-reduces per step
-    volume: sp.Rational           # bytes each device sends per all-reduce
+    volume: sp.Rational           # bytes the busiest device must send per all-reduce (the least)
     link_bandwidth: sp.Rational | None
     link_latency: sp.Rational
 
@@ -83,7 +84,8 @@ def decode_step(model, device, tp: int, weights: str, kv_cache: str, batch: int,
                _exact(matrix if op.unit == "matrix" else vector), op.unit == "matrix")
         for op, flops, traffic in program_costs.symbolic_ops(dep, "decode", device, act, dep.formats()))
     n_c = dep.all_reduces()   # the deployment's count: 0 at tp 1
-    volume = collectives.fraction("all_reduce", tp) * batch * model.d_model * act if tp > 1 else sp.Integer(0)
+    # the least volume (collectives.least_fraction: the payload once); one latency (`time_of`)
+    volume = collectives.least_fraction("all_reduce", tp) * batch * model.d_model * act if tp > 1 else sp.Integer(0)
     link_bw = _exact(device.link_bandwidth) if device.link_bandwidth else None
     return Step(kernels, _exact(device.bandwidth), n_c, sp.nsimplify(volume), link_bw,
                 _exact(device.link_latency or 0))

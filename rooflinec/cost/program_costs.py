@@ -78,18 +78,21 @@ def tp_link(dep) -> collectives.Link:
     return _bench(dep.model).link(dep.device, dep.tp, "the tensor-parallel all-reduces")
 
 
-def collectives_s(dep, device, workload: dict, tokens, bytes_per_element, formats: dict | None = None) -> tuple[int, float]:
+def collectives_s(dep, device, workload: dict, tokens, bytes_per_element, formats: dict | None = None,
+                  algorithm: str = collectives.RING) -> tuple[int, float]:
     """(launches, seconds) of one decode step's collectives but the all-to-alls (those are
     `all_to_all_s`'s): the ones the serving bound times (the sharded program's embedding and
-    row-parallel all-reduces and the logits all-gather), by `Workbench.communication` (the
-    ring model over the workbench's link: scale-up inside one domain, scale-out across),
-    at `workload` with `tokens` rows (M) in `bytes_per_element` activations."""
+    row-parallel all-reduces and the logits all-gather), by `Workbench.communication` over
+    the workbench's link (scale-up inside one domain, scale-out across) under `algorithm`:
+    the ring (the expected time, a prediction's) or collectives.LEAST (the least time any
+    correct algorithm takes, a bound's), at `workload` with `tokens` rows (M) in
+    `bytes_per_element` activations."""
     bench, prog = _program(dep, "decode", device, formats)
     kept = tuple(c for c in prog.collectives if c.kind != "all_to_all")
     if not kept:
         return 0, 0.0
     rows = bench.communication(replace(prog, collectives=kept, bindings={}), device,
-                               {**workload, M: tokens, b: bytes_per_element})
+                               {**workload, M: tokens, b: bytes_per_element}, algorithm=algorithm)
     return sum(r.count for r in rows), float(sum(r.time for r in rows))
 
 

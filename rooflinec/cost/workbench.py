@@ -104,10 +104,11 @@ class CommRow:
     collective: C.Collective
     count: int            # launches: L for a per-layer collective over the whole model
     payload: float        # bytes of one launch's whole tensor
-    volume: float         # bytes each device sends, all launches
+    volume: float         # bytes the busiest device sends, all launches, under `algorithm`
     link: C.Link
     bandwidth_s: float    # volume / link bandwidth
     latency_s: float      # steps x link latency
+    algorithm: str = C.RING   # what timed it: the ring (expected) or the least time (a bound's)
 
     @property
     def time(self) -> float:
@@ -368,16 +369,19 @@ class Workbench:
                                   f"the group {span})", "scale_out", needed_by)
 
     def communication(self, program: Program, device, workload: dict,
-                      dtype: str | None = None) -> tuple[CommRow, ...]:
-        """Every collective of `program` at one workload point, timed by the ring model."""
+                      dtype: str | None = None, algorithm: str = C.RING) -> tuple[CommRow, ...]:
+        """Every collective of `program` at one workload point, timed by `algorithm`: the ring
+        model (C.RING, the expected time: ledgers, parallel_view, training) or the least time
+        any correct algorithm takes (C.LEAST, `collectives.least_time`: every bound)."""
         values = self.at(workload, program.bindings, dtype)
         rows = []
         for c in program.collectives:
             count = int(number(c.repeat, values))
             link = self.link(device, c.span, f"the {c.kind.replace('_', '-')} '{c.name}'")
-            volume = count * number(c.volume, values)
+            volume = count * number(c.volume_under(algorithm), values)
             rows.append(CommRow(c, count, number(c.payload, values), volume, link,
-                                transfer_time(volume, link.bandwidth), count * c.steps * (link.latency or 0.0)))
+                                transfer_time(volume, link.bandwidth),
+                                count * c.steps_under(algorithm) * (link.latency or 0.0), algorithm))
         return tuple(rows)
 
     # evaluation

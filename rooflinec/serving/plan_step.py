@@ -299,7 +299,8 @@ def _per_token(expr, op) -> float:
 
 
 def _all_reduces(dep: Deployment):
-    """The tensor-parallel all-reduces as `stepcost.build` times them (one-shot, affine in tokens)."""
+    """The tensor-parallel all-reduces as `stepcost.build` predicts them (`stepcost.one_shot`,
+    affine in tokens); the planner's bound (`DenseStep.bound`, `MoeStep.bound`) leaves them out."""
     if dep.tp == 1:
         return 0, np.zeros(2)
     dev = dep.device
@@ -311,10 +312,7 @@ def _all_reduces(dep: Deployment):
         # the combine all-to-all returns whole rows: a MoE layer's only all-reduce is o_proj's
         # (deployment._partial_outputs), a dense layer keeps its down projection's too
         coll = dep.model.n_layers + moe.dense_layers(dep.model.n_layers)
-    ln = collectives.Link(dev.link, dev.link_bandwidth, dev.link_latency)
-    share = float(collectives.fraction("all_reduce", dep.tp)) * dep.model.d_model * DTYPE_BYTES[sm.ACTIVATION_DTYPE]
-    at = [coll * collectives.time(share * t, 1, ln) for t in (0, 1)]
-    return coll, np.array([at[0], at[1] - at[0]])
+    return coll, sc.one_shot(dep, coll)
 
 
 def _all_to_alls(dep: Deployment):

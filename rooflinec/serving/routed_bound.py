@@ -9,7 +9,8 @@ ceil(dp x tokens x k / ep) routed rows and reads at least ceil(k / ep) experts; 
 all local moves nothing, so no all-to-all). The other kernels are the same step model's; the
 step is bounded by the overlapped rule, max(sum of compute, sum of memory), at the datasheet
 peaks, plus the tensor-parallel collectives the serving bound times
-(`program_costs.collectives_s`), after the kernels as the section's are.
+(`program_costs.collectives_s` at collectives.LEAST: the least time any correct algorithm
+takes, as the section's), after the kernels as the section's are.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from rooflinec.cost import program_costs
+from rooflinec.cost import collectives, program_costs
 from rooflinec.model.symbols import B, S
 from rooflinec.serving import stepcost as sc
 
@@ -54,7 +55,8 @@ def _step(model: sc.StepModel, x: np.ndarray, workload: dict, tokens: int, bytes
         rows_c, rows_m, _ = routed.parts(x, True)     # the least-work routing, no all-to-all
         compute, memory = compute + float(rows_c.sum()), memory + float(rows_m.sum())
     dep = model.deployment
-    _, comm = program_costs.collectives_s(dep, dep.device, workload, tokens, bytes_per_element, dep.formats())
+    _, comm = program_costs.collectives_s(dep, dep.device, workload, tokens, bytes_per_element, dep.formats(),
+                                          collectives.LEAST)
     time = max(compute, memory) + comm
     bound = "collectives" if comm > max(compute, memory) else "compute" if compute >= memory else "memory"
     return {"compute_s": compute, "memory_s": memory, "comm_s": comm, "time_s": time, "bound": bound}

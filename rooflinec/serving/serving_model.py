@@ -12,8 +12,10 @@ A step's time is the sum over its kernels of max(FLOPs / (compute fraction x pea
 bytes / (bandwidth fraction x bandwidth)), plus fixed times per layer and per step, plus the
 tensor-parallel collectives on the link the serving bound's take (the workbench's: scale-out
 once the tp group leaves one scale-up domain): one-shot all-reduces inside a domain, as
-engines run them and the calibration was fitted; past it the bound's own collectives by its
-ring model, so the step never comes out below the bound of the same step. The calibration's efficiencies
+engines run them and the calibration was fitted; past it the bound's own collectives (the
+embedding's and row-parallel all-reduces, the logits all-gather) by the ring model. Either
+is at least their least time (`collectives.least_time`, which the serving bound takes), so
+the step never comes out below the bound of the same step. The calibration's efficiencies
 (`Efficiency`) are the only fitted numbers.
 
 Attention data parallelism with expert parallelism (`Run.attention_dp`, `moe_ep`, `moe_tp`):
@@ -64,7 +66,7 @@ class Efficiency:
     compute_fraction: float = 1.0     # achieved fraction of the tensor (and vector) peak
     per_layer_s: float = 0.0          # fixed time per decoder layer per step (launches, sync)
     per_step_s: float = 0.0           # fixed time per step (scheduling, sampling)
-    per_collective_s: float = 0.0     # latency of one all-reduce beyond its ring transfer
+    per_collective_s: float = 0.0     # fitted time of one all-reduce beyond its modelled transfer
 
 
 BOUND = Efficiency()
@@ -140,7 +142,7 @@ class StepCost:
     memory_s: np.ndarray       # per kernel, bytes / bandwidth
     layers: int
     collectives: int           # collectives in the step (0 at tp 1 without attention DP or EP)
-    link_s: float              # their time: ring model over the workbench's link, and the all-to-alls
+    link_s: float              # their expected time (`_tp_collectives`), and the all-to-alls
     curve_s: np.ndarray | None = None   # per kernel, a per-op curve's time (NaN: none; see step_cost)
 
     def time(self, eff: Efficiency) -> float:
@@ -203,16 +205,19 @@ def _tp_collectives(run: Run, dep: Deployment, tokens, decode_seqs, context, sto
     bound's take (`program_costs.tp_link`). Inside one scale-up domain, the per-layer all-reduces
     one-shot: engines run small all-reduces so over NVSwitch (vLLM's custom all-reduce,
     TensorRT-LLM's), one link latency each, and the shipped calibration was fitted so (every
-    measured run's tp group within a domain); the per-layer overheads it fitted exceed the
-    ring's extra latencies the bound counts. Past the domain, the bound's own collectives (the
-    embedding's and row-parallel all-reduces, the logits all-gather) by its ring model over the
-    scale-out network (`program_costs.collectives_s`), so the step never comes out below the bound."""
+    measured run's tp group within a domain): 2(n-1)/n of the payload and one latency, at
+    least the least time the bound counts (the payload once, one latency). Past the domain,
+    the bound's own collectives (the embedding's and row-parallel all-reduces, the logits
+    all-gather) by the ring model over the scale-out network (`program_costs.collectives_s`
+    at collectives.RING, the expected algorithm), at least their least time: the step never
+    comes out below the bound."""
     act = DTYPE_BYTES[ACTIVATION_DTYPE]
     link = program_costs.tp_link(dep)
     if link.name == run.device.link and link.bandwidth == run.device.link_bandwidth:
         volume = float(C.fraction("all_reduce", run.tp)) * tokens * run.model.d_model * act
         return dep.all_reduces(), dep.all_reduces() * C.time(volume, 1, link)
-    return program_costs.collectives_s(dep, run.device, {B: decode_seqs, S: context}, tokens, act, stored)
+    return program_costs.collectives_s(dep, run.device, {B: decode_seqs, S: context}, tokens, act, stored,
+                                       C.RING)
 
 
 def _curve_times(run, ops, roofs, op_time) -> np.ndarray | None:

@@ -596,6 +596,8 @@ class Retimer:
         self.grow_w = np.repeat(w, int(grows.sum()), axis=1)                  # [2, R Kg]
         x = sched.x0 * steps[:, None]
         self.totals = w @ np.stack([steps, x[:, sc.DECODES] + x[:, sc.CHUNKS], x[:, sc.TOKENS]], axis=1)   # [2, 3]
+        # the bound's collectives (`StepModel.link` at BOUND), flat in a run: their share of (TTFT, TPOT)
+        self.bound_link = w @ model.link(x, sc.BOUND)                         # [2]
         # a MoE's routed experts depend on a step's tokens alone: flat in a run, their parts
         # (the bound's and the prediction's) computed once
         self.w, self.steps = w, steps
@@ -636,6 +638,7 @@ class Pool:
         self.totals = np.stack([r.totals for r in retimers])                 # [n, 2, 3]
         m = [r.model for r in retimers]
         self.fixed = np.array([[x.layers, x.collectives, x.link_s[0], x.link_s[1]] for x in m], float)
+        self.bound_link = np.stack([r.bound_link for r in retimers])         # [n, 2]
         self.no_tpot = np.array([not r.has_tpot for r in retimers])
         self.routed = any(r.routed for r in retimers)
         self.memo: dict = {}
@@ -657,9 +660,11 @@ class Pool:
         """[n, 2]: mean TTFT (with the front end's latency) and mean TPOT (nan without a
         request of more than one output token)."""
         layers, colls, link0, link1 = self.fixed.T
+        if sc.bounding(p):     # the collectives' least time, not the expected one-shot (`StepModel.link`)
+            link0, link1 = np.zeros_like(link0), np.zeros_like(link1)
         per_step = layers * p.per_layer_s + p.per_step_s + colls * p.per_collective_s + link0
         over = self.totals @ np.array([0.0, p.per_request_s, 0.0]) + self.totals[:, :, 0] * per_step[:, None] \
-            + self.totals[:, :, 2] * link1[:, None]
+            + self.totals[:, :, 2] * link1[:, None] + (self.bound_link if sc.bounding(p) else 0.0)
         out = self.roofline(p.compute_fraction, p.bandwidth_fraction) + over
         if self.routed:
             out += np.stack([r.routed_share(p) for r in self.retimers])

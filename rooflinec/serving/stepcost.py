@@ -10,7 +10,11 @@ prefill program's attention for the chunks), read off the polynomials once; a st
 a matrix product in NumPy. A kernel's time is max(FLOPs / (compute fraction x peak),
 bytes / (bandwidth fraction x bandwidth)), as in `serving_model`; the step adds a fixed time
 per layer, per step and per running request (host-side scheduling, sampling, detokenising)
-and the tensor-parallel all-reduces (ring transfer plus a latency per collective).
+and the tensor-parallel all-reduces: predicted one-shot over the scale-up link (`one_shot`:
+2(n-1)/n of the payload and one latency each, as `serving_model` and the shipped calibration
+time them); at the bound (`Parameters` at BOUND) the serving bound's collectives at the
+least time any correct algorithm takes (`bound_link`, `collectives.least_time`: the
+all-reduce's payload once, one latency, on the link the workbench picks for the group).
 
 A prompt chunk's attention: FLOPs from the prefill program's S^2 term as (p + c)^2 - p^2
 (the causal count of c queries after p keys), its query and output traffic over c tokens,
@@ -154,9 +158,12 @@ class StepModel:
     names: tuple
     layers: int
     collectives: int
-    link_s: np.ndarray          # [2]: link seconds at 0 tokens, per token
+    link_s: np.ndarray          # [2]: link seconds at 0 tokens, per token (expected: one-shot all-reduces)
     routed: Routed | None = field(default=None, kw_only=True)   # a MoE's routed experts (rows 0 above)
     window: int | None = field(default=None, kw_only=True)      # W of the windowed layers (None: none)
+    # [F]: the collectives' least time per unit of each feature (`bound_link`), what the bound
+    # (p = BOUND) takes in place of link_s; None: none priced, the bound leaves them out
+    link_bound_s: np.ndarray | None = field(default=None, kw_only=True)
 
     def durations(self, x: np.ndarray, p: Parameters) -> np.ndarray:
         """Step times for feature rows x [n, F]."""
@@ -171,7 +178,14 @@ class StepModel:
     def overheads(self, x: np.ndarray, p: Parameters) -> np.ndarray:
         requests = x[:, DECODES] + x[:, CHUNKS]
         return (self.layers * p.per_layer_s + p.per_step_s + requests * p.per_request_s
-                + self.collectives * p.per_collective_s + self.link_s[0] + self.link_s[1] * x[:, TOKENS])
+                + self.collectives * p.per_collective_s + self.link(x, p))
+
+    def link(self, x: np.ndarray, p: Parameters) -> np.ndarray:
+        """The step's tensor-parallel collectives per row of x: at BOUND their least time (any
+        correct algorithm's, `bound_link`), else the expected one-shot all-reduces."""
+        if bounding(p):
+            return np.zeros(len(x)) if self.link_bound_s is None else x @ self.link_bound_s
+        return self.link_s[0] + self.link_s[1] * x[:, TOKENS]
 
 
 def build(dep: Deployment) -> StepModel:
@@ -209,17 +223,50 @@ def build(dep: Deployment) -> StepModel:
     kernels = _routed(dep, experts, matrix, vector, act) if experts else None
     compute = roofline.compute_time(np.array([f for _, f, _ in rows]), peaks)
     memory = roofline.transfer_time(np.array([m for _, _, m in rows]), dev.bandwidth)
-    coll, link = 0, np.zeros(2)
-    if dep.tp > 1:
-        if dev.link_bandwidth is None:
-            raise sm.Unpredictable(f"{dev.key} declares no interconnect bandwidth for tensor parallelism")
-        coll = dep.all_reduces()
-        ln = collectives.Link(dev.link, dev.link_bandwidth, dev.link_latency)
-        share = float(collectives.fraction("all_reduce", dep.tp)) * model.d_model * act
-        # one-shot all-reduces (as serving_model): affine in tokens, so two points give it exactly
-        at = [coll * collectives.time(share * t, 1, ln) for t in (0, 1)]
-        link = np.array([at[0], at[1] - at[0]])
-    return StepModel(dep, compute, memory, tuple(names), model.n_layers, coll, link, routed=kernels, window=w)
+    coll, link = (dep.all_reduces(), one_shot(dep, dep.all_reduces())) if dep.tp > 1 else (0, np.zeros(2))
+    return StepModel(dep, compute, memory, tuple(names), model.n_layers, coll, link, routed=kernels, window=w,
+                     link_bound_s=bound_link(dep, act, stored))
+
+
+def one_shot(dep: Deployment, count: int) -> np.ndarray:
+    """[2]: seconds of `count` tensor-parallel all-reduces of the step's tokens x d_model
+    activations at 0 tokens and per token, one-shot over the scale-up link (2(n-1)/n of the
+    payload, one latency each): the expected time engines take over NVSwitch (vLLM's and
+    TensorRT-LLM's custom all-reduce), as `serving_model` times them and the shipped
+    calibration was fitted. Affine in tokens, so two points give it exactly."""
+    dev = dep.device
+    if dev.link_bandwidth is None:
+        raise sm.Unpredictable(f"{dev.key} declares no interconnect bandwidth for tensor parallelism")
+    ln = collectives.Link(dev.link, dev.link_bandwidth, dev.link_latency)
+    share = float(collectives.fraction("all_reduce", dep.tp)) * dep.model.d_model * DTYPE_BYTES[sm.ACTIVATION_DTYPE]
+    at = [count * collectives.time(share * t, 1, ln) for t in (0, 1)]
+    return np.array([at[0], at[1] - at[0]])
+
+
+def bound_link(dep: Deployment, act: int, stored: dict) -> np.ndarray | None:
+    """[F]: the step's collectives but the all-to-alls (the embedding's and row-parallel
+    all-reduces, the logits all-gather: the serving bound's) at their least time
+    (`program_costs.collectives_s` at collectives.LEAST, on the workbench's link for the
+    group: scale-up inside a domain, scale-out past it), per unit of each feature: affine
+    in the tokens (M) and the sequences given logits (B), read at three points and checked
+    at a fourth. None where nothing is priced: no collective, a device with no link for
+    the group, or payloads not affine (the bound then leaves them out, as it may)."""
+    if dep.tp == 1 and dep.attention_dp == 1 and dep.moe_ep == 1:
+        return None
+
+    def at(tokens, logits):
+        return program_costs.collectives_s(dep, dep.device, {B: logits, S: 1}, tokens, act, stored,
+                                           collectives.LEAST)[1]
+    try:
+        zero = at(0, 0)
+        per_token, per_logit = at(1, 0) - zero, at(0, 1) - zero
+        if not np.isclose(at(3, 2), zero + 3 * per_token + 2 * per_logit, rtol=1e-9, atol=0):
+            return None
+    except DeviceLacks:
+        return None
+    out = np.zeros(len(FEATURES))
+    out[ONE], out[TOKENS], out[LOGITS] = zero, per_token, per_logit
+    return out if out.any() else None
 
 
 def _keyed(ops, w):

@@ -165,17 +165,19 @@ def _collectives(files: list[str], device) -> list[dict]:
             link = opfit.fit_link(vol, measured)
             entry = {"file": _short(file), "collective": name, "workers": n, "per_node": per_node,
                      "rows": len(rs), **link.as_dict(), **_summary(_errors(link.time(vol), measured))}
-            entry["bound_violations"] = _ring_violations(device, name, n, per_node, vol, measured)
+            entry["bound_violations"] = _bound_violations(device, name, n, per_node, [r.size_bytes for r in rs],
+                                                          measured)
             out.append(entry)
     return out
 
 
-def _ring_violations(device, name, n, per_node, vol, measured):
-    """Rows faster than the catalog's ring model over its scale-up link (one node only)."""
+def _bound_violations(device, name, n, per_node, sizes, measured):
+    """Rows faster than the least time any all-reduce of their buffer takes over the
+    catalog's scale-up link (`collectives.least_time`; one node only)."""
     if name != "all_reduce" or n != per_node or device.link_bandwidth is None or n < 2:
         return None
     link = C.Link(device.link, device.link_bandwidth, device.link_latency)
-    bound = np.array([C.time(v, C.steps("all_reduce", n), link) for v in vol])
+    bound = np.array([float(C.least_time("all_reduce", s, n, link)) for s in sizes])
     return int((bound > measured).sum())
 
 

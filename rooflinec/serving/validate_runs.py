@@ -28,8 +28,9 @@ ASSUMPTIONS = (
     "bandwidth)), plus a fixed time per layer and per step, plus the all-reduces.",
     f"Tensor parallelism (Megatron-LM): heads, MLP width and vocabulary split over tp; KV heads too, "
     f"replicated when tp exceeds their count; {ALL_REDUCES_PER_LAYER} all-reduces per layer of the "
-    "step's tokens x d_model in bf16, ring model 2(n-1)/n x payload / link bandwidth (per direction), plus a latency per "
-    "collective (the link's, where its spec states one, and the calibration's). Communication does "
+    "step's tokens x d_model in bf16, one-shot: 2(n-1)/n x payload / link bandwidth (per direction), plus one latency per "
+    "collective (the link's, where its spec states one, and the calibration's); the bounds take the least time any "
+    "all-reduce takes, the payload once / link bandwidth plus one latency. Communication does "
     "not overlap compute. Pipeline parallelism is not modelled.",
     "Weights and the KV cache are stored in the row's weight dtype (fp8 rows: fp8 GEMMs on the fp8 "
     "tensor peak); activations are bf16. The source does not state the KV-cache dtype.",
