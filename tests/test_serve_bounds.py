@@ -16,6 +16,7 @@ from rooflinec.analyses.serving import dominant
 from rooflinec.base import yamlio
 from rooflinec.base.roofline import Roofline
 from rooflinec.cli import calibrated, quick
+from rooflinec.cost import collectives as C
 from rooflinec.cost.deployment import Deployment
 from rooflinec.serving import routed_bound, serving_model as sm, stepcost as sc
 from rooflinec.spec import catalog, load
@@ -60,26 +61,29 @@ def test_a_calibrated_prediction_is_never_below_the_bound_of_its_step(name, key,
     assert p["ttft_s"] >= section["prefill"][0]["devices"][0]["time_s"]
 
 
-def test_inside_a_domain_the_fitted_overheads_cover_the_rings_extra_latencies():
-    """Inside an NVLink domain the calibrated step runs all-reduces one-shot (one latency each)
-    where the bound counts the ring's 2 (n - 1) steps: at n = 8, 13 latencies of 0.47 us more,
-    two all-reduces a layer = 12.22 us a layer, which every shipped parameter set's fitted
-    per-layer time exceeds (so the prediction stays above the bound there too)."""
-    doc = yamlio.load(calibrated.shipped()).data
-    sets = [doc["default"], *doc["engines"], *doc["groups"]]
+def test_inside_a_domain_the_one_shot_prediction_is_at_least_the_bounds_all_reduce():
+    """Inside an NVLink domain the calibrated step runs all-reduces one-shot: 2(n-1)/n of the
+    payload and one latency each; the bound counts the least any all-reduce takes, the payload
+    once and one latency (`collectives.least_time`). At n = 8 on H100, a 1 MiB decode payload:
+    7/4 x 1,048,576 / 450e9 + 0.47 us = 4.548 us predicted against 2.800 us bounded."""
     h100 = device("h100-sxm")
-    extra = 2 * (2 * (h100.link_domain - 1) - 1) * h100.link_latency
-    assert extra == pytest.approx(12.22e-6)
-    assert all(g["parameters"]["per_layer_s"] > extra for g in sets)
+    link = C.Link(h100.link, h100.link_bandwidth, h100.link_latency)
+    for n in range(2, h100.link_domain + 1):
+        one_shot = C.time(float(C.fraction("all_reduce", n)) * 2 ** 20, 1, link)
+        assert one_shot >= float(C.least_time("all_reduce", 2 ** 20, n, link))
+    assert C.time(7 / 4 * 2 ** 20, 1, link) == pytest.approx(4.548e-6, rel=1e-3)
+    assert float(C.least_time("all_reduce", 2 ** 20, 8, link)) == pytest.approx(2.800e-6, rel=1e-3)
 
 
 @pytest.mark.slow
 def test_serve_names_collectives_and_the_link_past_the_nvlink_domain(call):
-    """Llama-3.1-70B at tp 16 on H100 (NVLink domains of 8): the ring crosses nodes over
-    InfiniBand, its collectives outweigh the step's memory, and the calibrated TPOT (which
-    times the same collectives) stays above the bound."""
-    code, out, err = call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--tp", "8,16", "--batch", "1",
-                          "--json")
+    """Llama-3.1-70B at tp 16 on H100 (NVLink domains of 8), batch 64 at context 128: the group
+    crosses nodes over InfiniBand, where even the collectives' least time (161 all-reduces of
+    64 x 8192 x 2 B, each 1,048,576 / 50e9 + 2.7 us = 23.7 us: 3.8 ms) outweighs the step's
+    memory (2.9 ms), and the calibrated TPOT (which times the same collectives by the ring)
+    stays above the bound."""
+    code, out, err = call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--tp", "8,16", "--batch", "64",
+                          "--context", "128", "--prompt", "64", "--json")
     assert code == 0, err
     docs = {d["tp"]: d for d in json.loads(out)["configurations"]}
     at16 = docs[16]["serving"]["steps"][0]["devices"][0]
@@ -87,7 +91,8 @@ def test_serve_names_collectives_and_the_link_past_the_nvlink_domain(call):
     assert docs[8]["serving"]["steps"][0]["devices"][0]["bound"] == "memory"
     for doc in docs.values():
         assert doc["calibrated"]["points"][0]["tpot_s"] >= doc["serving"]["steps"][0]["devices"][0]["time_s"]
-    text = call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--tp", "8,16", "--batch", "1")[1]
+    text = call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--tp", "8,16", "--batch", "64",
+                "--context", "128", "--prompt", "64")[1]
     assert "h100-sxm at tp 16: the tp group of 16 crosses the NVLink 4 (NVSwitch) domain of 8 devices: " \
            "its collectives run over InfiniBand NDR (ConnectX-7)" in text
     assert "at tp 8: the tp group" not in text

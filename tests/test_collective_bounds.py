@@ -1,0 +1,148 @@
+"""A collective's least time (`collectives.least_time`), the one every bound takes: below the
+ring's and the one-shot's times, and `serve`'s step bound below the simulator's bound-mode
+step of the same step, over models, tp inside and past the NVLink domain, batches, contexts
+and storage formats."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import sympy as sp
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from rooflinec.cli import quick
+from rooflinec.cost import collectives as C
+from rooflinec.cost.deployment import Deployment
+from rooflinec.serving import routed_bound, stepcost as sc
+from rooflinec.spec import catalog, load
+
+
+def model(name):
+    return load.load_model(catalog.path("models", name))
+
+
+def device(name):
+    return load.load_hardware(catalog.path("hardware", name))
+
+
+links = st.builds(C.Link, st.just("l"), st.floats(1e9, 2e12), st.one_of(st.none(), st.floats(0, 1e-4)))
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(C.KINDS), st.integers(1, 1024), st.floats(0, 1e10), links,
+       st.sampled_from([None, True, False]))
+def test_the_least_time_is_at_most_the_ring_and_the_one_shot(kind, n, payload, link, in_network):
+    least = float(C.least_time(kind, payload, n, link, in_network))
+    one_shot = float(C.time(C.fraction(kind, n) * payload, min(n - 1, 1), link))
+    assert least <= float(C.ring_time(kind, payload, n, link)) * (1 + 1e-12)
+    assert least <= one_shot * (1 + 1e-12)
+    # the fabric unknown (None): the smaller of with and without reduction in the network
+    assert float(C.least_time(kind, payload, n, link)) <= least * (1 + 1e-12)
+    assert least >= 0 and (n > 1 or least == 0)
+
+
+def test_the_least_all_reduce_sends_the_payload_once_and_pays_one_latency():
+    # in-network (or unknown): V once; without: the ring's 2(n-1)/n V, one latency still
+    assert C.least_fraction("all_reduce", 8) == 1 and C.least_fraction("all_reduce", 8, True) == 1
+    assert C.least_fraction("all_reduce", 8, False) == sp.Rational(7, 4)
+    assert C.least_fraction("all_reduce", 2) == 1 == C.fraction("all_reduce", 2)
+    # the other kinds: no algorithm moves less than the ring, only its latencies are its own
+    for kind in ("reduce_scatter", "all_gather", "all_to_all"):
+        assert C.least_fraction(kind, 8) == sp.Rational(7, 8) == C.fraction(kind, 8)
+    assert C.least_fraction("p2p", 2) == 1
+    assert [C.least_steps(k, 8) for k in C.KINDS] == [1] * 5 and C.least_steps("all_reduce", 1) == 0
+    with pytest.raises(ValueError, match="unknown collective"):
+        C.least_fraction("broadcast", 4)
+
+
+def _serve_and_simulate(name, key, tp, batch, context, weights, kv):
+    """(serve's step bound, the simulator's bound-mode step) for one decode step, or None where
+    serve does not price it (the weights do not fit, or tp does not divide the model)."""
+    m, dev = model(name), device(key)
+    dtype, storage = quick.compute(m, dev, None, {"weights": weights, "kv_cache": kv})
+    dep = Deployment(m, dev, tp, weights, kv)
+    try:
+        dep.check()
+    except Exception:      # tp does not divide the model's heads or width
+        return None
+    section = quick.serving_section(m, dev, dtype, [batch], context, 1024, tp, storage)
+    step = section["steps"][0]["devices"][0]
+    step_model = sc.build(dep)
+    x = routed_bound._decode(batch, context, step_model.window)
+    return step, float(step_model.durations(x, sc.BOUND)[0])
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(["llama-3.1-8b", "llama-3.1-70b", "qwen2.5-7b", "gemma-2-9b"]),
+       st.sampled_from(["h100-sxm", "h200-sxm"]), st.sampled_from([1, 2, 4, 8, 16]),
+       st.integers(1, 512), st.integers(1, 32768), st.sampled_from([("bf16", "bf16"), ("fp8", "fp8"),
+                                                                     ("fp8", "bf16")]))
+@example("llama-3.1-70b", "h200-sxm", 8, 64, 4096, ("fp8", "fp8"))      # the defect's case
+@example("llama-3.1-70b", "h100-sxm", 16, 1, 8, ("bf16", "bf16"))       # past the domain: InfiniBand
+def test_serves_step_bound_is_at_most_the_simulators_bound_step(name, key, tp, batch, context, formats):
+    """The same step, priced twice: serve's bound (overlapped rule, the collectives' least time
+    on the workbench's link) never exceeds the simulator's bound mode (each kernel's max summed,
+    the same collectives at the same least time): max(sum c, sum m) <= sum max(c, m)."""
+    got = _serve_and_simulate(name, key, tp, batch, context, *formats)
+    if got is None:
+        return
+    step, simulated = got
+    assert step["time_s"] <= simulated * (1 + 1e-9)
+
+
+@pytest.mark.slow
+def test_golden_llama_3_1_70b_tp8_fp8_batch_64_on_h200():
+    """Llama-3.1-70B (Meta's config.json: d_model 8192, 80 layers, vocabulary 128,256) at tp 8 on
+    H200 SXM (NVLink 4, 900 GB/s both directions = 450 GB/s per direction, datasheet; 0.47 us a
+    message, NCCL's cost model), fp8 weights and KV cache, bf16 activations, batch 64, context
+    4,096. The step's collectives are the embedding's all-reduce and two a layer, 161 of the
+    64 x 8192 x 2 B = 1,048,576 B activations, and the logits all-gather of 64 x 128,256 x 2 B =
+    16,416,768 B. Least time: an all-reduce 1,048,576 / 450e9 + 0.47 us = 2.8002 us (161 x: 450.83
+    us); the all-gather 7/8 x 16,416,768 / 450e9 + 0.47 us = 32.392 us; 483.22 us in all. The
+    ring's (the old bound) was 161 x (7/4 x 1,048,576 / 450e9 + 14 x 0.47 us) + 7/8 x 16,416,768 /
+    450e9 + 7 x 0.47 us = 1.7511 ms, 1.27 ms above."""
+    step, simulated = _serve_and_simulate("llama-3.1-70b", "h200-sxm", 8, 64, 4096, "fp8", "fp8")
+    reduce = 64 * 8192 * 2
+    gather = 64 * 128256 * 2
+    least = 161 * (reduce / 450e9 + 0.47e-6) + (7 / 8 * gather / 450e9 + 0.47e-6)
+    ring = 161 * (7 / 4 * reduce / 450e9 + 14 * 0.47e-6) + (7 / 8 * gather / 450e9 + 7 * 0.47e-6)
+    assert least == pytest.approx(483.22e-6, rel=1e-4) and ring == pytest.approx(1.7511e-3, rel=1e-4)
+    assert step["comm_s"] == pytest.approx(least, rel=1e-9)
+    assert step["time_s"] == pytest.approx(max(step["compute_s"], step["memory_s"]) + least, rel=1e-12)
+    assert step["time_s"] <= simulated
+
+
+@pytest.mark.slow
+def test_serve_tp8_bound_is_at_most_simulate_bound_itl(call):
+    """The defect as it was seen: Llama-3.1-70B fp8 at tp 8, 64 clients of 128-token prompts and
+    128 output tokens on H200. Every decode step the simulator replays holds its 64 sequences at
+    contexts of at least 129 tokens, so serve's bound at batch 64 and context 129 must be at most
+    its bound-mode ITL p50 (the ring's collectives had put it 1.0 ms above: 3.84 ms against 2.83)."""
+    args = ["llama-3.1-70b", "--device", "h200-sxm", "--tp", "8", "--weights", "fp8", "--kv-cache", "fp8"]
+    code, out, err = call("serve", *args, "--batch", "64", "--context", "129", "--prompt", "128", "--json")
+    assert code == 0, err
+    step = json.loads(out)["serving"]["steps"][0]["devices"][0]
+    code, out, err = call("simulate", *args, "--engine", "trtllm", "--concurrency", "64", "--isl", "128",
+                          "--osl", "128", "--bound", "--requests", "128", "--json")
+    assert code == 0, err
+    assert step["time_s"] <= json.loads(out)["itl_s"]["p50"]
+
+
+def test_the_simulators_bound_takes_the_least_time_its_prediction_the_one_shot():
+    """At BOUND the step model's collectives are the least time (`StepModel.link_bound_s`), at any
+    other parameters the one-shot all-reduces the calibration was fitted with (`link_s`)."""
+    dep = Deployment(model("llama-3.1-8b"), device("h100-sxm"), 8, "bf16", "bf16")
+    step_model = sc.build(dep)
+    x = routed_bound._decode(32, 1024, step_model.window)
+    reduce, gather = 32 * 4096 * 2, 32 * 128256 * 2
+    # predicted: two one-shot all-reduces a layer (as fitted); the bound: the serving bound's
+    # collectives, the embedding's all-reduce and the logits all-gather too
+    assert step_model.collectives == 64
+    one_shot = 64 * (7 / 4 * reduce / 450e9 + 0.47e-6)
+    least = 65 * (reduce / 450e9 + 0.47e-6) + 7 / 8 * gather / 450e9 + 0.47e-6
+    assert step_model.link(x, sc.Parameters(per_layer_s=1e-6))[0] == pytest.approx(one_shot, rel=1e-9)
+    assert step_model.link(x, sc.BOUND)[0] == pytest.approx(least, rel=1e-9)
