@@ -79,8 +79,9 @@ def test_inside_a_domain_the_one_shot_prediction_is_at_least_the_bounds_all_redu
 def test_serve_names_collectives_and_the_link_past_the_nvlink_domain(call):
     """Llama-3.1-70B at tp 16 on H100 (NVLink domains of 8), batch 64 at context 128: the group
     crosses nodes over InfiniBand, where even the collectives' least time (161 all-reduces of
-    64 x 8192 x 2 B, each 1,048,576 / 50e9 + 2.7 us = 23.7 us: 3.8 ms) outweighs the step's
-    memory (2.9 ms), and the calibrated TPOT (which times the same collectives by the ring)
+    64 x 8192 x 2 B, each 1,048,576 / 50e9 + 2.7 us = 23.7 us, 3.81 ms, and the logits
+    all-gather, 15/16 x 64 x 128,256 x 2 B / 50e9 + 2.7 us = 0.31 ms) outweighs the step's
+    memory (3.06 ms), and the calibrated TPOT (which times the same collectives by the ring)
     stays above the bound."""
     code, out, err = call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--tp", "8,16", "--batch", "64",
                           "--context", "128", "--prompt", "64", "--json")
