@@ -1,10 +1,12 @@
 """One device's share of a model split over tp devices: memory fit, step time with its
-collectives, tokens/s per GPU, and the smallest tp that fits."""
+collectives (at the least time any correct algorithm takes, `collectives.least_time`, as every
+roofline figure that may be read as a bound), tokens/s per GPU, and the smallest tp that fits."""
 
 from __future__ import annotations
 
 import sympy as sp
 
+from rooflinec.cost import collectives as C
 from rooflinec.cost import parallel as par
 from rooflinec.analyses import analysis
 from rooflinec.model.symbols import B, S
@@ -26,7 +28,7 @@ def _step(ctx, device, phase: str, variant: str, tp: int, workload: dict, overla
     program = ctx.program(phase, variant, device, tp)
     led = ctx.ledger(program, device, w)
     whole = ctx.ledger(ctx.program(phase, variant, device, 1), device, w).flops
-    comm = ctx.communication(program, device, w)
+    comm = ctx.communication(program, device, w, algorithm=C.LEAST)   # a roofline step: the least time
     compute = sum(r.roof.time for r in led.rows if r.roof.bound == "compute")
     memory = led.time - compute
     comm_s = sum(c.time for c in comm)
@@ -44,7 +46,7 @@ def _step(ctx, device, phase: str, variant: str, tp: int, workload: dict, overla
                              "count": c.count, "payload": c.payload, "volume": c.volume,
                              "link": c.link.name, "bandwidth_s": c.bandwidth_s,
                              "latency_s": c.latency_s, "time_s": c.time,
-                             "formula": sp.sympify(c.collective.volume)} for c in comm]}
+                             "formula": sp.sympify(c.collective.volume_under(C.LEAST))} for c in comm]}
 
 
 @analysis("parallel_view", "Per device under tensor parallelism")

@@ -80,9 +80,9 @@ def _communication(ctx, device, row: dict, arch: Arch, m: int) -> list[dict]:
     for name, kind, n, span, payload, times in groups:
         if n > 1:
             link = ctx.link(device, span, f"the {name} of run '{row['name']}'")
-            volume = float(C.fraction(kind, n)) * payload
+            # the least time any correct algorithm takes: the step is a ceiling's (MFU <=)
             out.append({"name": name, "kind": kind, "devices": n, "count": times, "payload": payload,
-                        "link": link.name, "time_s": times * C.time(volume, C.steps(kind, n), link)})
+                        "link": link.name, "time_s": times * float(C.least_time(kind, payload, n, link))})
     return out
 
 
