@@ -10,9 +10,7 @@ tests the lightning kind, not the model's total, which tests/test_hfimport.py ch
 
 from __future__ import annotations
 
-import textwrap
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
 import sympy as sp
@@ -26,9 +24,10 @@ from rooflinec.model import kinds, params, symbol_table
 from rooflinec.model.kinds.lightning import C_l
 from rooflinec.model.lower import Conventions, lower
 from rooflinec.model.symbols import B, L, M, S, b
-from rooflinec.spec.load import load_hardware, load_model
+from rooflinec.spec.load import load_hardware
 
-HARDWARE = Path(__file__).resolve().parent.parent / "rooflinec" / "spec" / "catalog" / "hardware"
+from layer_kinds import HARDWARE, ops_by_name, spec_model  # a sibling module of the tests
+
 PATTERN = "[lightning, lightning, lightning, lightning, lightning, lightning, lightning, full]"
 
 SPEC = """\
@@ -44,27 +43,21 @@ source: MiniMax-M1 config.json (Hugging Face, MiniMaxAI/MiniMax-M1-80k), dense M
 
 
 def _model(tmp_path, pattern=PATTERN):
-    path = tmp_path / "hybrid.yaml"
-    path.write_text(textwrap.dedent(SPEC.format(pattern=pattern)))
-    return load_model(str(path))
-
-
-def _ops(model, phase):
-    return {o.name: o for o in lower(model, phase, Conventions()).ops}
+    return spec_model(tmp_path, SPEC.format(pattern=pattern), "hybrid.yaml")
 
 
 def test_seven_lightning_layers_to_one_softmax_is_data(tmp_path):
     model = _model(tmp_path)
     registry = kinds.registry()
     assert kinds.counts(model, "mixer") == [(registry["full"], 10), (registry["lightning"], 70)]
-    ops = _ops(model, "decode")
+    ops = ops_by_name(model, "decode")
     assert ops["lightning"].repeat == 70 and ops["q_proj"].repeat == L - 70
     # RoPE on the softmax layers only: lightning layers apply no positions
     assert ops["rope"].repeat == L - 70 and not any(n.startswith("lightning") and "rope" in n for n in ops)
     assert (ops["lightning_attn_residual"].into, ops["lightning_attn_residual"].repeat) == ("lightning_out_proj", 70)
     every = _model(tmp_path, "[lightning]")
     assert kinds.counts(every, "mixer") == [(registry["lightning"], 80)]
-    assert "q_proj" not in _ops(every, "decode")
+    assert "q_proj" not in ops_by_name(every, "decode")
 
 
 def test_state_bytes_per_sequence(tmp_path):
@@ -95,7 +88,7 @@ def test_decode_and_prefill_of_the_recurrence(tmp_path):
     model = _model(tmp_path)
     values = symbol_table.model_values(model)
     assert values[C_l] == 256
-    decode = _ops(model, "decode")["lightning"]
+    decode = ops_by_name(model, "decode")["lightning"]
     point = {**values, B: 1, M: 1, S: 4096, b: 2}
     # decode, one sequence: 64 heads x 5 x 128 x 128 = 5,242,880 FLOPs (decay, write k v^T, read
     # S^T q); the state read and written, 2 x 1,048,576 x 2 B = 4,194,304 B; q, k, v in and o out,
@@ -103,7 +96,7 @@ def test_decode_and_prefill_of_the_recurrence(tmp_path):
     assert number(decode.cost.flops, point) == 5_242_880
     assert number(decode.cost.bytes_of("kv_cache"), point) == 4_194_304
     assert number(decode.cost.bytes_of("activations"), point) == 65_536
-    prefill = _ops(model, "prefill")["lightning"]
+    prefill = ops_by_name(model, "prefill")["lightning"]
     # prefill of S = 4,096 tokens in blocks of C_l = 256: per token and head 4*256*128 + 256 +
     # 4*128^2 + 2*128^2/256 = 131,072 + 256 + 65,536 + 128 = 196,992; x 64 heads x 4,096 tokens
     assert Fraction(str(sp.nsimplify(prefill.cost.flops.subs(point)))) == 64 * 4096 * 196_992 == 51_640_270_848
@@ -116,12 +109,12 @@ def test_decode_and_prefill_of_the_recurrence(tmp_path):
 def test_intensity_does_not_depend_on_the_context(tmp_path):
     model = _model(tmp_path)
     values = {**symbol_table.model_values(model), b: 2}
-    decode = _ops(model, "decode")["lightning"]
+    decode = ops_by_name(model, "decode")["lightning"]
     intensity = sp.simplify(decode.cost.flops / decode.cost.bytes)
     # 5 d^2 / (b (2 d^2 + 4 d)) = 5 d / (b (2 d + 4)), with no B or S in it: 640 / 520 = 16/13
     assert S not in intensity.free_symbols and B not in intensity.free_symbols
     assert intensity.subs(values) == sp.Rational(16, 13)
-    prefill = _ops(model, "prefill")["lightning"]
+    prefill = ops_by_name(model, "prefill")["lightning"]
     # prefill at one sequence: FLOPs grow as S, bytes as S (q, k, v, o) plus the state once, so
     # the limit is the per-token FLOPs over the per-token traffic: 64 x 196,992 / (4 x 8,192 x 2)
     # = 192.375 FLOP/B

@@ -11,9 +11,7 @@ linear kind, not the model's total).
 
 from __future__ import annotations
 
-import textwrap
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
 import sympy as sp
@@ -27,9 +25,10 @@ from rooflinec.model.kinds.linear import C
 from rooflinec.model.lower import Conventions, lower
 from rooflinec.model.symbols import B, L, M, S, b
 from rooflinec.cost.workbench import Workbench
-from rooflinec.spec.load import load_hardware, load_model
+from rooflinec.spec.load import load_hardware
 
-HARDWARE = Path(__file__).resolve().parent.parent / "rooflinec" / "spec" / "catalog" / "hardware"
+from layer_kinds import HARDWARE, ops_by_name, spec_model  # a sibling module of the tests
+
 
 SPEC = """\
 name: qwen3-next-like
@@ -44,27 +43,21 @@ source: Qwen3-Next-80B-A3B config.json (Hugging Face, Qwen/Qwen3-Next-80B-A3B-In
 
 
 def _model(tmp_path, pattern="[linear, linear, linear, full]"):
-    path = tmp_path / "hybrid.yaml"
-    path.write_text(textwrap.dedent(SPEC.format(pattern=pattern)))
-    return load_model(str(path))
-
-
-def _ops(model, phase):
-    return {o.name: o for o in lower(model, phase, Conventions()).ops}
+    return spec_model(tmp_path, SPEC.format(pattern=pattern), "hybrid.yaml")
 
 
 def test_the_hybrid_pattern_is_data(tmp_path):
     model = _model(tmp_path)
     registry = kinds.registry()
     assert kinds.counts(model, "mixer") == [(registry["full"], 12), (registry["linear"], 36)]
-    ops = _ops(model, "decode")
+    ops = ops_by_name(model, "decode")
     assert ops["delta_rule"].repeat == 36 and ops["q_proj"].repeat == L - 36
     # each family's residual add folds into its own output projection, over its own layers
     assert (ops["attn_residual"].into, ops["attn_residual"].repeat) == ("o_proj", L - 36)
     assert (ops["linear_attn_residual"].into, ops["linear_attn_residual"].repeat) == ("out_proj", 36)
     every = _model(tmp_path, "[linear]")
     assert kinds.counts(every, "mixer") == [(registry["linear"], 48)]
-    assert _ops(every, "decode")["delta_rule"].repeat == L and "q_proj" not in _ops(every, "decode")
+    assert ops_by_name(every, "decode")["delta_rule"].repeat == L and "q_proj" not in ops_by_name(every, "decode")
 
 
 def test_state_bytes_per_sequence(tmp_path):
@@ -96,7 +89,7 @@ def test_decode_and_prefill_of_the_delta_rule(tmp_path):
     model = _model(tmp_path)
     values = symbol_table.model_values(model)
     assert values[C] == 64
-    decode = _ops(model, "decode")["delta_rule"]
+    decode = ops_by_name(model, "decode")["delta_rule"]
     point = {**values, B: 1, M: 1, S: 4096, b: 2}
     # decode, one sequence: 32 heads x 7 x 128 x 128 = 3,670,016 FLOPs; the state read and
     # written, 2 x 524,288 x 2 B = 2,097,152 B; q, k, v, beta, alpha in and o out:
@@ -104,7 +97,7 @@ def test_decode_and_prefill_of_the_delta_rule(tmp_path):
     assert number(decode.cost.flops, point) == 3_670_016
     assert number(decode.cost.bytes_of("kv_cache"), point) == 2_097_152
     assert number(decode.cost.bytes_of("activations"), point) == 24_704
-    prefill = _ops(model, "prefill")["delta_rule"]
+    prefill = ops_by_name(model, "prefill")["delta_rule"]
     # prefill of S = 4,096 tokens in chunks of C = 64: per token and head 6*64*128 + 4*64*128 +
     # 6*128*128 + 64^2/3 = 180,224 + 4,096/3; x 32 heads x 4,096 tokens
     per_token = Fraction(180_224) + Fraction(4096, 3)

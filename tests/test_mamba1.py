@@ -10,7 +10,6 @@ of 128, one layer in 8 (attn_layer_offset 4); 16 experts, top-2, every other lay
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
 import pytest
 import sympy as sp
@@ -26,7 +25,8 @@ from rooflinec.model.lower import Conventions, lower
 from rooflinec.model.symbols import B, L, M, S, b
 from rooflinec.spec.load import load_hardware, load_model
 
-CATALOG = Path(__file__).resolve().parent.parent / "rooflinec" / "spec" / "catalog"
+from layer_kinds import CATALOG, ops_by_name, spec_model  # a sibling module of the tests
+
 
 SPEC = """\
 name: jamba-like
@@ -43,20 +43,14 @@ JAMBA = "[mamba1, mamba1, mamba1, mamba1, full, mamba1, mamba1, mamba1]"   # 28 
 
 
 def _model(tmp_path, pattern=JAMBA, extra=""):
-    path = tmp_path / "jamba.yaml"
-    path.write_text(textwrap.dedent(SPEC.format(pattern=pattern, extra=extra)))
-    return load_model(str(path))
-
-
-def _ops(model, phase):
-    return {o.name: o for o in lower(model, phase, Conventions()).ops}
+    return spec_model(tmp_path, SPEC.format(pattern=pattern, extra=extra), "jamba.yaml")
 
 
 def test_the_hybrid_pattern_is_data(tmp_path):
     model = _model(tmp_path)
     registry = kinds.registry()
     assert kinds.counts(model, "mixer") == [(registry["full"], 4), (registry["mamba1"], 28)]
-    ops = _ops(model, "decode")
+    ops = ops_by_name(model, "decode")
     assert ops["selective_scan"].repeat == 28 and ops["q_proj"].repeat == L - 28
     assert (ops["mamba1_attn_residual"].into, ops["mamba1_attn_residual"].repeat) == ("mamba_out_proj", 28)
 
@@ -88,14 +82,14 @@ def test_parameters_of_a_mamba1_layer(tmp_path):
     biased = _model(tmp_path, "[mamba1]", ", proj_bias: true")   # in_proj 2*8192 and out_proj 4096 biases
     counted = {c.name: number(c.per, values) for c in params.count(biased).components}
     assert (counted["mamba_in_bias"], counted["mamba_out_bias"]) == (16_384, 4096)
-    assert {"mamba_in_bias", "mamba_out_bias"} <= set(_ops(biased, "decode"))
+    assert {"mamba_in_bias", "mamba_out_bias"} <= set(ops_by_name(biased, "decode"))
 
 
 def test_decode_and_prefill_of_the_scan(tmp_path):
     model = _model(tmp_path)
     values = symbol_table.model_values(model)
     point = {**values, B: 1, M: 1, S: 4096, b: 2}
-    decode = _ops(model, "decode")["selective_scan"]
+    decode = ops_by_name(model, "decode")["selective_scan"]
     # decode, one sequence, at any S (here 4,096): 6 x 8,192 x 16 = 786,432 FLOPs; the state read
     # and written, 2 x 131,072 x 2 B = 524,288 B; A, D and dt's bias 8,192 x (16 + 2) x 2 B =
     # 294,912 B; x, dt, z-free y and B, C: (3 x 8,192 + 2 x 16) x 2 B = 49,216 B
@@ -103,7 +97,7 @@ def test_decode_and_prefill_of_the_scan(tmp_path):
     assert number(decode.cost.bytes_of("kv_cache"), point) == 524_288
     assert number(decode.cost.bytes_of("weights"), point) == 294_912
     assert number(decode.cost.bytes_of("activations"), point) == 49_216
-    prefill = _ops(model, "prefill")["selective_scan"]
+    prefill = ops_by_name(model, "prefill")["selective_scan"]
     # prefill of S = 4,096 tokens by the parallel scan: 10 x 8,192 x 16 = 1,310,720 FLOPs a token,
     # x 4,096 = 5,368,709,120 (linear in S); only the final state is written, 131,072 x 2 B;
     # the tokens' operands 4,096 x 49,216 = 201,588,736 B
@@ -113,7 +107,7 @@ def test_decode_and_prefill_of_the_scan(tmp_path):
     assert number(prefill.cost.bytes_of("activations"), point) == 201_588_736
     # the layer's other decode work: x_proj 2 x 8192 x 288 = 4,718,592 FLOPs, dt_proj 2 x 256 x
     # 8192 = 4,194,304, the convolution 2 x 4 x 8,192 = 65,536
-    ops = _ops(model, "decode")
+    ops = ops_by_name(model, "decode")
     assert [number(ops[n].cost.flops, point) for n in ("mamba_x_proj", "mamba_dt_proj", "mamba_conv")] \
         == [4_718_592, 4_194_304, 65_536]
 
@@ -121,7 +115,7 @@ def test_decode_and_prefill_of_the_scan(tmp_path):
 def test_decode_intensity_does_not_depend_on_the_context(tmp_path):
     model = _model(tmp_path, "[mamba1]")
     values = symbol_table.model_values(model)
-    scan = _ops(model, "decode")["selective_scan"]
+    scan = ops_by_name(model, "decode")["selective_scan"]
     # 786,432 / (524,288 + 294,912 + 49,216) FLOPs per byte at one sequence, whatever S
     point = {**values, B: 1, M: 1, b: 2}
     intensity = (scan.cost.flops / scan.cost.bytes).subs(point)

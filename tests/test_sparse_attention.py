@@ -21,6 +21,8 @@ from rooflinec.cost.workbench import Workbench
 from rooflinec.model.symbols import B, L, M, S, b
 from rooflinec.spec.load import load_hardware, load_model, load_study
 
+from layer_kinds import ops_by_name  # a sibling module of the tests
+
 CATALOG = "rooflinec/spec/catalog/models/"
 
 
@@ -32,10 +34,6 @@ def sparse():
 def _dense(model):
     """The same model without its indexer: DeepSeek-V3's dense latent attention."""
     return replace(model, blocks=tuple((k, v) for k, v in model.blocks if k != "sparse_attention"))
-
-
-def _ops(model, phase):
-    return {o.name: o for o in lower(model, phase, Conventions()).ops}
 
 
 def test_every_latent_layer_is_sparse(sparse):
@@ -72,7 +70,7 @@ def test_cache_per_token(sparse):
 def test_a_decode_step_at_32k(sparse):
     values = symbol_table.model_values(sparse)
     point = {**values, B: 1, M: 1, S: 32_768, b: 2}
-    ops = _ops(sparse, "decode")
+    ops = ops_by_name(sparse, "decode")
     index, attention = ops["index_scores"], ops["attention"]
     # the indexer reads every cached key: 32,768 x 132 B = 4,325,376 B, and scores each,
     # 2*64*128 + 3*64 = 16,576 FLOPs a key: 543,162,368 FLOPs
@@ -82,12 +80,12 @@ def test_a_decode_step_at_32k(sparse):
     # 32,768, 37,748,736 B), 2*128*(2*512 + 64)*2,048 = 570,425,344 FLOPs
     assert number(attention.cost.bytes_of("kv_cache"), point) == 2_359_296
     assert number(attention.cost.flops, point) == 570_425_344
-    assert number(_ops(_dense(sparse), "decode")["attention"].cost.bytes_of("kv_cache"), point) == 37_748_736
+    assert number(ops_by_name(_dense(sparse), "decode")["attention"].cost.bytes_of("kv_cache"), point) == 37_748_736
 
 
 def test_where_the_indexer_dominates(sparse):
     values = symbol_table.model_values(sparse)
-    ops = _ops(sparse, "decode")
+    ops = ops_by_name(sparse, "decode")
     at = {**values, B: 1, b: 2}
     keys = sp.sympify(ops["index_scores"].cost.bytes_of("kv_cache")).subs(at)
     latents = ops["attention"].cost.bytes_of("kv_cache").subs(at)
@@ -117,15 +115,11 @@ def test_a_sparse_layer_reads_between_its_top_k_and_a_dense_layer(sparse, contex
 
 def test_prefill_attends_the_selected_keys(sparse):
     values = symbol_table.model_values(sparse)
-    halved = _ops_with(sparse, Conventions(causal_halving=True))["attention"]
+    halved = ops_by_name(sparse, "prefill", Conventions(causal_halving=True))["attention"]
     # S = 8,192 queries, query i attends min(i, 2,048) keys: 2,048 x 8,192 - 2,048^2/2 =
     # 14,680,064 pairs of 2*128*(192 + 128) FLOPs = 1,202,590,842,880 FLOPs
     point = {**values, B: 1, M: 8192, S: 8192, b: 2}
     assert number(halved.cost.flops, point) == 14_680_064 * 2 * 128 * 320 == 1_202_590_842_880
-
-
-def _ops_with(model, conv):
-    return {o.name: o for o in lower(model, "prefill", conv).ops}
 
 
 # --- the indexer scores in fp8: its own peak and bytes ------------------------------------------
@@ -158,7 +152,7 @@ def test_the_indexer_scores_at_the_devices_fp8_peak(sparse):
     assert row.roof.time == pytest.approx(67_856_188_309_504 / 1978.9e12) and row.roof.bound == "compute"
     # decode reads q in fp8 and one fp32 weight per head: 64 x (128 x 1 + 4) = 8,448 B a query
     values = symbol_table.model_values(sparse)
-    scores = _ops(sparse, "decode")["index_scores"]
+    scores = ops_by_name(sparse, "decode")["index_scores"]
     assert number(scores.cost.bytes_of("activations"), {**values, B: 1, M: 1, S: 4096, b: 2}) == 8448
 
 

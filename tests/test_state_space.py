@@ -11,7 +11,6 @@ this tests the mamba kind, not the model's total).
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
 import pytest
 import sympy as sp
@@ -28,7 +27,8 @@ from rooflinec.model.symbols import B, L, M, S, b
 from rooflinec.base.errors import SpecError
 from rooflinec.spec.load import load_hardware, load_model
 
-HARDWARE = Path(__file__).resolve().parent.parent / "rooflinec" / "spec" / "catalog" / "hardware"
+from layer_kinds import HARDWARE, ops_by_name, spec_model  # a sibling module of the tests
+
 
 SPEC = """\
 name: nemotron-h-like
@@ -44,20 +44,14 @@ HYBRID = "[mamba, mamba, mamba, mamba, mamba, mamba, full]"   # 24 Mamba-2 layer
 
 
 def _model(tmp_path, pattern=HYBRID):
-    path = tmp_path / "hybrid.yaml"
-    path.write_text(textwrap.dedent(SPEC.format(pattern=pattern)))
-    return load_model(str(path))
-
-
-def _ops(model, phase):
-    return {o.name: o for o in lower(model, phase, Conventions()).ops}
+    return spec_model(tmp_path, SPEC.format(pattern=pattern), "hybrid.yaml")
 
 
 def test_the_hybrid_pattern_is_data(tmp_path):
     model = _model(tmp_path)
     registry = kinds.registry()
     assert kinds.counts(model, "mixer") == [(registry["full"], 4), (registry["mamba"], 24)]
-    ops = _ops(model, "decode")
+    ops = ops_by_name(model, "decode")
     assert ops["ssd_scan"].repeat == 24 and ops["q_proj"].repeat == L - 24
     assert (ops["mamba_attn_residual"].into, ops["mamba_attn_residual"].repeat) == ("ssm_out_proj", 24)
 
@@ -95,14 +89,14 @@ def test_decode_and_prefill_of_the_scan(tmp_path):
     values = symbol_table.model_values(model)
     assert values[C_s] == 256
     point = {**values, B: 1, M: 1, S: 4096, b: 2}
-    decode = _ops(model, "decode")["ssd_scan"]
+    decode = ops_by_name(model, "decode")["ssd_scan"]
     # decode, one sequence: 128 heads x 5 x 64 x 128 = 5,242,880 FLOPs; the state read and
     # written, 2 x 1,048,576 x 2 B = 4,194,304 B; x, B, C, dt in and y out:
     # (2*8192 + 2*8*128 + 128) x 2 B = 37,120 B
     assert number(decode.cost.flops, point) == 5_242_880
     assert number(decode.cost.bytes_of("kv_cache"), point) == 4_194_304
     assert number(decode.cost.bytes_of("activations"), point) == 37_120
-    prefill = _ops(model, "prefill")["ssd_scan"]
+    prefill = ops_by_name(model, "prefill")["ssd_scan"]
     # prefill of S = 4,096 tokens in chunks of 256, per token: C B^T per group 8 x 2*256*128 =
     # 524,288; per head 2*256*64 + 4*64*128 + 2*64*128/256 = 65,600, x 128 = 8,396,800;
     # 8,921,088 per token x 4,096 tokens = 36,540,776,448
@@ -114,7 +108,7 @@ def test_decode_and_prefill_of_the_scan(tmp_path):
 def test_decode_intensity_does_not_depend_on_the_context(tmp_path):
     model = _model(tmp_path, "[mamba]")
     values = symbol_table.model_values(model)
-    scan = _ops(model, "decode")["ssd_scan"]
+    scan = ops_by_name(model, "decode")["ssd_scan"]
     # the scan's intensity: 5,242,880 / (4,194,304 + 37,120) FLOPs per byte at any S and any
     # batch (each sequence brings its own state): 1.24, memory-bound on every device
     for batch in (1, 64):
@@ -172,7 +166,7 @@ def test_nemotron_h_8b_in_the_catalog():
     # a sequence at its 8,192-token context: 4 x 4,096 B of K and V per token, 24 x 2,158,592 B
     # of Mamba-2 state
     assert kvcache.per_sequence(model, 2, 8192) == 4 * 4096 * 8192 + 24 * 2_158_592
-    ops = _ops(model, "decode")
+    ops = ops_by_name(model, "decode")
     assert "rope" not in ops and ops["dense_up_proj"].repeat == 24 and ops["mlp_residual"].into == "dense_down_proj"
 
 

@@ -10,8 +10,6 @@ named twice is refused.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import os
 from dataclasses import dataclass
@@ -19,7 +17,7 @@ from dataclasses import dataclass
 from rooflinec.spec import catalog, load as spec
 from rooflinec.cost import parallel
 from rooflinec.cost.deployment import gemm_dtype
-from rooflinec.base import yamlio
+from rooflinec.base import csvtable
 from rooflinec.base.errors import Problem, SpecError
 from rooflinec.serving.serving_model import Run
 
@@ -51,26 +49,14 @@ class Row:
 
 def read(file: str) -> list[Row]:
     """Every row of a measurements CSV; every problem located as file:line:col: column: what."""
-    raw = yamlio.read_bytes(file, MAX_BYTES, "measurements CSV", "a UTF-8 CSV text file")
-    try:   # utf-8-sig: a spreadsheet's BOM is fine
-        lines = list(csv.reader(io.StringIO(raw.decode("utf-8-sig"), newline="")))
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise SpecError([Problem(file, 1, 1, "(file)", f"cannot read it as UTF-8 CSV: {exc}")]) from None
-    if not lines:
-        raise SpecError([Problem(file, 1, 1, "(header)", "empty file; expected a header row: "
-                                 + ",".join(COLUMNS))])
+    lines = csvtable.lines(file, MAX_BYTES, "measurements CSV", COLUMNS)
     header, problems = lines[0], []
-    missing = [c for c in COLUMNS if c not in header]
-    if missing:
-        raise SpecError([Problem(file, 1, 1, "(header)", f"missing column(s) {', '.join(missing)}; "
-                                 f"expected: {','.join(COLUMNS)}")])
+    csvtable.require(file, header, COLUMNS)
     repeated = repeated_columns(file, header)
     if repeated:
         raise SpecError(repeated)
     rows, seen = [], {}
-    for n, cells in enumerate(lines[1:], start=2):
-        if not any(c.strip() for c in cells):
-            continue
+    for n, cells in csvtable.data(file, lines, problems):
         row = _row(file, n, header, cells, problems)
         if row is None:
             continue
@@ -104,9 +90,6 @@ def _at(file, n, header, cells, column, message) -> Problem:
 
 
 def _row(file, n, header, cells, problems) -> Row | None:
-    if len(cells) != len(header):
-        problems.append(Problem(file, n, 1, "(row)", f"{len(cells)} cells, the header has {len(header)}"))
-        return None
     value = dict(zip(header, (c.strip() for c in cells)))
     out, before = {}, len(problems)
     for name in INTEGERS:
@@ -217,12 +200,9 @@ def read_layouts(file: str) -> list[tuple[Row | None, str, dict]]:
     """Every row of a deployment CSV (the columns of `read`, with `gemm_weights` for `weights`,
     and LAYOUT_COLUMNS): (the row, "", its cells) where the serving model can predict it,
     else (None, why not, its cells). Rows are read in place, nothing is dropped."""
-    raw = yamlio.read_bytes(file, MAX_BYTES, "measurements CSV", "a UTF-8 CSV text file")
-    lines = list(csv.reader(io.StringIO(raw.decode("utf-8-sig"), newline="")))
+    lines = csvtable.lines(file, MAX_BYTES, "measurements CSV")
     header = lines[0]
-    missing = [c for c in LAYOUT_COLUMNS + ("row_id",) if c not in header]
-    if missing:
-        raise SpecError([Problem(file, 1, 1, "(header)", f"missing column(s) {', '.join(missing)}")])
+    csvtable.require(file, header, LAYOUT_COLUMNS + ("row_id",))
     out = []
     for n, cells in enumerate(lines[1:], start=2):
         if not any(c.strip() for c in cells):

@@ -17,13 +17,11 @@ Written with the csv module: pandas is not a dependency and the files are small.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import os
 from dataclasses import dataclass
 
-from rooflinec.base import yamlio
+from rooflinec.base import csvtable
 from rooflinec.base.errors import Problem, SpecError
 
 # Vidur's op names, each one kernel (or a fused few) of one decoder layer
@@ -73,17 +71,6 @@ class CollectiveRow:
     time_s: float
 
 
-def _lines(file: str) -> list[list[str]]:
-    raw = yamlio.read_bytes(file, MAX_BYTES, "profile CSV", "a UTF-8 CSV text file")
-    try:
-        lines = list(csv.reader(io.StringIO(raw.decode("utf-8-sig"), newline="")))
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise SpecError([Problem(file, 1, 1, "(file)", f"cannot read it as UTF-8 CSV: {exc}")]) from None
-    if not lines:
-        raise SpecError([Problem(file, 1, 1, "(header)", "empty file; expected a header row")])
-    return lines
-
-
 class _Cells:
     """One data row's cells by column name; each bad cell a located problem."""
 
@@ -123,16 +110,8 @@ class _Cells:
 
 def _rows(file, lines, required, parse):
     header, problems, out = lines[0], [], []
-    missing = [c for c in required if c not in header]
-    if missing:
-        raise SpecError([Problem(file, 1, 1, "(header)", f"missing column(s) {', '.join(missing)}; "
-                                 f"expected: {','.join(required)}")])
-    for n, cells in enumerate(lines[1:], start=2):
-        if not any(c.strip() for c in cells):
-            continue
-        if len(cells) != len(header):
-            problems.append(Problem(file, n, 1, "(row)", f"{len(cells)} cells, the header has {len(header)}"))
-            continue
+    csvtable.require(file, header, required)
+    for n, cells in csvtable.data(file, lines, problems):
         row, before = _Cells(file, n, header, cells, problems), len(problems)
         parsed = parse(row)
         if len(problems) == before:
@@ -148,7 +127,7 @@ def is_vidur(header: list[str]) -> bool:
 
 def read(file: str) -> list[OpRow]:
     """Every (row, op) of a Vidur mlp.csv or a simple profile CSV."""
-    lines = _lines(file)
+    lines = csvtable.lines(file, MAX_BYTES, "profile CSV")
     return _vidur(file, lines) if is_vidur(lines[0]) else _simple(file, lines)
 
 
@@ -200,7 +179,7 @@ def _simple(file, lines) -> list[OpRow]:
 
 def read_collectives(file: str) -> list[CollectiveRow]:
     """Every row of a Vidur network CSV (all_reduce.csv, send_recv.csv)."""
-    lines = _lines(file)
+    lines = csvtable.lines(file, MAX_BYTES, "profile CSV")
     name = next((h.split(".")[1] for h in lines[0] if h.startswith("time_stats.") and h.endswith(".median")), None)
     if name is None:
         raise SpecError([Problem(file, 1, 1, "(header)", "no time_stats.<collective>.median column")])

@@ -34,7 +34,6 @@ scales add 4 bytes per 16,384 weights (0.02%), left out.
 from __future__ import annotations
 
 import csv
-import io
 import math
 from dataclasses import dataclass
 
@@ -42,8 +41,8 @@ from rooflinec.cost.deployment import Deployment
 from rooflinec.serving import measurements
 from rooflinec.cost.deployment import gemm_dtype
 from rooflinec.spec import load as spec
-from rooflinec.base import yamlio
-from rooflinec.base.errors import Problem, SpecError
+from rooflinec.base import csvtable
+from rooflinec.base.errors import SpecError
 
 LAYOUT = ("mode", "gemm_weights", "moe_weights", "tp", "pp", "attention_dp", "moe_tp", "moe_ep", "replicas")
 REQUIRED = ("model", "device", "engine", "isl", "osl", "concurrency", "ttft_ms", "tpot_ms", "row_id", *LAYOUT)
@@ -104,26 +103,15 @@ def has_layout(file: str) -> bool:
 
 def read(file: str) -> list[Row]:
     """Every row of either CSV format; problems located as file:line:col: column: what."""
-    raw = yamlio.read_bytes(file, measurements.MAX_BYTES, "measurements CSV", "a UTF-8 CSV text file")
-    try:
-        lines = list(csv.reader(io.StringIO(raw.decode("utf-8-sig"), newline="")))
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise SpecError([Problem(file, 1, 1, "(file)", f"cannot read it as UTF-8 CSV: {exc}")]) from None
-    if not lines or "mode" not in lines[0]:
+    lines = csvtable.lines(file, measurements.MAX_BYTES, "measurements CSV", measurements.COLUMNS)
+    if "mode" not in lines[0]:
         return [_from_old(r) for r in measurements.read(file)]
     header, problems, rows, seen = lines[0], [], [], {}
-    missing = [c for c in REQUIRED if c not in header]
-    if missing:
-        raise SpecError([Problem(file, 1, 1, "(header)", f"missing column(s) {', '.join(missing)}")])
+    csvtable.require(file, header, REQUIRED)
     repeated = measurements.repeated_columns(file, header, set(header))
     if repeated:
         raise SpecError(repeated)
-    for n, cells in enumerate(lines[1:], start=2):
-        if not any(c.strip() for c in cells):
-            continue
-        if len(cells) != len(header):
-            problems.append(Problem(file, n, 1, "(row)", f"{len(cells)} cells, the header has {len(header)}"))
-            continue
+    for n, cells in csvtable.data(file, lines, problems):
         row = _row(file, n, header, cells, problems)
         if row is None:
             continue
