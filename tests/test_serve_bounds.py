@@ -155,7 +155,7 @@ def test_serve_bound_under_attention_dp_is_at_most_simulate_bound(call):
     tpot = json.loads(out)["tpot_s"]["mean"]
     assert step["time_s"] <= tpot
     text = call("serve", *args, "--batch", "16", "--context", "1025", "--prompt", "1024")[1]
-    assert "under attention DP / expert parallelism: least-work routing" in text
+    assert "routed experts: least-work routing" in text
 
 
 @pytest.mark.slow

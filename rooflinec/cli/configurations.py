@@ -119,7 +119,7 @@ def text(model_name: str, setup: str, context: int, prompt: int, configs: list[C
             lines.append(f"{c.device.key} at tp {c.tp}: {c.crossing}")
     for said in dict.fromkeys(c.section.get("routing") or c.section.get("expected") or "" for c in configs):
         if said:
-            lines.append(one_line(f"under attention DP / expert parallelism: {said}"))
+            lines.append(one_line(f"routed experts: {said}"))
     for note in dict.fromkeys(f"{c.device.key}: {c.note}" for c in configs):
         lines.append(one_line(note))
     for assumed in dict.fromkeys(c.assumed for c in configs if c.assumed):

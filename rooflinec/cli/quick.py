@@ -433,7 +433,7 @@ def cmd_serve(args, stdout, stderr) -> int:
                 skipped.append(f"{device.key} at tp {tp}: not evaluated: "
                                + "; ".join(p.message for p in exc.problems))
                 continue
-            section = _least_work(section, model, device, tp, dtype, stored, layout)
+            section = least_work(section, model, device, tp, dtype, stored, layout)
             top = section["crossovers"][0]["devices"][0]   # the chart's solid line ends at the largest batch that fits
             drawn = sorted([(row["batch"], row["devices"][0]["tokens_per_s"], row["devices"][0]["fits"])
                             for row in section["steps"]]
@@ -481,14 +481,14 @@ def cmd_serve(args, stdout, stderr) -> int:
     return 0
 
 
-def _least_work(section: dict, model, device, tp: int, dtype: str, storage: dict, layout: dict) -> dict:
-    """Under attention DP or expert parallelism, the section's step and TTFT bounds at the
-    least-work routing (serving/routed_bound.py); where the step model cannot price the
+def least_work(section: dict, model, device, tp: int, dtype: str, storage: dict, layout: dict) -> dict:
+    """For a mixture of experts (plain tp, attention DP or expert parallelism), the section's
+    step and TTFT bounds at the least-work routing (serving/routed_bound.py); where the step model cannot price the
     deployment, the section's figures said to be expectations under uniform routing."""
     dep = Deployment(model, device, tp, storage.get("weights", dtype), storage.get("kv_cache", dtype),
                      attention_dp=layout.get("attention_dp", 1), moe_tp=layout.get("moe_tp"),
                      moe_ep=layout.get("ep", 1), experts=storage.get("experts"), compute=dtype)
-    if not dep.all_to_all:
+    if getattr(model, "moe", None) is None:   # dense: the section's step is the least work already
         return section
     try:
         return routed_bound.section(section, stepcost.build(dep), DTYPE_BYTES[dtype])
@@ -606,7 +606,7 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None, 
         lines.append(f"  {dequantisation}")
     for key in ("routing", "expected"):
         if section.get(key):
-            lines.append(f"  under attention DP / expert parallelism: {section[key]}")
+            lines.append(f"  routed experts: {section[key]}")
     if section.get("conventions"):
         lines.append("  conventions of these bounds (the least work a correct kernel does): "
                      + "; ".join(f"{c['name']}: {c['choice']}" for c in section["conventions"]))
