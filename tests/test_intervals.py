@@ -1,7 +1,8 @@
 """The interval of a prediction on a new group (`serving.intervals.group_band`): Student's t
 in closed form against its tables, the two-level band's arithmetic on a hand example, its
-laws (it moves with the residuals, scales with them, widens with the level), its coverage on
-exchangeable synthetic groups, the band a deployment takes, and the nested coverage on the
+laws (it moves with the residuals, scales with them, widens with the level, holds the
+predicted shift), the medians' standard error it takes off the shifts' spread, its coverage
+on exchangeable synthetic groups, the band a deployment takes, and the nested coverage on the
 visible serving rows."""
 
 from __future__ import annotations
@@ -38,23 +39,41 @@ def test_student_t_cdf_in_closed_form():
 
 def test_the_two_level_band_by_hand():
     """Two groups, each three rows: [-0.1, 0, 0.1] and [0.9, 1, 1.1]. Medians 0 and 1, so the
-    shifts' centre c = 0.5 and spread s_b = sd(0, 1) = 1/sqrt(2); m = 2, the new group's shift
-    has scale s_b sqrt(1 + 1/2) = sqrt(3)/2 = 0.8660 and 1 degree of freedom (Cauchy). The
-    rows' own noise about their medians: -0.1, 0, 0.1 in each group. Without that noise the
-    band is c -+ 0.8660 x t_{1, 0.9} = 0.5 -+ 0.8660 x tan(0.4 pi) = 0.5 -+ 2.6654; with it,
-    F(x) = mean over d in (-0.1, 0, 0.1) of 1/2 + atan((x - 0.5 - d) / 0.8660) / pi, and the
-    band's ends are where F is 0.1 and 0.9 (symmetric about 0.5)."""
+    shifts' centre c = 0.5 and spread s_b = sd(0, 1) = 1/sqrt(2), s_b^2 = 0.5; m = 2, 1 degree of
+    freedom (Cauchy). Rows without noise: the medians carry none (v = 0), tau^2 = s_b^2 and the
+    new group's shift has scale sqrt(0.5 + 0.5/2) = sqrt(3)/2 = 0.8660, the band
+    c -+ 0.8660 x t_{1, 0.9} = 0.5 -+ 0.8660 x tan(0.4 pi) = 0.5 -+ 2.6654. With the noise
+    -0.1, 0, 0.1: each median's standard error (`median_se`, n = 3: c = round(2 - 1.95996 x
+    sqrt(0.75)) = round(0.3026) = 0, raised to 1) is (0.1 - -0.1) / (2 x 1.95996) = 0.051021,
+    v = 0.0026031, tau^2 = 0.5 - 0.0026031 = 0.4973969, scale sqrt(0.4973969 + 0.25) =
+    0.864521; F(x) = mean over d in (-0.1, 0, 0.1) of 1/2 + atan((x - 0.5 - d) / 0.864521) / pi,
+    and the band's ends are where F is 0.1 and 0.9 (symmetric about 0.5)."""
     scale = math.sqrt(3) / 2
     g = intervals.group_band([np.zeros(3), np.ones(3)], 0.8)
-    assert (g.center, g.shift_scale, g.groups) == (0.5, pytest.approx(scale), 2)
+    assert (g.center, g.shift_scale, g.groups, g.between_sd) == (0.5, pytest.approx(scale), 2, pytest.approx(math.sqrt(0.5)))
     assert [g.lo, g.hi] == pytest.approx([0.5 - scale * math.tan(0.4 * math.pi), 0.5 + scale * math.tan(0.4 * math.pi)])
     assert g.hi == pytest.approx(3.16536, abs=1e-5)
     g = intervals.group_band([[-0.1, 0, 0.1], [0.9, 1, 1.1]], 0.8)
+    se = 0.2 / (2 * 1.959964)
+    scale = math.sqrt(0.5 - se * se + 0.25)
+    assert scale == pytest.approx(0.864521, abs=1e-6) and g.shift_scale == pytest.approx(scale)
 
     def cdf(x):
         return np.mean([0.5 + math.atan((x - 0.5 - d) / scale) / math.pi for d in (-0.1, 0, 0.1)])
     assert (cdf(g.lo), cdf(g.hi)) == (pytest.approx(0.1, abs=1e-9), pytest.approx(0.9, abs=1e-9))
     assert g.lo + g.hi == pytest.approx(1.0)
+
+
+def test_the_medians_standard_error_by_hand_and_on_normal_rows():
+    """1..10: c = round(5.5 - 1.95996 x sqrt(2.5)) = round(2.401) = 2, so the 2nd and 9th order
+    statistics: (9 - 2) / (2 x 1.95996) = 1.78575. One row: 0. On normal rows the median's
+    standard deviation is sqrt(pi / (2n)) sigma (Laplace; 0.06267 at n = 400, sigma 1): the
+    estimate's mean over 200 draws (seed 3) within 5% of it."""
+    assert intervals.median_se(np.arange(10, 0, -1.0)) == pytest.approx(7 / (2 * 1.959964), abs=1e-5)
+    assert intervals.median_se([4.2]) == 0.0
+    rng = np.random.default_rng(3)
+    got = np.mean([intervals.median_se(rng.normal(0, 1, 400)) for _ in range(200)])
+    assert got == pytest.approx(math.sqrt(math.pi / 800), rel=0.05)
 
 
 def test_one_group_gives_no_band_and_equal_medians_the_conformal_one():
@@ -84,6 +103,35 @@ def test_the_band_moves_and_scales_with_the_residuals(groups, shift, factor):
     assert g.lo <= g.hi and wider.lo <= g.lo + tol and wider.hi >= g.hi - tol
 
 
+@pytest.mark.slow
+@given(groups_st, st.floats(0.5, 0.95))
+@settings(max_examples=25)
+def test_the_band_holds_the_predicted_shift_and_widens_with_the_level(groups, level):
+    """The band holds c, the groups' medians' mean (the shift the prediction is corrected by):
+    each group's noise has half its rows on either side of 0, so F(c) lies in [1/4, 3/4], inside
+    any band of level >= 1/2; and a higher level's band holds a lower one's."""
+    assume(np.std([np.median(x) for x in groups]) > 1e-6)    # equal medians: the conformal band (its own test)
+    g = intervals.group_band(groups, level)
+    tol = 1e-9 * (1 + abs(g.lo) + abs(g.hi))
+    assert g.lo - tol <= g.center <= g.hi + tol
+    wider = intervals.group_band(groups, min(0.99, level + 0.04))
+    assert wider.lo <= g.lo + tol and wider.hi >= g.hi - tol
+
+
+@given(groups_st)
+@settings(max_examples=25)
+def test_residuals_symmetric_about_zero_give_a_band_holding_the_prediction(groups):
+    """Every group beside its mirror image: the medians' mean is 0 and the law symmetric, so
+    the band is [-h, h] and a prediction's interval [y e^-h, y e^h] holds y. (A model that
+    over-predicts every group is not so: its band lies on one side of 0 and, rightly, leaves
+    the uncorrected prediction out.)"""
+    assume(max(abs(np.median(x)) for x in groups) > 1e-6)    # equal medians: the conformal band (its own test)
+    g = intervals.group_band(groups + [[-x for x in grp] for grp in groups], 0.8)
+    assert g.lo == pytest.approx(-g.hi, abs=1e-7) and g.lo <= 0 <= g.hi
+    lo, hi = intervals.interval(2.0, g.lo, g.hi)
+    assert lo <= 2.0 <= hi
+
+
 def _coverage(rng, m, tau, sigma, rows=15, trials=300, level=0.8) -> float:
     """Draw m + 1 groups (shift N(0, tau^2), rows' noise sigma x a skewed law: a centred
     exponential, not normal); the band from m covers what share of the new group's rows."""
@@ -97,17 +145,18 @@ def _coverage(rng, m, tau, sigma, rows=15, trials=300, level=0.8) -> float:
 
 
 @pytest.mark.slow
-@given(st.integers(2, 6), st.floats(0.05, 1.0), st.floats(0.0, 1.0), st.integers(0, 2 ** 16))
-@settings(max_examples=4)
-def test_coverage_on_exchangeable_groups_is_near_nominal(m, tau, sigma, seed):
-    """Exchangeable groups (the law's assumption: normal shifts; the rows' noise any law): a
-    new group's rows fall inside the 80% band at least about 80% of the time (300 draws: the
-    share's standard error is under 0.025). Where the rows' noise dominates the band is
-    conservative, up to about 90%: the medians' spread holds each median's own noise, which
-    the rows' noise then adds again (seed 0: 0.83 at m = 2, tau 1, sigma 0; 0.90 at m = 2,
-    tau 0.05, sigma 1; 0.81 at m = 6, tau 1, sigma 0.01)."""
-    got = _coverage(np.random.default_rng(seed), m, tau, sigma)
-    assert 0.74 <= got <= 0.92, got
+@pytest.mark.parametrize("m, tau, sigma, low, high", [
+    (2, 1.0, 0.0, 0.75, 0.85), (3, 0.3, 0.3, 0.75, 0.85), (5, 0.1, 0.5, 0.75, 0.85), (8, 0.05, 1.0, 0.75, 0.85),
+    (2, 0.05, 1.0, 0.80, 0.90)])
+def test_coverage_on_exchangeable_groups_is_near_nominal(m, tau, sigma, low, high):
+    """Exchangeable groups (the law's assumption: normal shifts; the rows' noise any law), 300
+    draws at seed 0 (the share's standard error under 0.02): a new group's rows fall inside the
+    80% band within 5 points of 80%, from shifts that dominate to noise that does. Two groups
+    whose shifts are lost in the noise stay conservative (88% at 1000 draws): one degree of
+    freedom's Cauchy shift on a spread that is mostly noise, the price of two groups (90% before
+    the medians' own noise came off the shifts' spread, `group_band`)."""
+    got = _coverage(np.random.default_rng(0), m, tau, sigma)
+    assert low <= got <= high, got
 
 
 def test_a_shift_unlike_the_groups_falls_outside():
@@ -141,7 +190,8 @@ def test_nested_coverage_on_the_visible_rows():
     held-out group against the band of the other groups of its kind. The two-level band
     covers at least what the split conformal band did in every kind (it is wider where the
     groups' medians differ), and pooled over the kinds it covers 75-90% of the rows (measured:
-    TPOT 80.4%, TTFT 86.4%: TTFT past the issue's 85%)."""
+    TPOT 77.2%, TTFT 85.7%, TTFT past the issue's 85%; 78.6% and 86.3% before the medians' own
+    noise came off the shifts' spread)."""
     if not V2.is_file():
         pytest.skip("../shared/measured/serving-v2-visible.csv absent: the measured rows are read in place")
     from rooflinec.serving import fitting, measurements, rows, validation

@@ -147,6 +147,9 @@ def test_intervals_come_from_left_out_residuals_and_cover_left_out_rows():
     cover = intervals.coverage(ho)
     assert cover["all"]["rows"] == 270 and 0.7 <= cover["all"]["ttft"] <= 1.0
     assert set(cover["model"]["groups"]) == {"0", "1", "2"}
+    # each held-out group weighing the same, whatever its rows (here 30 each: the row share too)
+    assert cover["tp"]["group_mean"]["tpot"] == pytest.approx(np.mean([g["tpot"] for g in cover["tp"]["groups"].values()]))
+    assert cover["tp"]["group_mean"]["tpot"] == pytest.approx(cover["tp"]["tpot"])
     shifted = [dict(h, residuals=h["residuals"] + (1.0 if h["held_out"] == "0" else 0.0)) for h in ho]
     # a group unlike the others falls outside the split conformal band; the new-group band,
     # drawn from groups of which one is shifted, is wider and covers more of it

@@ -8,7 +8,7 @@ Prediction intervals (issue 30 item 3; the law in `serving.intervals`): each row
 a fit that never saw its model, its tp or its engine (`holdouts`); the pooled split conformal
 band of those residuals for a deployment calibrated in every respect, and per kind the
 two-level band of a new group (a shift its rows share, Student's t over the held-out groups'
-medians, beside the rows' own noise), measured by nested leave-one-group-out
+medians, their spread net of the medians' own sampling noise, beside the rows' own noise), measured by nested leave-one-group-out
 (`intervals.coverage`), both kept in the calibration file (`intervals.block`)."""
 
 from __future__ import annotations
