@@ -10,8 +10,9 @@ together made the dense rows' TPOT error 5.8% -> 14.1% (bench/simulator.py). A g
 A (device, engine, kind) with no group of its own (a new model kind on a calibrated engine)
 composes its parameters (`resolve`): the host-side times (per layer, per request, the front
 end's latency: the engine's software) from its engine's other group on that device, else the
-engine's pooled fit; the compute fraction (the kernels' efficiency) from the models of its kind
-on that device, else of its kind anywhere (`kinds`). Taking both from the engine's rows of the
+engine's pooled fit; the compute fraction and the routed experts' bandwidth fraction (the
+kernels' efficiencies) from the models of its kind on that device, else of its kind anywhere
+(`kinds`). Taking both from the engine's rows of the
 other kind gave a MoE's fraction (0.15-0.23 on SGLang and vLLM) to a dense model: leaving
 Llama-3.1-70B out, its TTFT error was 136%; composed, 37% (bench/simulator.py). An engine with
 no rows at all takes the pooled fit (its host times are unknown).
@@ -31,7 +32,7 @@ from rooflinec.base.errors import SpecError
 from rooflinec.serving.stepcost import NAMES, Parameters
 from rooflinec.serving import calibrate
 
-FRACTIONS = ("bandwidth_fraction", "compute_fraction")
+FRACTIONS = ("bandwidth_fraction", "compute_fraction", "expert_bandwidth_fraction")
 SHIPPED = "simulator-visible.yaml"
 KIND = "simulator"
 MODEL_KINDS = ("dense", "moe")
@@ -67,7 +68,8 @@ def resolved(group: tuple, get) -> tuple[Parameters, str]:
     if eff is None:
         return host, f"{hosts}, its compute fraction too (no {kind} model calibrated)"
     where = f"{kind} models on {device}" if here is not None else f"{kind} models on any device"
-    return (replace(host, compute_fraction=eff.compute_fraction),
+    return (replace(host, compute_fraction=eff.compute_fraction,
+                    expert_bandwidth_fraction=eff.expert_bandwidth_fraction),
             f"composed: {hosts}, the compute fraction of {where}")
 
 
