@@ -5,7 +5,15 @@ The kind of model (`models`: dense or moe) is a group of its own on one (device,
 mixture of experts' steps run other kernels (fused-MoE grouped GEMMs, the router, the experts'
 all-to-all), whose efficiencies a dense model's rows do not measure; fitting both kinds
 together made the dense rows' TPOT error 5.8% -> 14.1% (bench/simulator.py). A group without
-`models` (an older file) serves both kinds.
+`models` (an older file) serves both kinds. The MoE compute fractions differ by engine more than
+any layout explains: TensorRT-LLM's on the H100 (expert-parallel) fits at 1.0, SGLang's and vLLM's
+on the H200 (tensor-sharded experts) at 0.13-0.20. Per GPU both layouts compute the same routed
+rows per expert (tokens x k / experts) and FLOPs; the sharded one's GEMMs are moe_tp times
+narrower, which costs a tile loop, not a factor of five. And TensorRT-LLM's MoE rows prefill at
+most 1,024 tokens, a small share of their TTFT: holding its fraction at 0.5 raised the group's
+soft-L1 loss by 7%, at 0.15 by 73% (its TTFT error 16% -> 33%), so it is above 0.5 but weakly
+fixed there; the rest is the engines' grouped-GEMM kernels (block-fp8 Triton on SGLang and vLLM),
+not modelled.
 
 A (device, engine, kind) with no group of its own (a new model kind on a calibrated engine)
 composes its parameters (`resolve`): the host-side times (per layer, per request, the front
