@@ -63,6 +63,19 @@ def test_a_group_without_a_fit_takes_its_engines_times_and_its_kinds_compute_fra
     assert calibration.resolve(("h200", "sglang", "dense"), lookup(everything)) == P["all"]
 
 
+def test_the_experts_bandwidth_fraction_is_a_fraction_fitted_on_moe_rows_and_composed_with_the_kind():
+    # a fraction on the logistic coordinate, as the compute fraction; starts near 1 (0.95)
+    got = fitting.parameters(np.array([fitting.START["expert_bandwidth_fraction"]]), ("expert_bandwidth_fraction",))
+    assert got.expert_bandwidth_fraction == pytest.approx(1 / (1 + math.exp(-3))) and got.compute_fraction == 1
+    # a composed group takes its kind's kernel efficiencies, both of them, and its engine's host times
+    kind = sc.Parameters(compute_fraction=0.2, expert_bandwidth_fraction=0.4, per_layer_s=9e-5)
+    host = sc.Parameters(compute_fraction=0.9, per_layer_s=5e-5, request_latency_s=0.01)
+    keys = {("engine", "vllm"): host, ("kind", "h200", "moe"): kind}
+    got = calibration.resolve(("h200", "vllm", "moe"), keys.get)
+    assert (got.compute_fraction, got.expert_bandwidth_fraction, got.per_layer_s, got.request_latency_s) == \
+        (0.2, 0.4, 5e-5, 0.01)
+
+
 def test_the_kinds_block_is_read_back_and_composes(tmp_path):
     cal = tmp_path / "cal.yaml"
     cal.write_text("kind: simulator\ndefault:\n  parameters: {compute_fraction: 0.5}\n"
@@ -84,3 +97,6 @@ def test_the_kinds_block_is_read_back_and_composes(tmp_path):
     text = str(err.value)
     assert "models: expected one of dense, moe" in text and "device: expected a device name" in text
     assert "compute_fraction: expected a fraction in (0, 1]" in text
+    cal.write_text("kind: simulator\ndefault:\n  parameters: {expert_bandwidth_fraction: 1.5}\n")
+    with pytest.raises(SpecError, match="expert_bandwidth_fraction: expected a fraction in"):
+        calibration.load(str(cal))

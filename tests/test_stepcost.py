@@ -55,6 +55,10 @@ def test_the_busiest_expert_rank_by_pigeonhole_and_by_uniform_routing():
     assert r.seconds(x, sc.Parameters())[0] == 6 + 1      # BOUND's values are the bound
     half = sc.Parameters(0.5, 0.5)
     assert r.seconds(x, half)[0] == pytest.approx((9 + experts_p[1]) / 0.5 + 1e-3 + 3e-4)
+    # the experts' own bandwidth fraction multiplies the step's on their reads only: memory
+    # (9 + experts) / (0.5 x 0.5) now exceeds compute 9 / 0.5
+    slow = sc.Parameters(0.5, 0.5, expert_bandwidth_fraction=0.5)
+    assert r.seconds(x, slow)[0] == pytest.approx((9 + experts_p[1]) / 0.25 + 1e-3 + 3e-4)
 
 
 @pytest.mark.slow

@@ -5,13 +5,22 @@ The kind of model (`models`: dense or moe) is a group of its own on one (device,
 mixture of experts' steps run other kernels (fused-MoE grouped GEMMs, the router, the experts'
 all-to-all), whose efficiencies a dense model's rows do not measure; fitting both kinds
 together made the dense rows' TPOT error 5.8% -> 14.1% (bench/simulator.py). A group without
-`models` (an older file) serves both kinds.
+`models` (an older file) serves both kinds. The MoE compute fractions differ by engine more than
+any layout explains: TensorRT-LLM's on the H100 (expert-parallel) fits at 1.0, SGLang's and vLLM's
+on the H200 (tensor-sharded experts) at 0.13-0.20. Per GPU both layouts compute the same routed
+rows per expert (tokens x k / experts) and FLOPs; the sharded one's GEMMs are moe_tp times
+narrower, which costs a tile loop, not a factor of five. And TensorRT-LLM's MoE rows prefill at
+most 1,024 tokens, a small share of their TTFT: holding its fraction at 0.5 raised the group's
+soft-L1 loss by 7%, at 0.15 by 73% (its TTFT error 16% -> 33%), so it is above 0.5 but weakly
+fixed there; the rest is the engines' grouped-GEMM kernels (block-fp8 Triton on SGLang and vLLM),
+not modelled.
 
 A (device, engine, kind) with no group of its own (a new model kind on a calibrated engine)
 composes its parameters (`resolve`): the host-side times (per layer, per request, the front
 end's latency: the engine's software) from its engine's other group on that device, else the
-engine's pooled fit; the compute fraction (the kernels' efficiency) from the models of its kind
-on that device, else of its kind anywhere (`kinds`). Taking both from the engine's rows of the
+engine's pooled fit; the compute fraction and the routed experts' bandwidth fraction (the
+kernels' efficiencies) from the models of its kind on that device, else of its kind anywhere
+(`kinds`). Taking both from the engine's rows of the
 other kind gave a MoE's fraction (0.15-0.23 on SGLang and vLLM) to a dense model: leaving
 Llama-3.1-70B out, its TTFT error was 136%; composed, 37% (bench/simulator.py). An engine with
 no rows at all takes the pooled fit (its host times are unknown).
@@ -31,7 +40,7 @@ from rooflinec.base.errors import SpecError
 from rooflinec.serving.stepcost import NAMES, Parameters
 from rooflinec.serving import calibrate
 
-FRACTIONS = ("bandwidth_fraction", "compute_fraction")
+FRACTIONS = ("bandwidth_fraction", "compute_fraction", "expert_bandwidth_fraction")
 SHIPPED = "simulator-visible.yaml"
 KIND = "simulator"
 MODEL_KINDS = ("dense", "moe")
@@ -67,7 +76,8 @@ def resolved(group: tuple, get) -> tuple[Parameters, str]:
     if eff is None:
         return host, f"{hosts}, its compute fraction too (no {kind} model calibrated)"
     where = f"{kind} models on {device}" if here is not None else f"{kind} models on any device"
-    return (replace(host, compute_fraction=eff.compute_fraction),
+    return (replace(host, compute_fraction=eff.compute_fraction,
+                    expert_bandwidth_fraction=eff.expert_bandwidth_fraction),
             f"composed: {hosts}, the compute fraction of {where}")
 
 

@@ -16,6 +16,10 @@ calibration group holds one model, so on its own rows the two are the same fit; 
 model out, the per-layer time took the worst left-out TPOT from 49.5% to 26.2% under least
 squares, bench/simulator.py).
 
+A MoE group fits one more: the routed experts' bandwidth fraction (`stepcost.Routed`'s reads
+of their weights, beside the step's own fraction), the grouped GEMMs' sustained bandwidth; a
+dense group has nothing that depends on it and keeps 1.
+
 The loss is soft-L1 (Huber-like) on the log ratios at a scale of LOSS_SCALE: a residual well
 inside it counts as in least squares, one beyond it linearly, so the few rows that measure an
 effect the model does not have (TensorRT-LLM's Llama-3.1-8B rows at C 64-128 whose TTFT is
@@ -37,8 +41,15 @@ from rooflinec.serving import serving_model as sm
 from rooflinec.serving.serving_model import Unpredictable
 
 # compute efficiency; the host's fixed time per layer per step and per running request per
-# step; the front end's latency per request (TTFT only)
-FITTED = ("compute_fraction", "per_layer_s", "per_request_s", "request_latency_s")
+# step; the front end's latency per request (TTFT only); the routed experts' bandwidth fraction
+FITTED = ("compute_fraction", "per_layer_s", "per_request_s", "request_latency_s", "expert_bandwidth_fraction")
+# fitted only where some row's model has routed experts (elsewhere nothing depends on it: left at 1)
+EXPERT_ONLY = ("expert_bandwidth_fraction",)
+# coordinates a fit starts from (else 0: a fraction 0.5, a time 1 us): the experts' bandwidth
+# fraction at 0.95, near the roofline's 1, so a group whose rows do not ask for less keeps it
+# there (started at 0.5, SGLang's MoE group fell into another minimum: compute fraction 1 and a
+# 0.33 s front-end latency, its TTFT error 10.9% -> 30.9%)
+START = {"expert_bandwidth_fraction": 3.0}
 ITERATIONS = 60
 TTFT_WEIGHT = 1.0        # TTFT's log residuals beside TPOT's in the fit
 # soft-L1's scale in log units: residuals beyond about 10% (the TPOT target's order) count
@@ -164,7 +175,9 @@ def parameters(x: np.ndarray, free) -> sc.Parameters:
                                tuple(n for n in free if n in steady))
     values = {n: getattr(eff, n) for n in sm.PARAMETERS}
     for n, v in zip(free, x):
-        if n not in steady:
+        if n in EXPERT_ONLY:      # a fraction, as calibrate.efficiency's
+            values[n] = float(1 / (1 + np.exp(-np.clip(v, -30, 30))))
+        elif n not in steady:
             values[n] = calibrate.TIME_UNIT * float(np.exp(np.clip(v, -30, 30)))
     return sc.Parameters(**values)
 
@@ -173,13 +186,15 @@ def fit(cases: list[Case], free=FITTED, scale: float = LOSS_SCALE) -> sc.Paramet
     """The Parameters minimising soft-L1 of the log errors of mean TPOT and mean TTFT
     (`scale` 0: their squares)."""
     target = np.log([[c.row.tpot_s, c.row.ttft_s] for c in cases])
+    if not any(c.step.routed for c in cases):
+        free = tuple(n for n in free if n not in EXPERT_ONLY)
     pool = simulator.Pool([c.retimer for c in cases])
 
     def residual(x):
         p = parameters(x, free)
         got = np.log(pool.means(p)[:, ::-1])
         return soft_l1(((got - target) * [1.0, TTFT_WEIGHT]).ravel(), scale)
-    x, damping = np.zeros(len(free)), 1e-3
+    x, damping = np.array([START.get(n, 0.0) for n in free]), 1e-3
     r = residual(x)
     for _ in range(ITERATIONS):
         jac = lsq.jacobian(residual, x, r)

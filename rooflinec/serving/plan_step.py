@@ -94,7 +94,8 @@ class MoeStep:
     def durations(self, x: np.ndarray, p: sc.Parameters) -> np.ndarray:
         rows, experts = self.deployment.busiest(x[:, sc.TOKENS], bound=False)
         compute = (rows[:, None] * self.row_compute + experts[:, None] * self.expert_compute) / p.compute_fraction
-        memory = (rows[:, None] * self.row_memory + experts[:, None] * self.expert_memory) / p.bandwidth_fraction
+        memory = (rows[:, None] * self.row_memory + experts[:, None] * self.expert_memory) \
+            / (p.bandwidth_fraction * p.expert_bandwidth_fraction)     # as stepcost.Routed
         a2a = self.a2a_s[0] + self.a2a_s[1] * x[:, sc.TOKENS] + self.a2a_count * p.per_collective_s
         return self.base.durations(x, p) + np.maximum(compute, memory).sum(axis=1) + a2a
 

@@ -43,6 +43,15 @@ read, and each step's rows and experts are evaluated exactly in NumPy from its t
 - the bound (`Parameters` at BOUND) takes what any routing must cost (pigeonhole rows,
   ceil(k / ep) experts); the dispatch and combine all-to-alls can move nothing (a step routed
   all local), so they are left out;
+- a routed-expert kernel reads its experts' weights at a bandwidth fraction of its own
+  (`Parameters.expert_bandwidth_fraction`, beside the step's): a decode step's grouped GEMM
+  reads each expert the step touches as one small matrix (a few routed rows each, Qwen3-235B-A22B
+  at 16 sequences: 128 rows over about 82 of its 128 experts per layer), a short tile loop per
+  expert with its block scales, not one long stream, so the fraction it sustains is its kernel's
+  (Triton's fused MoE in vLLM and SGLang, CUTLASS grouped GEMMs in TensorRT-LLM), not the dense
+  GEMMs'. Without it the fit put that slowness into the host's time per layer (vLLM's MoE group:
+  314 us a layer against its dense group's 76 us), which a dense model of the engine then
+  borrowed (`calibration.resolve`; bench/simulator.py: Llama-3.1-70B left out, TPOT 24.8% -> 15.2%);
 - the prediction takes uniform routing at the deployment's imbalance factor, and two
   all-to-alls per MoE layer, each device sending its (N-1)/N share of its tokens' routed rows
   (`Deployment.all_to_all_bytes`) over the workbench's link for the N = tp x dp devices, one
@@ -93,6 +102,9 @@ the first token back) that TTFT and E2E include and the scheduler never sees. At
     per_collective_s: float = 0.0
     per_request_s: float = 0.0
     request_latency_s: float = 0.0    # front end: arrival to scheduler and first token back (TTFT, E2E)
+    # the routed experts' grouped GEMMs' achieved share of the bandwidth (times bandwidth_fraction):
+    # `Routed`, fitted on MoE rows only (`fitting.EXPERT_ONLY`)
+    expert_bandwidth_fraction: float = 1.0
 
     @staticmethod
     def of(eff: sm.Efficiency) -> Parameters:
@@ -144,7 +156,8 @@ class Routed:
     def seconds(self, x: np.ndarray, p: Parameters, parts: tuple | None = None) -> np.ndarray:
         """The routed kernels' times under `p` (`parts`: this x's, computed before)."""
         compute, memory, link = parts or self.parts(x, bounding(p))
-        return np.maximum(compute / p.compute_fraction, memory / p.bandwidth_fraction).sum(axis=1) + link
+        bandwidth = p.bandwidth_fraction * p.expert_bandwidth_fraction
+        return np.maximum(compute / p.compute_fraction, memory / bandwidth).sum(axis=1) + link
 
 
 @dataclass(frozen=True)

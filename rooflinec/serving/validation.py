@@ -70,7 +70,8 @@ ASSUMPTIONS = (
     "one candidate) is not modelled.",
     "The KV cache is stored in the row's weight format, fp8 beside 4-bit weights (the rows do not "
     "state it; `rows.kv_format`).",
-    "A mixture of experts' routed experts per step by stepcost.Routed: predicted under uniform routing "
+    "A mixture of experts' routed experts per step by stepcost.Routed: predicted under uniform routing, "
+    "their weights read at a bandwidth fraction of their own (fitted on the MoE rows) "
     "(with the dispatch and combine all-to-alls under expert parallelism), bounded by what any "
     "routing must read (pigeonhole rows, ceil(k/ep) experts, no all-to-all). "
     "Not predicted: layouts whose experts' GPUs are not the attention's, pipeline parallelism. "
