@@ -39,7 +39,8 @@ TPOT and TTFT are predictions (the calibrated step model of `simulate`, at the s
 the TPOT bound (overlapped step rule at the datasheet peaks) prunes first: a configuration
 whose bound misses the SLO cannot meet it. Costs need a price ($/GPU-hour): the catalog's
 table states only prices a public source gives; --price adds or replaces one. Energy per
-token is an upper bound: the board's power limit (TDP) x GPU-seconds per token.
+token is a prediction, at the device's TDP: the board's power limit x the predicted GPU-seconds
+per token (not a bound: a bound on energy would need a lower bound on throughput).
 
 examples:
   rooflinec plan llama-3.1-70b --slo "ttft<=2s,tpot<=50ms" --devices h100-sxm,h200-sxm --gpus 8
@@ -201,7 +202,7 @@ def cmd_plan(args, stdout, stderr) -> int:
         raise UsageError(str(exc).replace("--device:", "--devices:", 1)) from None
     weights, kv = _weight_choices(args.weights, model), _formats(args.kv_cache, DEFAULT_KV, "--kv-cache")
     table = calibration.load(args.calibration or calibration.shipped())
-    engine = args.engine or (os.path.basename(args.simulate).removesuffix(".yaml") if args.simulate else "")
+    engine = engines.key_of(args.engine or args.simulate) if args.engine or args.simulate else ""
     prices = plan_cost.load(plan_cost.default_file())
     if args.prices:
         prices.update(plan_cost.load(args.prices))
@@ -276,7 +277,7 @@ def _row(model, t: dict, i: int, devices: dict, prices: dict, isl: int, osl: int
             "usd_per_gpu_hour": price.usd_per_gpu_hour, "price_source": price.source, "price_date": price.date,
             "usd_per_million_output_tokens": plan_cost.per_million(price.usd_per_gpu_hour, per_gpu),
             "usd_per_million_input_tokens": plan_cost.per_million(price.usd_per_gpu_hour, per_gpu * isl / osl)},
-        "energy_per_output_token_j_at_most": None if dev.board_power is None else
+        "energy_per_output_token_j": None if dev.board_power is None else
             plan_cost.energy_per_token_j(dev.board_power, per_gpu),
     }
 
@@ -326,7 +327,7 @@ def _chart(out: dict) -> str:
 
 def _cells(r: dict) -> list:
     p, c = r["prediction"], r["cost"]
-    e = r["energy_per_output_token_j_at_most"]
+    e = r["energy_per_output_token_j"]
     g = r["gemm"]
     gemm = g["gemm_dtype"] + (f"/{g['experts_gemm_dtype']}" if g["experts_gemm_dtype"] else "") + (" W-only" if g["weight_only"] else "")
     iv = p.get("interval") or {}
@@ -347,7 +348,7 @@ def _sim_cells(sim: dict) -> list:
 
 
 HEAD = ["device", "deployment", "w/kv", "GEMMs", "B", "TPOT ms", "80%", ">= bound", "TTFT ms", "80%", "tok/s/GPU", "<= bound",
-        "tok/s/user", "$/M out", "$/M in", "J/tok <="]
+        "tok/s/user", "$/M out", "$/M in", "J/tok"]
 
 
 def _table(rows: list[list[str]]) -> list[str]:
@@ -361,6 +362,8 @@ PRUNED_SHOWN = 8   # reasons printed; --json lists every one
 def _pruned(out: dict) -> list[str]:
     """The answer comes first: the pruning counts after it, the most frequent reasons only."""
     reasons = list(out["pruned"].items())
+    if not reasons:
+        return []
     lines = ["", "pruned, by reason:"] + [f"  {n:>8}  {why}" for why, n in reasons[:PRUNED_SHOWN]]
     rest = reasons[PRUNED_SHOWN:]
     if rest:
@@ -375,9 +378,9 @@ def text(out: dict) -> str:
              + ("" if out["aggregated_only"] else ", aggregated and disaggregated (prefill : decode workers)"),
              f"TPOT, TTFT and tokens/s are predictions (calibration: {out['calibration']['source']}, "
              f"{out['calibration']['engine']}); '>= bound' and '<= bound' are bounds (datasheet peaks, no overheads);",
-             "J/tok <= is an upper bound (board power x time); $ per million tokens from the price table ($/GPU-hour), blank where a device has no price", "",
+             "J/tok: predicted, at the device's TDP (board power limit / predicted tokens/s per GPU; a prediction, not a bound); $ per million tokens from the price table ($/GPU-hour), blank where a device has no price", "",
              f"searched {out['searched']} configurations: {out['feasible']} meet the SLO "
-             f"({out['searched'] - out['feasible']} pruned, why at the end)"]
+             + (f"({out['searched'] - out['feasible']} pruned, why at the end)" if out["pruned"] else "(none pruned)")]
     if not out["feasible"]:
         return "\n".join(lines + ["", "no configuration meets the SLO"] + _pruned(out)) + "\n"
     top = out["top_per_device"]
