@@ -475,6 +475,7 @@ def _solve(args, model, slo, stdout) -> int:
                    "derivation": f"the binding branch, {s.setter}: a + c / x with a = {float(fixed) * 1e3:.4g} ms "
                                  f"(its terms not depending on x), c = {float(c):.6g} ({what}); "
                                  f"x = c / (target - a) = {float(s.value):.6g} (exact in --json's 'exact')",
+                   **({"routing": MOE_ROUTING} if getattr(model, "moe", None) is not None else {}),
                    "shares_s": {k: float(v) for k, v in s.shares.items()}, "setter": s.setter,
                    "check": {"met_at_value": s.met_at, "missed_just_below": s.missed_below},
                    "device_has": _device_has(device, args.solve, dep.gemm_dtype) / scale}
@@ -482,6 +483,11 @@ def _solve(args, model, slo, stdout) -> int:
         raise RooflineError(f"cannot solve: {exc}") from None
     stdout.write(json.dumps(out, indent=1) + "\n" if args.json else _solve_text(out))
     return 0
+
+
+MOE_ROUTING = ("a mixture of experts: the step solved is the serving section's program, its experts those "
+               "uniform routing reads in expectation; serve prints the least-work routing's step "
+               "(serving/routed_bound.py: fewer experts read), which meets the target at a smaller figure")
 
 
 def serve_bench(model, device, tp: int, weights: str, kv: str, experts: str | None, batch: int, context: int):
@@ -512,7 +518,7 @@ def _solve_text(o: dict) -> str:
              f"B = {o['batch']}, S = {o['context']}: the smallest {o['knob']} per GPU"
              + (f" for TPOT <= {o['target_tpot_s'] * 1e3:g} ms (serve's decode step bound at the datasheet's "
                 "other figures, no calibration)" if "target_tpot_s" in o else " holding the batch"),
-             _solved(o)] + ([f"  {o['rule']}"] if "rule" in o else []) + [f"  {o['derivation']}", f"  set by: {o['setter']}"]
+             _solved(o)] + [f"  {o[k]}" for k in ("rule", "routing") if k in o] + [f"  {o['derivation']}", f"  set by: {o['setter']}"]
     if o["gemm"]["weight_only"]:
         lines.insert(1, f"  {o['gemm']['weight_only']}")
     if "shares_s" in o:
