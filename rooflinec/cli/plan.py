@@ -12,13 +12,15 @@ import os
 import numpy as np
 import sympy as sp
 
-from rooflinec.base.errors import RooflineError, UsageError
+from rooflinec.base.errors import DeviceLacks, RooflineError, UsageError
+from rooflinec.base.quantities import gib
 from rooflinec.base.units import QuantityError, parse_quantity
 from rooflinec.cli import quick, storage
 from rooflinec.cli.output import check_file_target, write_file
 from rooflinec.cost import inverse
 from rooflinec.cost.deployment import Deployment
 from rooflinec.cost.parallel import Unshardable
+from rooflinec.cost.workbench import Workbench
 from rooflinec.serving import calibration, engines, intervals, plan, plan_cost, plan_step
 from rooflinec.serving.plan_chart import pareto_svg
 from rooflinec.serving import serving_model as sm
@@ -37,7 +39,8 @@ TPOT and TTFT are predictions (the calibrated step model of `simulate`, at the s
 the TPOT bound (overlapped step rule at the datasheet peaks) prunes first: a configuration
 whose bound misses the SLO cannot meet it. Costs need a price ($/GPU-hour): the catalog's
 table states only prices a public source gives; --price adds or replaces one. Energy per
-token is an upper bound: the board's power limit (TDP) x GPU-seconds per token.
+token is a prediction, at the device's TDP: the board's power limit x the predicted GPU-seconds
+per token (not a bound: a bound on energy would need a lower bound on throughput).
 
 examples:
   rooflinec plan llama-3.1-70b --slo "ttft<=2s,tpot<=50ms" --devices h100-sxm,h200-sxm --gpus 8
@@ -199,7 +202,7 @@ def cmd_plan(args, stdout, stderr) -> int:
         raise UsageError(str(exc).replace("--device:", "--devices:", 1)) from None
     weights, kv = _weight_choices(args.weights, model), _formats(args.kv_cache, DEFAULT_KV, "--kv-cache")
     table = calibration.load(args.calibration or calibration.shipped())
-    engine = args.engine or (os.path.basename(args.simulate).removesuffix(".yaml") if args.simulate else "")
+    engine = engines.key_of(args.engine or args.simulate) if args.engine or args.simulate else ""
     prices = plan_cost.load(plan_cost.default_file())
     if args.prices:
         prices.update(plan_cost.load(args.prices))
@@ -274,7 +277,7 @@ def _row(model, t: dict, i: int, devices: dict, prices: dict, isl: int, osl: int
             "usd_per_gpu_hour": price.usd_per_gpu_hour, "price_source": price.source, "price_date": price.date,
             "usd_per_million_output_tokens": plan_cost.per_million(price.usd_per_gpu_hour, per_gpu),
             "usd_per_million_input_tokens": plan_cost.per_million(price.usd_per_gpu_hour, per_gpu * isl / osl)},
-        "energy_per_output_token_j_at_most": None if dev.board_power is None else
+        "energy_per_output_token_j": None if dev.board_power is None else
             plan_cost.energy_per_token_j(dev.board_power, per_gpu),
     }
 
@@ -324,7 +327,7 @@ def _chart(out: dict) -> str:
 
 def _cells(r: dict) -> list:
     p, c = r["prediction"], r["cost"]
-    e = r["energy_per_output_token_j_at_most"]
+    e = r["energy_per_output_token_j"]
     g = r["gemm"]
     gemm = g["gemm_dtype"] + (f"/{g['experts_gemm_dtype']}" if g["experts_gemm_dtype"] else "") + (" W-only" if g["weight_only"] else "")
     iv = p.get("interval") or {}
@@ -345,7 +348,7 @@ def _sim_cells(sim: dict) -> list:
 
 
 HEAD = ["device", "deployment", "w/kv", "GEMMs", "B", "TPOT ms", "80%", ">= bound", "TTFT ms", "80%", "tok/s/GPU", "<= bound",
-        "tok/s/user", "$/M out", "$/M in", "J/tok <="]
+        "tok/s/user", "$/M out", "$/M in", "J/tok"]
 
 
 def _table(rows: list[list[str]]) -> list[str]:
@@ -359,6 +362,8 @@ PRUNED_SHOWN = 8   # reasons printed; --json lists every one
 def _pruned(out: dict) -> list[str]:
     """The answer comes first: the pruning counts after it, the most frequent reasons only."""
     reasons = list(out["pruned"].items())
+    if not reasons:
+        return []
     lines = ["", "pruned, by reason:"] + [f"  {n:>8}  {why}" for why, n in reasons[:PRUNED_SHOWN]]
     rest = reasons[PRUNED_SHOWN:]
     if rest:
@@ -373,9 +378,9 @@ def text(out: dict) -> str:
              + ("" if out["aggregated_only"] else ", aggregated and disaggregated (prefill : decode workers)"),
              f"TPOT, TTFT and tokens/s are predictions (calibration: {out['calibration']['source']}, "
              f"{out['calibration']['engine']}); '>= bound' and '<= bound' are bounds (datasheet peaks, no overheads);",
-             "J/tok <= is an upper bound (board power x time); $ per million tokens from the price table ($/GPU-hour), blank where a device has no price", "",
+             "J/tok: predicted, at the device's TDP (board power limit / predicted tokens/s per GPU; a prediction, not a bound); $ per million tokens from the price table ($/GPU-hour), blank where a device has no price", "",
              f"searched {out['searched']} configurations: {out['feasible']} meet the SLO "
-             f"({out['searched'] - out['feasible']} pruned, why at the end)"]
+             + (f"({out['searched'] - out['feasible']} pruned, why at the end)" if out["pruned"] else "(none pruned)")]
     if not out["feasible"]:
         return "\n".join(lines + ["", "no configuration meets the SLO"] + _pruned(out)) + "\n"
     top = out["top_per_device"]
@@ -425,7 +430,7 @@ def _weight_only_notes(out: dict) -> list[str]:
 
 # --- inverse design ----------------------------------------------------------------------
 
-UNITS = {"bandwidth": ("GB/s", 1e9), "peak": ("TFLOP/s", 1e12), "link": ("GB/s", 1e9), "memory": ("GB", 1e9)}
+UNITS = {"bandwidth": ("GB/s", 1e9), "peak": ("TFLOP/s", 1e12), "link": ("GB/s", 1e9), "memory": ("GiB", 2 ** 30)}
 
 
 def _solve(args, model, slo, stdout) -> int:
@@ -449,30 +454,48 @@ def _solve(args, model, slo, stdout) -> int:
         if args.solve == "memory":
             need = inverse.memory_needed(model, args.tp, weights, kv, args.batch, args.context, experts)
             out = {**head, "value": float(need["total"]) / scale, "exact_bytes": str(need["total"]),
-                   "derivation": f"capacity >= weights {float(need['weights']) / 1e9:.3f} GB + {args.batch} x KV cache "
-                                 f"per sequence at S = {args.context} ({float(need['kv_cache']) / 1e9:.3f} GB)",
+                   "derivation": f"capacity >= weights {gib(float(need['weights']))} + {args.batch} x KV cache "
+                                 f"per sequence at S = {args.context} ({gib(float(need['kv_cache']))})",
                    "setter": max(("weights", "kv_cache"), key=lambda k: need[k]),
                    "device_has": device.capacity / scale}
         else:
             if math.isinf(slo.tpot_s):
                 raise UsageError("--slo: --solve needs a tpot target, e.g. 'tpot<=20ms'")
-            step = inverse.decode_step(model, device, args.tp, weights, kv, args.batch, args.context, experts=experts)
+            step = inverse.decode_step(serve_bench(model, device, args.tp, weights, kv, experts, args.batch, args.context),
+                                       device, args.batch, args.context)
             s = inverse.solve(step, args.solve, slo.tpot_s)
             fixed, varying = s.piece.as_independent(inverse.X, as_Add=True)
             c = sp.simplify(varying * inverse.X)
-            what = {"bandwidth": "bytes the step's memory-bound kernels move", "peak": "FLOPs of its compute-bound "
-                    "tensor kernels", "link": "bytes the all-reduces send"}[args.solve]
+            what = {"bandwidth": "bytes the whole step moves", "peak": "FLOPs of the step's tensor ops in "
+                    f"{dep.gemm_dtype}", "link": "bytes the collectives send over the scale-up link"}[args.solve]
+            rule = ("max(compute, memory, collectives)" if step.overlap else "max(compute, memory) + collectives")
             out = {**head, "target_tpot_s": slo.tpot_s, "value": float(s.value) / scale, "exact": str(s.value),
-                   "derivation": f"T(x) = a + c / x on the piece holding the answer: a = {float(fixed) * 1e3:.4g} ms "
-                                 f"(terms not depending on x), c = {float(c):.6g} ({what}); "
+                   "rule": f"serve's step bound: {rule}, compute = sum FLOPs / peak, memory = sum bytes / "
+                           "bandwidth over the whole step (overlapped), collectives at their least time",
+                   "derivation": f"the binding branch, {s.setter}: a + c / x with a = {float(fixed) * 1e3:.4g} ms "
+                                 f"(its terms not depending on x), c = {float(c):.6g} ({what}); "
                                  f"x = c / (target - a) = {float(s.value):.6g} (exact in --json's 'exact')",
+                   **({"routing": MOE_ROUTING} if getattr(model, "moe", None) is not None else {}),
                    "shares_s": {k: float(v) for k, v in s.shares.items()}, "setter": s.setter,
                    "check": {"met_at_value": s.met_at, "missed_just_below": s.missed_below},
                    "device_has": _device_has(device, args.solve, dep.gemm_dtype) / scale}
-    except (inverse.Unreachable, sm.Unpredictable, Unshardable, ValueError) as exc:
+    except (inverse.Unreachable, sm.Unpredictable, Unshardable, DeviceLacks, ValueError) as exc:
         raise RooflineError(f"cannot solve: {exc}") from None
     stdout.write(json.dumps(out, indent=1) + "\n" if args.json else _solve_text(out))
     return 0
+
+
+MOE_ROUTING = ("a mixture of experts: the step solved is the serving section's program, its experts those "
+               "uniform routing reads in expectation; serve prints the least-work routing's step "
+               "(serving/routed_bound.py: fewer experts read), which meets the target at a smaller figure")
+
+
+def serve_bench(model, device, tp: int, weights: str, kv: str, experts: str | None, batch: int, context: int):
+    """The workbench of `serve`'s study for this deployment (quick.compute's dtype rule and
+    stored formats, quick._study's study): the step the inverse solve inverts is serve's."""
+    storage = {"weights": weights, "kv_cache": kv, **({"experts": experts} if experts else {})}
+    dtype, stored = quick.compute(model, device, None, storage)
+    return Workbench(quick._study(model, device, dtype, [batch], context, context, tp, stored))
 
 
 def _device_has(device, knob, gemm_dtype):
@@ -480,14 +503,22 @@ def _device_has(device, knob, gemm_dtype):
             "link": device.link_bandwidth or 0}[knob]
 
 
+def _solved(o: dict) -> str:
+    """The answer beside the device's own figure; a memory capacity in GiB by the project's
+    formatter (`quantities.gib`), as serve prints it."""
+    if o["knob"] == "memory":
+        scale = UNITS["memory"][1]
+        return f"  {gib(o['value'] * scale)}  ({o['device']} has {gib(o['device_has'] * scale)})"
+    return f"  {o['value']:.4g} {o['unit']}  ({o['device']} has {o['device_has']:.4g} {o['unit']})"
+
+
 def _solve_text(o: dict) -> str:
     weights = o["weights"] + (f" attention and dense, {o['experts']} routed experts" if o["experts"] else "")
     lines = [f"{o['model']} on {o['tp']} x {o['device']} ({weights} weights, {o['kv_cache']} KV), "
              f"B = {o['batch']}, S = {o['context']}: the smallest {o['knob']} per GPU"
-             + (f" for TPOT <= {o['target_tpot_s'] * 1e3:g} ms (the roofline decode step at the datasheet's "
+             + (f" for TPOT <= {o['target_tpot_s'] * 1e3:g} ms (serve's decode step bound at the datasheet's "
                 "other figures, no calibration)" if "target_tpot_s" in o else " holding the batch"),
-             f"  {o['value']:.4g} {o['unit']}  ({o['device']} has {o['device_has']:.4g} {o['unit']})",
-             f"  {o['derivation']}", f"  set by: {o['setter']}"]
+             _solved(o)] + [f"  {o[k]}" for k in ("rule", "routing") if k in o] + [f"  {o['derivation']}", f"  set by: {o['setter']}"]
     if o["gemm"]["weight_only"]:
         lines.insert(1, f"  {o['gemm']['weight_only']}")
     if "shares_s" in o:

@@ -56,13 +56,25 @@ def names() -> list[str]:
     return catalog.names("engines")
 
 
-def load(ref: str) -> Policy:
-    """An engine by catalog name (trtllm, vllm, sglang) or a YAML file's path."""
+def file_of(ref: str) -> str:
+    """The engine file `ref` names (a catalog name or a YAML file's path); an unknown one is a
+    usage error naming the known engines (simulate's --engine, plan's)."""
     file = catalog.path("engines", ref) if os.sep not in ref and not ref.endswith(".yaml") else ref
     if file is None or not os.path.isfile(file):
         raise UsageError(f"--engine: unknown engine '{ref}'; choose from {', '.join(names())} "
                          "or give an engine YAML file")
-    doc = yamlio.load(file)
+    return file
+
+
+def key_of(ref: str) -> str:
+    """The calibration's key for engine `ref` (its file's name less .yaml), checked by `file_of`."""
+    file_of(ref)
+    return os.path.basename(ref).removesuffix(".yaml")
+
+
+def load(ref: str) -> Policy:
+    """An engine by catalog name (trtllm, vllm, sglang) or a YAML file's path."""
+    doc = yamlio.load(file_of(ref))
     d = doc.data
     if not isinstance(d, dict):
         raise SpecError([doc.problem((), "expected a mapping of scheduler fields")])

@@ -1,5 +1,5 @@
 """What a planned configuration costs: dollars per million tokens from a $/GPU-hour table, and
-energy per token as an upper bound (board power x time).
+energy per token predicted at the device's TDP (board power x predicted time).
 
 Why here: the planner's figures are tokens/s per GPU; money and energy are that rate against a
 price or a power. Prices come from the catalog's table (`catalog/prices/default.yaml`: only
@@ -10,8 +10,9 @@ is guessed.
 $ per million output tokens = price per GPU-hour / (output tokens/s per GPU x 3600 s/h) x 10^6.
 Input tokens are charged the same GPU-hour on their own (prompt tokens/s per GPU = output
 tokens/s per GPU x isl / osl): the two figures split one bill two ways and do not add.
-Energy per output token <= board power (TDP) x GPU-seconds per token: the board never draws
-more than its TDP, so this is an upper bound at the predicted time, not a measurement. An
+Energy per output token = board power (TDP) x predicted GPU-seconds per token: a prediction,
+not a bound. The board never draws more than its TDP, but the time is predicted, not bounded
+from below: an upper bound on energy would need a lower bound on throughput. An
 estimate from measured power would need a measured board power a public source states for the
 device under inference; no catalog device has one, so the hardware schema has no such field
 and no estimate is printed.
@@ -86,5 +87,6 @@ def per_million(usd_per_gpu_hour, tokens_per_s_per_gpu):
 
 
 def energy_per_token_j(board_power_w, tokens_per_s_per_gpu):
-    """Joules per token, an upper bound: the board's power limit x the GPU-seconds per token."""
+    """Joules per token at the board's power limit (TDP) x the GPU-seconds per token: with a
+    predicted rate, a prediction (not a bound)."""
     return board_power_w / tokens_per_s_per_gpu
