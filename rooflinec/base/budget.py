@@ -30,7 +30,6 @@ from rooflinec.base.formula import degrees, expanded_terms
 
 MAX_ANALYSIS = 4096    # points x devices one analysis may evaluate
 MAX_STUDY = 12288      # the same, summed over a study's analyses
-INVERSE_PIECES = 256   # pieces of a step's time an inverse solve may visit (one per kernel, + 1)
 
 # analysis -> its tables, each the list keys it crosses; an analysis not named here
 # crosses every list it has (an upper bound)
@@ -151,10 +150,3 @@ def power_bits(expr: sp.Expr, point: dict) -> float:
         base = power.base
         total += math.ceil(abs(exponent)) * max(abs(base.p).bit_length(), base.q.bit_length())
     return total
-
-
-def check_pieces(pieces: int) -> None:
-    """An inverse solve (cost/inverse.py) visits at most INVERSE_PIECES linear pieces, each one
-    sympy solve of a + c / x = target (degree 1); past that it is refused before it starts."""
-    if pieces > INVERSE_PIECES:
-        raise ValueError(f"the step has {pieces} pieces; an inverse solve visits at most {INVERSE_PIECES}")
