@@ -97,6 +97,9 @@ def test_serve_catalog_name_and_options(call):
     (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--kv-cache", "int3"), "--kv-cache: unknown format"),
     # tf32 is a compute precision, stored as fp32: a study's quantization does not accept it
     (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--weights", "tf32"), "--weights: unknown format 'tf32'"),
+    # the calibration's engine is checked as simulate checks its --engine: one line naming the known ones
+    (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--engine", "foo"),
+     "--engine: unknown engine 'foo'; choose from sglang, trtllm, vllm\n"),
 ])
 def test_serve_command_line_mistakes(call, argv, fragment):
     code, out, err = call(*argv)

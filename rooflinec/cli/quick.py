@@ -31,7 +31,7 @@ from rooflinec.cost.deployment import Deployment
 from rooflinec.cost.workbench import Workbench
 from rooflinec.cli import speculation
 from rooflinec.cli import storage as weight_flags
-from rooflinec.serving import routed_bound, speculative, stepcost
+from rooflinec.serving import engines, routed_bound, speculative, stepcost
 from rooflinec.serving.serving_model import Unpredictable
 
 SERVE_EPILOG = """\
@@ -398,6 +398,8 @@ def cmd_serve(args, stdout, stderr) -> int:
         raise UsageError(f"--dtype: unknown dtype '{args.dtype}'; choose from {', '.join(DTYPE_BYTES)}")
     if args.out is not None:
         check_file_target(args.out)
+    if args.engine is not None:    # the calibration's engine: a catalog name, checked as simulate checks it
+        engines.check(args.engine, files=False)
     storage = _storage(args)
     model, devices = _model(args.model), [_device(n) for n in _names(args.device)]
     if "experts" in storage and getattr(model, "moe", None) is None:

@@ -56,12 +56,20 @@ def names() -> list[str]:
     return catalog.names("engines")
 
 
+def check(ref: str, files: bool = True) -> str:
+    """The engine file `ref` names (a catalog name, or with `files` a YAML file's path), or a
+    usage error naming the known engines: simulate's, plan's and serve's one check."""
+    named = os.sep not in ref and not ref.endswith(".yaml")
+    file = catalog.path("engines", ref) if named else ref if files else None
+    if file is None or not os.path.isfile(file):
+        raise UsageError(f"--engine: unknown engine '{ref}'; choose from {', '.join(names())}"
+                         + (" or give an engine YAML file" if files else ""))
+    return file
+
+
 def load(ref: str) -> Policy:
     """An engine by catalog name (trtllm, vllm, sglang) or a YAML file's path."""
-    file = catalog.path("engines", ref) if os.sep not in ref and not ref.endswith(".yaml") else ref
-    if file is None or not os.path.isfile(file):
-        raise UsageError(f"--engine: unknown engine '{ref}'; choose from {', '.join(names())} "
-                         "or give an engine YAML file")
+    file = check(ref)
     doc = yamlio.load(file)
     d = doc.data
     if not isinstance(d, dict):
