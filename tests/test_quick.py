@@ -365,6 +365,22 @@ def test_serve_calibration_file_is_read_with_located_errors(call, tmp_path):
     assert f"calibration {mine}: parameters pooled over every device and engine" in out
 
 
+def test_serve_says_a_simulator_calibration_is_not_its_own(call, tmp_path):
+    """The simulator's calibration (kind: simulator, or without it the simulator's parameters)
+    given to serve: one located line saying which file serve takes, not one per parameter."""
+    from rooflinec.cli import calibrated
+    sim = Path(calibrated.shipped()).with_name("simulator-visible.yaml")
+    code, out, err = call("serve", "llama-3.1-8b", "--device", "h100-sxm", "--calibration", sim)
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"{sim}:2:") and "this is a simulator calibration (rooflinec simulate --calibration)" in err
+    assert "unknown parameter" not in err
+    bare = tmp_path / "sim.yaml"
+    bare.write_text(sim.read_text().replace("kind: simulator\n", ""))
+    code, out, err = call("serve", "llama-3.1-8b", "--device", "h100-sxm", "--calibration", bare)
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "this is a simulator calibration" in err, err
+    assert err.startswith(f"{bare}:") and "default.parameters." in err
+
+
 @pytest.mark.slow
 def test_serve_out_draws_tokens_per_gpu_against_batch(call, tmp_path):
     svg = tmp_path / "serve.svg"

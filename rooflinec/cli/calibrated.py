@@ -28,7 +28,8 @@ from functools import cache
 from importlib import resources
 
 from rooflinec.base import yamlio
-from rooflinec.serving import calibrate, calibration, intervals, serving_model
+from rooflinec.base.errors import SpecError
+from rooflinec.serving import calibrate, calibration, intervals, serving_model, stepcost
 from rooflinec.spec.load import DTYPE_BYTES
 
 SHIPPED = "serving-visible.yaml"   # the steady-state model's calibration the package ships
@@ -116,9 +117,29 @@ def _document(path: str, default: bool) -> dict:
     and both are then read by `yamlio.trusted` (libyaml's C parser): the located reader takes a
     third of a second on the shipped file's 309 residual rows, a quarter of `serve`'s import floor."""
     if not default:
+        _not_simulator(path)
         calibrate.load(path)
         calibration.load(path)       # its intervals block, every problem located
     return yamlio.trusted(path)
+
+
+SIMULATOR_FILE = ("this is a simulator calibration (rooflinec simulate --calibration); serve takes a serving "
+                  "calibration (rooflinec calibrate without --simulate on a CSV without layout columns, "
+                  "or the shipped default)")
+
+
+def _not_simulator(path: str) -> None:
+    """A located SpecError, one line, where `path` is the serving simulator's calibration (its
+    `kind`, or parameters the simulator's step model has and the steady-state model lacks)."""
+    doc = yamlio.load(path)
+    d = doc.data if isinstance(doc.data, dict) else {}
+    params = d.get("default", {}).get("parameters") if isinstance(d.get("default"), dict) else None
+    names = set(params) if isinstance(params, dict) else set()
+    theirs = names & (set(stepcost.NAMES) - set(serving_model.PARAMETERS))
+    if d.get("kind") == calibration.KIND:
+        raise SpecError([doc.problem(("kind",), SIMULATOR_FILE)])
+    if theirs:
+        raise SpecError([doc.problem(("default", "parameters", min(theirs)), SIMULATOR_FILE, at_key=True)])
 
 
 def _efficiency(block: dict) -> serving_model.Efficiency:
