@@ -275,3 +275,32 @@ def test_the_least_work_step_of_one_sequence_is_the_programs_windowed_layers_inc
         got = routed_bound.decode(step_model, 1, context, 2)
         assert got["compute_s"] == pytest.approx(want["compute_s"], rel=1e-9)
         assert got["memory_s"] == pytest.approx(want["memory_s"], rel=1e-9)
+
+
+@pytest.mark.slow
+def test_a_moe_steps_flops_and_bytes_are_the_least_work_steps_it_times(call):
+    """Mixtral-8x7B at tp 2 on H100 (the trial's case): each step's and the prompt's bytes are
+    the least-work step's, so bytes / bandwidth is its memory_s, and its intensity the printed
+    one. Two checks against the program the section lowers (uniform routing): at batch 1 both
+    read the same k = 2 experts (the expected distinct experts of one token are k), so the bytes
+    agree; the routed FLOPs are per routed row, the same under any routing, so the FLOPs agree at
+    every batch; past one token uniform routing reads more experts than k, so more bytes."""
+    args = ("serve", "mixtral-8x7b", "--device", "h100-sxm", "--tp", "2", "--batch", "1,64,256",
+            "--context", "1088", "--prompt", "1024")
+    code, out, err = call(*args, "--json")
+    assert code == 0, err
+    data, bandwidth = json.loads(out), device("h100-sxm").bandwidth
+    uniform = quick.serving_section(model("mixtral-8x7b"), device("h100-sxm"), "bf16", [1, 64, 256], 1088, 1024, 2)
+    for row, program in zip(data["serving"]["steps"], uniform["steps"]):
+        assert row["bytes"] / bandwidth == pytest.approx(row["devices"][0]["memory_s"], rel=1e-12)
+        assert row["flops"] == pytest.approx(program["flops"], rel=1e-9)
+        assert (row["bytes"] == pytest.approx(program["bytes"], rel=1e-9) if row["batch"] == 1
+                else row["bytes"] < program["bytes"])
+    prompt = data["serving"]["prefill"][0]
+    assert prompt["bytes"] / bandwidth == pytest.approx(prompt["devices"][0]["memory_s"], rel=1e-12)
+    text = call(*args)[1]
+    assert f"intensity {prompt['flops'] / prompt['bytes']:,.1f} FLOP/B" in text
+    top = data["summary"]["devices"][0]["decode"][0]["at_max_batch"]
+    flops, nbytes = data["serving"]["crossovers"][0]["devices"][0]["size_at_max"]
+    assert top["intensity"] == pytest.approx(flops / nbytes) and nbytes / bandwidth == pytest.approx(
+        data["serving"]["crossovers"][0]["devices"][0]["at_max_batch"]["memory_s"], rel=1e-12)
