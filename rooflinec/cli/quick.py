@@ -596,6 +596,24 @@ def _answers(device, dtype: str, section: dict) -> dict:
     return answers.answers(section, [dev], variant=section.get("variant"))
 
 
+def turning(section: dict, crossover: dict) -> str:
+    """Where decode at the crossover's context turns compute-bound, said as the table says it:
+    each printed step's and the largest fitting batch's `bound` (the step's one owner of its
+    binding term) naming the batches the collectives bind, the kernels' crossing beside them."""
+    c, context = crossover["devices"][0], crossover["context"]
+    bounds = {row["batch"]: row["devices"][0]["bound"] for row in section["steps"] if row["context"] == context}
+    if c["at_max_batch"]:
+        bounds[c["max_batch"]] = c["at_max_batch"]["bound"]
+    bound_by = sorted(b for b, term in bounds.items() if term == "collectives")
+    kernels = (f"compute-bound from batch {c['first']:,}" if c["first"] is not None
+               else "memory-bound at every batch")
+    if not bound_by:
+        return f"decode {'turns' if c['first'] is not None else 'stays'} {kernels} (step bound, overlapped)"
+    kernels = f"{'turn' if c['first'] is not None else 'stay'} {kernels}"
+    return (f"decode is collectives-bound at batch {', '.join(f'{b:,}' for b in bound_by)} (its collectives, "
+            f"after the kernels, outlast them); its kernels {kernels} (overlapped)")
+
+
 def summary(model, device, setup: str, section: dict, dtype: str | None = None, config=None,
             dequantisation: str = "") -> str:
     """The serving section as the few lines a model report opens with (`summary` owns them),
@@ -625,11 +643,9 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None, 
     lines += ["  " + line for line in table.columns(rows).splitlines()]
     for row in section["crossovers"]:
         c = row["devices"][0]
-        turn = (f"decode turns compute-bound from batch {c['first']:,}" if c["first"] is not None
-                else "decode stays memory-bound at every batch")
         fit = (f"the largest batch that fits at context {row['context']:,} is {c['max_batch']:,}"
                if c["max_batch"] >= 1 or config is None else f"at context {row['context']:,} {table.does_not_fit(config)}")
-        lines.append(f"{turn} (step bound, overlapped); {fit}")
+        lines.append(f"{turning(section, row)}; {fit}")
         top = predicted.get(c["max_batch"])
         if top and "why" not in top and c["max_batch"] not in {r["batch"] for r in section["steps"]}:
             tpot, ttft = table.calibrated_cells(top)
