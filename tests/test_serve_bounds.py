@@ -220,7 +220,8 @@ def _measured_concurrency(device: str, engine: str) -> list[int]:
 def test_help_and_extrapolation_words(call):
     code, out, _ = call("serve", "--help")
     assert code == 0 and re.search(r"MODEL\s+a catalog model \(rooflinec models\)", out)
-    assert "TTFT is the same model's" in out
+    assert "TTFT is the same model's" in out and "with no interval" not in out
+    assert "Calibrated TPOT and predicted TTFT, each with its 80% interval" in out
     seen = _measured_concurrency("h100-sxm", "trtllm")
     lo, hi = min(seen), max(seen)
     assert lo > 1       # batch 1 lies below every run the calibration measured
@@ -326,3 +327,31 @@ def test_the_summary_line_says_the_bound_the_table_says(call):
     assert "its kernels stay memory-bound at every batch" in line and "decode stays" not in text
     for row in (r for r in text.splitlines() if r.strip().startswith(tuple(f"{b} " for b in bound_by))):
         assert " collectives " in row
+
+
+@pytest.mark.slow
+def test_a_ttft_point_outside_its_band_is_said_to_be_and_not_moved(call):
+    """Llama-3.1-70B at tp 2 and 8 on H100 (the trial's case): the predicted TTFT (the
+    steady-state model's, no queue) lies below the band of left-out residuals; the point is
+    predict's, unmoved, and one line per configuration names exactly the batches outside and why."""
+    args = ("serve", "llama-3.1-70b", "--device", "h100-sxm", "--tp", "2,8")
+    docs = json.loads(call(*args, "--json")[1])["configurations"]
+    text = call(*args)[1]
+    for doc in docs:
+        points = [p for p in doc["calibrated"]["points"] if "ttft_interval_s" in p]
+        below = [p["batch"] for p in points if p["ttft_s"] < p["ttft_interval_s"][0]]
+        assert below, points       # the trial's case: the point sits under its band
+        line = next(x for x in text.splitlines() if x.startswith(f"h100-sxm at tp {doc['tp']}: predicted TTFT"))
+        assert line == (f"h100-sxm at tp {doc['tp']}: predicted TTFT lies below its interval at batch "
+                        f"{', '.join(f'{b:,}' for b in below)}: " + line.split(": ", 2)[2])
+        assert "omits the queueing behind other prompts" in line and "rooflinec simulate replays the queue" in line
+        for p in points:   # unmoved: the cell prints predict's point before its band
+            assert f"{quick.seconds(p['ttft_s'])} ({quick.seconds(p['ttft_interval_s'][0])}" in text
+
+
+def test_outside_names_only_points_outside_their_band():
+    inside = {"ttft_s": 1.0, "ttft_interval_s": [0.5, 2.0]}
+    assert calibrated.outside({1: inside, 2: {"ttft_s": 1.0}}) == ""
+    line = calibrated.outside({1: inside, 8: {"ttft_s": 0.3, "ttft_interval_s": [0.5, 2.0]},
+                               64: {"ttft_s": 3.0, "ttft_interval_s": [0.5, 2.0]}})
+    assert "lies below its interval at batch 8:" in line and "lies above its interval at batch 64:" in line

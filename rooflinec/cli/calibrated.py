@@ -258,3 +258,22 @@ def queueing(points: dict) -> str:
     return ("the KV cache holds fewer sequences than the batch at the requests' mean context (prompt + "
             "output / 2): the rest queue, so TPOT is the running batch's and TTFT includes the wait: " +
             ", ".join(f"batch {b:,} runs {q['running']:,.0f} at once" for b, q in out.items()))
+
+
+def outside(points: dict) -> str:
+    """One line naming the batches (batch -> predict's dict) whose predicted TTFT lies outside
+    its own interval, and why ('' where none does): the point is the steady-state model's, the
+    band its left-out residuals' (measured over predicted), so a band of residuals of one sign
+    leaves the point out; the point is not moved."""
+    sides = {}
+    for b, p in sorted(points.items()):
+        lo, hi = p.get("ttft_interval_s") or (None, None)
+        if lo is not None and not lo <= p["ttft_s"] <= hi:
+            sides.setdefault("below" if p["ttft_s"] < lo else "above", []).append(b)
+    why = {"below": "the steady-state model's TTFT omits the queueing behind other prompts, which the measured "
+                    "TTFTs of the band (the calibration's left-out residuals) include; rooflinec simulate "
+                    "replays the queue",
+           "above": "the band is the calibration's left-out residuals, measured TTFTs all below the "
+                    "steady-state model's"}
+    return "; ".join(f"predicted TTFT lies {side} its interval at batch {', '.join(f'{b:,}' for b in bs)}: "
+                     f"{why[side]}" for side, bs in sides.items())

@@ -62,10 +62,13 @@ Tokens/s per user is one sequence's rate (1 / step), per GPU the group's over it
 --device and --tp take lists: one table row per (device, tp, batch), and where the weights
 do not fit the smallest tp that does is named:
   rooflinec serve llama-3.1-70b --device h100-sxm --tp 1,2,4,8
-Calibrated TPOT (80% interval) and predicted TTFT come beside the bounds: the serving model
-with the shipped calibration's efficiencies on a device it was fitted on (said so; --engine
-picks its engine), or with --calibration FILE's on any device. The efficiencies are fitted on
-measured TPOT only: TTFT is the same model's, with no interval. The prediction assumes requests
+Calibrated TPOT and predicted TTFT, each with its 80% interval, come beside the bounds: the
+serving model with the shipped calibration's efficiencies on a device it was fitted on (said so;
+--engine picks its engine), or with --calibration FILE's on any device. The efficiencies are
+fitted on measured TPOT only: TTFT is the same model's; the intervals are the calibration's
+left-out residuals (a file without them: TPOT's in-sample band alone, TTFT none). The
+steady-state TTFT omits the queueing behind other prompts that the measured TTFTs include, so
+its point can lie below its band: said so (rooflinec simulate replays the queue). The prediction assumes requests
 of --prompt tokens generating --osl tokens (default 2 x (context - prompt), so the mean context
 is --context), printed with it; a short output makes every step prefill more prompt tokens per
 decoded one. A batch outside the concurrency the calibration measured is marked extrapolated.
