@@ -245,6 +245,41 @@ VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 10**6), st.floats(a
                    st.text(max_size=8), st.lists(st.integers(), max_size=2))
 
 
+def test_every_bad_field_is_reported_at_once_located(call, tmp_path):
+    """Two bad values (the user trial's): both printed, each at its key's value, as a spec's
+    problems are; a check on a stand-in (hidden_size // heads) is not reported beside them."""
+    data = json.loads((CONFIGS / "llama-3.1-8b" / "config.json").read_text())
+    data.update(hidden_size="4096", num_attention_heads=-3)
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(data, indent=2))
+    lines = cfg.read_text().splitlines()
+    at = {key: (i + 1, line.index(": ") + 3) for i, line in enumerate(lines)
+          for key in ("hidden_size", "num_attention_heads") if line.strip().startswith(f'"{key}"')}
+    limit = f"expected a positive whole number of at most {MAX_DIMENSION:,} (2^24, a model dimension's limit)"
+    want = (f'{cfg}:{at["hidden_size"][0]}:{at["hidden_size"][1]}: hidden_size: {limit}, got "4096"\n'
+            f'{cfg}:{at["num_attention_heads"][0]}:{at["num_attention_heads"][1]}: num_attention_heads: {limit}, got -3\n')
+    for argv in (("import", cfg), ("serve", tmp_path, "--device", "h100-sxm")):
+        code, out, err = call(*argv)
+        assert code == 1 and out == "" and err == want, err
+
+
+@pytest.mark.slow
+@settings(max_examples=40)
+@given(folder=st.sampled_from(sorted(p.name for p in CONFIGS.iterdir() if p.is_dir())), data=st.data())
+def test_any_two_field_values_are_imported_or_refused_with_located_errors(call, folder, data, tmp_path_factory):
+    """Two fields changed at once: a spec, or located problems (each field's own), never
+    another exception: the stand-ins a bad field leaves the mapping are values it accepts."""
+    config = json.loads((CONFIGS / folder / "config.json").read_text())
+    for key in data.draw(st.lists(st.sampled_from(sorted(config)), min_size=2, max_size=2, unique=True)):
+        config[key] = data.draw(VALUES)
+    cfg = tmp_path_factory.mktemp("cfg") / "config.json"
+    cfg.write_text(json.dumps(config, indent=2))
+    code, out, err = call("import", "-q", cfg)
+    assert code in (0, 1) and "Traceback" not in err
+    if code == 1:
+        assert err and all(line.startswith(str(cfg)) for line in err.splitlines()), err
+
+
 @pytest.mark.slow
 @settings(max_examples=60)
 @given(folder=st.sampled_from(sorted(p.name for p in CONFIGS.iterdir() if p.is_dir())),

@@ -659,7 +659,7 @@ def test_nothing_pruned_prints_no_pruned_heading(small_plan):
 
 def test_an_unknown_engine_is_a_usage_error_naming_the_known_ones():
     """A user trial: `--engine trtlm` printed the pooled numbers with exit 0; simulate's check
-    (`engines.file_of`) refuses it, before any search."""
+    (`engines.check`) refuses it, before any search."""
     code, out, err = _cli("plan", "llama-3.1-8b", "--devices", "h100-sxm", "--gpus", "1", "--concurrency", "8",
                           "--slo", "tpot<=50ms", "--engine", "trtlm")
     assert code == 2 and out == ""

@@ -97,6 +97,9 @@ def test_serve_catalog_name_and_options(call):
     (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--kv-cache", "int3"), "--kv-cache: unknown format"),
     # tf32 is a compute precision, stored as fp32: a study's quantization does not accept it
     (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--weights", "tf32"), "--weights: unknown format 'tf32'"),
+    # the calibration's engine is checked as simulate checks its --engine: one line naming the known ones
+    (("serve", "qwen2.5-7b", "--device", "h100-sxm", "--engine", "foo"),
+     "--engine: unknown engine 'foo'; choose from sglang, trtllm, vllm\n"),
 ])
 def test_serve_command_line_mistakes(call, argv, fragment):
     code, out, err = call(*argv)
@@ -360,6 +363,22 @@ def test_serve_calibration_file_is_read_with_located_errors(call, tmp_path):
     code, out, err = call("serve", "llama-3.1-8b", "--device", "a100-40gb", "--calibration", mine)
     assert code == 0, err
     assert f"calibration {mine}: parameters pooled over every device and engine" in out
+
+
+def test_serve_says_a_simulator_calibration_is_not_its_own(call, tmp_path):
+    """The simulator's calibration (kind: simulator, or without it the simulator's parameters)
+    given to serve: one located line saying which file serve takes, not one per parameter."""
+    from rooflinec.cli import calibrated
+    sim = Path(calibrated.shipped()).with_name("simulator-visible.yaml")
+    code, out, err = call("serve", "llama-3.1-8b", "--device", "h100-sxm", "--calibration", sim)
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"{sim}:2:") and "this is a simulator calibration (rooflinec simulate --calibration)" in err
+    assert "unknown parameter" not in err
+    bare = tmp_path / "sim.yaml"
+    bare.write_text(sim.read_text().replace("kind: simulator\n", ""))
+    code, out, err = call("serve", "llama-3.1-8b", "--device", "h100-sxm", "--calibration", bare)
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "this is a simulator calibration" in err, err
+    assert err.startswith(f"{bare}:") and "default.parameters." in err
 
 
 @pytest.mark.slow

@@ -220,7 +220,8 @@ def _measured_concurrency(device: str, engine: str) -> list[int]:
 def test_help_and_extrapolation_words(call):
     code, out, _ = call("serve", "--help")
     assert code == 0 and re.search(r"MODEL\s+a catalog model \(rooflinec models\)", out)
-    assert "TTFT is the same model's" in out
+    assert "TTFT is the same model's" in out and "with no interval" not in out
+    assert "Calibrated TPOT and predicted TTFT, each with its 80% interval" in out
     seen = _measured_concurrency("h100-sxm", "trtllm")
     lo, hi = min(seen), max(seen)
     assert lo > 1       # batch 1 lies below every run the calibration measured
@@ -275,3 +276,82 @@ def test_the_least_work_step_of_one_sequence_is_the_programs_windowed_layers_inc
         got = routed_bound.decode(step_model, 1, context, 2)
         assert got["compute_s"] == pytest.approx(want["compute_s"], rel=1e-9)
         assert got["memory_s"] == pytest.approx(want["memory_s"], rel=1e-9)
+
+
+@pytest.mark.slow
+def test_a_moe_steps_flops_and_bytes_are_the_least_work_steps_it_times(call):
+    """Mixtral-8x7B at tp 2 on H100 (the trial's case): each step's and the prompt's bytes are
+    the least-work step's, so bytes / bandwidth is its memory_s, and its intensity the printed
+    one. Two checks against the program the section lowers (uniform routing): at batch 1 both
+    read the same k = 2 experts (the expected distinct experts of one token are k), so the bytes
+    agree; the routed FLOPs are per routed row, the same under any routing, so the FLOPs agree at
+    every batch; past one token uniform routing reads more experts than k, so more bytes."""
+    args = ("serve", "mixtral-8x7b", "--device", "h100-sxm", "--tp", "2", "--batch", "1,64,256",
+            "--context", "1088", "--prompt", "1024")
+    code, out, err = call(*args, "--json")
+    assert code == 0, err
+    data, bandwidth = json.loads(out), device("h100-sxm").bandwidth
+    uniform = quick.serving_section(model("mixtral-8x7b"), device("h100-sxm"), "bf16", [1, 64, 256], 1088, 1024, 2)
+    for row, program in zip(data["serving"]["steps"], uniform["steps"]):
+        assert row["bytes"] / bandwidth == pytest.approx(row["devices"][0]["memory_s"], rel=1e-12)
+        assert row["flops"] == pytest.approx(program["flops"], rel=1e-9)
+        assert (row["bytes"] == pytest.approx(program["bytes"], rel=1e-9) if row["batch"] == 1
+                else row["bytes"] < program["bytes"])
+    prompt = data["serving"]["prefill"][0]
+    assert prompt["bytes"] / bandwidth == pytest.approx(prompt["devices"][0]["memory_s"], rel=1e-12)
+    text = call(*args)[1]
+    assert f"intensity {prompt['flops'] / prompt['bytes']:,.1f} FLOP/B" in text
+    top = data["summary"]["devices"][0]["decode"][0]["at_max_batch"]
+    flops, nbytes = data["serving"]["crossovers"][0]["devices"][0]["size_at_max"]
+    assert top["intensity"] == pytest.approx(flops / nbytes) and nbytes / bandwidth == pytest.approx(
+        data["serving"]["crossovers"][0]["devices"][0]["at_max_batch"]["memory_s"], rel=1e-12)
+
+
+@pytest.mark.slow
+def test_the_summary_line_says_the_bound_the_table_says(call):
+    """Llama-3.1-405B at tp 16 on H100 with fp8 weights and KV cache (the trial's case): the
+    group crosses nodes, so the collectives outlast the kernels at batch 64 and at the largest
+    batch that fits; the line under the table names those batches as the table does, and says
+    the kernels alone stay memory-bound (never the bare 'decode stays memory-bound')."""
+    args = ("serve", "llama-3.1-405b", "--device", "h100-sxm", "--tp", "16", "--batch", "1,64",
+            "--weights", "fp8", "--kv-cache", "fp8")
+    data = json.loads(call(*args, "--json")[1])["serving"]
+    bounds = {row["batch"]: row["devices"][0]["bound"] for row in data["steps"]}
+    top = data["crossovers"][0]["devices"][0]
+    bounds[top["max_batch"]] = top["at_max_batch"]["bound"]
+    bound_by = [b for b, term in sorted(bounds.items()) if term == "collectives"]
+    assert 64 in bound_by and bounds[1] == "memory"
+    text = call(*args)[1]
+    line = next(line for line in text.splitlines() if line.startswith("decode ") and "fits at context" in line)
+    assert line.startswith(f"decode is collectives-bound at batch {', '.join(f'{b:,}' for b in bound_by)} ")
+    assert "its kernels stay memory-bound at every batch" in line and "decode stays" not in text
+    for row in (r for r in text.splitlines() if r.strip().startswith(tuple(f"{b} " for b in bound_by))):
+        assert " collectives " in row
+
+
+@pytest.mark.slow
+def test_a_ttft_point_outside_its_band_is_said_to_be_and_not_moved(call):
+    """Llama-3.1-70B at tp 2 and 8 on H100 (the trial's case): the predicted TTFT (the
+    steady-state model's, no queue) lies below the band of left-out residuals; the point is
+    predict's, unmoved, and one line per configuration names exactly the batches outside and why."""
+    args = ("serve", "llama-3.1-70b", "--device", "h100-sxm", "--tp", "2,8")
+    docs = json.loads(call(*args, "--json")[1])["configurations"]
+    text = call(*args)[1]
+    for doc in docs:
+        points = [p for p in doc["calibrated"]["points"] if "ttft_interval_s" in p]
+        below = [p["batch"] for p in points if p["ttft_s"] < p["ttft_interval_s"][0]]
+        assert below, points       # the trial's case: the point sits under its band
+        line = next(x for x in text.splitlines() if x.startswith(f"h100-sxm at tp {doc['tp']}: predicted TTFT"))
+        assert line == (f"h100-sxm at tp {doc['tp']}: predicted TTFT lies below its interval at batch "
+                        f"{', '.join(f'{b:,}' for b in below)}: " + line.split(": ", 2)[2])
+        assert "omits the queueing behind other prompts" in line and "rooflinec simulate replays the queue" in line
+        for p in points:   # unmoved: the cell prints predict's point before its band
+            assert f"{quick.seconds(p['ttft_s'])} ({quick.seconds(p['ttft_interval_s'][0])}" in text
+
+
+def test_outside_names_only_points_outside_their_band():
+    inside = {"ttft_s": 1.0, "ttft_interval_s": [0.5, 2.0]}
+    assert calibrated.outside({1: inside, 2: {"ttft_s": 1.0}}) == ""
+    line = calibrated.outside({1: inside, 8: {"ttft_s": 0.3, "ttft_interval_s": [0.5, 2.0]},
+                               64: {"ttft_s": 3.0, "ttft_interval_s": [0.5, 2.0]}})
+    assert "lies below its interval at batch 8:" in line and "lies above its interval at batch 64:" in line

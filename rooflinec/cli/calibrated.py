@@ -28,7 +28,8 @@ from functools import cache
 from importlib import resources
 
 from rooflinec.base import yamlio
-from rooflinec.serving import calibrate, calibration, intervals, serving_model
+from rooflinec.base.errors import SpecError
+from rooflinec.serving import calibrate, calibration, intervals, serving_model, stepcost
 from rooflinec.spec.load import DTYPE_BYTES
 
 SHIPPED = "serving-visible.yaml"   # the steady-state model's calibration the package ships
@@ -116,9 +117,29 @@ def _document(path: str, default: bool) -> dict:
     and both are then read by `yamlio.trusted` (libyaml's C parser): the located reader takes a
     third of a second on the shipped file's 309 residual rows, a quarter of `serve`'s import floor."""
     if not default:
+        _not_simulator(path)
         calibrate.load(path)
         calibration.load(path)       # its intervals block, every problem located
     return yamlio.trusted(path)
+
+
+SIMULATOR_FILE = ("this is a simulator calibration (rooflinec simulate --calibration); serve takes a serving "
+                  "calibration (rooflinec calibrate without --simulate on a CSV without layout columns, "
+                  "or the shipped default)")
+
+
+def _not_simulator(path: str) -> None:
+    """A located SpecError, one line, where `path` is the serving simulator's calibration (its
+    `kind`, or parameters the simulator's step model has and the steady-state model lacks)."""
+    doc = yamlio.load(path)
+    d = doc.data if isinstance(doc.data, dict) else {}
+    params = d.get("default", {}).get("parameters") if isinstance(d.get("default"), dict) else None
+    names = set(params) if isinstance(params, dict) else set()
+    theirs = names & (set(stepcost.NAMES) - set(serving_model.PARAMETERS))
+    if d.get("kind") == calibration.KIND:
+        raise SpecError([doc.problem(("kind",), SIMULATOR_FILE)])
+    if theirs:
+        raise SpecError([doc.problem(("default", "parameters", min(theirs)), SIMULATOR_FILE, at_key=True)])
 
 
 def _efficiency(block: dict) -> serving_model.Efficiency:
@@ -237,3 +258,22 @@ def queueing(points: dict) -> str:
     return ("the KV cache holds fewer sequences than the batch at the requests' mean context (prompt + "
             "output / 2): the rest queue, so TPOT is the running batch's and TTFT includes the wait: " +
             ", ".join(f"batch {b:,} runs {q['running']:,.0f} at once" for b, q in out.items()))
+
+
+def outside(points: dict) -> str:
+    """One line naming the batches (batch -> predict's dict) whose predicted TTFT lies outside
+    its own interval, and why ('' where none does): the point is the steady-state model's, the
+    band its left-out residuals' (measured over predicted), so a band of residuals of one sign
+    leaves the point out; the point is not moved."""
+    sides = {}
+    for b, p in sorted(points.items()):
+        lo, hi = p.get("ttft_interval_s") or (None, None)
+        if lo is not None and not lo <= p["ttft_s"] <= hi:
+            sides.setdefault("below" if p["ttft_s"] < lo else "above", []).append(b)
+    why = {"below": "the steady-state model's TTFT omits the queueing behind other prompts, which the measured "
+                    "TTFTs of the band (the calibration's left-out residuals) include; rooflinec simulate "
+                    "replays the queue",
+           "above": "the band is the calibration's left-out residuals, measured TTFTs all below the "
+                    "steady-state model's"}
+    return "; ".join(f"predicted TTFT lies {side} its interval at batch {', '.join(f'{b:,}' for b in bs)}: "
+                     f"{why[side]}" for side, bs in sides.items())

@@ -75,12 +75,13 @@ def calibrated_head(points) -> tuple:
 
 def caveats(c: Configuration) -> list[str]:
     """The lines naming the band the intervals take (a new model's is wider), the batches whose
-    prediction extrapolates the calibration's measured runs, and those whose requests queue
+    TTFT point lies outside its band (and why), those whose prediction extrapolates the calibration's measured runs, and those whose requests queue
     because the KV cache holds fewer at once."""
     engine = next((p.get("engine") for p in c.predicted.values() if "engine" in p), None)
     bands = sorted({p["interval_band"] for p in c.predicted.values() if p.get("interval_band")})
     lines = [f"80% interval: {'; '.join(bands)}" if bands else "",
-             calibrated.extrapolation(c.predicted, engine), calibrated.queueing(c.predicted)]
+             calibrated.outside(c.predicted), calibrated.extrapolation(c.predicted, engine),
+             calibrated.queueing(c.predicted)]
     return [line for line in lines if line]
 
 

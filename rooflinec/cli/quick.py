@@ -31,7 +31,7 @@ from rooflinec.cost.deployment import Deployment
 from rooflinec.cost.workbench import Workbench
 from rooflinec.cli import speculation
 from rooflinec.cli import storage as weight_flags
-from rooflinec.serving import routed_bound, speculative, stepcost
+from rooflinec.serving import engines, routed_bound, speculative, stepcost
 from rooflinec.serving.serving_model import Unpredictable
 
 SERVE_EPILOG = """\
@@ -62,10 +62,13 @@ Tokens/s per user is one sequence's rate (1 / step), per GPU the group's over it
 --device and --tp take lists: one table row per (device, tp, batch), and where the weights
 do not fit the smallest tp that does is named:
   rooflinec serve llama-3.1-70b --device h100-sxm --tp 1,2,4,8
-Calibrated TPOT (80% interval) and predicted TTFT come beside the bounds: the serving model
-with the shipped calibration's efficiencies on a device it was fitted on (said so; --engine
-picks its engine), or with --calibration FILE's on any device. The efficiencies are fitted on
-measured TPOT only: TTFT is the same model's, with no interval. The prediction assumes requests
+Calibrated TPOT and predicted TTFT, each with its 80% interval, come beside the bounds: the
+serving model with the shipped calibration's efficiencies on a device it was fitted on (said so;
+--engine picks its engine), or with --calibration FILE's on any device. The efficiencies are
+fitted on measured TPOT only: TTFT is the same model's; the intervals are the calibration's
+left-out residuals (a file without them: TPOT's in-sample band alone, TTFT none). The
+steady-state TTFT omits the queueing behind other prompts that the measured TTFTs include, so
+its point can lie below its band: said so (rooflinec simulate replays the queue). The prediction assumes requests
 of --prompt tokens generating --osl tokens (default 2 x (context - prompt), so the mean context
 is --context), printed with it; a short output makes every step prefill more prompt tokens per
 decoded one. A batch outside the concurrency the calibration measured is marked extrapolated.
@@ -398,6 +401,8 @@ def cmd_serve(args, stdout, stderr) -> int:
         raise UsageError(f"--dtype: unknown dtype '{args.dtype}'; choose from {', '.join(DTYPE_BYTES)}")
     if args.out is not None:
         check_file_target(args.out)
+    if args.engine is not None:    # the calibration's engine: a catalog name, checked as simulate checks it
+        engines.check(args.engine, files=False)
     storage = _storage(args)
     model, devices = _model(args.model), [_device(n) for n in _names(args.device)]
     if "experts" in storage and getattr(model, "moe", None) is None:
@@ -594,6 +599,24 @@ def _answers(device, dtype: str, section: dict) -> dict:
     return answers.answers(section, [dev], variant=section.get("variant"))
 
 
+def turning(section: dict, crossover: dict) -> str:
+    """Where decode at the crossover's context turns compute-bound, said as the table says it:
+    each printed step's and the largest fitting batch's `bound` (the step's one owner of its
+    binding term) naming the batches the collectives bind, the kernels' crossing beside them."""
+    c, context = crossover["devices"][0], crossover["context"]
+    bounds = {row["batch"]: row["devices"][0]["bound"] for row in section["steps"] if row["context"] == context}
+    if c["at_max_batch"]:
+        bounds[c["max_batch"]] = c["at_max_batch"]["bound"]
+    bound_by = sorted(b for b, term in bounds.items() if term == "collectives")
+    kernels = (f"compute-bound from batch {c['first']:,}" if c["first"] is not None
+               else "memory-bound at every batch")
+    if not bound_by:
+        return f"decode {'turns' if c['first'] is not None else 'stays'} {kernels} (step bound, overlapped)"
+    kernels = f"{'turn' if c['first'] is not None else 'stay'} {kernels}"
+    return (f"decode is collectives-bound at batch {', '.join(f'{b:,}' for b in bound_by)} (its collectives, "
+            f"after the kernels, outlast them); its kernels {kernels} (overlapped)")
+
+
 def summary(model, device, setup: str, section: dict, dtype: str | None = None, config=None,
             dequantisation: str = "") -> str:
     """The serving section as the few lines a model report opens with (`summary` owns them),
@@ -623,11 +646,9 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None, 
     lines += ["  " + line for line in table.columns(rows).splitlines()]
     for row in section["crossovers"]:
         c = row["devices"][0]
-        turn = (f"decode turns compute-bound from batch {c['first']:,}" if c["first"] is not None
-                else "decode stays memory-bound at every batch")
         fit = (f"the largest batch that fits at context {row['context']:,} is {c['max_batch']:,}"
                if c["max_batch"] >= 1 or config is None else f"at context {row['context']:,} {table.does_not_fit(config)}")
-        lines.append(f"{turn} (step bound, overlapped); {fit}")
+        lines.append(f"{turning(section, row)}; {fit}")
         top = predicted.get(c["max_batch"])
         if top and "why" not in top and c["max_batch"] not in {r["batch"] for r in section["steps"]}:
             tpot, ttft = table.calibrated_cells(top)

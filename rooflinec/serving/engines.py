@@ -56,25 +56,27 @@ def names() -> list[str]:
     return catalog.names("engines")
 
 
-def file_of(ref: str) -> str:
-    """The engine file `ref` names (a catalog name or a YAML file's path); an unknown one is a
-    usage error naming the known engines (simulate's --engine, plan's)."""
-    file = catalog.path("engines", ref) if os.sep not in ref and not ref.endswith(".yaml") else ref
+def check(ref: str, files: bool = True) -> str:
+    """The engine file `ref` names (a catalog name, or with `files` a YAML file's path), or a
+    usage error naming the known engines: simulate's, plan's and serve's one check."""
+    named = os.sep not in ref and not ref.endswith(".yaml")
+    file = catalog.path("engines", ref) if named else ref if files else None
     if file is None or not os.path.isfile(file):
-        raise UsageError(f"--engine: unknown engine '{ref}'; choose from {', '.join(names())} "
-                         "or give an engine YAML file")
+        raise UsageError(f"--engine: unknown engine '{ref}'; choose from {', '.join(names())}"
+                         + (" or give an engine YAML file" if files else ""))
     return file
 
 
 def key_of(ref: str) -> str:
-    """The calibration's key for engine `ref` (its file's name less .yaml), checked by `file_of`."""
-    file_of(ref)
+    """The calibration's key for engine `ref` (its file's name less .yaml), checked by `check`."""
+    check(ref)
     return os.path.basename(ref).removesuffix(".yaml")
 
 
 def load(ref: str) -> Policy:
     """An engine by catalog name (trtllm, vllm, sglang) or a YAML file's path."""
-    doc = yamlio.load(file_of(ref))
+    file = check(ref)
+    doc = yamlio.load(file)
     d = doc.data
     if not isinstance(d, dict):
         raise SpecError([doc.problem((), "expected a mapping of scheduler fields")])

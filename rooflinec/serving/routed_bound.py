@@ -27,7 +27,7 @@ from rooflinec.serving import stepcost as sc
 
 ROUTING = ("least-work routing (the simulator's bound): the busiest expert rank serves "
            "ceil(dp x tokens x k / ep) routed rows and reads ceil(k / ep) experts, no all-to-all "
-           "moves a token; the intensities are the program's under uniform routing")
+           "moves a token; each step's FLOPs, bytes and intensity are that routing's")
 MOST = 1 << 20     # the largest batch the compute-bound crossing is looked for at
 
 
@@ -51,17 +51,23 @@ def _prompt(prompt: int, window: int | None) -> np.ndarray:
 
 def _step(model: sc.StepModel, x: np.ndarray, workload: dict, tokens: int, bytes_per_element: int,
           routed: sc.Routed | None = None) -> dict:
-    compute, memory = float((x @ model.compute.T).sum()), float((x @ model.memory.T).sum())
+    """The bounded step (the module) and its own FLOPs and bytes (`counts`): the kernels' seconds
+    times the peaks they were timed at, so bytes / bandwidth is memory_s."""
+    kernels = x @ model.compute.T
+    compute, memory = float(kernels.sum()), float((x @ model.memory.T).sum())
+    flops = float((kernels[0] * model.peaks).sum())
     routed = routed or model.routed
     if routed is not None:
         rows_c, rows_m, _ = routed.parts(x, True)     # the least-work routing, no all-to-all
         compute, memory = compute + float(rows_c.sum()), memory + float(rows_m.sum())
+        flops += float((rows_c[0] * routed.peaks).sum())
     dep = model.deployment
     _, comm = program_costs.collectives_s(dep, dep.device, workload, tokens, bytes_per_element, dep.formats(),
                                           collectives.LEAST)
     time = max(compute, memory) + comm
     bound = "collectives" if comm > max(compute, memory) else "compute" if compute >= memory else "memory"
-    return {"compute_s": compute, "memory_s": memory, "comm_s": comm, "time_s": time, "bound": bound}
+    return {"compute_s": compute, "memory_s": memory, "comm_s": comm, "time_s": time, "bound": bound,
+            "counts": (flops, memory * dep.device.bandwidth)}
 
 
 def decode(model: sc.StepModel, batch: int, context: int, bytes_per_element: int) -> dict:
@@ -98,23 +104,33 @@ def compute_bound_from(model: sc.StepModel, context: int) -> int | None:
     return hi
 
 
+def _timed(row: dict, step: dict) -> dict:
+    """A section's row (a step or a prefill) with the bounded step: its times on the device,
+    its own FLOPs and bytes on the row (one owner of both: the step model that timed it)."""
+    times = {k: v for k, v in step.items() if k != "counts"}
+    flops, nbytes = step["counts"]
+    return {**row, "flops": flops, "bytes": nbytes, "devices": [{**row["devices"][0], **times}]}
+
+
 def section(section: dict, model: sc.StepModel, bytes_per_element: int) -> dict:
     """The serving section with its step and TTFT bounds at the least-work routing (the
-    module); memory fit and sizes unchanged. One device: serve's."""
+    module), each step's FLOPs and bytes that same step's (so its intensity too); memory fit
+    and sizes unchanged. One device: serve's."""
     out = {**section, "routing": ROUTING}
-    out["steps"] = [{**row, "devices": [{**row["devices"][0], **decode(model, row["batch"], row["context"],
-                                                                         bytes_per_element)}]}
+    out["steps"] = [_timed(row, decode(model, row["batch"], row["context"], bytes_per_element))
                     for row in section["steps"]]
     crossovers = []
     for row in section["crossovers"]:
         d, context = row["devices"][0], row["context"]
         first = compute_bound_from(model, context)
         top = decode(model, d["max_batch"], context, bytes_per_element) if d["max_batch"] >= 1 else None
-        crossovers.append({**row, "devices": [{**d, "at": None, "ceiling": None, "first": first,
-                                                "reachable": first is not None and first <= d["max_batch"],
-                                                "at_one": decode(model, 1, context, bytes_per_element),
-                                                "at_max_batch": top}]})
+        one = decode(model, 1, context, bytes_per_element)
+        counts = {"size_at_max": list(top.pop("counts"))} if top else {}
+        flops_one, bytes_one = one.pop("counts")
+        crossovers.append({**row, "flops_one": flops_one, "bytes_one": bytes_one,
+                           "devices": [{**d, "at": None, "ceiling": None, "first": first,
+                                        "reachable": first is not None and first <= d["max_batch"],
+                                        "at_one": one, "at_max_batch": top, **counts}]})
     out["crossovers"] = crossovers
-    out["prefill"] = [{**row, "devices": [{**row["devices"][0], **prefill(model, row["prompt"], bytes_per_element)}]}
-                      for row in section["prefill"]]
+    out["prefill"] = [_timed(row, prefill(model, row["prompt"], bytes_per_element)) for row in section["prefill"]]
     return out

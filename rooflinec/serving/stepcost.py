@@ -142,6 +142,7 @@ class Routed:
     deployment: Deployment
     all_to_all_s: np.ndarray
     expert_compute: np.ndarray | None = None   # [R] s per expert read dequantising it (weight-only; None: 0)
+    peaks: np.ndarray | None = None            # [R] FLOP/s each kernel's compute seconds are at (x them: FLOPs)
 
     def parts(self, x: np.ndarray, bound: bool) -> tuple:
         """(compute [n, R], memory [n, R]) seconds at the peaks and the all-to-alls' [n]."""
@@ -177,6 +178,9 @@ class StepModel:
     # [F]: the collectives' least time per unit of each feature (`bound_link`), what the bound
     # (p = BOUND) takes in place of link_s; None: none priced, the bound leaves them out
     link_bound_s: np.ndarray | None = field(default=None, kw_only=True)
+    # [K]: the FLOP/s each kernel's compute seconds are at, so compute x peaks are its FLOPs (and
+    # memory x the device's bandwidth its bytes); None: not kept
+    peaks: np.ndarray | None = field(default=None, kw_only=True)
 
     def durations(self, x: np.ndarray, p: Parameters) -> np.ndarray:
         """Step times for feature rows x [n, F]."""
@@ -238,7 +242,7 @@ def build(dep: Deployment) -> StepModel:
     memory = roofline.transfer_time(np.array([m for _, _, m in rows]), dev.bandwidth)
     coll, link = (dep.all_reduces(), one_shot(dep, dep.all_reduces())) if dep.tp > 1 else (0, np.zeros(2))
     return StepModel(dep, compute, memory, tuple(names), model.n_layers, coll, link, routed=kernels, window=w,
-                     link_bound_s=bound_link(dep, act, stored))
+                     link_bound_s=bound_link(dep, act, stored), peaks=peaks[:, 0])
 
 
 def one_shot(dep: Deployment, count: int) -> np.ndarray:
@@ -332,7 +336,7 @@ def _routed(dep, experts, matrix, vector, act) -> Routed:
     except DeviceLacks as exc:     # the device declares no link for the tp x dp devices
         raise sm.Unpredictable(str(exc)) from None
     a2a = np.array([at[0], at[1] - at[0]])
-    return Routed(row_c, row_m, expert_m, dep, a2a, expert_compute=expert_c)
+    return Routed(row_c, row_m, expert_m, dep, a2a, expert_compute=expert_c, peaks=peak)
 
 
 def attention_peak(dep: Deployment) -> float:

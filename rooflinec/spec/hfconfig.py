@@ -81,11 +81,29 @@ def _expected(low: int, value) -> str:
 
 @dataclass
 class Reader:
-    """The config's fields, each marked when mapped; the rest become notes."""
+    """The config's fields, each marked when mapped; the rest become notes. A field of the
+    wrong type or range is a problem collected (`fail`), the mapping going on with a stand-in
+    value, so the import reports every such field at once (`raise_collected`), as a spec does."""
 
     doc: yamlio.Located
     used: set = field(default_factory=set)
     notes: list = field(default_factory=list)
+    problems: list = field(default_factory=list)
+    failed: set = field(default_factory=set)    # the keys of `problems`: a check on their stand-ins is moot
+
+    def fail(self, key: str, message: str, stand_in):
+        """Collect the problem at `key` and go on with `stand_in`."""
+        self.problems.append(self.problem(key, message))
+        self.failed.add(key)
+        return stand_in
+
+    def raise_collected(self, more=()) -> None:
+        """A SpecError of every problem collected, in the file's order, else of `more` (what a
+        check that cannot go on raised: beside a stand-in it may have checked the stand-in, so
+        it waits until the fields are fixed); nothing where there are none."""
+        found = sorted(set(self.problems) or set(more), key=lambda p: (p.line, p.col, p.message))
+        if found:
+            raise SpecError(found)
 
     @property
     def data(self) -> dict:
@@ -101,7 +119,7 @@ class Reader:
         if _whole(value, 1):
             return self.read(key, value)
         message = _expected(1, value) if key in self.data else f"missing '{key}', which the mapping needs"
-        raise SpecError([self.problem(key, message)])
+        return self.fail(key, message, self.read(key, 1))
 
     def flag(self, key: str, default: bool) -> bool:
         """A switch: true or false (null or absent: `default`)."""
@@ -110,7 +128,7 @@ class Reader:
             return default
         if isinstance(value, bool):
             return value
-        raise SpecError([self.problem(key, f"expected true or false, got {json.dumps(value)}")])
+        return self.fail(key, f"expected true or false, got {json.dumps(value)}", default)
 
     def note(self, key: str, what: str) -> None:
         """`key` is present and not modelled: say what the spec leaves out."""
@@ -162,7 +180,7 @@ def count(r: Reader, key: str) -> int:
         return 0
     if _whole(value, 0):
         return r.read(key, value)
-    raise SpecError([r.problem(key, _expected(0, value))])
+    return r.fail(key, _expected(0, value), 0)
 
 
 def kind_section(r: Reader, name: str) -> dict:
@@ -238,14 +256,14 @@ def _decoder(r: Reader, act_key: str = "hidden_act", act_default: str = "silu",
     width: a config with no dense layer may name only its experts')."""
     d_model, heads = r.need("hidden_size"), r.need("num_attention_heads")
     head_dim = r.need("head_dim") if r.data.get("head_dim") is not None else d_model // heads
-    if not head_dim:   # transformers' default head_dim, hidden_size // num_attention_heads, is 0
+    if not head_dim and not r.failed & {"hidden_size", "num_attention_heads", "head_dim"}:
+        # transformers' default head_dim, hidden_size // num_attention_heads, is 0
         raise SpecError([r.problem("num_attention_heads", f"{heads} heads of a hidden_size of {d_model} leave "
                                                           "each head no dimension; give head_dim or fewer heads")])
     act = r.get(act_key, act_default)
     kinds = {"silu": "swiglu", "gelu_pytorch_tanh": "geglu", "gelu": "geglu", "gelu_new": "geglu"}
     if not isinstance(act, str) or act not in kinds:
-        raise SpecError([r.problem(act_key, f"activation {json.dumps(act)} is not covered; "
-                                            f"covered: {', '.join(kinds)}")])
+        act = r.fail(act_key, f"activation {json.dumps(act)} is not covered; covered: {', '.join(kinds)}", "silu")
     bias = r.flag("attention_bias", False)
     spec = {
         "d_model": d_model, "n_layers": r.need("num_hidden_layers"), "vocab": r.need("vocab_size"),
@@ -263,8 +281,8 @@ def _decoder(r: Reader, act_key: str = "hidden_act", act_default: str = "silu",
     if factor is None:
         factor = 1.0
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
-        raise SpecError([r.problem("partial_rotary_factor", f"expected a fraction of the head above 0 and at "
-                                                            f"most 1, got {json.dumps(factor)}")])
+        factor = r.fail("partial_rotary_factor", f"expected a fraction of the head above 0 and at "
+                                                 f"most 1, got {json.dumps(factor)}", 1.0)
     rotary = int(head_dim * factor)   # transformers' rotary embeddings: dim = int(head_dim * factor)
     if rotary < head_dim:
         spec["attention"]["rotary_dim"] = max(rotary, 1)

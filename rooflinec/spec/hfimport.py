@@ -208,12 +208,17 @@ def mapped(path: str, hf_id: str | None = None) -> tuple[dict, list[Problem]]:
         raise SpecError([doc.problem(("architectures", 0) if arch is not None else (),
                                      f"architecture {json.dumps(arch)} is not covered; covered: "
                                      f"{', '.join([*ARCHITECTURES, *WRAPPED])}")])
-    outer = []
+    outer, found = [], []
     if arch in WRAPPED:
         text_arch, key, left_out = WRAPPED[arch]
-        outer, r = _unwrapped(r, key, left_out, arch), Reader(Inner(doc, key))
+        outer, found, r = _unwrapped(r, key, left_out, arch), r.problems, Reader(Inner(doc, key))
         r.used.update({"model_type", "_name_or_path"})
-    spec = ARCHITECTURES[WRAPPED[arch][0] if arch in WRAPPED else arch](r)
+    r.problems += found      # the wrapper's own fields' problems beside the text model's
+    try:   # every field's problem collected (Reader.fail); a check that cannot go on adds its own
+        spec = ARCHITECTURES[WRAPPED[arch][0] if arch in WRAPPED else arch](r)
+    except SpecError as exc:
+        r.raise_collected(exc.problems)
+    r.raise_collected()
     if outer and "tie_word_embeddings" not in r.data:   # Llama4Config's own, when the text's is unsaid
         spec["tied_embeddings"] = outer[0]
     name = _model_name(hf_id, doc.data.get("_name_or_path"), arch)
