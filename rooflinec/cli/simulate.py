@@ -168,7 +168,7 @@ def cmd_simulate(args, stdout, stderr) -> int:
     args.weights, args.experts = stored.get("weights", "bf16"), stored.get("experts")
     engine_key = os.path.basename(args.engine).removesuffix(".yaml")
     draft = speculation.draft_of(args, quick._model)
-    band = None
+    band = table = None
     if args.bound:
         params, where = sc.BOUND, "bound: efficiencies 1, overheads 0"
     else:
@@ -181,7 +181,8 @@ def cmd_simulate(args, stdout, stderr) -> int:
             q, which = intervals.band_for(table.intervals, new)
             band = q and {"level": table.intervals["level"], "band": which, **q}
     if args.prefill_workers is not None or args.decode_workers is not None:
-        return _disaggregated(args, work, model, device, policy, params, where, stdout)
+        return _disaggregated(args, work, model, device, policy, params, where, stdout,
+                              None if args.bound else (table.intervals or {}))
     work = _one_rank(work, _positive("attention-dp", args.attention_dp))
     layout = dict(attention_dp=args.attention_dp, moe_ep=_positive("ep", args.ep), moe_tp=_positive("moe-tp", args.moe_tp))
     # degrees that do not divide what they split are a command-line mistake, said as serve says it
@@ -234,7 +235,8 @@ def _one_rank(work: Workload, dp: int) -> Workload:
                     work.unique_prompts)
 
 
-def _disaggregated(args, work, model, device, policy, params, where, stdout) -> int:
+def _disaggregated(args, work, model, device, policy, params, where, stdout, bands=None) -> int:
+    """`bands`: the calibration's intervals block ({} where it has none; None for a bound)."""
     if not work.closed or work.isl.low != work.isl.high or work.osl.low != work.osl.high:
         raise UsageError("--prefill-workers: two pools are simulated for a closed loop (--concurrency) of fixed --isl and --osl")
     names = ("prefill_workers", "decode_workers", "prefill_tp", "decode_tp", "prefill_batch",
@@ -262,8 +264,24 @@ def _disaggregated(args, work, model, device, policy, params, where, stdout) -> 
            "engine": policy.name, "workload": f"closed loop of {work.concurrency} clients; ISL {work.isl}, OSL {work.osl}; "
                                                "each worker replays the benchmark (20 requests a client after 2)",
            "parameters": where, **out}
+    if bands is not None:
+        out.update(_disaggregated_interval(bands, pools, policy, work, out))
     stdout.write(json.dumps(out, indent=2) + "\n" if args.json else disagg.text(out))
     return 0
+
+
+def _disaggregated_interval(bands: dict, pools, policy, work, out: dict) -> dict:
+    """{interval: {level, band, ttft_mean_s, tpot_mean_s}} (the aggregated JSON's shape) from the
+    calibration's disaggregated rows' residuals, each end no lower than the pools' bound; or
+    {no_interval: why} where the calibration has too few of them."""
+    level = bands.get("level") or intervals.LEVEL
+    q, which = intervals.disaggregated_band(bands.get("disaggregated"), level)
+    if q is None:
+        return {"no_interval": {"level": level, "why": which}}
+    floor = disagg.bound(pools, policy, work.isl.low, work.osl.low)
+    return {"interval": {"level": level, "band": which, **{
+        f"{w}_mean_s": [float(v) for v in intervals.interval(out[f"{w}_s"], *q[w], floor[f"{w}_s"])]
+        for w in ("ttft", "tpot")}}}
 
 
 def text(out: dict) -> str:
@@ -315,7 +333,7 @@ def cmd_calibrate(args, stdout, stderr, specs_root) -> int:
     cases = fitting.prepare(rows.read(args.csv), Specs(specs_root), unique_prompts_of(
         args.unique_prompts, workload.BENCHMARK_UNIQUE_PROMPTS))
     try:
-        doc = validation.calibrate(cases, os.path.basename(args.csv))
+        doc = validation.calibrate(cases, os.path.basename(args.csv), Specs(specs_root))
     except ValueError as exc:   # located at the header, as calibrate without the simulator says it
         raise SpecError([Problem(args.csv, 1, 1, "(rows)", f"{exc}; `rooflinec validate` "
                                  "says why each row is not predicted")]) from None

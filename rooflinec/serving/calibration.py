@@ -89,7 +89,8 @@ class Table:
     fitted: tuple
     source: str = ""
     intervals: dict | None = None   # {level, tpot: [lo, hi], ttft: [lo, hi], by: {kind: {tpot, ttft}}}:
-    #                                 log(predicted / measured) quantiles, pooled and per kind of hold-out
+    #                                 log(predicted / measured) quantiles, pooled and per kind of hold-out;
+    #                                 newer files: disaggregated: {tpot_log_residuals, ttft_log_residuals}
     kinds: dict = field(default_factory=dict)   # (device or None, kind) -> Parameters
 
     def of(self, device: str, engine: str, kind: str = "dense") -> Parameters:
@@ -220,6 +221,28 @@ def _intervals(doc, block, problems) -> dict | None:
                                     "model, tp, engine: [values]"))
     elif seen is not None:
         out["calibrated"] = seen
+    split = _disaggregated(doc, block.get("disaggregated"), problems)
+    if split is not None:
+        out["disaggregated"] = split
+    return out
+
+
+def _disaggregated(doc, entry, problems) -> dict | None:
+    """The optional `intervals.disaggregated` entry (newer files): each disaggregated row's
+    log(predicted / measured) TTFT and TPOT, the residuals of a disaggregated deployment's band."""
+    if entry is None:
+        return None
+    path = ("intervals", "disaggregated")
+    if not isinstance(entry, dict):
+        problems.append(doc.problem(path, "expected a mapping with tpot_log_residuals and ttft_log_residuals"))
+        return None
+    out = {}
+    for what in ("tpot", "ttft"):
+        key = f"{what}_log_residuals"
+        v = entry.get(key)
+        if not (isinstance(v, list) and all(_number(x) for x in v)):
+            problems.append(doc.problem(path + (key,), f"{key}: expected a list of numbers"))
+        out[key] = v
     return out
 
 

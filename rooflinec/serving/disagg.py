@@ -296,6 +296,13 @@ def text(out: dict) -> str:
               f"capacity: prefill pool {out['prefill_capacity_per_s']:.2f} requests/s, decode pool "
               f"{out['decode_capacity_per_s']:.2f}; limited by {out['limited_by']}; balanced at "
               f"{out['balanced_prefill_per_decode']:.2f} prefill workers per decode worker"]
+    if "interval" in out:
+        iv = out["interval"]
+        lines.append(f"{iv['level']:.0%} interval of the mean (a prediction; {iv['band']}): "
+                     + ", ".join(f"{w.upper()} {1e3 * iv[f'{w}_mean_s'][0]:.2f}-{1e3 * iv[f'{w}_mean_s'][1]:.2f} ms"
+                                 for w in ("ttft", "tpot")))
+    elif "no_interval" in out:
+        lines.append(f"no {out['no_interval']['level']:.0%} interval: {out['no_interval']['why']}")
     return "\n".join(lines) + "\n"
 
 

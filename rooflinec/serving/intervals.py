@@ -444,3 +444,36 @@ def band_for(band: dict, new: list[str] | None) -> tuple[dict | None, str]:
         return q, ("the calibration does not list the models, tp and engines it holds (written before the "
                    "group-shift band): the widest of its per-kind bands (" + ", ".join(pick) + ")")
     return q, f"new {' and '.join(pick)}: the group-shift band" + (" (union; not measured)" if len(pick) > 1 else "")
+
+
+# --- a disaggregated deployment: the disaggregated rows' own residuals ---------------------------
+# The fit sees aggregated rows only; the disaggregated rows predicted with its parameters are a
+# population of their own (another scheduler, a KV transfer), so their band is split conformal on
+# their residuals alone, never the aggregated one borrowed.
+
+DISAGG_WORDS = "disaggregated rows: {n} measured runs, split conformal"
+
+
+def disaggregated_entry(records: list[dict]) -> dict | None:
+    """The calibration's `disaggregated` entry: log(predicted / measured) TTFT and TPOT of
+    each predicted disaggregated row (`disagg.row_record`'s records); None where none."""
+    done = [r for r in records if r.get("predicted")]
+    if not done:
+        return None
+    return {"rows": len(done),
+            "method": "log(predicted / measured) mean TTFT and TPOT of each disaggregated row, predicted with "
+                      "the fitted parameters (serving/disagg.py; the fit sees aggregated rows only); a "
+                      "disaggregated prediction's band is split conformal on these alone",
+            **{f"{w}_log_residuals": [_r(math.log1p(r[f"{w}_error"])) for r in done] for w in WHATS}}
+
+
+def disaggregated_band(entry: dict | None, level: float = LEVEL) -> tuple[dict | None, str]:
+    """(quantiles {tpot: [lo, hi], ttft: [lo, hi]}, what they are) from the calibration's
+    disaggregated entry, by `quantiles`; (None, why) where the entry is absent or too short."""
+    if not entry:
+        return None, "the calibration holds no disaggregated rows' residuals (written before them, or none predicted)"
+    try:
+        q = {w: list(quantiles(_finite(entry[f"{w}_log_residuals"]), level)) for w in WHATS}
+    except TooFewRows as exc:
+        return None, f"disaggregated rows: {exc}"
+    return q, DISAGG_WORDS.format(n=min(len(_finite(entry[f"{w}_log_residuals"])) for w in WHATS))

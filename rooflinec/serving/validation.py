@@ -271,15 +271,20 @@ def weakest(done) -> list[dict]:
                "ttft_error": r["ttft_error"], "tpot_error": r["tpot_error"]} for r in ranked[:WEAKEST]]
 
 
-def calibrate(cases, source: str) -> dict:
+def calibrate(cases, source: str, specs=None) -> dict:
     """`rooflinec calibrate --simulate`'s document: the fits of the rows, with the intervals
-    from their left-out refits. ValueError where no row is predicted."""
+    from their left-out refits, and the disaggregated rows predicted with the fits (as
+    `report` predicts them) for their own band. ValueError where no row is predicted."""
     fits = fitting.fit_all(cases)
-    return document(fits, cases, source, holdouts(cases, fits.fitted))
+    specs = specs or measurements.Specs()
+    split = [_disaggregated(c, specs, fits.of(*c.group)) for c in cases if c.row.mode == "disagg"]
+    return document(fits, cases, source, holdouts(cases, fits.fitted), split)
 
 
-def document(fits: calibration.Table, cases, source: str, ho: list[dict] | None = None) -> dict:
-    """The calibration YAML's content (`calibration.load` reads it back)."""
+def document(fits: calibration.Table, cases, source: str, ho: list[dict] | None = None,
+             disaggregated: list[dict] = ()) -> dict:
+    """The calibration YAML's content (`calibration.load` reads it back); `disaggregated`:
+    the disaggregated rows' records (`_disaggregated`), their residuals kept in the intervals."""
     usable = [c for c in cases if c.predicted]
 
     def residuals(cs, p_of):
@@ -311,8 +316,17 @@ def document(fits: calibration.Table, cases, source: str, ho: list[dict] | None 
         # group of the other kind only (calibration.resolve)
         "kinds": [{**({"device": d} if d else {}), "models": k, "parameters": params(fits.kinds[d, k])}
                   for d, k in fits.kinds],
-        **intervals.block(ho, usable),
+        **_with_disaggregated(intervals.block(ho, usable), disaggregated),
     }
+
+
+def _with_disaggregated(block: dict, disaggregated) -> dict:
+    """The intervals block with the disaggregated rows' residuals beside the aggregated bands
+    (none where the block is empty: too few aggregated rows for any band)."""
+    entry = intervals.disaggregated_entry(list(disaggregated))
+    if not block or entry is None:
+        return block
+    return {"intervals": {**block["intervals"], "disaggregated": entry}}
 
 
 def _r(x: float) -> float:
