@@ -192,7 +192,7 @@ def test_serve_tp8_bound_is_at_most_simulate_bound_itl(call):
     code, out, err = call("simulate", *args, "--engine", "trtllm", "--concurrency", "64", "--isl", "128",
                           "--osl", "128", "--bound", "--requests", "128", "--json")
     assert code == 0, err
-    assert step["time_s"] <= json.loads(out)["itl_s"]["p50"]
+    assert step["time_s"] <= json.loads(out)["replay"]["itl_s"]["p50"]   # the replay's step at the bound
 
 
 def test_the_simulators_bound_takes_the_least_time_its_prediction_the_one_shot():

@@ -43,7 +43,7 @@ def summary(res, model, tokens_per_step: float = 1.0) -> dict:
     """The bound's TTFT, TPOT, ITL and E2E statistics over the replay's measured requests."""
     m = res.measured
     isl, osl = res.isl[m], res.osl[m]
-    cached = bool(res.policy.prefix_caching and res.prefix_pool)
+    cached = bool(res.policy.prefix_caching and res.workload.reused)   # a reused prompt may hit, whatever the eviction
     ttft, token = per_request(model, isl, cached, tokens_per_step)
     long = osl > 1
     return {"ttft_s": metrics.stats(ttft), "tpot_s": metrics.stats(token[long]),
