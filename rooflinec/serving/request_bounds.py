@@ -13,7 +13,9 @@ not a bound. A request's least times, whatever the schedule:
   prompt, at least one sequence's decode step at context ISL + 1 (serve's step bound; windowed
   layers by the step model's own `attend`); with speculation that step can emit at most
   `tokens_per_step` tokens, so a token's share is that step over them;
-- TPOT >= that per-token share; every ITL gap of the request too; E2E >= TTFT's bound +
+- TPOT >= that per-token share, and so the mean ITL gap of a request; without speculation
+  every gap too (each token is its own step), with it the tokens of one step may arrive
+  together, a gap of 0, so the ITL quantiles are not bounded (None); E2E >= TTFT's bound +
   (OSL - 1) x the share.
 """
 
@@ -46,6 +48,8 @@ def summary(res, model, tokens_per_step: float = 1.0) -> dict:
     cached = bool(res.policy.prefix_caching and res.workload.reused)   # a reused prompt may hit, whatever the eviction
     ttft, token = per_request(model, isl, cached, tokens_per_step)
     long = osl > 1
-    return {"ttft_s": metrics.stats(ttft), "tpot_s": metrics.stats(token[long]),
-            "itl_s": metrics.stats(token[long], osl[long] - 1),
+    itl = metrics.stats(token[long], osl[long] - 1)
+    if tokens_per_step > 1:        # a step's tokens may arrive together: only the mean is bounded
+        itl = {k: (v if k == "mean" else None) for k, v in itl.items()}
+    return {"ttft_s": metrics.stats(ttft), "tpot_s": metrics.stats(token[long]), "itl_s": itl,
             "e2e_s": metrics.stats(ttft + (osl - 1) * token)}
