@@ -565,7 +565,7 @@ def _document(model, c, args, dtype: str, storage: dict) -> dict:
             "quantization": storage, "dequantisation": _dequantisation(model, dtype, storage) or None,
             "context": args.context, "prompt": args.prompt,
             "summary": _plain(_answers(c.device, dtype, c.section)),
-            "serving": _plain(c.section), "smallest_tp": c.smallest,
+            "serving": _plain(c.section), "smallest_tp": c.smallest, "crossing": c.crossing or None,
             "calibrated": {"note": c.note, "prompt": args.prompt,
                            "osl": osl if isinstance(osl, int) else None,
                            "points": [{"batch": b, **p} for b, p in c.predicted.items()]}}
@@ -627,6 +627,8 @@ def summary(model, device, setup: str, section: dict, dtype: str | None = None, 
     lines = [answers.text(model.name, setup, _answers(device, dtype, section)).rstrip("\n")]
     if dequantisation:
         lines.append(f"  {dequantisation}")
+    if config is not None and config.crossing:
+        lines.append(f"  {config.crossing}")
     for key in ("routing", "expected"):
         if section.get(key):
             lines.append(f"  routed experts: {section[key]}")

@@ -14,7 +14,7 @@ from rooflinec.spec.load import DTYPE_BYTES
 from rooflinec.cli import quick, speculation
 from rooflinec.cli import storage as weight_flags
 from rooflinec.serving import calibration, disagg, engines, fitting, intervals, metrics, rows, simulator, stepcost as sc
-from rooflinec.serving import speculative, validation, workload
+from rooflinec.serving import request_bounds, speculative, validation, workload
 from rooflinec.serving.serving_model import Unpredictable
 from rooflinec.serving.measurements import Specs
 from rooflinec.serving.chart import timeline
@@ -26,7 +26,10 @@ are not measured, then 20C are (aiperf --concurrency C --num-requests 20C
 --warmup-request-count 2C). An open loop (--rate R) sends Poisson arrivals at R requests/s.
 Every step is timed as the roofline of that exact step (its decodes at their own contexts and
 the prompt chunks scheduled), with the calibration's efficiencies and overheads for the
-(device, engine); --bound sets efficiencies to 1 and overheads to 0 (a lower bound per request).
+(device, engine). --bound: each request's least times under any schedule (TTFT: its prompt's
+prefill alone at the datasheet peaks; TPOT, ITL: one sequence's decode step past its prompt;
+E2E: TTFT's + (OSL - 1) of those); the replay at efficiencies 1 and overheads 0 under this
+engine's schedule is printed beside them, labelled not a bound (a better schedule beats it).
 
 examples:
   rooflinec simulate llama-3.1-8b --device h100-sxm --engine trtllm --concurrency 64 --isl 1024 --osl 128
@@ -108,7 +111,9 @@ def register(sub, streams, parents=()) -> None:
     s.add_argument("--calibration", metavar="FILE",
                    help="parameters per (device, engine) (default: the shipped simulator calibration)")
     s.add_argument("--bound", action="store_true",
-                   help="efficiencies 1, overheads 0: a lower bound on every request's times")
+                   help="each request's least TTFT, TPOT, ITL and E2E under any schedule (its prefill alone, "
+                        "one sequence's decode steps, at the datasheet peaks); the replay at efficiencies 1, "
+                        "overheads 0 beside them, not a bound")
     s.add_argument("--chart", metavar="FILE.svg", help="write running, waiting and tokens per step over time")
     s.add_argument("--json", action="store_true", help="one JSON document instead of a table")
     speculation.add_arguments(s)
@@ -188,9 +193,9 @@ def cmd_simulate(args, stdout, stderr) -> int:
     # degrees that do not divide what they split are a command-line mistake, said as serve says it
     quick._check_tp(model, args.tp, {"attention_dp": args.attention_dp, "ep": args.ep, "moe_tp": args.moe_tp})
     try:
-        step = sc.build(sc.Deployment(model, device, args.tp, args.weights, policy.kv_dtype(), experts=args.experts,
+        base = sc.build(sc.Deployment(model, device, args.tp, args.weights, policy.kv_dtype(), experts=args.experts,
                                       **layout))
-        step = speculative.speculative(step, draft) if draft else step
+        step = speculative.speculative(base, draft) if draft else base
         res = simulator.simulate(step, policy, work, params)
     except Unpredictable as exc:
         raise RooflineError(f"cannot simulate: {exc}") from None
@@ -206,6 +211,13 @@ def cmd_simulate(args, stdout, stderr) -> int:
            **({"speculation": {"draft": draft.describe(), "k": draft.k, "tokens_per_step": step.tokens_per_step,
                                "source": speculative.SOURCE}} if draft else {}),
            **metrics.summary(res, args.tp)}
+    if bound:   # the replay's latencies are its schedule's; the bounds are each request's own
+        try:
+            least = request_bounds.summary(res, base, step.tokens_per_step if draft else 1.0)
+        except Unpredictable as exc:
+            raise RooflineError(f"cannot bound: {exc}") from None
+        out["replay"] = {"note": request_bounds.NOT_A_BOUND, **{k: out[k] for k in least}}
+        out.update(least)     # throughput and per-user tokens/s stay the replay's (the text says so)
     if band:
         def means_within(q):
             return {f"{w}_mean_s": [float(v) for v in intervals.interval(out[f"{w}_s"]["mean"], *q[w])]
@@ -301,13 +313,20 @@ def text(out: dict) -> str:
         s = out[key]
         lines.append(f"{label:6}" + "".join(f"{'-' if s[q] is None else f'{1e3 * s[q]:.2f}':>10}"
                                             for q in ("mean", "p50", "p90", "p99")))
+    if "replay" in out:
+        r = out["replay"]
+        lines.append(f"{r['note']}:")
+        for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E")):
+            lines.append(f"{label:6}" + "".join(f"{'-' if r[key][q] is None else f'{1e3 * r[key][q]:.2f}':>10}"
+                                                for q in ("mean", "p50", "p90", "p99")))
     if "interval" in out:
         iv = out["interval"]
         lines.append(f"{iv['level']:.0%} interval of the mean (a prediction; {iv['band']}): "
                      + ", ".join(f"{w.upper()} {1e3 * iv[f'{w}_mean_s'][0]:.2f}-{1e3 * iv[f'{w}_mean_s'][1]:.2f} ms"
                                  for w in ("ttft", "tpot") if f"{w}_mean_s" in iv))
     per_user = out["tokens_per_s_per_user"]
-    lines += ["", f"output tokens/s per GPU {out['tokens_per_s_per_gpu']:.1f}, per user "
+    lines += ["", ("the replay's throughput (not a bound): " if "replay" in out else "")
+              + f"output tokens/s per GPU {out['tokens_per_s_per_gpu']:.1f}, per user "
               f"{'-' if per_user is None else f'{per_user:.1f}'}; {out['requests_per_s']:.2f} requests/s",
               f"{out['steps']} steps, mean batch {out['mean_batch']:.1f}, {out['preemptions']} preemptions, "
               f"KV cache {out['kv_cache_tokens']:,} tokens per device ({_cache_share(out)})"]

@@ -46,6 +46,27 @@ latency is one message's: the ring's 2(n-1) or n-1 latencies are its own, not a 
 A hardware spec does not record whether its fabric reduces in the network (`interconnect`
 gives a name, a bandwidth, a latency and the domain's size), so the least time takes the
 smaller figure, the one that holds for either fabric (`least_fraction(in_network=None)`).
+
+Past the scale-up domain (a group of n devices over domains of d devices each, d < n; the
+link is then the scale-out network, each device with its own NIC of bandwidth b, besides its
+scale-up port of bandwidth B), two cuts bound the time (`least_rate`):
+
+- a device's ports: what a device must receive or send (the fractions above) passes its two
+  ports together, at most B + b bytes per second;
+- a domain's NICs: what must cross the cut around one domain passes its d NICs, at most d b
+  per second each way. A domain holds at most m = min(d, n - 1) of the group (m is where each
+  cut below is least, so the bound holds however the group is placed):
+  all-reduce: the domain's results depend on the other members' inputs, V incompressible
+    bytes, which must enter: V over m b;
+  reduce-scatter: the domain's partial sums for the other members' slices, (n - m)/n V,
+    must leave; all-gather: the others' (n - m)/n V must enter, over m b;
+  all-to-all: each of the m members' (n - m)/n V bound outside must leave, m (n - m)/n V
+    over m b; p2p: the V bytes cross once, over m b.
+So the least time is one latency (the network's, the slower link's) + the larger of the two
+cuts: for the 2-domain all-reduce of V, max(V / (B + b), V / (d b)). A hierarchical
+algorithm (reduce-scatter inside the domain, the slices across it each over its own NIC,
+all-gather inside) comes near it; a ring over one NIC per hop (the expected time) pays
+2(n - 1)/n V / b.
 """
 
 from __future__ import annotations
@@ -153,6 +174,28 @@ class Link:
     name: str
     bandwidth: float          # B/s per device per direction
     latency: float | None     # s per step; None where no source states it (the term is left out)
+    domain: int | None = None       # past the scale-up domain: the devices (each a NIC) one joins
+    scale_up: float | None = None   # ... and each device's scale-up port, B/s per direction
+
+
+def _domain_share(kind: str, n: int, m: int) -> sp.Expr:
+    """Share of the payload that must cross one domain's NICs (m members of n), per NIC
+    (the module's cut around a domain)."""
+    if kind in ("all_reduce", "p2p"):
+        return sp.Rational(1, m)
+    return sp.Rational(n - m, n) / (1 if kind == "all_to_all" else m)
+
+
+def least_rate(kind: str, n: int, link: Link, in_network: bool | None = None) -> sp.Expr:
+    """Bytes per second at which a collective's least volume (`least_fraction` x payload) can
+    move: the link's own bandwidth inside one domain; past it (`link.domain` set) the slower
+    of the module's two cuts, a device's ports together and a domain's NICs."""
+    if link.domain is None or n <= 1:
+        return sp.nsimplify(link.bandwidth)
+    f = least_fraction(kind, n, in_network)
+    ports = sp.nsimplify(link.bandwidth) + sp.nsimplify(link.scale_up or 0)
+    nics = f * sp.nsimplify(link.bandwidth) / _domain_share(kind, n, min(link.domain, n - 1))
+    return sp.Min(ports, nics)
 
 
 def time(volume: float, n_steps: int, link: Link) -> float:
@@ -168,8 +211,11 @@ def ring_time(kind: str, payload, n: int, link: Link):
 def least_time(kind: str, payload, n: int, link: Link, in_network: bool | None = None):
     """The least time any correct algorithm takes for one collective of `payload` bytes over
     n devices on `link` (the module's derivation): every bound's collective time. At most
-    `ring_time` and at most the one-shot time (`time(fraction x payload, 1, link)`)."""
-    return time(least_fraction(kind, n, in_network) * payload, least_steps(kind, n), link)
+    `ring_time` and at most the one-shot time (`time(fraction x payload, 1, link)`); past the
+    scale-up domain at the rate of the slower cut (`least_rate`)."""
+    volume = least_fraction(kind, n, in_network) * payload
+    return (transfer_time(volume, least_rate(kind, n, link, in_network))
+            + least_steps(kind, n) * (link.latency or 0.0))
 
 
 def latency_bound(volume: float, n_steps: int, link: Link) -> bool:

@@ -357,12 +357,15 @@ class Workbench:
 
     def link(self, device, span: int, needed_by: str) -> C.Link:
         """The link a group of `span` devices talks over: the scale-up link while the group
-        fits in one scale-up domain, else the scale-out network."""
+        fits in one scale-up domain, else the scale-out network (with the domain's size and
+        the scale-up port beside it: the least time past the domain, `collectives.least_rate`,
+        counts the domain's NICs together)."""
         domain = device.link_domain
         if device.link_bandwidth is not None and (domain is None or span <= domain):
             return C.Link(device.link, device.link_bandwidth, device.link_latency)
         if device.network_bandwidth is not None:
-            return C.Link(device.network, device.network_bandwidth, device.network_latency)
+            return C.Link(device.network, device.network_bandwidth, device.network_latency,
+                          domain, device.link_bandwidth)
         if device.link_bandwidth is None:
             raise DeviceLacks(device, "scale-up interconnect", "interconnect", needed_by)
         raise DeviceLacks(device, f"scale-out network (its scale-up domain joins {domain} devices, "
@@ -379,8 +382,9 @@ class Workbench:
             count = int(number(c.repeat, values))
             link = self.link(device, c.span, f"the {c.kind.replace('_', '-')} '{c.name}'")
             volume = count * number(c.volume_under(algorithm), values)
+            rate = link.bandwidth if algorithm == C.RING else float(C.least_rate(c.kind, c.devices, link))
             rows.append(CommRow(c, count, number(c.payload, values), volume, link,
-                                transfer_time(volume, link.bandwidth),
+                                transfer_time(volume, rate),
                                 count * c.steps_under(algorithm) * (link.latency or 0.0), algorithm))
         return tuple(rows)
 
