@@ -157,8 +157,8 @@ class Routed:
     def seconds(self, x: np.ndarray, p: Parameters, parts: tuple | None = None) -> np.ndarray:
         """The routed kernels' times under `p` (`parts`: this x's, computed before)."""
         compute, memory, link = parts or self.parts(x, bounding(p))
-        bandwidth = p.bandwidth_fraction * p.expert_bandwidth_fraction
-        return np.maximum(compute / p.compute_fraction, memory / bandwidth).sum(axis=1) + link
+        achieved = p.bandwidth_fraction * p.expert_bandwidth_fraction   # a fraction of the peak, not a bandwidth
+        return np.maximum(compute / p.compute_fraction, memory / achieved).sum(axis=1) + link
 
 
 @dataclass(frozen=True)
