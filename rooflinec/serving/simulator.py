@@ -633,11 +633,22 @@ class Pool:
         self.grow = tuple(np.concatenate([r.grow[i] for r in retimers]) for i in range(5))
         self.grow_w = np.concatenate([r.grow_w for r in retimers], axis=1)
         self.owner = np.concatenate([np.full(len(r.grow[0]), i) for i, r in enumerate(retimers)]).astype(np.int64)
+        # a run of one step (every step with a prompt chunk) sums max(a, c) alone: `_max_of_lines`
+        # gives exactly that (its other terms are 0), so those entries skip its closed form
+        self.single = self.grow[4] == 1
+        self.lines = tuple(x[~self.single] for x in self.grow)
+        self.peaks = self.grow[0][self.single], self.grow[2][self.single]
         self.totals = np.stack([r.totals for r in retimers])                 # [n, 2, 3]
         m = [r.model for r in retimers]
         self.fixed = np.array([[x.layers, x.collectives, x.link_s[0], x.link_s[1]] for x in m], float)
         self.no_tpot = np.array([not r.has_tpot for r in retimers])
-        self.routed = any(r.routed for r in retimers)
+        self.routed = [i for i, r in enumerate(retimers) if r.routed]
+        # the flat kernels' prefix sums side by side, so one gather prices every schedule's
+        self.flat_q = [r.flat_q for r in retimers]
+        start = np.cumsum([0] + [r.flat_a.shape[1] for r in retimers])
+        self.flat_start, self.flat_last = start[:-1], start[1:] - 1
+        self.flat_a = np.hstack([r.flat_a for r in retimers])
+        self.flat_b = np.hstack([r.flat_b for r in retimers])
         self.memo: dict = {}
 
     def roofline(self, cf: float, bf: float) -> np.ndarray:
@@ -646,12 +657,20 @@ class Pool:
         if key not in self.memo:
             if len(self.memo) >= self.MEMO:
                 self.memo.pop(next(iter(self.memo)))
-            a, b, c, d, k = self.grow
-            per = _max_of_lines(a / cf, b / cf, c / bf, d / bf, k)
+            a, b, c, d, k = self.lines
+            per = np.empty(len(self.single))
+            per[~self.single] = _max_of_lines(a / cf, b / cf, c / bf, d / bf, k)
+            per[self.single] = np.maximum(self.peaks[0] / cf, self.peaks[1] / bf)
             n = len(self.retimers)
             grown = np.stack([np.bincount(self.owner, per * self.grow_w[i], minlength=n) for i in range(2)], axis=1)
-            self.memo[key] = grown + np.array([r.flat(cf, bf) for r in self.retimers])
+            self.memo[key] = grown + self.flat(cf, bf)
         return self.memo[key]
+
+    def flat(self, cf: float, bf: float) -> np.ndarray:
+        """[n, 2]: `Retimer.flat` of every schedule."""
+        q = bf / cf
+        n = self.flat_start + np.array([qs.searchsorted(q, side="right") for qs in self.flat_q], np.int64)
+        return (self.flat_a[:, n] / cf + (self.flat_b[:, self.flat_last] - self.flat_b[:, n]) / bf).T
 
     def means(self, p: sc.Parameters) -> np.ndarray:
         """[n, 2]: mean TTFT (with the front end's latency) and mean TPOT (nan without a
@@ -661,8 +680,8 @@ class Pool:
         over = self.totals @ np.array([0.0, p.per_request_s, 0.0]) + self.totals[:, :, 0] * per_step[:, None] \
             + self.totals[:, :, 2] * link1[:, None]
         out = self.roofline(p.compute_fraction, p.bandwidth_fraction) + over
-        if self.routed:
-            out += np.stack([r.routed_share(p) for r in self.retimers])
+        if self.routed:          # the others' share is 0
+            out[self.routed] += np.stack([self.retimers[i].routed_share(p) for i in self.routed])
         out[:, 0] += p.request_latency_s
         out[self.no_tpot, 1] = math.nan
         return out
