@@ -285,6 +285,8 @@ class _Loop:
         if self.w.closed and self.n_running == 0:
             room = min(room, 1)     # an idle engine steps at the first arrival (module docstring)
         new = self._admissions(min(room, len(self.waiting), limit), limit) if room > 0 and limit > 0 else None
+        if new is not None and not ids:
+            return new[0], self.prefilled[new[0]], new[1]
         if new is not None:
             ids = np.concatenate([np.array(ids, np.int64), new[0]])
             return ids, np.concatenate([np.array(prefix, np.int64), self.prefilled[new[0]]]), \
@@ -306,9 +308,9 @@ class _Loop:
             ok = sizes > 0
         else:
             sizes, ok = left, before + left <= limit
-        share = self._share()
-        held = int(self._reserved(np.flatnonzero(self.running), share).sum())
-        need = held + np.cumsum(self._reserved(cand, share))
+        running = np.flatnonzero(self.running)      # theirs and the candidates' in one call
+        blocks = self._reserved(np.concatenate([running, cand]), self._share())
+        need = int(blocks[:len(running)].sum()) + np.cumsum(blocks[len(running):])
         fits = need <= self._free_blocks()
         n = int(np.argmin(ok & fits)) if not (ok & fits).all() else m
         self.bound |= n < m and bool(ok[n]) and not fits[n]
@@ -643,6 +645,15 @@ class Pool:
         self.fixed = np.array([[x.layers, x.collectives, x.link_s[0], x.link_s[1]] for x in m], float)
         self.no_tpot = np.array([not r.has_tpot for r in retimers])
         self.routed = [i for i, r in enumerate(retimers) if r.routed]
+        # the routed experts' parts of one model's schedules side by side: priced in one call
+        by_model: dict = {}
+        for i in self.routed:
+            by_model.setdefault(id(retimers[i].model.routed), []).append(i)
+        self.routed_models = []
+        for idx in by_model.values():
+            rs = [retimers[i] for i in idx]
+            parts = {bnd: tuple(np.concatenate([r.routed[bnd][j] for r in rs]) for j in range(3)) for bnd in (False, True)}
+            self.routed_models.append((rs[0].model.routed, idx, parts, np.cumsum([len(r.steps) for r in rs])[:-1]))
         # the flat kernels' prefix sums side by side, so one gather prices every schedule's
         self.flat_q = [r.flat_q for r in retimers]
         start = np.cumsum([0] + [r.flat_a.shape[1] for r in retimers])
@@ -672,6 +683,15 @@ class Pool:
         n = self.flat_start + np.array([qs.searchsorted(q, side="right") for qs in self.flat_q], np.int64)
         return (self.flat_a[:, n] / cf + (self.flat_b[:, self.flat_last] - self.flat_b[:, n]) / bf).T
 
+    def routed_share(self, p: sc.Parameters) -> np.ndarray:
+        """[len(self.routed), 2]: `Retimer.routed_share` of the schedules with routed experts."""
+        share = {}
+        for routed, idx, parts, cuts in self.routed_models:
+            for i, s in zip(idx, np.split(routed.seconds(None, p, parts[sc.bounding(p)]), cuts)):
+                r = self.retimers[i]
+                share[i] = r.w @ (s * r.steps)
+        return np.stack([share[i] for i in self.routed])
+
     def means(self, p: sc.Parameters) -> np.ndarray:
         """[n, 2]: mean TTFT (with the front end's latency) and mean TPOT (nan without a
         request of more than one output token)."""
@@ -681,7 +701,7 @@ class Pool:
             + self.totals[:, :, 2] * link1[:, None]
         out = self.roofline(p.compute_fraction, p.bandwidth_fraction) + over
         if self.routed:          # the others' share is 0
-            out[self.routed] += np.stack([self.retimers[i].routed_share(p) for i in self.routed])
+            out[self.routed] += self.routed_share(p)
         out[:, 0] += p.request_latency_s
         out[self.no_tpot, 1] = math.nan
         return out
