@@ -21,6 +21,10 @@ inside it counts as in least squares, one beyond it linearly, so the few rows th
 effect the model does not have (TensorRT-LLM's Llama-3.1-8B rows at C 64-128 whose TTFT is
 4-14x their neighbours' at C 32) no longer set the parameters for every other row of their
 group (visible rows: TPOT 6.8% -> 6.0%, TTFT 31.0% -> 28.8%).
+
+A fit is a function of its rows alone: the leave-one-group-out refits share the fits of the same
+rows (`Fitter`'s `shared`), and a row's bounds (aiperf's reused prompts) share its prediction's
+schedule where the prefix cache never hits (`_schedule`).
 """
 
 from __future__ import annotations
