@@ -25,6 +25,10 @@ inside it counts as in least squares, one beyond it linearly, so the few rows th
 effect the model does not have (TensorRT-LLM's Llama-3.1-8B rows at C 64-128 whose TTFT is
 4-14x their neighbours' at C 32) no longer set the parameters for every other row of their
 group (visible rows: TPOT 6.8% -> 6.0%, TTFT 31.0% -> 28.8%).
+
+A fit is a function of its rows alone: the leave-one-group-out refits share the fits of the same
+rows (`Fitter`'s `shared`), and a row's bounds (aiperf's reused prompts) share its prediction's
+schedule where the prefix cache never hits (`_schedule`).
 """
 
 from __future__ import annotations
@@ -102,7 +106,7 @@ class Case:
     def bound_means(self) -> tuple[float, float]:
         """(mean TTFT, mean TPOT) of `least_work` at the bound."""
         r = self.least_work
-        if r is self.result:
+        if r.schedule is self.result.schedule:
             return self.means(sc.BOUND)
         ttft, tpot = simulator.Pool([simulator.Retimer(self.step, r.schedule, r.measured, r.osl)]).means(sc.BOUND)[0]
         return float(ttft), float(tpot)
@@ -153,15 +157,19 @@ def prepare(measured: list[rows.Row], specs, unique_prompts=workload.BENCHMARK_U
 def _schedule(cache: dict, step: sc.StepModel, policy: engines.Policy, row: rows.Row,
               clients: int, tokens: int, unique_prompts: int | None) -> simulator.Result:
     """The row's benchmark (`clients` of one attention-DP rank) scheduled, or a cached schedule
-    that its KV capacity (`tokens`) reproduces."""
+    that its KV capacity (`tokens`) reproduces. Where the prefix cache's pool does not fit, no
+    prompt hits and the prompts' reuse does not change the schedule: the bounds' workload then
+    shares the prediction's schedule (the Result keeps its own workload)."""
     blocks = tokens // policy.kv_block_tokens
     work = workload.benchmark(clients, row.isl, row.osl, unique_prompts)
     pool = simulator.prefix_pool_fits(policy, work, tokens)
-    shared = cache.setdefault((row.engine, clients, row.isl, row.osl, unique_prompts), [])
+    shared = cache.setdefault((row.engine, clients, row.isl, row.osl, unique_prompts if pool else None), [])
     for res in shared:
         same = res.capacity_tokens == tokens
         if same or (not res.capacity_bound and blocks >= res.peak_blocks and res.prefix_pool == pool):
-            return res if same else replace(res, capacity_tokens=tokens)
+            if same and res.workload == work:
+                return res
+            return replace(res, capacity_tokens=tokens, workload=work)
     res = simulator.schedule(step, policy, work, tokens)
     shared.append(res)
     return res
@@ -214,10 +222,17 @@ def fit(cases: list[Case], free=FITTED, scale: float = LOSS_SCALE) -> sc.Paramet
 
 class Fitter:
     """Fits on demand over `cases`: the rows of each key of `calibration.resolve`'s lookup
-    (a group, an engine, a kind on a device or anywhere, all), each fitted once."""
+    (a group, an engine, a kind on a device or anywhere, all), each fitted once.
 
-    def __init__(self, cases: list[Case], free=FITTED):
+    `shared`: fits by the rows they saw (the cases' identities, in order) and the parameters
+    fitted, for Fitters over subsets of the same cases (the leave-one-group-out refits: a group
+    the held-out rows are not in fits the same rows as the full fit). A fit is a function of
+    its rows alone, so sharing one changes nothing; the caller owns the dict and the cases
+    stay alive while it does."""
+
+    def __init__(self, cases: list[Case], free=FITTED, shared: dict | None = None):
         self.cases, self.free, self.memo = [c for c in cases if c.predicted], tuple(free), {}
+        self.shared = {} if shared is None else shared
 
     def rows(self, key: tuple) -> list[Case]:
         level, *names = key
@@ -229,16 +244,20 @@ class Fitter:
     def get(self, key: tuple) -> sc.Parameters | None:
         if key not in self.memo:
             rows = self.rows(key)
-            self.memo[key] = fit(rows, self.free) if rows else None
+            seen = (tuple(map(id, rows)), self.free)
+            if seen not in self.shared:
+                self.shared[seen] = fit(rows, self.free) if rows else None
+            self.memo[key] = self.shared[seen]
         return self.memo[key]
 
     def of(self, group: tuple) -> sc.Parameters:
         return calibration.resolve(group, self.get)
 
 
-def fit_all(cases: list[Case], free=FITTED) -> calibration.Table:
-    """Every group's, engine's and kind's fit and the pooled one, as a calibration file holds them."""
-    f = Fitter(cases, free)
+def fit_all(cases: list[Case], free=FITTED, shared: dict | None = None) -> calibration.Table:
+    """Every group's, engine's and kind's fit and the pooled one, as a calibration file holds
+    them (`shared`: `Fitter`'s)."""
+    f = Fitter(cases, free, shared)
     if not f.cases:
         raise ValueError("no predictable rows to fit")
     groups = sorted({c.group for c in f.cases})

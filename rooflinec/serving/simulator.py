@@ -44,7 +44,11 @@ TTFT median 28.8% -> 26.9%, TPOT 6.0% -> 5.8%, bench/simulator.py).
 In a closed loop every event falls on a step boundary, so the schedule (which steps run with
 which batch) does not depend on the step times: `Schedule` records it, and `retime` prices
 the same schedule under other parameters exactly (calibration re-times it instead of
-re-simulating).
+re-simulating). `Pool` lays many schedules' arrays side by side (a fit's rows): the growing
+kernels' runs in one array (a one-step run, every step with a prompt chunk, is max of its two
+roofline terms, what the closed form gives it, so only longer runs take the closed form), the
+flat kernels' prefix sums in one gather, one model's routed experts in one call; each
+schedule's sums keep their order, so the means are the same bits as one schedule's alone.
 """
 
 from __future__ import annotations
@@ -285,6 +289,8 @@ class _Loop:
         if self.w.closed and self.n_running == 0:
             room = min(room, 1)     # an idle engine steps at the first arrival (module docstring)
         new = self._admissions(min(room, len(self.waiting), limit), limit) if room > 0 and limit > 0 else None
+        if new is not None and not ids:
+            return new[0], self.prefilled[new[0]], new[1]
         if new is not None:
             ids = np.concatenate([np.array(ids, np.int64), new[0]])
             return ids, np.concatenate([np.array(prefix, np.int64), self.prefilled[new[0]]]), \
@@ -306,9 +312,9 @@ class _Loop:
             ok = sizes > 0
         else:
             sizes, ok = left, before + left <= limit
-        share = self._share()
-        held = int(self._reserved(np.flatnonzero(self.running), share).sum())
-        need = held + np.cumsum(self._reserved(cand, share))
+        running = np.flatnonzero(self.running)      # theirs and the candidates' in one call
+        blocks = self._reserved(np.concatenate([running, cand]), self._share())
+        need = int(blocks[:len(running)].sum()) + np.cumsum(blocks[len(running):])
         fits = need <= self._free_blocks()
         n = int(np.argmin(ok & fits)) if not (ok & fits).all() else m
         self.bound |= n < m and bool(ok[n]) and not fits[n]
@@ -635,12 +641,32 @@ class Pool:
         self.grow = tuple(np.concatenate([r.grow[i] for r in retimers]) for i in range(5))
         self.grow_w = np.concatenate([r.grow_w for r in retimers], axis=1)
         self.owner = np.concatenate([np.full(len(r.grow[0]), i) for i, r in enumerate(retimers)]).astype(np.int64)
+        # a run of one step (every step with a prompt chunk) sums max(a, c) alone: `_max_of_lines`
+        # gives exactly that (its other terms are 0), so those entries skip its closed form
+        self.single = self.grow[4] == 1
+        self.lines = tuple(x[~self.single] for x in self.grow)
+        self.peaks = self.grow[0][self.single], self.grow[2][self.single]
         self.totals = np.stack([r.totals for r in retimers])                 # [n, 2, 3]
         m = [r.model for r in retimers]
         self.fixed = np.array([[x.layers, x.collectives, x.link_s[0], x.link_s[1]] for x in m], float)
         self.bound_link = np.stack([r.bound_link for r in retimers])         # [n, 2]
         self.no_tpot = np.array([not r.has_tpot for r in retimers])
-        self.routed = any(r.routed for r in retimers)
+        self.routed = [i for i, r in enumerate(retimers) if r.routed]
+        # the routed experts' parts of one model's schedules side by side: priced in one call
+        by_model: dict = {}
+        for i in self.routed:
+            by_model.setdefault(id(retimers[i].model.routed), []).append(i)
+        self.routed_models = []
+        for idx in by_model.values():
+            rs = [retimers[i] for i in idx]
+            parts = {bnd: tuple(np.concatenate([r.routed[bnd][j] for r in rs]) for j in range(3)) for bnd in (False, True)}
+            self.routed_models.append((rs[0].model.routed, idx, parts, np.cumsum([len(r.steps) for r in rs])[:-1]))
+        # the flat kernels' prefix sums side by side, so one gather prices every schedule's
+        self.flat_q = [r.flat_q for r in retimers]
+        start = np.cumsum([0] + [r.flat_a.shape[1] for r in retimers])
+        self.flat_start, self.flat_last = start[:-1], start[1:] - 1
+        self.flat_a = np.hstack([r.flat_a for r in retimers])
+        self.flat_b = np.hstack([r.flat_b for r in retimers])
         self.memo: dict = {}
 
     def roofline(self, cf: float, bf: float) -> np.ndarray:
@@ -649,12 +675,29 @@ class Pool:
         if key not in self.memo:
             if len(self.memo) >= self.MEMO:
                 self.memo.pop(next(iter(self.memo)))
-            a, b, c, d, k = self.grow
-            per = _max_of_lines(a / cf, b / cf, c / bf, d / bf, k)
+            a, b, c, d, k = self.lines
+            per = np.empty(len(self.single))
+            per[~self.single] = _max_of_lines(a / cf, b / cf, c / bf, d / bf, k)
+            per[self.single] = np.maximum(self.peaks[0] / cf, self.peaks[1] / bf)
             n = len(self.retimers)
             grown = np.stack([np.bincount(self.owner, per * self.grow_w[i], minlength=n) for i in range(2)], axis=1)
-            self.memo[key] = grown + np.array([r.flat(cf, bf) for r in self.retimers])
+            self.memo[key] = grown + self.flat(cf, bf)
         return self.memo[key]
+
+    def flat(self, cf: float, bf: float) -> np.ndarray:
+        """[n, 2]: `Retimer.flat` of every schedule."""
+        q = bf / cf
+        n = self.flat_start + np.array([qs.searchsorted(q, side="right") for qs in self.flat_q], np.int64)
+        return (self.flat_a[:, n] / cf + (self.flat_b[:, self.flat_last] - self.flat_b[:, n]) / bf).T
+
+    def routed_share(self, p: sc.Parameters) -> np.ndarray:
+        """[len(self.routed), 2]: `Retimer.routed_share` of the schedules with routed experts."""
+        share = {}
+        for routed, idx, parts, cuts in self.routed_models:
+            for i, s in zip(idx, np.split(routed.seconds(None, p, parts[sc.bounding(p)]), cuts)):
+                r = self.retimers[i]
+                share[i] = r.w @ (s * r.steps)
+        return np.stack([share[i] for i in self.routed])
 
     def means(self, p: sc.Parameters) -> np.ndarray:
         """[n, 2]: mean TTFT (with the front end's latency) and mean TPOT (nan without a
@@ -666,8 +709,8 @@ class Pool:
         over = self.totals @ np.array([0.0, p.per_request_s, 0.0]) + self.totals[:, :, 0] * per_step[:, None] \
             + self.totals[:, :, 2] * link1[:, None] + (self.bound_link if sc.bounding(p) else 0.0)
         out = self.roofline(p.compute_fraction, p.bandwidth_fraction) + over
-        if self.routed:
-            out += np.stack([r.routed_share(p) for r in self.retimers])
+        if self.routed:          # the others' share is 0
+            out[self.routed] += self.routed_share(p)
         out[:, 0] += p.request_latency_s
         out[self.no_tpot, 1] = math.nan
         return out

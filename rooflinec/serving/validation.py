@@ -141,14 +141,22 @@ def _decode_bound(case) -> float:
     return float(case.step.durations(x[None], sc.BOUND)[0])
 
 
+def _errors(case: fitting.Case, p: sc.Parameters) -> dict:
+    """`record`'s errors alone (what a left-out row's record is used for)."""
+    ttft, tpot = case.means(p)
+    return {"tpot_error": tpot / case.row.tpot_s - 1, "ttft_error": ttft / case.row.ttft_s - 1}
+
+
 def _summaries(recs) -> dict:
     return {w: validate_runs.summary([r[f"{w}_error"] for r in recs]) for w in ("tpot", "ttft")}
 
 
-def holdouts(cases, free) -> list[dict]:
+def holdouts(cases, free, shared: dict | None = None) -> list[dict]:
     """Each model, tp and engine left out in turn: the parameters its rows take
     (`calibration.resolve`: their group's, else composed from their engine's and their kind's,
-    else the pooled one) refitted without them."""
+    else the pooled one) refitted without them. `shared`: `fitting.Fitter`'s, the fits of the
+    same rows done once (a group the held-out rows are not in fits the same rows every time)."""
+    shared = {} if shared is None else shared
     usable = [c for c in cases if c.predicted]
     out = []
     for by in HOLDOUTS:
@@ -157,11 +165,11 @@ def holdouts(cases, free) -> list[dict]:
             train = [c for c in usable if getattr(c.row, by) != value]
             if not train:
                 continue
-            fitter, borrowed = fitting.Fitter(train, free), set()
+            fitter, borrowed = fitting.Fitter(train, free, shared), set()
             for g in {c.group for c in test}:
                 if fitter.get(("group", *g)) is None:
                     borrowed.add(f"{g[0]}/{g[1]}")
-            recs = [record(c, fitter.of(c.group)) for c in test]
+            recs = [_errors(c, fitter.of(c.group)) for c in test]
             out.append({"by": by, "held_out": str(value), "fallback": sorted(borrowed), **_summaries(recs),
                         "residuals": np.log1p([[r[f"{w}_error"] for w in WHATS] for r in recs])})
     return out
@@ -172,17 +180,17 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
     """`unique_prompts`: the prediction's distinct prompts (`workload.benchmark`)."""
     specs = measurements.Specs(specs_root)
     cases = fitting.prepare(rows.read(csv_file), specs, unique_prompts)
-    band = None
+    band, shared = None, {}      # the fits of the same rows, done once (`fitting.Fitter`)
     if calibration_file:
         table = calibration.load(calibration_file)
         of, fitted, band = (lambda c: table.of(*c.group)), table.fitted, table.intervals       # noqa: E731
         params = {"default": table.default, "groups": table.groups, "engines": table.engines}
     else:
-        fits = fitting.fit_all(cases) if any(c.predicted for c in cases) else None
+        fits = fitting.fit_all(cases, shared=shared) if any(c.predicted for c in cases) else None
         of, fitted = (lambda c: fits.of(*c.group)), fitting.FITTED       # noqa: E731
         params = ({"default": fits.default, "groups": fits.groups, "engines": fits.engines} if fits
                   else {"default": sc.BOUND, "groups": {}, "engines": {}})
-    ho = holdouts(cases, fitted) if with_holdouts else []
+    ho = holdouts(cases, fitted, shared) if with_holdouts else []
     measured = intervals.band_of(ho) if ho else None     # this run's bands, beside the coverage it measures
     band = band or measured
     disaggregated = [c for c in cases if c.row.mode == "disagg"]
@@ -275,10 +283,11 @@ def calibrate(cases, source: str, specs=None) -> dict:
     """`rooflinec calibrate --simulate`'s document: the fits of the rows, with the intervals
     from their left-out refits, and the disaggregated rows predicted with the fits (as
     `report` predicts them) for their own band. ValueError where no row is predicted."""
-    fits = fitting.fit_all(cases)
+    shared = {}      # the fits of the same rows, done once (`fitting.Fitter`)
+    fits = fitting.fit_all(cases, shared=shared)
     specs = specs or measurements.Specs()
     split = [_disaggregated(c, specs, fits.of(*c.group)) for c in cases if c.row.mode == "disagg"]
-    return document(fits, cases, source, holdouts(cases, fits.fitted), split)
+    return document(fits, cases, source, holdouts(cases, fits.fitted, shared), split)
 
 
 def document(fits: calibration.Table, cases, source: str, ho: list[dict] | None = None,
