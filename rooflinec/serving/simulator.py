@@ -316,7 +316,8 @@ class _Loop:
         blocks = self._reserved(np.concatenate([running, cand]), self._share())
         need = int(blocks[:len(running)].sum()) + np.cumsum(blocks[len(running):])
         fits = need <= self._free_blocks()
-        n = int(np.argmin(ok & fits)) if not (ok & fits).all() else m
+        both = ok & fits
+        n = int(np.argmin(both)) if not both.all() else m
         self.bound |= n < m and bool(ok[n]) and not fits[n]
         if n == 0:
             return None
@@ -326,8 +327,9 @@ class _Loop:
             self.waiting.popleft()
         self.running[got] = True
         self.admitted_run[got[self.admitted_run[got] < 0]] = self.runs
-        self.order.update(dict.fromkeys(got.tolist()))
-        self.partial.extend(got.tolist())
+        listed = got.tolist()
+        self.order.update(dict.fromkeys(listed))
+        self.partial.extend(listed)
         self.n_running += n
         return got, sizes[:n]
 
@@ -459,14 +461,16 @@ class _Loop:
         if len(decoding):
             if self.timed:
                 self._gaps(decoding, dur, ends)
-            self.gen[decoding] += k * self.adv if self.adv != 1 else k
+            gen = self.gen[decoding] + (k * self.adv if self.adv != 1 else k)   # the ids are distinct
+            self.gen[decoding] = gen
             self.kvlen[decoding] += k * self.adv if self.adv != 1 else k
             self.last[decoding] = end
-            finished.append(decoding[self.gen[decoding] >= self.osl[decoding]])
+            finished.append(decoding[gen >= self.osl[decoding]])
         if len(ids):
-            self.prefilled[ids] += sizes
+            prefilled = self.prefilled[ids] + sizes
+            self.prefilled[ids] = prefilled
             self.kvlen[ids] += sizes
-            done = ids[self.prefilled[ids] == self.prompt[ids]]
+            done = ids[prefilled == self.prompt[ids]]
             if len(done):
                 if self.caching:
                     self._pool(done)
