@@ -263,14 +263,11 @@ def test_every_bad_field_is_reported_at_once_located(call, tmp_path):
         assert code == 1 and out == "" and err == want, err
 
 
-@pytest.mark.slow
-@settings(max_examples=40)
-@given(folder=st.sampled_from(sorted(p.name for p in CONFIGS.iterdir() if p.is_dir())), data=st.data())
-def test_any_two_field_values_are_imported_or_refused_with_located_errors(call, folder, data, tmp_path_factory):
-    """Two fields changed at once: a spec, or located problems (each field's own), never
-    another exception: the stand-ins a bad field leaves the mapping are values it accepts."""
+def _import_with_fields_drawn(call, folder, data, tmp_path_factory, fields: int):
+    """`import` of a fixture whose `fields` distinct fields hold drawn values: (exit code,
+    stdout), having checked it either imported or refused with problems located in the file."""
     config = json.loads((CONFIGS / folder / "config.json").read_text())
-    for key in data.draw(st.lists(st.sampled_from(sorted(config)), min_size=2, max_size=2, unique=True)):
+    for key in data.draw(st.lists(st.sampled_from(sorted(config)), min_size=fields, max_size=fields, unique=True)):
         config[key] = data.draw(VALUES)
     cfg = tmp_path_factory.mktemp("cfg") / "config.json"
     cfg.write_text(json.dumps(config, indent=2))
@@ -278,6 +275,16 @@ def test_any_two_field_values_are_imported_or_refused_with_located_errors(call, 
     assert code in (0, 1) and "Traceback" not in err
     if code == 1:
         assert err and all(line.startswith(str(cfg)) for line in err.splitlines()), err
+    return code, out
+
+
+@pytest.mark.slow
+@settings(max_examples=40)
+@given(folder=st.sampled_from(sorted(p.name for p in CONFIGS.iterdir() if p.is_dir())), data=st.data())
+def test_any_two_field_values_are_imported_or_refused_with_located_errors(call, folder, data, tmp_path_factory):
+    """Two fields changed at once: a spec, or located problems (each field's own), never
+    another exception: the stand-ins a bad field leaves the mapping are values it accepts."""
+    _import_with_fields_drawn(call, folder, data, tmp_path_factory, 2)
 
 
 @pytest.mark.slow
@@ -287,16 +294,8 @@ def test_any_two_field_values_are_imported_or_refused_with_located_errors(call, 
 def test_any_field_value_is_imported_or_refused_with_a_located_error(call, folder, data, tmp_path_factory):
     """Whatever one field holds, import gives a spec a study loads, or located problems: never
     another exception."""
-    config = json.loads((CONFIGS / folder / "config.json").read_text())
-    key = data.draw(st.sampled_from(sorted(config)))
-    config[key] = data.draw(VALUES)
-    cfg = tmp_path_factory.mktemp("cfg") / "config.json"
-    cfg.write_text(json.dumps(config, indent=2))
-    code, out, err = call("import", "-q", cfg)
-    assert code in (0, 1) and "Traceback" not in err
-    if code == 1:
-        assert err and all(line.startswith(str(cfg)) for line in err.splitlines()), err
-    else:
+    code, out = _import_with_fields_drawn(call, folder, data, tmp_path_factory, 1)
+    if code == 0:
         assert out.startswith("# A model spec imported")
 
 
