@@ -20,7 +20,7 @@ import numpy as np
 
 from rooflinec.serving import measurements, validate_runs
 from rooflinec.serving.calibrate import NEGLIGIBLE_S
-from rooflinec.serving import calibration, disagg, engines, fitting, intervals, rows, workload
+from rooflinec.serving import calibration, disagg, engines, fitting, intervals, request_bounds, rows, workload
 from rooflinec.serving import stepcost as sc
 from rooflinec.serving.serving_model import Unpredictable
 
@@ -111,21 +111,19 @@ def _intervals(band: dict, tpot: float, ttft: float) -> dict:
 
 
 def prompt_alone(case) -> float:
-    """The mean TTFT bound: each measured request's prompt prefilled alone in one step at the
-    bound (no queue, no other work, no front-end latency), the least any schedule can give it.
+    """The mean TTFT bound: each measured request's prompt prefilled alone at the bound (no
+    queue, no other work, no front-end latency), the least any schedule can give it, priced by
+    its one owner, `request_bounds.per_request` (`simulate --bound`'s: the overlapped rule over
+    the step's kernels, the collectives' least time, the least-work routing of one prompt).
     Where the engine caches prefixes and the benchmark reuses prompts, a request whose prompt
     was sent before may find all of it cached but the last token (whatever the eviction), so
     its least work is that one token over the cached context; a prompt's first sending
     (aiperf's first pass over the dataset) prefills it all."""
-    isl, work = case.row.isl, case.least_work.workload
-    x = np.zeros((2, len(sc.FEATURES)))
-    x[:, [sc.ONE, sc.LOGITS, sc.CHUNKS]] = 1
-    for i, prefix in enumerate((0, isl - 1)):     # the whole prompt; its last token alone
-        sc.attend(x[i], case.step.window, np.zeros(0, np.int64), np.array([prefix]), np.array([isl - prefix]))
-        x[i, sc.TOKENS] = isl - prefix
-    full, last = case.step.durations(x, sc.BOUND)
+    isl, work = np.array([case.row.isl]), case.least_work.workload
+    full = float(request_bounds.per_request(case.step, isl, cached=False)[0][0])
     if not (case.policy.prefix_caching and work.reused):
-        return float(full)
+        return full
+    last = float(request_bounds.per_request(case.step, isl, cached=True)[0][0])
     first = np.arange(work.total)[case.least_work.measured] < work.unique_prompts
     return float(np.where(first, full, last).mean())
 
