@@ -175,6 +175,19 @@ def test_per_request_bounds_hold_on_every_visible_aggregated_row(visible):
 
 
 @pytest.mark.slow
+def test_no_visible_rows_interval_reaches_below_its_bound(visible):
+    """Every aggregated row predicted with the shipped calibration and its band: each end of
+    the mean TPOT's and mean TTFT's intervals is at or above the row's printed bound (no run is
+    faster than the bound), and the interval is not empty."""
+    table = calibration.load(calibration.shipped())
+    recs = [validation.record(c, table.of(*c.group), table.intervals) for c in visible if c.predicted]
+    assert len(recs) == 538
+    below = [(r["row_id"], w) for r in recs for w in ("tpot", "ttft")
+             if not r[f"{w}_bound_s"] <= r[f"{w}_interval_s"][0] <= r[f"{w}_interval_s"][1]]
+    assert below == []
+
+
+@pytest.mark.slow
 def test_shipped_simulator_calibration_is_the_fit_of_the_visible_rows(visible, tmp_path):
     """What `rooflinec calibrate --simulate` writes (its document, `validation.calibrate`), on
     the schedules simulated once for this module."""

@@ -89,23 +89,26 @@ def record(case: fitting.Case, p: sc.Parameters, band: dict | None = None) -> di
         return {**rec, "predicted": False, "reason": case.reason}
     ttft, tpot = case.means(p)
     ttft_sched = case.means(sc.BOUND)[0]
-    tpot_lo = case.bound_means()[1]
+    tpot_lo, ttft_lo = case.bound_means()[1], prompt_alone(case)
     res = case.result
     return {**rec, "predicted": True, "tpot_s": tpot, "ttft_s": ttft, "tpot_bound_s": tpot_lo,
-            "ttft_bound_s": prompt_alone(case), "ttft_schedule_bound_s": ttft_sched,
+            "ttft_bound_s": ttft_lo, "ttft_schedule_bound_s": ttft_sched,
             "decode_bound_s": _decode_bound(case),
             "tpot_error": tpot / r.tpot_s - 1, "ttft_error": ttft / r.ttft_s - 1,
             "queue_share": case.retimer.queue_share(p), "preemptions": res.preemptions,
             "mean_batch": float((res.timeline[:, 1] * res.timeline[:, 2]).sum() / res.timeline[:, 1].sum()),
-            "kv_cache_tokens": res.capacity_tokens, **(_intervals(band, tpot, ttft) if band else {})}
+            "kv_cache_tokens": res.capacity_tokens,
+            **(_intervals(band, {"tpot": (tpot, tpot_lo), "ttft": (ttft, ttft_lo)}) if band else {})}
 
 
-def _intervals(band: dict, tpot: float, ttft: float) -> dict:
+def _intervals(band: dict, predicted: dict) -> dict:
     """The measured means the interval allows around the predicted ones (`band`: the log
-    residual quantiles, as `intervals.band_of` gives them)."""
+    residual quantiles, as `intervals.band_of` gives them; `predicted`: per figure, the
+    prediction and the row's bound), each end no lower than the bound (`intervals.interval`'s
+    floor, as the disaggregated intervals take theirs): no run is faster than its bound."""
     out = {}
-    for what, y in (("tpot", tpot), ("ttft", ttft)):
-        lo, hi = intervals.interval(y, *band[what])
+    for what, (y, floor) in predicted.items():
+        lo, hi = intervals.interval(y, *band[what], floor)
         out[f"{what}_interval_s"] = [float(lo), float(hi)]
     return out
 
