@@ -665,3 +665,31 @@ def test_an_unknown_engine_is_a_usage_error_naming_the_known_ones():
     assert code == 2 and out == ""
     line = err.strip().splitlines()[-1]
     assert "unknown engine 'trtlm'" in line and all(e in line for e in ("trtllm", "vllm", "sglang"))
+
+
+@pytest.mark.slow
+def test_the_plan_says_which_calibration_fit_priced_it():
+    """Without --engine the pooled fit prices every device and the output says so; with an
+    engine the calibration fitted on that device, that engine's (device, engine, kind) group
+    prices it (other predictions), and where it lacks the group the line says what stood in."""
+    base = ("plan", "llama-3.1-8b", "--slo", "tpot<=30ms", "--devices", "h200-sxm,h100-sxm", "--gpus", "1",
+            "--concurrency", "1,16")
+    table = calibration.load(calibration.shipped())
+    assert ("h200-sxm", "vllm", "dense") in table.groups and ("h100-sxm", "vllm", "dense") not in table.groups
+    docs = {}
+    for engine in ("", "vllm"):
+        flags = ("--engine", engine) if engine else ()
+        code, out, err = _cli(*base, *flags, "--json")
+        assert code == 0, err
+        docs[engine] = json.loads(out)
+        code, text, err = _cli(*base, *flags)
+        assert code == 0, err
+        line = [x for x in text.splitlines() if x.startswith("priced by: ")]
+        assert len(line) == 1 and all(f"{d}: {w}" in line[0] for d, w in docs[engine]["calibration"]["priced_by"].items())
+    pooled, own = docs[""]["calibration"]["priced_by"], docs["vllm"]["calibration"]["priced_by"]
+    assert set(pooled.values()) == {"the pooled fit of every device and engine (no --engine named)"}
+    assert own["h200-sxm"] == "the calibration's (h200-sxm, vllm, dense) fit"
+    assert "pooled" not in own["h100-sxm"] and "vllm" in own["h100-sxm"]    # composed: vllm's host times
+    tpot = {e: {r["device"]: r["prediction"]["tpot_s"] for rows in d["best_per_device"].values() for r in rows}
+            for e, d in docs.items()}
+    assert tpot[""]["h200-sxm"] != tpot["vllm"]["h200-sxm"]

@@ -81,7 +81,10 @@ def register(sub, streams, parents=()) -> None:
                    f"{storage.GEMM_RULE} (the dequantisation FLOPs counted, the bytes at the format), as serve and simulate")
     s.add_argument("--kv-cache", metavar="LIST", help=f"KV-cache formats to try (default: {','.join(DEFAULT_KV)})")
     s.add_argument("--engine", default="", metavar="NAME",
-                   help="the calibration's (device, engine) parameters (default: the pooled fit)")
+                   help="price the plan with the calibration's fit of this engine on each device (its "
+                        "(device, engine, kind of model) group where the calibration has it, else as "
+                        "`simulate` resolves a group it lacks); default: the pooled fit of every device and "
+                        "engine, which may price faster than the engine that will serve. The output names the fit that priced each device")
     s.add_argument("--calibration", metavar="FILE", help="simulator calibration (default: the shipped one)")
     s.add_argument("--simulate", metavar="ENGINE", help="replay the frontier's single-group configurations and disaggregated pairs in the "
                    "serving simulator under an engine's scheduler (trtllm, vllm, sglang or a YAML); a budget "
@@ -214,6 +217,7 @@ def cmd_plan(args, stdout, stderr) -> int:
     out = document(model, devices, work, slo, res, prices, args, engine,
                    table.source or os.path.basename(args.calibration or calibration.shipped()),
                    _band_of(table, model, engine, kind))
+    out["calibration"]["priced_by"] = {d.key: _priced_by(table, d.key, engine, kind) for d in devices}
     if args.simulate:
         policy = engines.load(args.simulate)
         rows = [{**r, "isl": work.isl, "osl": work.osl} for r in out["frontier"]]
@@ -229,6 +233,13 @@ def cmd_plan(args, stdout, stderr) -> int:
     out.pop("_table")
     stdout.write(json.dumps(out, indent=1) + "\n" if args.json else text(out))
     return 0
+
+
+def _priced_by(table, device: str, engine: str, kind: str) -> str:
+    """Which of the calibration's fits prices `device`'s deployments (`Table.fit`'s words)."""
+    if not engine:
+        return "the pooled fit of every device and engine (no --engine named)"
+    return table.fit(device, engine, kind)[1]
 
 
 def _band_of(table, model, engine: str, kind: str):
@@ -378,6 +389,7 @@ def text(out: dict) -> str:
              + ("" if out["aggregated_only"] else ", aggregated and disaggregated (prefill : decode workers)"),
              f"TPOT, TTFT and tokens/s are predictions (calibration: {out['calibration']['source']}, "
              f"{out['calibration']['engine']}); '>= bound' and '<= bound' are bounds (datasheet peaks, no overheads);",
+             "priced by: " + "; ".join(f"{dev}: {where}" for dev, where in out["calibration"]["priced_by"].items()),
              "J/tok: predicted, at the device's TDP (board power limit / predicted tokens/s per GPU; a prediction, not a bound); $ per million tokens from the price table ($/GPU-hour), blank where a device has no price", "",
              f"searched {out['searched']} configurations: {out['feasible']} meet the SLO "
              + (f"({out['searched'] - out['feasible']} pruned, why at the end)" if out["pruned"] else "(none pruned)")]
