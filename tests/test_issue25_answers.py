@@ -219,22 +219,29 @@ def test_bench_compile_step_runs():
 # --- items 6 and 8: one answer per question ------------------------------------------------
 
 @pytest.mark.slow
-def test_serve_at_tp_answers_for_the_group_with_its_collectives(call):
+def test_serve_at_tp_answers_for_the_group_with_its_collectives(call, tmp_path):
     # Issue 25 item 6: `serve llama-3.1-70b --tp 4 --dtype fp8` said 190.8 tokens/s (no
-    # all-reduces), reports/llama70b-tp-fp8.md's tensor-parallel view 175.4 (with them). Both
-    # now count the step's all-reduces after its kernels, each at its least time (the payload
-    # once over the link, one latency; the ring's 175.4 was no bound): one answer, 188.0.
+    # all-reduces), reports/llama70b-tp-fp8.md's tensor-parallel view 175.4 (with them, the
+    # ring's: no bound). Both count the step's all-reduces at their least time (the payload
+    # once over the link, one latency), beside the kernels: a bound takes max(kernels,
+    # collectives), since an engine may overlap them (with them after the kernels it was 188.0,
+    # 5.320 ms a step). At batch 1 the kernels' 5.240 ms outlast the all-reduces, so the bound
+    # is the kernels': 1 / 5.240 ms = 190.8 again, one answer. The view is built from the study
+    # here, not read from the shipped report.
     code, out, _ = call("serve", "llama-3.1-70b", "--device", "h100-sxm", "--tp", "4", "--dtype", "fp8")
     assert code == 0
     assert out.startswith("Llama-3.1-70B on 4 × NVIDIA H100")
     assert "(h100-sxm), tp 4, fp8" in out
-    assert "≤ 188.0 tokens/s at batch 1" in out
-    report = json.loads((ROOT / "reports" / "llama70b-tp-fp8.json").read_text(encoding="utf-8"))
+    assert "≤ 190.8 tokens/s at batch 1" in out
+    code, _, err = call("build", str(ROOT / "specs" / "llama70b-tp-fp8.yaml"), "--out", str(tmp_path), "--format", "json")
+    assert code == 0, err
+    report = json.loads((tmp_path / "llama70b-tp-fp8.json").read_text(encoding="utf-8"))
     view = next(s for s in report["sections"] if s["kind"] == "parallel_view")
     h100 = next(d for d in view["devices"] if d["key"] == "h100-sxm")
     row = next(r for st in h100["steps"] if st["phase"] == "decode" and st["workload"]["batch"] == 1
                for r in st["rows"] if r["tp"] == 4)
-    assert row["tokens_per_s_group"] == pytest.approx(188.0, abs=0.05)
+    assert row["tokens_per_s_group"] == pytest.approx(190.8, abs=0.05)
+    assert row["comm_s"] < row["step_s"] == pytest.approx(row["compute_s"] + row["memory_s"], rel=1e-12)
 
 
 def test_a_study_with_a_parallel_block_answers_for_its_deployment():

@@ -314,7 +314,10 @@ def test_parallel_view_smallest_tp_and_latency_bound_decode(tmp_path):
     assert dev["smallest_tp"] == [2]
     decode = next(st for st in dev["steps"] if st["phase"] == "decode")
     tp8 = decode["rows"][-1]
-    assert tp8["tp"] == 8 and tp8["step_s"] == pytest.approx(tp8["compute_s"] + tp8["memory_s"] + tp8["comm_s"])
+    # a figure read as a bound: the collectives beside the kernels (an engine may overlap them)
+    kernels = tp8["compute_s"] + tp8["memory_s"]
+    assert tp8["tp"] == 8 and tp8["step_s"] == pytest.approx(max(kernels, tp8["comm_s"]))
+    assert tp8["step_s"] < kernels + tp8["comm_s"]
     assert tp8["tokens_per_s_per_device"] == pytest.approx(1 / tp8["step_s"] / 8)
     # a 16 KiB all-reduce: 14 x 0.47 us of latency against 28,672 B / 450 GB/s = 64 ns
     assert "o_proj_all_reduce" in tp8["latency_bound"]

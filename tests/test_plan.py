@@ -207,22 +207,26 @@ def _serve_at(model, dev, knob, value, tp=8, batch=64, context=8192, weights="bf
 @pytest.mark.slow
 def test_the_peak_solve_inverts_serves_overlapped_step_golden(llama70b_step):
     """A user trial: `plan --solve peak` (70B, tp 8, B 64, S 8192, TPOT <= 20 ms) printed 85.39 TFLOP/s,
-    solved on a kernel-by-kernel sum, while `serve` on an H100 copy at 70 TFLOP/s prints an 18.83 ms
-    step. The arithmetic from serve's own figures alone: its compute term is a + F / P (the vector ops
-    a, the tensor FLOPs F over the bf16 peak P), so two serve runs give F and a; the collectives c
-    are serve's too; the smallest P is F / (20 ms - a - c)."""
+    solved on a kernel-by-kernel sum, while `serve` on an H100 copy at 70 TFLOP/s prints an 18.35 ms
+    step (18.83 ms while the collectives' 0.483 ms came after the kernels; a bound now takes
+    max(kernels, collectives), an engine may overlap them). The arithmetic from serve's own figures
+    alone: its compute term is a + F / P (the vector ops a, the tensor FLOPs F over the bf16 peak P),
+    so two serve runs give F and a; the collectives c are serve's too, beside the compute term, so
+    the compute branch alone must meet 20 ms: the smallest P is F / (20 ms - a) (it was
+    F / (20 ms - a - c) = 65.81 TFLOP/s with them after)."""
     model, step = llama70b_step
     dev = quick._device("h100-sxm")
     p1, p2 = 70e12, dev.peak("matrix", "bf16")
     r1, r2 = _serve_at(model, dev, "peak", p1), _serve_at(model, dev, "peak", p2)
-    assert r1["time_s"] < 0.020 and r1["time_s"] == pytest.approx(0.01883, abs=5e-6)   # serve meets it at 70
+    assert r1["time_s"] < 0.020 and r1["time_s"] == pytest.approx(0.01835, abs=5e-6)   # serve meets it at 70
+    assert r1["time_s"] == max(r1["compute_s"], r1["memory_s"], r1["comm_s"]) == r1["compute_s"]
     flops = (r1["compute_s"] - r2["compute_s"]) / (1 / p1 - 1 / p2)
     vector = r1["compute_s"] - flops / p1
     assert flops == pytest.approx(1.284e12, rel=1e-3) and 0 <= vector < 1e-5
-    expected = flops / (0.020 - vector - r1["comm_s"])          # 1.284e12 / 19.51 ms = 65.81 TFLOP/s
+    expected = flops / (0.020 - vector)          # 1.284e12 / 19.995 ms = 64.22 TFLOP/s
     s = inverse.solve(step, "peak", sp.Rational(20, 1000))
     assert float(s.value) == pytest.approx(expected, rel=1e-9)
-    assert float(s.value) == pytest.approx(65.81e12, rel=1e-4) and float(s.value) < 70e12 < 85.39e12
+    assert float(s.value) == pytest.approx(64.22e12, rel=1e-4) and float(s.value) < 70e12 < 85.39e12
     assert s.setter == "compute" and s.met_at and s.missed_below
 
 

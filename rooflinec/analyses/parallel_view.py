@@ -1,6 +1,7 @@
 """One device's share of a model split over tp devices: memory fit, step time with its
 collectives (at the least time any correct algorithm takes, `collectives.least_time`, as every
-roofline figure that may be read as a bound), tokens/s per GPU, and the smallest tp that fits."""
+roofline figure that may be read as a bound) beside the kernels, max(kernels, collectives)
+(`roofline.combine`), tokens/s per GPU, and the smallest tp that fits."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import sympy as sp
 from rooflinec.cost import collectives as C
 from rooflinec.cost import parallel as par
 from rooflinec.analyses import analysis
+from rooflinec.base.roofline import combine
 from rooflinec.model.symbols import B, S
 
-OVERLAP = {True: "communication overlaps compute: a step takes max(kernels, collectives)",
-           False: "communication does not overlap compute: collectives add to the step time"}
+OVERLAP = ("a step takes max(kernels, collectives), whatever parallel.overlap says: an engine may "
+           "overlap communication with compute, so the sum would bound nothing")
 
 
 def _memory(ctx, device, tp: int, workloads) -> dict:
@@ -23,7 +25,7 @@ def _memory(ctx, device, tp: int, workloads) -> dict:
             "kv_replicated": par.kv_replicated(ctx.model, tp)}
 
 
-def _step(ctx, device, phase: str, variant: str, tp: int, workload: dict, overlap: bool) -> dict:
+def _step(ctx, device, phase: str, variant: str, tp: int, workload: dict) -> dict:
     w = {B: workload["batch"], S: workload["context"]}
     program = ctx.program(phase, variant, device, tp)
     led = ctx.ledger(program, device, w)
@@ -32,7 +34,7 @@ def _step(ctx, device, phase: str, variant: str, tp: int, workload: dict, overla
     compute = sum(r.roof.time for r in led.rows if r.roof.bound == "compute")
     memory = led.time - compute
     comm_s = sum(c.time for c in comm)
-    step = max(led.time, comm_s) if overlap else led.time + comm_s
+    step = combine(led.time, comm_s, True)     # a figure read as a bound: the collectives beside the kernels
     dep = ctx.deployment(tp)
     # the group that steps together, tp x attention_dp devices; each attention-DP rank its own batch
     gpus = dep.group
@@ -53,14 +55,13 @@ def _step(ctx, device, phase: str, variant: str, tp: int, workload: dict, overla
 def parallel_view(ctx, params) -> dict:
     for i, tp in enumerate(params.tp):
         ctx.check_tp(tp, ("analyses", "parallel_view", "tp", i))
-    overlap = ctx.parallel.overlap
     devices = []
     for dev in ctx.devices_named(("analyses", "parallel_view", "devices"), params.devices):
         memory = [_memory(ctx, dev, tp, params.workloads) for tp in sorted(params.tp)]
         smallest = [next((m["tp"] for m in memory if m["fits"][i]), None)
                     for i in range(len(params.workloads))]
         steps = [{"phase": phase, "workload": w,
-                  "rows": [_step(ctx, dev, phase, params.variant, tp, w, overlap) for tp in sorted(params.tp)]}
+                  "rows": [_step(ctx, dev, phase, params.variant, tp, w) for tp in sorted(params.tp)]}
                  for phase in params.phases for w in params.workloads]
         link = {"name": dev.link or None, "bandwidth": dev.link_bandwidth,
                 "latency": dev.link_latency, "domain": dev.link_domain}
@@ -68,7 +69,7 @@ def parallel_view(ctx, params) -> dict:
                         "memory": memory, "smallest_tp": smallest, "steps": steps})
     return {"variant": params.variant, "dtype": ctx.dtype, "tps": sorted(params.tp),
             "weights_format": ctx.weights_format(), "kv_format": ctx.storage("kv_cache"),
-            "workloads": params.workloads, "overlap": OVERLAP[overlap], "devices": devices,
+            "workloads": params.workloads, "overlap": OVERLAP, "devices": devices,
             "kv_heads": ctx.model.n_kv_heads, "pp": ctx.parallel.pp, "ep": ctx.parallel.ep,
             **({"attention_dp": ctx.parallel.attention_dp} if ctx.parallel.attention_dp > 1 else {}),
             "experts": ctx.model.moe.experts if getattr(ctx.model, "moe", None) else None}

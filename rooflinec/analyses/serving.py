@@ -4,8 +4,9 @@ A step's lower bound is max(compute, memory) over the whole step, where compute 
 op's FLOPs over its unit's peak and memory is every byte over the bandwidth: perfect overlap
 of ops, so no kernel can beat it (decode_view sums per-op maxima instead, a tighter estimate
 that assumes no overlap between ops). A tensor-parallel step's collectives take the least
-time any correct algorithm does (`collectives.least_time`), after the kernels or beside
-them (`parallel.overlap`). Memory fit counts weights and the KV cache only.
+time any correct algorithm does (`collectives.least_time`), beside the kernels: max(kernels,
+collectives) whatever `parallel.overlap` says (`roofline.combine`: an engine may overlap
+them, so the sum bounds nothing). Memory fit counts weights and the KV cache only.
 Every figure here is a bound, so the steps are lowered under lower.LEAST_WORK (the masked
 half skipped, last-token logits, one QKV GEMM), whatever conventions the study's ledgers state.
 """
@@ -18,7 +19,7 @@ from rooflinec.cost import efficiency as E
 from rooflinec.cost import kvcache, piecewise
 from rooflinec.model import window
 from rooflinec.analyses import analysis
-from rooflinec.base.roofline import bandwidth_utilisation
+from rooflinec.base.roofline import bandwidth_utilisation, combine
 from rooflinec.model.lower import LEAST_WORK
 from rooflinec.model.symbols import B, S
 from rooflinec.base.units import parse_quantity
@@ -49,10 +50,11 @@ def _terms(ctx, phase: str, variant: str) -> dict:
 
 
 def _bound(step: _Step, batch, context) -> dict:
-    """The step's time: the overlapped terms, and the collectives after them (or beside them
-    where the study's `parallel.overlap` says communication overlaps compute)."""
+    """The step's bound: the overlapped terms and the collectives beside them, whatever the
+    study's `parallel.overlap` (`roofline.combine`: an engine may overlap them, so only the max
+    bounds the step)."""
     roof, comm = step.terms.roof(batch, context), step.comm(batch, context)
-    time = max(roof.time, comm) if step.ctx.parallel.overlap else roof.time + comm
+    time = combine(roof.time, comm, True)
     return {"compute_s": roof.t_compute, "memory_s": roof.t_memory, "comm_s": comm, "time_s": time,
             "bound": dominant(roof, comm), "tokens_per_s": batch * step.ctx.parallel.attention_dp / time}
 
@@ -153,8 +155,8 @@ def _deployment(ctx) -> dict | None:
     moe = getattr(ctx.model, "moe", None) is not None    # moe_tp: each expert's width, as the deployment splits it
     return {"gpus": dep.group, "tp": p.tp, "ep": p.ep, "attention_dp": p.attention_dp,
             **({"moe_tp": dep.expert_tp} if moe else {}),
-            "collectives": "beside the kernels (communication overlaps compute)" if p.overlap
-            else "after the kernels (communication does not overlap compute)"}
+            "collectives": "beside the kernels, max(kernels, collectives): a bound whatever "
+                           "parallel.overlap says (an engine may overlap communication with compute)"}
 
 
 @analysis("serving", "Serving bounds")

@@ -21,6 +21,16 @@ def larger(a, b):
     return np.maximum(a, b)
 
 
+def combine(kernels, link, overlapped: bool):
+    """A step's time from its kernels' seconds and its collectives' (link) seconds: their max
+    where communication may overlap compute, else the link after the kernels. Every printed
+    bound passes overlapped=True whatever a spec says (an engine that overlaps them, two-batch
+    overlap, an asynchronous all-reduce, DeepEP's, approaches the max, so the sum bounds
+    nothing; the serving simulator's bound: `stepcost.bounding`); predictions pass their own
+    rule (the simulator's: the link after; a study's `parallel.overlap`)."""
+    return larger(kernels, link) if overlapped else kernels + link
+
+
 def compute_time(flops, peak):
     """FLOPs / peak: seconds at the unit's peak."""
     return flops / peak

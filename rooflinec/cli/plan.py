@@ -480,7 +480,7 @@ def _solve(args, model, slo, stdout) -> int:
             c = sp.simplify(varying * inverse.X)
             what = {"bandwidth": "bytes the whole step moves", "peak": "FLOPs of the step's tensor ops in "
                     f"{dep.gemm_dtype}", "link": "bytes the collectives send over the scale-up link"}[args.solve]
-            rule = ("max(compute, memory, collectives)" if step.overlap else "max(compute, memory) + collectives")
+            rule = "max(compute, memory, collectives)"     # a bound's, whatever parallel.overlap says
             out = {**head, "target_tpot_s": slo.tpot_s, "value": float(s.value) / scale, "exact": str(s.value),
                    "rule": f"serve's step bound: {rule}, compute = sum FLOPs / peak, memory = sum bytes / "
                            "bandwidth over the whole step (overlapped), collectives at their least time",

@@ -43,9 +43,10 @@ least work a correct kernel does, printed with them: the masked half of the prom
 skipped, logits for the last prompt token only, one fused QKV GEMM, biases in the GEMM epilogue.
 
 With --tp N the model is split over N devices (Megatron-LM tensor parallelism): memory is one
-device's share of the weights and KV cache, a step is one device's kernels followed by its
-collectives at the least time any correct algorithm takes (an all-reduce: its payload once
-over the link plus one latency; not overlapping compute), and tokens/s are the group's, as the N
+device's share of the weights and KV cache, a step is bounded by the larger of one device's
+kernels and its collectives at the least time any correct algorithm takes (an all-reduce: its
+payload once over the link plus one latency; an engine may overlap them with compute, so the
+bound takes max(kernels, collectives), not their sum), and tokens/s are the group's, as the N
 devices step together.
 --weights and --kv-cache store those tensors in their own formats. The GEMMs run by one rule,
 the one plan and simulate use: at the weights' format where the device has a tensor peak for it,
@@ -614,7 +615,7 @@ def turning(section: dict, crossover: dict) -> str:
         return f"decode {'turns' if c['first'] is not None else 'stays'} {kernels} (step bound, overlapped)"
     kernels = f"{'turn' if c['first'] is not None else 'stay'} {kernels}"
     return (f"decode is collectives-bound at batch {', '.join(f'{b:,}' for b in bound_by)} (its collectives, "
-            f"after the kernels, outlast them); its kernels {kernels} (overlapped)")
+            f"outlast the kernels); its kernels {kernels} (overlapped)")
 
 
 def summary(model, device, setup: str, section: dict, dtype: str | None = None, config=None,

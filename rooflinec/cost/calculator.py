@@ -147,7 +147,6 @@ def calculator(bench, report: dict) -> dict | None:
     context, prompt = first["decode"][0]["context"], first["prefill"][0]["prompt"]
     data = {"variant": variant, "dtype": bench.dtype, "tps": degrees, "tp": bench.parallel.tp,
             "ranks": bench.parallel.attention_dp,   # attention-DP ranks: each steps its own B sequences
-            "overlap": bool(bench.parallel.overlap),
             "memory": {str(tp): _memory(bench, tp) for tp in degrees},
             "formats": [dict(f, f_dq=quant.dequant_flops(f["name"], bench.dtype)) for f in formats()],
             **({"experts": bench.storage(quant.EXPERTS)} if _experts_apart(bench) else {}),

@@ -4,16 +4,17 @@ which a deployment's decode step meets a time (or memory) target, solved exactly
 The rule solved is the one `serve` prints for the step (analyses/serving.py, one owner): the
 overlapped step bound, max(sum FLOPs / peak, sum bytes / bandwidth) over the whole program
 under the least-work conventions (`efficiency.step_terms`, the terms serve's step takes),
-plus the tensor-parallel collectives at the least time any correct algorithm takes
-(`workbench.communication` at `collectives.LEAST`, serve's), after the kernels, or beside them
-where the study's `parallel.overlap` says so. The study is serve's own (`cli/plan.py` builds it
-as `serve` does), so T(x) with x at the device's figure is serve's printed step.
+and the tensor-parallel collectives at the least time any correct algorithm takes
+(`workbench.communication` at `collectives.LEAST`, serve's), beside the kernels whatever the
+study's `parallel.overlap` (`roofline.combine`, a bound's rule). The study is serve's own
+(`cli/plan.py` builds it as `serve` does), so T(x) with x at the device's figure is serve's
+printed step.
 
 With x one of W (memory bandwidth), P (the tensor peak of the GEMMs' dtype, serve's compute
 dtype: `Deployment.gemm_dtype`, bf16 for fp4 weights on Hopper, weight-only; the peaks of ops
 in other dtypes and the vector peak stay) or L (the scale-up link's bandwidth), every term is
-a + c / x with c >= 0, so T(x) = max(compute(x), memory(x)) + comm(x) is non-increasing, and
-T(x) <= target exactly where each branch of the max, with the collectives, meets it. sympy
+a + c / x with c >= 0, so T(x) = max(compute(x), memory(x), comm(x)) is non-increasing, and
+T(x) <= target exactly where each branch of the max meets it. sympy
 solves each branch's a + c / x = target exactly; the answer is the largest of the branches'
 smallest x (a branch not depending on x either always meets the target or never: then no x
 does, Unreachable). The branch that gives the answer is the binding term.
@@ -59,7 +60,6 @@ class Step:
     comm_fixed: sp.Rational       # seconds of the collectives not over the scale-up link, and latencies
     comm_volume: sp.Rational      # bytes the busiest device sends over the scale-up link
     link_bandwidth: sp.Rational | None
-    overlap: bool                 # collectives beside the kernels (max) rather than after them
     has_link_collectives: bool
 
 
@@ -87,7 +87,7 @@ def decode_step(bench, device, batch: int, context: int, variant: str = DEFAULT_
         fixed += exact(row.latency_s)
     return Step(sp.nsimplify(terms.compute.xreplace(at)), sp.nsimplify(terms.bytes.xreplace(at)) / _W,
                 exact(bench.peak(device, "matrix", gemm)), exact(device.bandwidth), fixed, volume,
-                None if scale_up is None else exact(scale_up), bench.parallel.overlap, on_link)
+                None if scale_up is None else exact(scale_up), on_link)
 
 
 def parts(step: Step, knob: str, x=X) -> dict:
@@ -101,11 +101,9 @@ def parts(step: Step, knob: str, x=X) -> dict:
 
 
 def time_of(step: Step, knob: str, x=X):
-    """T(x): serve's step bound with `knob` replaced by x."""
+    """T(x): serve's step bound with `knob` replaced by x, max(compute, memory, collectives)."""
     t = parts(step, knob, x)
-    if step.overlap:
-        return sp.Max(t["compute"], t["memory"], t["collectives"])
-    return sp.Max(t["compute"], t["memory"]) + t["collectives"]
+    return sp.Max(t["compute"], t["memory"], t["collectives"])
 
 
 @dataclass(frozen=True)
@@ -122,10 +120,7 @@ class Solution:
 
 def _branches(step: Step, knob: str) -> dict:
     """Each branch of the max as the step it would be were it the larger: T <= target iff each meets it."""
-    t = parts(step, knob)
-    if step.overlap:
-        return dict(t)
-    return {"compute": t["compute"] + t["collectives"], "memory": t["memory"] + t["collectives"]}
+    return dict(parts(step, knob))
 
 
 def _smallest(branch: sp.Expr, target) -> sp.Rational | None:

@@ -32,7 +32,8 @@ class Parallel:
     dp: int = 1             # data parallel
     microbatches: int = 1   # per pipeline flush (training)
     zero: int = 0           # ZeRO stage across dp: 1 optimizer states, 2 + gradients, 3 + weights
-    overlap: bool = False   # communication overlaps compute (else it adds to the step)
+    overlap: bool = False   # the engine overlaps communication with compute; no bound reads it (every
+                            # bound takes max(kernels, collectives) whatever it says: roofline.combine)
 
 
 class Unshardable(ValueError):

@@ -9,10 +9,11 @@ routed experts cost what any routing must: the simulator's step model at its bou
 (`stepcost.Routed` at BOUND: the busiest rank serves at least ceil(dp x tokens x k / ep) routed
 rows and reads at least ceil(k / ep) experts; a step routed all local moves nothing, so no
 all-to-all). The other kernels are the same step model's; the step is bounded by the
-overlapped rule, max(sum of compute, sum of memory), at the datasheet peaks, plus the
+overlapped rule, max(sum of compute, sum of memory), at the datasheet peaks, and by the
 tensor-parallel collectives the serving bound times (`program_costs.collectives_s` at
-collectives.LEAST: the least time any correct algorithm takes, as the section's), after the
-kernels as the section's are.
+collectives.LEAST: the least time any correct algorithm takes, as the section's), overlapped
+with the kernels as the section's are (`roofline.combine`: max(kernels, collectives), what an
+engine overlapping them approaches).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from rooflinec.base import roofline
 from rooflinec.cost import collectives, program_costs
 from rooflinec.model.symbols import B, S
 from rooflinec.serving import stepcost as sc
@@ -64,7 +66,7 @@ def _step(model: sc.StepModel, x: np.ndarray, workload: dict, tokens: int, bytes
     dep = model.deployment
     _, comm = program_costs.collectives_s(dep, dep.device, workload, tokens, bytes_per_element, dep.formats(),
                                           collectives.LEAST)
-    time = max(compute, memory) + comm
+    time = roofline.combine(max(compute, memory), comm, True)
     bound = "collectives" if comm > max(compute, memory) else "compute" if compute >= memory else "memory"
     return {"compute_s": compute, "memory_s": memory, "comm_s": comm, "time_s": time, "bound": bound,
             "counts": (flops, memory * dep.device.bandwidth)}

@@ -51,7 +51,7 @@ from rooflinec.cost import parallel, program_costs
 from rooflinec.cost.deployment import Deployment
 from rooflinec.base.errors import DeviceLacks
 from rooflinec.base.quantities import gib
-from rooflinec.base.roofline import Roofline, roofline
+from rooflinec.base.roofline import Roofline, combine, roofline
 from rooflinec.spec.load import DTYPE_BYTES
 from rooflinec.model.symbols import B, S
 
@@ -156,11 +156,14 @@ class StepCost:
 
 
 def timed(step, eff: Efficiency):
-    """A step's time under `eff`: one step's fields, or many steps' stacked along axis 0."""
+    """A step's time under `eff`: one step's fields, or many steps' stacked along axis 0; at
+    BOUND the kernels and the collectives overlapped, else the collectives after the kernels."""
     kernels = Roofline(step.compute_s / eff.compute_fraction, step.memory_s / eff.bandwidth_fraction).time
     curves = getattr(step, "curve_s", None)
     if curves is not None:     # kernels priced by a per-op curve keep its time, the others eff's
         kernels = np.where(np.isnan(curves), kernels, curves)
+    if eff == BOUND:     # the bound's kernels and collectives overlapped (`roofline.combine`); the rest 0
+        return combine(kernels.sum(axis=-1), step.link_s, True)
     return (kernels.sum(axis=-1) + step.layers * eff.per_layer_s + eff.per_step_s
             + step.collectives * eff.per_collective_s + step.link_s)
 

@@ -60,6 +60,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rooflinec.base import roofline
 from rooflinec.serving import stepcost as sc
 from rooflinec.serving.engines import Policy
 from rooflinec.serving.workload import Workload
@@ -530,7 +531,20 @@ def run_times(model: sc.StepModel, sched: Schedule, p: sc.Parameters) -> np.ndar
     k = np.broadcast_to(sched.steps[:, None].astype(float), a.shape)
     sums = _max_of_lines(a / p.compute_fraction, b / p.compute_fraction,
                          c / p.bandwidth_fraction, d / p.bandwidth_fraction, k)
-    return sums.sum(axis=1) + sched.steps * (model.overheads(sched.x0, p) + model.routed_s(sched.x0, p))
+    if not sc.bounding(p):     # the prediction's sum, in its own order (the calibrations' bytes)
+        return sums.sum(axis=1) + sched.steps * (model.overheads(sched.x0, p) + model.routed_s(sched.x0, p))
+    return bound_runs(model, sched, sums.sum(axis=1))
+
+
+def bound_runs(model: sc.StepModel, sched: Schedule, kernels: np.ndarray) -> np.ndarray:
+    """Each run's bound from its kernels' seconds at the peaks (`kernels` [R]): the kernels and
+    the collectives overlapped over the run, max(sum of the kernels, sum of the link)
+    (`roofline.combine`), at most the sum over its steps of each step's max (every step's
+    link is the same in a run, its kernels grow), so a bound still."""
+    steps, x0 = sched.steps, sched.x0
+    routed, a2a = model.routed_split(x0, sc.BOUND)
+    extra = model.kernel_s(x0, sc.BOUND) - model.dense_s(x0, sc.BOUND)    # a speculative step's draft
+    return roofline.combine(kernels + steps * (routed + extra), steps * (model.link(x0, sc.BOUND) + a2a), True)
 
 
 def _lines(model, sched, kernels):
@@ -606,8 +620,8 @@ class Retimer:
         self.grow_w = np.repeat(w, int(grows.sum()), axis=1)                  # [2, R Kg]
         x = sched.x0 * steps[:, None]
         self.totals = w @ np.stack([steps, x[:, sc.DECODES] + x[:, sc.CHUNKS], x[:, sc.TOKENS]], axis=1)   # [2, 3]
-        # the bound's collectives (`StepModel.link` at BOUND), flat in a run: their share of (TTFT, TPOT)
-        self.bound_link = w @ model.link(x, sc.BOUND)                         # [2]
+        # the bound's (TTFT, TPOT): each run's kernels and collectives overlapped (`bound_runs`)
+        self.bound = w @ run_times(model, sched, sc.BOUND)                     # [2]
         # a MoE's routed experts depend on a step's tokens alone: flat in a run, their parts
         # (the bound's and the prediction's) computed once
         self.w, self.steps = w, steps
@@ -653,7 +667,7 @@ class Pool:
         self.totals = np.stack([r.totals for r in retimers])                 # [n, 2, 3]
         m = [r.model for r in retimers]
         self.fixed = np.array([[x.layers, x.collectives, x.link_s[0], x.link_s[1]] for x in m], float)
-        self.bound_link = np.stack([r.bound_link for r in retimers])         # [n, 2]
+        self.bound = np.stack([r.bound for r in retimers])                   # [n, 2]
         self.no_tpot = np.array([not r.has_tpot for r in retimers])
         self.routed = [i for i, r in enumerate(retimers) if r.routed]
         # the routed experts' parts of one model's schedules side by side: priced in one call
@@ -706,15 +720,16 @@ class Pool:
     def means(self, p: sc.Parameters) -> np.ndarray:
         """[n, 2]: mean TTFT (with the front end's latency) and mean TPOT (nan without a
         request of more than one output token)."""
-        layers, colls, link0, link1 = self.fixed.T
-        if sc.bounding(p):     # the collectives' least time, not the expected one-shot (`StepModel.link`)
-            link0, link1 = np.zeros_like(link0), np.zeros_like(link1)
-        per_step = layers * p.per_layer_s + p.per_step_s + colls * p.per_collective_s + link0
-        over = self.totals @ np.array([0.0, p.per_request_s, 0.0]) + self.totals[:, :, 0] * per_step[:, None] \
-            + self.totals[:, :, 2] * link1[:, None] + (self.bound_link if sc.bounding(p) else 0.0)
-        out = self.roofline(p.compute_fraction, p.bandwidth_fraction) + over
-        if self.routed:          # the others' share is 0
-            out[self.routed] += self.routed_share(p)
+        if sc.bounding(p):     # the kernels and the collectives overlapped per run (`bound_runs`)
+            out = self.bound.copy()
+        else:
+            layers, colls, link0, link1 = self.fixed.T
+            per_step = layers * p.per_layer_s + p.per_step_s + colls * p.per_collective_s + link0
+            over = self.totals @ np.array([0.0, p.per_request_s, 0.0]) + self.totals[:, :, 0] * per_step[:, None] \
+                + self.totals[:, :, 2] * link1[:, None]
+            out = self.roofline(p.compute_fraction, p.bandwidth_fraction) + over
+            if self.routed:          # the others' share is 0
+                out[self.routed] += self.routed_share(p)
         out[:, 0] += p.request_latency_s
         out[self.no_tpot, 1] = math.nan
         return out

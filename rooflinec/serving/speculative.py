@@ -158,17 +158,26 @@ class Speculative(sc.StepModel):
         return ((x @ self.compute.T).sum(axis=1), (x @ self.memory.T).sum(axis=1),
                 (y @ self.draft_compute.T).sum(axis=1), (y @ self.draft_memory.T).sum(axis=1))
 
-    def durations(self, x: np.ndarray, p: sc.Parameters) -> np.ndarray:
+    def _draft_s(self, x: np.ndarray, p: sc.Parameters) -> np.ndarray:
         y = self._draft_features(x)
-        draft = np.maximum((y @ self.draft_compute.T) / p.compute_fraction,
-                           (y @ self.draft_memory.T) / p.bandwidth_fraction).sum(axis=1)
-        return super().durations(x, p) + draft
+        return np.maximum((y @ self.draft_compute.T) / p.compute_fraction,
+                          (y @ self.draft_memory.T) / p.bandwidth_fraction).sum(axis=1)
 
-    def overheads(self, x: np.ndarray, p: sc.Parameters) -> np.ndarray:
-        """The target's overheads; the all-reduces carry the verification's k + 1 tokens."""
+    def durations(self, x: np.ndarray, p: sc.Parameters) -> np.ndarray:
+        """The target's step and the draft's kernels (at the bound among the kernels the
+        collectives may overlap: `stepcost.combine`)."""
+        if sc.bounding(p):
+            return super().durations(x, p)
+        return super().durations(x, p) + self._draft_s(x, p)
+
+    def kernel_s(self, x: np.ndarray, p: sc.Parameters) -> np.ndarray:
+        return super().kernel_s(x, p) + self._draft_s(x, p)
+
+    def link(self, x: np.ndarray, p: sc.Parameters) -> np.ndarray:
+        """The target's collectives; the all-reduces carry the verification's k + 1 tokens."""
         x = x.copy()
         x[:, sc.TOKENS] += self.draft.k * x[:, sc.DECODES]
-        return super().overheads(x, p)
+        return super().link(x, p)
 
 
 def target_model(dep: sc.Deployment) -> sc.StepModel:

@@ -14,7 +14,9 @@ and the tensor-parallel all-reduces: predicted one-shot over the scale-up link (
 2(n-1)/n of the payload and one latency each, as `serving_model` and the shipped calibration
 time them); at the bound (`Parameters` at BOUND) the serving bound's collectives at the
 least time any correct algorithm takes (`bound_link`, `collectives.least_time`: the
-all-reduce's payload once, one latency, on the link the workbench picks for the group).
+all-reduce's payload once, one latency, on the link the workbench picks for the group),
+beside the kernels: the bound step is max(kernels, collectives) (`roofline.combine`), what an
+engine overlapping communication with compute approaches; the prediction adds them after.
 
 A prompt chunk's attention: FLOPs from the prefill program's S^2 term as (p + c)^2 - p^2
 (the causal count of c queries after p keys), its query and output traffic over c tokens,
@@ -125,7 +127,8 @@ class Windowed(NotAffine):
 
 
 def bounding(p: Parameters) -> bool:
-    """Whether `p` asks for a lower bound (BOUND): routing then costs the least any routing can."""
+    """Whether `p` asks for a lower bound (BOUND): routing then costs the least any routing can,
+    and the step's collectives may overlap its kernels (`roofline.combine`)."""
     return p == BOUND
 
 
@@ -156,9 +159,13 @@ class Routed:
 
     def seconds(self, x: np.ndarray, p: Parameters, parts: tuple | None = None) -> np.ndarray:
         """The routed kernels' times under `p` (`parts`: this x's, computed before)."""
+        return roofline.combine(*self.split(x, p, parts), bounding(p))
+
+    def split(self, x: np.ndarray, p: Parameters, parts: tuple | None = None) -> tuple:
+        """(the routed kernels' seconds, the all-to-alls' seconds) per row under `p`."""
         compute, memory, link = parts or self.parts(x, bounding(p))
         achieved = p.bandwidth_fraction * p.expert_bandwidth_fraction   # a fraction of the peak, not a bandwidth
-        return np.maximum(compute / p.compute_fraction, memory / achieved).sum(axis=1) + link
+        return np.maximum(compute / p.compute_fraction, memory / achieved).sum(axis=1), link
 
 
 @dataclass(frozen=True)
@@ -183,19 +190,40 @@ class StepModel:
     peaks: np.ndarray | None = field(default=None, kw_only=True)
 
     def durations(self, x: np.ndarray, p: Parameters) -> np.ndarray:
-        """Step times for feature rows x [n, F]."""
+        """Step times for feature rows x [n, F]: the host's time, and the kernels' and the
+        collectives' combined (`roofline.combine`: at the bound their max)."""
+        if not bounding(p):     # the prediction's sum, in its own order (the calibrations' bytes)
+            return self.dense_s(x, p) + self.overheads(x, p) + self.routed_s(x, p)
+        routed, a2a = self.routed_split(x, p)
+        return self.host(x, p) + roofline.combine(self.kernel_s(x, p) + routed, self.link(x, p) + a2a, True)
+
+    def dense_s(self, x: np.ndarray, p: Parameters) -> np.ndarray:
+        """The kernels' seconds per step but the routed experts'."""
         kernels = np.maximum((x @ self.compute.T) / p.compute_fraction, (x @ self.memory.T) / p.bandwidth_fraction)
-        return kernels.sum(axis=1) + self.overheads(x, p) + self.routed_s(x, p)
+        return kernels.sum(axis=1)
+
+    def kernel_s(self, x: np.ndarray, p: Parameters) -> np.ndarray:
+        """Every kernel's seconds per step but the routed experts' (a speculative step adds its draft's)."""
+        return self.dense_s(x, p)
 
     def routed_s(self, x: np.ndarray, p: Parameters) -> np.ndarray:
         """The routed experts' kernels and all-to-alls per step (0 without a MoE): they depend
         on the tokens alone, so a run of steps whose context grows repeats them unchanged."""
         return np.zeros(len(x)) if self.routed is None else self.routed.seconds(x, p)
 
-    def overheads(self, x: np.ndarray, p: Parameters) -> np.ndarray:
+    def routed_split(self, x: np.ndarray, p: Parameters) -> tuple:
+        """(the routed experts' kernels, their all-to-alls) per step (0, 0 without a MoE)."""
+        return (np.zeros(len(x)),) * 2 if self.routed is None else self.routed.split(x, p)
+
+    def host(self, x: np.ndarray, p: Parameters) -> np.ndarray:
+        """The fixed times per layer, step, running request and collective launch (0 at BOUND)."""
         requests = x[:, DECODES] + x[:, CHUNKS]
         return (self.layers * p.per_layer_s + p.per_step_s + requests * p.per_request_s
-                + self.collectives * p.per_collective_s + self.link(x, p))
+                + self.collectives * p.per_collective_s)
+
+    def overheads(self, x: np.ndarray, p: Parameters) -> np.ndarray:
+        """The host's time and the collectives after it (the prediction's: no overlap)."""
+        return self.host(x, p) + self.link(x, p)
 
     def link(self, x: np.ndarray, p: Parameters) -> np.ndarray:
         """The step's tensor-parallel collectives per row of x: at BOUND their least time (any

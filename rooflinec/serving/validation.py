@@ -44,7 +44,8 @@ ASSUMPTIONS = (
     "time per layer (each layer's kernels' launch and tail latency, so a deeper model's step costs more) "
     "and per running request (host-side scheduling and sampling), and the "
     "tensor-parallel all-reduces (one-shot: 2(n-1)/n x payload / link bandwidth + one latency each; at the bound "
-    "the least time any all-reduce takes, the payload once / link bandwidth + one latency).",
+    "the least time any all-reduce takes, the payload once / link bandwidth + one latency, beside the kernels: "
+    "max(kernels, all-reduces), as an engine overlapping communication with compute approaches).",
     "Fitted per (device, engine, kind of model) with a soft-L1 loss on the log ratios (scale 0.1: a "
     "row off by much more than 10% counts linearly, so rows measuring what the model lacks do not "
     "set a group's parameters). A group the calibration lacks (and a left-out one) takes its engine's "
