@@ -382,6 +382,16 @@ def _pruned(out: dict) -> list[str]:
     return lines
 
 
+def _priced_by_line(priced_by: dict) -> str:
+    """Each fit once, with the devices it priced (one fit for all: 'every device')."""
+    devices = {}
+    for dev, where in priced_by.items():
+        devices.setdefault(where, []).append(dev)
+    if len(devices) == 1:
+        return f"{next(iter(devices))}, for every device"
+    return "; ".join(f"{', '.join(devs)}: {where}" for where, devs in devices.items())
+
+
 def text(out: dict) -> str:
     slo = ", ".join(f"{k[:-2].upper()} <= {v * 1e3:g} ms" for k, v in out["slo"].items() if v is not None)
     lines = [f"{out['model']}: isl {out['workload']['isl']}, osl {out['workload']['osl']}; {slo}; "
@@ -389,7 +399,7 @@ def text(out: dict) -> str:
              + ("" if out["aggregated_only"] else ", aggregated and disaggregated (prefill : decode workers)"),
              f"TPOT, TTFT and tokens/s are predictions (calibration: {out['calibration']['source']}, "
              f"{out['calibration']['engine']}); '>= bound' and '<= bound' are bounds (datasheet peaks, no overheads);",
-             "priced by: " + "; ".join(f"{dev}: {where}" for dev, where in out["calibration"]["priced_by"].items()),
+             "priced by: " + _priced_by_line(out["calibration"]["priced_by"]),
              "J/tok: predicted, at the device's TDP (board power limit / predicted tokens/s per GPU; a prediction, not a bound); $ per million tokens from the price table ($/GPU-hour), blank where a device has no price", "",
              f"searched {out['searched']} configurations: {out['feasible']} meet the SLO "
              + (f"({out['searched'] - out['feasible']} pruned, why at the end)" if out["pruned"] else "(none pruned)")]
