@@ -543,7 +543,7 @@ def bound_runs(model: sc.StepModel, sched: Schedule, kernels: np.ndarray) -> np.
     link is the same in a run, its kernels grow), so a bound still."""
     steps, x0 = sched.steps, sched.x0
     routed, a2a = model.routed_split(x0, sc.BOUND)
-    extra = model.kernel_s(x0, sc.BOUND) - model.dense_s(x0, sc.BOUND)    # a speculative step's draft
+    extra = model.extra_kernel_s(x0, sc.BOUND)    # a speculative step's draft
     return roofline.combine(kernels + steps * (routed + extra), steps * (model.link(x0, sc.BOUND) + a2a), True)
 
 

@@ -165,13 +165,14 @@ class Speculative(sc.StepModel):
 
     def durations(self, x: np.ndarray, p: sc.Parameters) -> np.ndarray:
         """The target's step and the draft's kernels (at the bound among the kernels the
-        collectives may overlap: `stepcost.combine`)."""
+        collectives may overlap: `roofline.combine`)."""
         if sc.bounding(p):
             return super().durations(x, p)
         return super().durations(x, p) + self._draft_s(x, p)
 
-    def kernel_s(self, x: np.ndarray, p: sc.Parameters) -> np.ndarray:
-        return super().kernel_s(x, p) + self._draft_s(x, p)
+    def extra_kernel_s(self, x: np.ndarray, p: sc.Parameters) -> np.ndarray:
+        """The draft's kernels."""
+        return self._draft_s(x, p)
 
     def link(self, x: np.ndarray, p: sc.Parameters) -> np.ndarray:
         """The target's collectives; the all-reduces carry the verification's k + 1 tokens."""

@@ -203,8 +203,12 @@ class StepModel:
         return kernels.sum(axis=1)
 
     def kernel_s(self, x: np.ndarray, p: Parameters) -> np.ndarray:
-        """Every kernel's seconds per step but the routed experts' (a speculative step adds its draft's)."""
-        return self.dense_s(x, p)
+        """Every kernel's seconds per step but the routed experts'."""
+        return self.dense_s(x, p) + self.extra_kernel_s(x, p)
+
+    def extra_kernel_s(self, x: np.ndarray, p: Parameters) -> np.ndarray:
+        """Kernels outside the lowered program's lines (a speculative step's draft); none here."""
+        return np.zeros(len(x))
 
     def routed_s(self, x: np.ndarray, p: Parameters) -> np.ndarray:
         """The routed experts' kernels and all-to-alls per step (0 without a MoE): they depend
