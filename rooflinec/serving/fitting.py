@@ -46,7 +46,7 @@ from rooflinec.serving.serving_model import Unpredictable
 
 # compute efficiency; the host's fixed time per layer per step and per running request per
 # step; the front end's latency per request (TTFT only); the routed experts' bandwidth fraction
-FITTED = ("compute_fraction", "per_layer_s", "per_request_s", "request_latency_s", "expert_bandwidth_fraction")
+FITTED = ("compute_fraction", "per_kernel_s", "per_request_s", "request_latency_s", "expert_bandwidth_fraction")
 # fitted only where some row's model has routed experts (elsewhere nothing depends on it: left at 1)
 EXPERT_ONLY = ("expert_bandwidth_fraction",)
 # coordinates a fit starts from (else 0: a fraction 0.5, a time 1 us): the experts' bandwidth

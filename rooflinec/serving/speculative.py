@@ -216,7 +216,8 @@ def speculative(target: sc.StepModel, draft: Draft) -> Speculative:
         weights = kv = 0.0
     return Speculative(dep, target.compute @ t.T, target.memory @ t.T, target.names, target.layers,
                        target.collectives, target.link_s, draft, dc, dm,
-                       expected_tokens(draft.alpha, k), weights, kv, link_bound_s=target.link_bound_s)
+                       expected_tokens(draft.alpha, k), weights, kv, link_bound_s=target.link_bound_s,
+                       kernels=target.kernels)
 
 
 def _per_layer(target: sc.StepModel) -> np.ndarray:

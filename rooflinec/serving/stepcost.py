@@ -78,7 +78,7 @@ from rooflinec.base.errors import DeviceLacks
 from rooflinec.spec.load import DTYPE_BYTES
 from rooflinec.model.moe import distinct
 from rooflinec.model.symbol_table import model_values
-from rooflinec.model.symbols import B, M, S
+from rooflinec.model.symbols import B, L, M, S
 from rooflinec.model.window import local_layers
 
 # step features, in this order (the window_ ones: the windowed layers' own, see the module)
@@ -100,6 +100,7 @@ the first token back) that TTFT and E2E include and the scheduler never sees. At
     bandwidth_fraction: float = 1.0
     compute_fraction: float = 1.0
     per_layer_s: float = 0.0
+    per_kernel_s: float = 0.0         # per kernel the step launches (`StepModel.kernels`)
     per_step_s: float = 0.0
     per_collective_s: float = 0.0
     per_request_s: float = 0.0
@@ -180,6 +181,10 @@ class StepModel:
     layers: int
     collectives: int
     link_s: np.ndarray          # [2]: link seconds at 0 tokens, per token (expected: one-shot all-reduces)
+    # kernels one step launches: the lowered decode program's ops, each `repeat` times (L: the
+    # layers), the routed experts' ops among them; each has a fixed launch, prologue and tail
+    # time whatever its size (`Parameters.per_kernel_s`)
+    kernels: int = field(default=0, kw_only=True)
     routed: Routed | None = field(default=None, kw_only=True)   # a MoE's routed experts (rows 0 above)
     window: int | None = field(default=None, kw_only=True)      # W of the windowed layers (None: none)
     # [F]: the collectives' least time per unit of each feature (`bound_link`), what the bound
@@ -220,9 +225,9 @@ class StepModel:
         return (np.zeros(len(x)),) * 2 if self.routed is None else self.routed.split(x, p)
 
     def host(self, x: np.ndarray, p: Parameters) -> np.ndarray:
-        """The fixed times per layer, step, running request and collective launch (0 at BOUND)."""
+        """The fixed times per layer, kernel, step, running request and collective launch (0 at BOUND)."""
         requests = x[:, DECODES] + x[:, CHUNKS]
-        return (self.layers * p.per_layer_s + p.per_step_s + requests * p.per_request_s
+        return (self.layers * p.per_layer_s + self.kernels * p.per_kernel_s + p.per_step_s + requests * p.per_request_s
                 + self.collectives * p.per_collective_s)
 
     def overheads(self, x: np.ndarray, p: Parameters) -> np.ndarray:
@@ -253,7 +258,8 @@ def build(dep: Deployment) -> StepModel:
     flat = replace(dep, attention_dp=1, moe_ep=1, moe_tp=dep.expert_tp) if moe is not None else dep
     rows, names, experts, attending = [], [], [], set()
     w = model.window if local_layers(model) else None
-    for op, flops, traffic in _keyed(program_costs.symbolic_ops(flat, "decode", dev, act, stored), w):
+    decode = program_costs.symbolic_ops(flat, "decode", dev, act, stored)
+    for op, flops, traffic in _keyed(decode, w):
         if op.category == "attention":
             attending.add(op.name)
         if moe is not None and routed(op):
@@ -274,7 +280,14 @@ def build(dep: Deployment) -> StepModel:
     memory = roofline.transfer_time(np.array([m for _, _, m in rows]), dev.bandwidth)
     coll, link = (dep.all_reduces(), one_shot(dep, dep.all_reduces())) if dep.tp > 1 else (0, np.zeros(2))
     return StepModel(dep, compute, memory, tuple(names), model.n_layers, coll, link, routed=kernels, window=w,
-                     link_bound_s=bound_link(dep, act, stored), peaks=peaks[:, 0])
+                     link_bound_s=bound_link(dep, act, stored), peaks=peaks[:, 0], kernels=launches(decode, model))
+
+
+def launches(ops, model) -> int:
+    """Kernels one step of the program `ops` launches: each op `repeat` times, the layers'
+    symbol at the model's depth."""
+    depth = {L: model.n_layers}
+    return int(sum(sp.sympify(op.repeat).xreplace(depth) for op, _, _ in ops))
 
 
 def one_shot(dep: Deployment, count: int) -> np.ndarray:
