@@ -9,7 +9,7 @@ import yaml
 from rooflinec.cli import output
 from rooflinec.base.errors import Problem, RooflineError, SpecError
 from rooflinec.render.formats import parse as parse_formats
-from rooflinec.serving import calibrate, calibration, intervals, measurements, opcurves, rows, validate_ops, validate_runs, validation, workload
+from rooflinec.serving import calibrate, calibration, intervals, measurements, opcurves, recipes, rows, validate_ops, validate_runs, validation, workload
 from rooflinec.base.errors import UsageError
 from rooflinec.cli import simulate as sim
 
@@ -27,6 +27,9 @@ def shipped_calibration() -> str:
 
 
 CSV_HELP = "measured serving runs, one a row (the columns: docs/measurements.md)"
+RECIPE_HELP = ("the engine settings the rows' benchmark ran with where they differ from the engines' defaults: "
+               f"a catalog recipe ({', '.join(recipes.names())}), a recipe YAML, or none for the engines' "
+               f"defaults (default: {recipes.DEFAULT}, the measured rows' source; simulator only)")
 
 
 def register(sub, streams, parents=()) -> None:
@@ -40,6 +43,7 @@ def register(sub, streams, parents=()) -> None:
                    help="folder holding models/ and hardware/ that shadow the installed catalog")
     c.add_argument("--simulate", action="store_true", help=SIMULATE_HELP)
     c.add_argument("--unique-prompts", metavar="N|all", help=sim.UNIQUE_HELP + " (simulator only)")
+    c.add_argument("--recipe", default=recipes.DEFAULT, metavar="NAME|FILE|none", help=RECIPE_HELP)
     v = sub.add_parser("validate", help="predict measured serving runs; report the errors",
                        streams=streams, parents=parents)
     v.set_defaults(parser=v)
@@ -54,6 +58,7 @@ def register(sub, streams, parents=()) -> None:
                    help="comma-separated formats among: md, html, json")
     v.add_argument("--simulate", action="store_true", help=SIMULATE_HELP)
     v.add_argument("--unique-prompts", metavar="N|all", help=sim.UNIQUE_HELP + " (simulator only)")
+    v.add_argument("--recipe", default=recipes.DEFAULT, metavar="NAME|FILE|none", help=RECIPE_HELP)
     v.add_argument("--op-efficiency", metavar="OPS.json",
                    help="time each GEMM, norm, RoPE and embedding kernel of the step by the per-op-class curve "
                    "of a `validate-ops` ops.json (at each row's device peaks, nothing refitted) instead of the "
@@ -128,7 +133,8 @@ def cmd_validate(args, stdout, stderr) -> int:
     elif _simulated(args):
         rep = validation.report(args.csv, _specs_folder(args.specs), args.calibration or calibration.shipped(),
                                 unique_prompts=workload.unique_prompts_of(args.unique_prompts,
-                                                                          workload.BENCHMARK_UNIQUE_PROMPTS))
+                                                                          workload.BENCHMARK_UNIQUE_PROMPTS),
+                                recipe=recipes.load(args.recipe))
     else:
         rep = validate_runs.report(args.csv, _specs_folder(args.specs), args.calibration or shipped_calibration())
     for target in output.write_reports(args.out, {"serving": validate_runs.render(rep, formats)}, say):

@@ -14,7 +14,7 @@ from rooflinec.spec.load import DTYPE_BYTES
 from rooflinec.cli import quick, speculation
 from rooflinec.cli import storage as weight_flags
 from rooflinec.serving import calibration, disagg, engines, fitting, intervals, metrics, rows, simulator, stepcost as sc
-from rooflinec.serving import request_bounds, speculative, validation, workload
+from rooflinec.serving import recipes, request_bounds, speculative, validation, workload
 from rooflinec.serving.serving_model import Unpredictable
 from rooflinec.serving.measurements import Specs
 from rooflinec.serving.chart import timeline
@@ -350,7 +350,7 @@ def cmd_calibrate(args, stdout, stderr, specs_root) -> int:
     """`rooflinec calibrate --simulate`: the simulator's parameters fitted to measured rows."""
 
     cases = fitting.prepare(rows.read(args.csv), Specs(specs_root), unique_prompts_of(
-        args.unique_prompts, workload.BENCHMARK_UNIQUE_PROMPTS))
+        args.unique_prompts, workload.BENCHMARK_UNIQUE_PROMPTS), recipes.load(args.recipe))
     try:
         doc = validation.calibrate(cases, os.path.basename(args.csv), Specs(specs_root))
     except ValueError as exc:   # located at the header, as calibrate without the simulator says it

@@ -88,7 +88,7 @@ def load(ref: str) -> Policy:
         if f.name not in d:
             problems.append(doc.problem((), f"missing field '{f.name}'"))
             continue
-        v, bad = d[f.name], _check(f.name, d[f.name])
+        v, bad = d[f.name], problem(f.name, d[f.name])
         if bad:
             problems.append(doc.problem((f.name,), f"{f.name}: {bad}"))
         values[f.name] = v
@@ -97,7 +97,7 @@ def load(ref: str) -> Policy:
     return Policy(**values)
 
 
-def _check(name: str, v) -> str:
+def problem(name: str, v) -> str:
     """Why `v` is not a valid value of field `name`, or ''."""
     if name in TEXTS:
         return "" if isinstance(v, str) and v.strip() else "expected text"
@@ -128,7 +128,7 @@ def override(policy: Policy, **changes) -> Policy:
     naming its flag."""
     given = {k: v for k, v in changes.items() if v is not None}
     for k, v in given.items():
-        bad = _check(k, v)
+        bad = problem(k, v)
         if bad:
             raise UsageError(f"--{k.replace('_', '-')}: {bad}")
     return replace(policy, **given)

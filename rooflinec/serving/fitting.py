@@ -39,7 +39,7 @@ from functools import cached_property
 import numpy as np
 
 from rooflinec.serving import calibrate, calibration
-from rooflinec.serving import engines, lsq, rows, simulator, workload
+from rooflinec.serving import engines, lsq, recipes, rows, simulator, workload
 from rooflinec.serving import stepcost as sc
 from rooflinec.serving import serving_model as sm
 from rooflinec.serving.serving_model import Unpredictable
@@ -117,13 +117,17 @@ class Case:
         return float(ttft), float(tpot)
 
 
-def prepare(measured: list[rows.Row], specs, unique_prompts=workload.BENCHMARK_UNIQUE_PROMPTS) -> list[Case]:
+def prepare(measured: list[rows.Row], specs, unique_prompts=workload.BENCHMARK_UNIQUE_PROMPTS,
+            recipe: recipes.Recipe | str | None = recipes.DEFAULT) -> list[Case]:
     """Every row's schedule, or the reason it is not predicted. A schedule depends on the
     engine, the workload and the KV capacity only (the step features count tokens, not
     seconds), so rows that differ in model, device or tp share one simulation wherever the
     capacity never bound it, each row's capacity holds its peak (`simulator.Result`) and gives
     the prefix cache's pool the same verdict (`simulator.prefix_pool_fits`). `unique_prompts`:
-    the prediction's (`workload.benchmark`); the bounds' schedule reuses aiperf's prompts."""
+    the prediction's (`workload.benchmark`); the bounds' schedule reuses aiperf's prompts.
+    `recipe`: the engine settings the rows' benchmark ran with (`recipes`, a Recipe or its name;
+    None: the engines' defaults), per row from its clients per rank and ISL."""
+    recipe = recipes.load(recipe) if isinstance(recipe, str) else recipe
     steps, policies, schedules, capacity, out = {}, {}, {}, {}, []
     for row in measured:
         got = rows.resolve(row, specs)
@@ -139,6 +143,8 @@ def prepare(measured: list[rows.Row], specs, unique_prompts=workload.BENCHMARK_U
         # the rows do not state the KV-cache format: assumed stored like the weights (as the
         # steady-state model assumes), not in the engine's default
         dep, clients = rows.deployment(row, got, rows.kv_format(got.weights))    # one attention-DP rank's
+        if recipe is not None:
+            policy = recipe.policy(policy, row.engine, clients, row.isl)
         key = (row.model, row.device, row.tp, row.attention_dp, row.moe_tp, row.moe_ep, got.weights)
         try:
             if key not in steps:
@@ -163,7 +169,8 @@ def _schedule(cache: dict, step: sc.StepModel, policy: engines.Policy, row: rows
     blocks = tokens // policy.kv_block_tokens
     work = workload.benchmark(clients, row.isl, row.osl, unique_prompts)
     pool = simulator.prefix_pool_fits(policy, work, tokens)
-    shared = cache.setdefault((row.engine, clients, row.isl, row.osl, unique_prompts if pool else None), [])
+    settings = (policy.name, *(getattr(policy, f) for f in engines.OVERRIDABLE))    # a recipe's per row
+    shared = cache.setdefault((settings, clients, row.isl, row.osl, unique_prompts if pool else None), [])
     for res in shared:
         same = res.capacity_tokens == tokens
         if same or (not res.capacity_bound and blocks >= res.peak_blocks and res.prefix_pool == pool):

@@ -20,7 +20,7 @@ import numpy as np
 
 from rooflinec.serving import measurements, validate_runs
 from rooflinec.serving.calibrate import NEGLIGIBLE_S
-from rooflinec.serving import calibration, disagg, engines, fitting, intervals, request_bounds, rows, workload
+from rooflinec.serving import calibration, disagg, engines, fitting, intervals, recipes, request_bounds, rows, workload
 from rooflinec.serving import stepcost as sc
 from rooflinec.serving.serving_model import Unpredictable
 
@@ -36,12 +36,14 @@ ASSUMPTIONS = (
     "step; a busy engine admits at its next step every waiting request its budget takes.",
     "The engine's scheduler is its catalog file (catalog/engines/): token budget, batch limit, "
     "chunked prefill, mixed steps (TensorRT-LLM, vLLM) or prefill first (SGLang), KV blocks and "
-    "the memory fraction for the cache, admission reservation, preemption by recompute. The runs' "
-    "own engine settings are not published; each file lists what it assumes.",
+    "the memory fraction for the cache, admission reservation, preemption by recompute; each file "
+    "lists what it assumes. The runs' own settings are not published: where the rows' source "
+    "states what its benchmark generator writes, the benchmark recipe below replaces the defaults.",
     "A step's time is the roofline of that step: the decodes at their own contexts and the prompt "
     "chunks scheduled (FlashAttention variant, fused QKV, epilogues fused), each kernel "
     "max(FLOPs / (compute fraction x peak), bytes / (bandwidth fraction x bandwidth)), plus a fixed "
-    "time per layer (each layer's kernels' launch and tail latency, so a deeper model's step costs more) "
+    "time per kernel launched (each kernel's launch and tail latency, so a deeper model's step, or one "
+    "whose layers launch more kernels, costs more) "
     "and per running request (host-side scheduling and sampling), and the "
     "tensor-parallel all-reduces (one-shot: 2(n-1)/n x payload / link bandwidth + one latency each; at the bound "
     "the least time any all-reduce takes, the payload once / link bandwidth + one latency, beside the kernels: "
@@ -178,10 +180,12 @@ def holdouts(cases, free, shared: dict | None = None) -> list[dict]:
 
 
 def report(csv_file: str, specs_root: str | None, calibration_file: str | None, with_holdouts=True,
-           unique_prompts=workload.BENCHMARK_UNIQUE_PROMPTS) -> dict:
-    """`unique_prompts`: the prediction's distinct prompts (`workload.benchmark`)."""
+           unique_prompts=workload.BENCHMARK_UNIQUE_PROMPTS, recipe: recipes.Recipe | str | None = recipes.DEFAULT) -> dict:
+    """`unique_prompts`: the prediction's distinct prompts (`workload.benchmark`); `recipe`: the
+    engine settings the rows' benchmark ran with (a Recipe or its name; None: the engines' defaults)."""
+    recipe = recipes.load(recipe) if isinstance(recipe, str) else recipe
     specs = measurements.Specs(specs_root)
-    cases = fitting.prepare(rows.read(csv_file), specs, unique_prompts)
+    cases = fitting.prepare(rows.read(csv_file), specs, unique_prompts, recipe)
     band, shared = None, {}      # the fits of the same rows, done once (`fitting.Fitter`)
     if calibration_file:
         table = calibration.load(calibration_file)
@@ -217,7 +221,8 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
                                    **vars(params["groups"][g])} for g in sorted(params["groups"])]
                        + [{"device": "(other devices)", "engine": e, **vars(params["engines"][e])}
                           for e in sorted(params["engines"])]},
-        "assumptions": list(ASSUMPTIONS) + list(disagg.ROW_ASSUMPTIONS),
+        "assumptions": list(ASSUMPTIONS[:2]) + [recipes.describe(recipe)] + list(ASSUMPTIONS[2:])
+        + list(disagg.ROW_ASSUMPTIONS),
         "rows_total": len(cases), "rows_predicted": len(done) + sum(r["predicted"] for r in split),
         "disaggregated": [r for r in split if r["predicted"]],
         "disaggregated_errors": _summaries([r for r in split if r["predicted"]]),
