@@ -25,7 +25,7 @@ H200 = spec.load_hardware(catalog.path("hardware", "h200-sxm"))
 STEP8 = sc.build(sc.Deployment(LLAMA8, H100, 1, "bf16", "bf16"))
 STEP70 = sc.build(sc.Deployment(LLAMA70, H200, 4, "fp8", "fp8"))
 CAL = sc.Parameters(bandwidth_fraction=0.8, compute_fraction=0.6, per_layer_s=2e-5, per_step_s=1e-3,
-                    per_collective_s=5e-6, per_request_s=2e-5)
+                    per_collective_s=5e-6, per_request_s=2e-5, per_kernel_s=3e-6)
 
 
 def features(decodes=0, context=0, chunks=(), logits=None):

@@ -84,16 +84,16 @@ def test_the_fit_recovers_parameters_that_made_the_data(tmp_path):
         return few(r) or (r["concurrency"] == "32" and r["model"].startswith("meta"))
     cases = [c for c in fitting.prepare(rows.read(str(small_v2(tmp_path, spread))), measurements.Specs())
              if c.predicted]
-    truth = sc.Parameters(compute_fraction=0.55, per_layer_s=60e-6, per_request_s=30e-6)
+    truth = sc.Parameters(compute_fraction=0.55, per_kernel_s=6e-6, per_request_s=30e-6)
     synthetic = [rows.Row(**{**vars(c.row), "ttft_s": c.means(truth)[0], "tpot_s": c.means(truth)[1]})
                  for c in cases]
     for c, r in zip(cases, synthetic):
         c.row = r
     got = fitting.fit(cases)
     assert got.compute_fraction == pytest.approx(0.55, rel=1e-3)
-    assert got.per_layer_s == pytest.approx(60e-6, rel=1e-3)
+    assert got.per_kernel_s == pytest.approx(6e-6, rel=1e-3)
     assert got.per_request_s == pytest.approx(30e-6, rel=1e-2)
-    assert (got.bandwidth_fraction, got.per_step_s, got.per_collective_s) == (1, 0, 0)   # not fitted
+    assert (got.bandwidth_fraction, got.per_layer_s, got.per_step_s, got.per_collective_s) == (1, 0, 0, 0)   # not fitted
     # one row measuring what the model lacks (its TTFT 5x): soft-L1 bounds its pull, least
     # squares lets it move the fit for every row
     far = max(cases, key=lambda c: c.row.concurrency)

@@ -295,3 +295,30 @@ def test_simulate_gpt_oss(call):
     assert doc["kind"] == "prediction" and 0 < doc["ttft_s"]["mean"] and 0 < doc["tpot_s"]["mean"] < doc["e2e_s"]["mean"]
     code, _, err = call(*argv)
     assert code == 1 and "no memory for the KV cache" in err and "Traceback" not in err
+
+
+def test_a_step_launches_its_lowered_programs_kernels():
+    """The kernels a step launches: each op of the decode program `repeat` times. Llama-3.1-8B
+    (32 layers): per layer attn_norm, qkv_proj, rope, attention, o_proj, mlp_norm, gate_proj,
+    up_proj, down_proj (9), once the embedding, final_norm and lm_head: 32 x 9 + 3 = 291.
+    Qwen3-235B-A22B (94 layers): per layer attn_norm, qkv_proj, q_norm, k_norm, rope,
+    attention, o_proj, mlp_norm, router, router_topk, expert_gate_proj, expert_up_proj,
+    expert_down_proj, moe_combine (14): 94 x 14 + 3 = 1319. tp and layout change no count."""
+    llama = spec.load_model(str(CATALOG / "models/llama-3.1-8b.yaml"))
+    qwen = spec.load_model(str(CATALOG / "models/qwen3-235b-a22b.yaml"))
+    assert sc.build(sc.Deployment(llama, H100, 1, "bf16", "bf16")).kernels == 32 * 9 + 3
+    assert sc.build(sc.Deployment(llama, H100, 4, "fp8", "fp8")).kernels == 32 * 9 + 3
+    assert sc.build(sc.Deployment(qwen, H200, 8, "fp8", "fp8")).kernels == 94 * 14 + 3
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.floats(0, 1e-4), st.integers(1, 256), st.integers(0, 1 << 20))
+def test_the_fixed_time_per_kernel_is_the_kernels_times_it(mixtral_tp2, per_kernel, batch, context):
+    """host(x) is affine in per_kernel_s with slope `kernels`, and at BOUND (0) adds nothing."""
+    x = decode_rows([batch], 1)
+    x[0, sc.CONTEXT] = context
+    base = sc.Parameters(0.8, 0.6, 1e-6, 1e-4, 1e-6, 1e-6)
+    with_k = sc.Parameters(0.8, 0.6, 1e-6, 1e-4, 1e-6, 1e-6, per_kernel_s=per_kernel)
+    got = mixtral_tp2.host(x, with_k) - mixtral_tp2.host(x, base)
+    assert got[0] == pytest.approx(mixtral_tp2.kernels * per_kernel, rel=1e-9, abs=1e-15)
+    assert mixtral_tp2.host(x, sc.BOUND)[0] == 0

@@ -16,7 +16,7 @@ fixed there; the rest is the engines' grouped-GEMM kernels (block-fp8 Triton on 
 not modelled.
 
 A (device, engine, kind) with no group of its own (a new model kind on a calibrated engine)
-composes its parameters (`resolve`): the host-side times (per layer, per request, the front
+composes its parameters (`resolve`): the host-side times (per kernel, per request, the front
 end's latency: the engine's software) from its engine's other group on that device, else the
 engine's pooled fit; the compute fraction and the routed experts' bandwidth fraction (the
 kernels' efficiencies) from the models of its kind on that device, else of its kind anywhere

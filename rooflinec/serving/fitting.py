@@ -9,12 +9,17 @@ Levenberg-Marquardt on the log ratios of predicted to measured mean TPOT and mea
 together (`calibrate.fit`'s method, its coordinates: a fraction 1 / (1 + e^-x), a time
 1 us x e^x); the parameters not fitted keep their bound values.
 
-The host's fixed time per step is fitted per layer (`per_layer_s`), not per step: a step
-launches a fixed set of kernels per layer, each with a launch and tail latency whatever its
-size, so the fixed time scales with the layers and carries to a model of another depth (a
-calibration group holds one model, so on its own rows the two are the same fit; leaving a
-model out, the per-layer time took the worst left-out TPOT from 49.5% to 26.2% under least
-squares, bench/simulator.py).
+The host's fixed time per step is fitted per kernel launched (`per_kernel_s`, times
+`StepModel.kernels`: the lowered decode program's ops, each `repeat` times), not per step or
+per layer: each kernel has a launch, prologue and tail latency whatever its size, so the fixed
+time scales with the kernels and carries to a model of another depth and another kind of layer
+(a calibration group holds one model, so on its own rows the three are nearly the same fit).
+A mixture of experts' layer launches more kernels than a dense one (Qwen3-235B-A22B 14 per
+layer, Llama-3.1 9), and a dense group composed from its engine's MoE group's host times
+(`calibration.resolve`) took the MoE's per-layer time with it: leaving a model out, the
+worst left-out TPOT was 22.9% per layer (26.2% per layer under least squares against 49.5%
+per step, bench/simulator.py), 15.1% per kernel; the fits per kernel lie at 5.9-11 us for
+TensorRT-LLM and vLLM, dense and MoE alike.
 
 A MoE group fits one more: the routed experts' bandwidth fraction (`stepcost.Routed`'s reads
 of their weights, beside the step's own fraction), the grouped GEMMs' sustained bandwidth; a
@@ -44,7 +49,7 @@ from rooflinec.serving import stepcost as sc
 from rooflinec.serving import serving_model as sm
 from rooflinec.serving.serving_model import Unpredictable
 
-# compute efficiency; the host's fixed time per layer per step and per running request per
+# compute efficiency; the host's fixed time per kernel per step and per running request per
 # step; the front end's latency per request (TTFT only); the routed experts' bandwidth fraction
 FITTED = ("compute_fraction", "per_kernel_s", "per_request_s", "request_latency_s", "expert_bandwidth_fraction")
 # fitted only where some row's model has routed experts (elsewhere nothing depends on it: left at 1)

@@ -9,7 +9,7 @@ chunks scheduled (a chunk of c tokens after p already in the cache) the sums of
 prefill program's attention for the chunks), read off the polynomials once; a step is then
 a matrix product in NumPy. A kernel's time is max(FLOPs / (compute fraction x peak),
 bytes / (bandwidth fraction x bandwidth)), as in `serving_model`; the step adds a fixed time
-per layer, per step and per running request (host-side scheduling, sampling, detokenising)
+per layer, per kernel launched (`StepModel.kernels`), per step and per running request (host-side scheduling, sampling, detokenising)
 and the tensor-parallel all-reduces: predicted one-shot over the scale-up link (`one_shot`:
 2(n-1)/n of the payload and one latency each, as `serving_model` and the shipped calibration
 time them); at the bound (`Parameters` at BOUND) the serving bound's collectives at the
@@ -100,7 +100,6 @@ the first token back) that TTFT and E2E include and the scheduler never sees. At
     bandwidth_fraction: float = 1.0
     compute_fraction: float = 1.0
     per_layer_s: float = 0.0
-    per_kernel_s: float = 0.0         # per kernel the step launches (`StepModel.kernels`)
     per_step_s: float = 0.0
     per_collective_s: float = 0.0
     per_request_s: float = 0.0
@@ -108,6 +107,7 @@ the first token back) that TTFT and E2E include and the scheduler never sees. At
     # the routed experts' grouped GEMMs' achieved share of the bandwidth (times bandwidth_fraction):
     # `Routed`, fitted on MoE rows only (`fitting.EXPERT_ONLY`)
     expert_bandwidth_fraction: float = 1.0
+    per_kernel_s: float = 0.0         # fixed time per kernel a step launches (`StepModel.kernels`)
 
     @staticmethod
     def of(eff: sm.Efficiency) -> Parameters:
