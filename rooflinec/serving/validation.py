@@ -67,8 +67,9 @@ ASSUMPTIONS = (
     "bound: the replay's synchronised waves queue prompts behind each other more than the measured "
     "runs do (the report counts the rows where it exceeds the measurement). A closed loop of fixed "
     "lengths keeps whatever synchronisation it starts with (the requests of a wave finish in the same "
-    "step), and SGLang's scheduler runs a prefill batch whenever one can be formed, so its decodes "
-    "wait for the whole wave. Where the replay at the bound exceeds the measured TTFT the runs did "
+    "step), and SGLang's default scheduler runs a prefill batch whenever one can be formed, so its decodes "
+    "wait for the whole wave (a recipe's mixed chunk runs them beside it). Where the replay at the bound "
+    "exceeds the measured TTFT the runs did "
     "not keep that synchronisation; what spread them (timing noise the deterministic replay lacks is "
     "one candidate) is not modelled.",
     "The KV cache is stored in the row's weight format, fp8 beside 4-bit weights (the rows do not "
