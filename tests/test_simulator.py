@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from rooflinec.spec import catalog, load as spec
@@ -302,3 +302,23 @@ def test_an_idle_engine_steps_at_the_first_arrival(engine):
         assert res.timeline[fifth, 2] == 4 and res.schedule.finished[0] < res.schedule.finished[1]
     else:
         assert res.timeline[fifth, 2] == 1 and len(set(res.schedule.finished[:4])) == 1
+
+
+@pytest.mark.slow
+@settings(max_examples=10, deadline=None)
+@given(st.sampled_from(["trtllm", "vllm", "sglang"]), st.integers(2, 16), st.integers(16, 1500), st.integers(2, 120))
+def test_a_roomy_closed_loop_skips_the_kv_checks_and_keeps_its_schedule(engine, c, isl, osl):
+    """Where C requests at their whole prompt and output fit the KV cache, the loop skips the
+    admission and decode checks (`_Loop.roomy`): the schedule is the one the checks give at a
+    capacity one block short of that whole, wherever that capacity never bound."""
+    pol, work = engines.load(engine), workload.benchmark(c, isl, osl)
+    blocks = c * -(-(isl + osl) // pol.kv_block_tokens)
+    roomy = simulator.schedule(STEP8, pol, work, blocks * pol.kv_block_tokens)
+    try:
+        checked = simulator.schedule(STEP8, pol, work, (blocks - 1) * pol.kv_block_tokens)
+    except sm.Unpredictable:      # a capacity too small for any schedule
+        assume(False)
+    assume(not checked.capacity_bound)
+    for f in ("x0", "steps", "arrived", "first", "finished"):
+        assert np.array_equal(getattr(roomy.schedule, f), getattr(checked.schedule, f)), f
+    assert roomy.peak_blocks == blocks >= checked.peak_blocks

@@ -172,11 +172,19 @@ class _Loop:
         self.pid = work.prompt_ids()
         self.caching = not prefilled and prefix_pool_fits(policy, work, self.cap_tokens)
         self.pool = 0                          # blocks of the cached prompts
+        self.adv = getattr(model, "tokens_per_step", 1)
+        # a closed loop whose most requests in flight fit at their whole prompt and output never
+        # meets the KV capacity: admission and decode skip their checks (the same schedule), the
+        # peak taken as that whole (a capacity at least it gives this schedule)
+        most = min(work.concurrency or policy.max_batch, policy.max_batch)
+        whole = most * int(self._blocks(self.isl + self.osl).max()) if work.closed and n else 0
+        self.roomy = work.closed and not prefilled and not self.caching and self.adv == 1 and whole <= self.cap_blocks
+        if self.roomy:
+            self.peak = whole
         self.cached = np.zeros(n, np.int64)    # a request's prompt tokens in the pool
         self.computed = np.zeros(work.unique_prompts or 0, bool)
         self.hits = 0
-        # tokens a decode step yields: 1, or a speculative step's expectation (speculative.py)
-        self.adv = getattr(model, "tokens_per_step", 1)
+        # self.adv: the tokens a decode step yields, 1 or a speculative step's expectation (speculative.py)
         self.prefilled = np.zeros(n, np.int64)
         self.kvlen, self.gen = (np.zeros(n, np.int64 if self.adv == 1 else float) for _ in range(2))
         self.arrival, self.first, self.finish, self.last = (np.full(n, np.nan) for _ in range(4))
@@ -313,16 +321,20 @@ class _Loop:
             ok = sizes > 0
         else:
             sizes, ok = left, before + left <= limit
-        running = np.flatnonzero(self.running)      # theirs and the candidates' in one call
-        blocks = self._reserved(np.concatenate([running, cand]), self._share())
-        need = int(blocks[:len(running)].sum()) + np.cumsum(blocks[len(running):])
-        fits = need <= self._free_blocks()
-        both = ok & fits
-        n = int(np.argmin(both)) if not both.all() else m
-        self.bound |= n < m and bool(ok[n]) and not fits[n]
+        if self.roomy:
+            n = int(np.argmin(ok)) if not ok.all() else m
+        else:
+            running = np.flatnonzero(self.running)      # theirs and the candidates' in one call
+            blocks = self._reserved(np.concatenate([running, cand]), self._share())
+            need = int(blocks[:len(running)].sum()) + np.cumsum(blocks[len(running):])
+            fits = need <= self._free_blocks()
+            both = ok & fits
+            n = int(np.argmin(both)) if not both.all() else m
+            self.bound |= n < m and bool(ok[n]) and not fits[n]
+            if n:
+                self.peak = max(self.peak, int(need[n - 1]) + self.pool)
         if n == 0:
             return None
-        self.peak = max(self.peak, int(need[n - 1]) + self.pool)
         got = cand[:n]
         for _ in range(n):
             self.waiting.popleft()
@@ -401,8 +413,8 @@ class _Loop:
         k = int(np.ceil((self.osl[decoding] - self.gen[decoding]) / self.adv).min())
         most = sc.growth(self.m.window, self.kvlen[decoding], self.adv)[1]   # to a context reaching a window
         k = k if most is None else min(k, most)
-        if self.pol.admission_reserve_output >= 1:
-            return k                      # every running request's whole output is reserved
+        if self.pol.admission_reserve_output >= 1 or self.roomy:
+            return k                      # every running request's whole output is reserved, or all fit
         lens = self.kvlen[decoding] - self.cached[decoding]
         prefilling = self.running & ~self.decoding
         others = int(self._blocks(self.kvlen[prefilling] - self.cached[prefilling]).sum())
