@@ -700,3 +700,23 @@ def test_the_plan_says_which_calibration_fit_priced_it():
     tpot = {e: {r["device"]: r["prediction"]["tpot_s"] for rows in d["best_per_device"].values() for r in rows}
             for e, d in docs.items()}
     assert tpot[""]["h200-sxm"] != tpot["vllm"]["h200-sxm"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, tp", [("mixtral-8x7b", 2), ("gemma-2-9b", 1), ("llama-3.1-8b", 1)])
+def test_the_planners_step_launches_the_simulators_kernels(name, tp):
+    """The planner's own step models (a MoE's busiest device, a windowed dense model) carry the
+    kernels a step launches, as stepcost's does, so the fitted time per kernel prices them too."""
+    from rooflinec.spec import catalog, load as spec
+    model = spec.load_model(catalog.path("models", name))
+    dev = spec.load_hardware(catalog.path("hardware", "h100-sxm"))
+    dep = Deployment(model, dev, tp, "bf16", "bf16")
+    step = plan_step.step_for(dep, None, (1024, 2048))    # contexts inside gemma's 4096-token window
+    model_of = getattr(step, "base", None) or getattr(step, "step", None) or step
+    assert model_of.kernels == sc.build(dep).kernels > model.n_layers
+    x = np.zeros((1, len(sc.FEATURES)))
+    x[0, sc.ONE] = x[0, sc.TOKENS] = x[0, sc.DECODES] = x[0, sc.LOGITS] = 1
+    x[0, sc.CONTEXT] = 512
+    base = sc.Parameters(compute_fraction=0.9)     # a prediction's, not BOUND's
+    extra = replace(base, per_kernel_s=1e-5)
+    assert step.durations(x, extra)[0] - step.durations(x, base)[0] == pytest.approx(model_of.kernels * 1e-5, rel=1e-9)

@@ -132,7 +132,15 @@ def step_for(dep: Deployment, memo: dict | None = None, contexts: tuple | None =
 
 def _dense_windowed(dep: Deployment, memo: dict, contexts: tuple | None) -> sc.StepModel:
     """`stepcost.build`'s step model of a dense deployment, its windows read by `_windowed`."""
-    return sc.StepModel(dep, *_base(dep, memo, contexts), dep.model.n_layers, *_all_reduces(dep))
+    return sc.StepModel(dep, *_base(dep, memo, contexts), dep.model.n_layers, *_all_reduces(dep),
+                        kernels=_kernels(dep, memo))
+
+
+def _kernels(dep: Deployment, memo: dict) -> int:
+    """The kernels one step launches (`stepcost.launches` of the decode program), once per device
+    and formats of the memo's model."""
+    return _memo(memo, ("kernels", dep.device.key, dep.device.file, dep.weights, dep.kv_format, dep.compute),
+                 lambda: sc.launches(_program(dep, dep.tp, "decode"), dep.model))
 
 
 def _base(dep: Deployment, memo: dict, contexts: tuple | None):
@@ -188,7 +196,7 @@ def build_moe(dep: Deployment, memo: dict, contexts: tuple | None = None) -> Moe
     model, dev = dep.model, dep.device
     compute, memory, names = _base(dep, memo, contexts)
     coll, link = _all_reduces(dep)
-    base = sc.StepModel(dep, compute, memory, names, model.n_layers, coll, link)
+    base = sc.StepModel(dep, compute, memory, names, model.n_layers, coll, link, kernels=_kernels(dep, memo))
     routed_rows = _memo(memo, ("routed", dev.key, dev.file, dep.expert_tp, dep.weights, dep.experts_format,
                                dep.kv_format, dep.compute), lambda: _routed(dep))
     a2a_s, a2a_count = _all_to_alls(dep)
