@@ -16,10 +16,11 @@ time scales with the kernels and carries to a model of another depth and another
 (a calibration group holds one model, so on its own rows the three are nearly the same fit).
 A mixture of experts' layer launches more kernels than a dense one (Qwen3-235B-A22B 14 per
 layer, Llama-3.1 9), and a dense group composed from its engine's MoE group's host times
-(`calibration.resolve`) took the MoE's per-layer time with it: leaving a model out, the
-worst left-out TPOT was 22.9% per layer (26.2% per layer under least squares against 49.5%
-per step, bench/simulator.py), 15.1% per kernel; the fits per kernel lie at 5.9-11 us for
-TensorRT-LLM and vLLM, dense and MoE alike.
+(`calibration.resolve`) took the MoE's per-layer time with it. Leaving a model out of the
+visible rows, the worst left-out TPOT was 22.9% per layer (26.2% per layer under least
+squares against 49.5% per step, bench/simulator.py) and 15.1% per kernel at the engines'
+defaults; 30.3% and 20.7% under the benchmark recipe (`recipes`). The shipped fits per kernel
+lie at 5.7-8.1 us in every group, dense and MoE alike, but SGLang's Llama-3.1-8B (56 us).
 
 A MoE group fits one more: the routed experts' bandwidth fraction (`stepcost.Routed`'s reads
 of their weights, beside the step's own fraction), the grouped GEMMs' sustained bandwidth; a

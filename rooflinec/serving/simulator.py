@@ -172,6 +172,7 @@ class _Loop:
         self.pid = work.prompt_ids()
         self.caching = not prefilled and prefix_pool_fits(policy, work, self.cap_tokens)
         self.pool = 0                          # blocks of the cached prompts
+        # tokens a decode step yields: 1, or a speculative step's expectation (speculative.py)
         self.adv = getattr(model, "tokens_per_step", 1)
         # a closed loop whose most requests in flight fit at their whole prompt and output never
         # meets the KV capacity: admission and decode skip their checks (the same schedule), the
@@ -184,7 +185,6 @@ class _Loop:
         self.cached = np.zeros(n, np.int64)    # a request's prompt tokens in the pool
         self.computed = np.zeros(work.unique_prompts or 0, bool)
         self.hits = 0
-        # self.adv: the tokens a decode step yields, 1 or a speculative step's expectation (speculative.py)
         self.prefilled = np.zeros(n, np.int64)
         self.kvlen, self.gen = (np.zeros(n, np.int64 if self.adv == 1 else float) for _ in range(2))
         self.arrival, self.first, self.finish, self.last = (np.full(n, np.nan) for _ in range(4))
