@@ -132,15 +132,8 @@ def step_for(dep: Deployment, memo: dict | None = None, contexts: tuple | None =
 
 def _dense_windowed(dep: Deployment, memo: dict, contexts: tuple | None) -> sc.StepModel:
     """`stepcost.build`'s step model of a dense deployment, its windows read by `_windowed`."""
-    return sc.StepModel(dep, *_base(dep, memo, contexts), dep.model.n_layers, *_all_reduces(dep),
-                        kernels=_kernels(dep, memo))
-
-
-def _kernels(dep: Deployment, memo: dict) -> int:
-    """The kernels one step launches (`stepcost.launches` of the decode program), once per device
-    and formats of the memo's model."""
-    return _memo(memo, ("kernels", dep.device.key, dep.device.file, dep.weights, dep.kv_format, dep.compute),
-                 lambda: sc.launches(_program(dep, dep.tp, "decode"), dep.model))
+    compute, memory, names, kernels = _base(dep, memo, contexts)
+    return sc.StepModel(dep, compute, memory, names, dep.model.n_layers, *_all_reduces(dep), kernels=kernels)
 
 
 def _base(dep: Deployment, memo: dict, contexts: tuple | None):
@@ -194,9 +187,9 @@ def _program(dep, tp, phase, compute=None):
 def build_moe(dep: Deployment, memo: dict, contexts: tuple | None = None) -> MoeStep:
     """The coefficients of a MoE deployment's busiest-device step (see the module)."""
     model, dev = dep.model, dep.device
-    compute, memory, names = _base(dep, memo, contexts)
+    compute, memory, names, kernels = _base(dep, memo, contexts)
     coll, link = _all_reduces(dep)
-    base = sc.StepModel(dep, compute, memory, names, model.n_layers, coll, link, kernels=_kernels(dep, memo))
+    base = sc.StepModel(dep, compute, memory, names, model.n_layers, coll, link, kernels=kernels)
     routed_rows = _memo(memo, ("routed", dev.key, dev.file, dep.expert_tp, dep.weights, dep.experts_format,
                                dep.kv_format, dep.compute), lambda: _routed(dep))
     a2a_s, a2a_count = _all_to_alls(dep)
@@ -222,11 +215,13 @@ class _Failed:
 
 def _base_rows(dep: Deployment, contexts: tuple | None = None):
     """Seconds per unit of each step feature at the peaks, [K, F] compute and memory, of every
-    op but the routed experts' (`stepcost`'s row readers), and the ops' names."""
+    op but the routed experts' (`stepcost`'s row readers), the ops' names, and the kernels a
+    step launches (`stepcost.launches`, the routed experts' among them)."""
     dev = dep.device
     matrix, vector = _peaks(dev, dep.gemm_dtype)
     rows, names = [], []
-    for op, flops, traffic in _windowed(_program(dep, dep.tp, "decode"), contexts):
+    decode = _program(dep, dep.tp, "decode")
+    for op, flops, traffic in _windowed(decode, contexts):
         if not routed(op):
             rows.append(sc._decode_row(op, flops, traffic))
             names.append(op.name)
@@ -236,7 +231,8 @@ def _base_rows(dep: Deployment, contexts: tuple | None = None):
             names.append(f"{op.name} (prompt chunks)")
     peaks = np.array([[matrix if unit == "matrix" else vector] for unit, _, _ in rows])
     return (roofline.compute_time(np.array([f for _, f, _ in rows]), peaks),
-            roofline.transfer_time(np.array([m for _, _, m in rows]), dev.bandwidth), tuple(names))
+            roofline.transfer_time(np.array([m for _, _, m in rows]), dev.bandwidth), tuple(names),
+            sc.launches(decode, dep.model))
 
 
 def _windowed(ops, contexts: tuple | None):

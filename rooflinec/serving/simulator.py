@@ -678,7 +678,8 @@ class Pool:
         self.peaks = self.grow[0][self.single], self.grow[2][self.single]
         self.totals = np.stack([r.totals for r in retimers])                 # [n, 2, 3]
         m = [r.model for r in retimers]
-        self.fixed = np.array([[x.layers, x.kernels, x.collectives, x.link_s[0], x.link_s[1]] for x in m], float)
+        self.fixed = np.stack([x.fixed_counts for x in m])                  # [n, 4]
+        self.link = np.stack([x.link_s for x in m])                          # [n, 2]
         self.bound = np.stack([r.bound for r in retimers])                   # [n, 2]
         self.no_tpot = np.array([not r.has_tpot for r in retimers])
         self.routed = [i for i, r in enumerate(retimers) if r.routed]
@@ -735,8 +736,8 @@ class Pool:
         if sc.bounding(p):     # the kernels and the collectives overlapped per run (`bound_runs`)
             out = self.bound.copy()
         else:
-            layers, kernels, colls, link0, link1 = self.fixed.T
-            per_step = layers * p.per_layer_s + kernels * p.per_kernel_s + p.per_step_s + colls * p.per_collective_s + link0
+            link0, link1 = self.link.T
+            per_step = self.fixed @ sc.fixed_rates(p) + link0
             over = self.totals @ np.array([0.0, p.per_request_s, 0.0]) + self.totals[:, :, 0] * per_step[:, None] \
                 + self.totals[:, :, 2] * link1[:, None]
             out = self.roofline(p.compute_fraction, p.bandwidth_fraction) + over

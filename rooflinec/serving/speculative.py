@@ -158,21 +158,12 @@ class Speculative(sc.StepModel):
         return ((x @ self.compute.T).sum(axis=1), (x @ self.memory.T).sum(axis=1),
                 (y @ self.draft_compute.T).sum(axis=1), (y @ self.draft_memory.T).sum(axis=1))
 
-    def _draft_s(self, x: np.ndarray, p: sc.Parameters) -> np.ndarray:
+    def extra_kernel_s(self, x: np.ndarray, p: sc.Parameters) -> np.ndarray:
+        """The draft's kernels, which the target's step (`StepModel.durations`) adds to its own
+        (at the bound among the kernels the collectives may overlap: `roofline.combine`)."""
         y = self._draft_features(x)
         return np.maximum((y @ self.draft_compute.T) / p.compute_fraction,
                           (y @ self.draft_memory.T) / p.bandwidth_fraction).sum(axis=1)
-
-    def durations(self, x: np.ndarray, p: sc.Parameters) -> np.ndarray:
-        """The target's step and the draft's kernels (at the bound among the kernels the
-        collectives may overlap: `roofline.combine`)."""
-        if sc.bounding(p):
-            return super().durations(x, p)
-        return super().durations(x, p) + self._draft_s(x, p)
-
-    def extra_kernel_s(self, x: np.ndarray, p: sc.Parameters) -> np.ndarray:
-        """The draft's kernels."""
-        return self._draft_s(x, p)
 
     def link(self, x: np.ndarray, p: sc.Parameters) -> np.ndarray:
         """The target's collectives; the all-reduces carry the verification's k + 1 tokens."""

@@ -115,6 +115,12 @@ the first token back) that TTFT and E2E include and the scheduler never sees. At
 
 
 BOUND = Parameters()
+
+
+def fixed_rates(p: Parameters) -> np.ndarray:
+    """[4]: the fixed seconds per layer, per kernel, per step and per collective launch, in
+    `StepModel.fixed_counts`' order."""
+    return np.array([p.per_layer_s, p.per_kernel_s, p.per_step_s, p.per_collective_s])
 NAMES = tuple(f.name for f in fields(Parameters))
 
 
@@ -198,7 +204,7 @@ class StepModel:
         """Step times for feature rows x [n, F]: the host's time, and the kernels' and the
         collectives' combined (`roofline.combine`: at the bound their max)."""
         if not bounding(p):     # the prediction's sum, in its own order (the calibrations' bytes)
-            return self.dense_s(x, p) + self.overheads(x, p) + self.routed_s(x, p)
+            return self.dense_s(x, p) + self.overheads(x, p) + self.routed_s(x, p) + self.extra_kernel_s(x, p)
         routed, a2a = self.routed_split(x, p)
         return self.host(x, p) + roofline.combine(self.kernel_s(x, p) + routed, self.link(x, p) + a2a, True)
 
@@ -224,11 +230,17 @@ class StepModel:
         """(the routed experts' kernels, their all-to-alls) per step (0, 0 without a MoE)."""
         return (np.zeros(len(x)),) * 2 if self.routed is None else self.routed.split(x, p)
 
+    @property
+    def fixed_counts(self) -> np.ndarray:
+        """[4]: the step's layers, kernels, one step and collective launches, each a fixed time
+        apart (`fixed_rates`)."""
+        return np.array([self.layers, self.kernels, 1, self.collectives], float)
+
     def host(self, x: np.ndarray, p: Parameters) -> np.ndarray:
-        """The fixed times per layer, kernel, step, running request and collective launch (0 at BOUND)."""
+        """The fixed times per layer, kernel, step and collective launch and per running request
+        (0 at BOUND)."""
         requests = x[:, DECODES] + x[:, CHUNKS]
-        return (self.layers * p.per_layer_s + self.kernels * p.per_kernel_s + p.per_step_s + requests * p.per_request_s
-                + self.collectives * p.per_collective_s)
+        return self.fixed_counts @ fixed_rates(p) + requests * p.per_request_s
 
     def overheads(self, x: np.ndarray, p: Parameters) -> np.ndarray:
         """The host's time and the collectives after it (the prediction's: no overlap)."""
