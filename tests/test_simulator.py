@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from rooflinec.spec import catalog, load as spec
 from rooflinec.serving import serving_model as sm
 from rooflinec.base.errors import SpecError, UsageError
-from rooflinec.serving import calibration, engines, metrics, simulator, workload
+from rooflinec.serving import calibration, engines, metrics, simulator, uniform_loop, workload
 from rooflinec.serving import stepcost as sc
 
 LLAMA8 = spec.load_model(catalog.path("models", "llama-3.1-8b"))
@@ -302,6 +302,42 @@ def test_an_idle_engine_steps_at_the_first_arrival(engine):
         assert res.timeline[fifth, 2] == 4 and res.schedule.finished[0] < res.schedule.finished[1]
     else:
         assert res.timeline[fifth, 2] == 1 and len(set(res.schedule.finished[:4])) == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["trtllm", "vllm", "sglang"]), st.integers(1, 40), st.integers(1, 3000), st.integers(1, 80),
+       st.booleans(), st.integers(1, 4), st.sampled_from([64, 512, 2048, 8192]))
+def test_the_counted_loop_gives_the_array_loops_schedule(engine, c, isl, osl, chunked, batch_div, budget):
+    """`uniform_loop` (a roomy closed loop of identical requests, by counters) gives `_Loop`'s
+    untimed Result bit for bit, under each engine's schedule, chunked or whole prompts, a
+    batch limit below the clients and token budgets below the prompt."""
+    pol = dataclasses.replace(engines.load(engine), chunked_prefill=chunked, max_batch=max(1, c // batch_div),
+                              max_tokens=budget, chunk_tokens=min(budget, engines.load(engine).chunk_tokens))
+    work = workload.benchmark(c, isl, osl, None)
+    cap = simulator.kv_capacity_tokens(STEP8, pol)
+    assume(uniform_loop.applies(STEP8, pol, work, cap, False))
+    counted = simulator.schedule(STEP8, pol, work, cap)
+    looped = simulator._Loop(STEP8, pol, work, sc.BOUND, timed=False, capacity_tokens=cap).run()
+    for part, other in ((counted.schedule, looped.schedule), (counted, looped)):
+        for f in dataclasses.fields(part):
+            a, b = getattr(part, f.name), getattr(other, f.name)
+            if isinstance(a, np.ndarray):
+                assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=True), f.name
+            elif f.name != "schedule":
+                assert a == b, f.name
+
+
+def test_the_counted_loop_leaves_what_it_cannot_count_to_the_array_loop():
+    """Drawn lengths, a windowed model, a prompt over a whole-prompt budget, a cache too
+    small for the requests in flight, or a prefix cache that hits: `_Loop` schedules it."""
+    pol, work = engines.load("vllm"), workload.benchmark(8, 1000, 100, None)
+    cap = simulator.kv_capacity_tokens(STEP8, pol)
+    assert uniform_loop.applies(STEP8, pol, work, cap, False)
+    assert not uniform_loop.applies(STEP8, pol, work, cap, True)
+    assert not uniform_loop.applies(STEP8, pol, dataclasses.replace(work, isl=workload.Lengths(500, 1000)), cap, False)
+    assert not uniform_loop.applies(STEP8, dataclasses.replace(pol, chunked_prefill=False, max_tokens=999), work, cap, False)
+    assert not uniform_loop.applies(STEP8, pol, work, uniform_loop.peak_blocks(pol, work) * pol.kv_block_tokens - 1, False)
+    assert not uniform_loop.applies(dataclasses.replace(STEP8, window=4096), pol, work, cap, False)
 
 
 @pytest.mark.slow

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rooflinec.base import roofline
-from rooflinec.serving import stepcost as sc
+from rooflinec.serving import stepcost as sc, uniform_loop
 from rooflinec.serving.engines import Policy
 from rooflinec.serving.workload import Workload
 from rooflinec.serving.serving_model import Unpredictable
@@ -153,7 +153,21 @@ def schedule(model: sc.StepModel, policy: Policy, work: Workload, capacity_token
     `capacity_tokens`: `kv_capacity_tokens(model, policy)` where the caller has it."""
     if not work.closed:
         raise ValueError("an open loop's schedule depends on the step times: simulate it")
+    capacity_tokens = kv_capacity_tokens(model, policy) if capacity_tokens is None else capacity_tokens
+    if uniform_loop.applies(model, policy, work, capacity_tokens, prefix_pool_fits(policy, work, capacity_tokens)):
+        return _counted(uniform_loop.run(policy, work, MAX_EVENTS), model, policy, work, capacity_tokens)
     return _Loop(model, policy, work, sc.BOUND, timed=False, capacity_tokens=capacity_tokens).run()
+
+
+def _counted(loop, model, policy, work, capacity_tokens) -> Result:
+    """`uniform_loop`'s schedule as `_Loop` gives it untimed: every time 0, its peak the
+    requests in flight at their whole length (`_Loop.roomy`)."""
+    sched = Schedule(np.array(loop.x0), np.array(loop.nsteps), np.array(loop.growth, float).reshape(-1, len(sc.FEATURES)),
+                     loop.arrived, loop.admitted, loop.first, loop.finished)
+    zeros = np.zeros(work.total)
+    return Result(work, policy, capacity_tokens, *work.lengths(), zeros, zeros, zeros,
+                  np.arange(work.total) >= work.warmup, np.zeros(0), np.zeros(0), np.array(loop.timeline), sched, 0,
+                  sc.BOUND.request_latency_s, uniform_loop.peak_blocks(policy, work), False, 0, False)
 
 
 class _Loop:
