@@ -306,16 +306,17 @@ def test_an_idle_engine_steps_at_the_first_arrival(engine):
 
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from(["trtllm", "vllm", "sglang"]), st.integers(1, 40), st.integers(1, 3000), st.integers(1, 80),
-       st.booleans(), st.integers(1, 4), st.sampled_from([64, 512, 2048, 8192]))
-def test_the_counted_loop_gives_the_array_loops_schedule(engine, c, isl, osl, chunked, batch_div, budget):
+       st.booleans(), st.integers(1, 4), st.sampled_from([64, 512, 2048, 8192]), st.sampled_from([None, 3, 20]))
+def test_the_counted_loop_gives_the_array_loops_schedule(engine, c, isl, osl, chunked, batch_div, budget, prompts):
     """`uniform_loop` (a roomy closed loop of identical requests, by counters) gives `_Loop`'s
     untimed Result bit for bit, under each engine's schedule, chunked or whole prompts, a
-    batch limit below the clients and token budgets below the prompt."""
+    batch limit below the clients, token budgets below the prompt, and prompts reused."""
     pol = dataclasses.replace(engines.load(engine), chunked_prefill=chunked, max_batch=max(1, c // batch_div),
                               max_tokens=budget, chunk_tokens=min(budget, engines.load(engine).chunk_tokens))
-    work = workload.benchmark(c, isl, osl, None)
+    work = workload.benchmark(c, isl, osl, prompts)
     cap = simulator.kv_capacity_tokens(STEP8, pol)
-    assume(uniform_loop.applies(STEP8, pol, work, cap, False))
+    hit = simulator.cacheable_tokens(isl, pol.kv_block_tokens) if simulator.prefix_pool_fits(pol, work, cap) else None
+    assume(uniform_loop.applies(STEP8, pol, work, hit))
     counted = simulator.schedule(STEP8, pol, work, cap)
     looped = simulator._Loop(STEP8, pol, work, sc.BOUND, timed=False, capacity_tokens=cap).run()
     for part, other in ((counted.schedule, looped.schedule), (counted, looped)):
@@ -328,16 +329,15 @@ def test_the_counted_loop_gives_the_array_loops_schedule(engine, c, isl, osl, ch
 
 
 def test_the_counted_loop_leaves_what_it_cannot_count_to_the_array_loop():
-    """Drawn lengths, a windowed model, a prompt over a whole-prompt budget, a cache too
-    small for the requests in flight, or a prefix cache that hits: `_Loop` schedules it."""
+    """Drawn lengths, a windowed model, a prompt over a whole-prompt budget, or a prefix hit
+    that skips no whole block: `_Loop` schedules it (and where the cache is short of the
+    requests in flight, `simulator.schedule` does not ask)."""
     pol, work = engines.load("vllm"), workload.benchmark(8, 1000, 100, None)
-    cap = simulator.kv_capacity_tokens(STEP8, pol)
-    assert uniform_loop.applies(STEP8, pol, work, cap, False)
-    assert not uniform_loop.applies(STEP8, pol, work, cap, True)
-    assert not uniform_loop.applies(STEP8, pol, dataclasses.replace(work, isl=workload.Lengths(500, 1000)), cap, False)
-    assert not uniform_loop.applies(STEP8, dataclasses.replace(pol, chunked_prefill=False, max_tokens=999), work, cap, False)
-    assert not uniform_loop.applies(STEP8, pol, work, uniform_loop.peak_blocks(pol, work) * pol.kv_block_tokens - 1, False)
-    assert not uniform_loop.applies(dataclasses.replace(STEP8, window=4096), pol, work, cap, False)
+    assert uniform_loop.applies(STEP8, pol, work, None) and uniform_loop.applies(STEP8, pol, work, 992)
+    assert not uniform_loop.applies(STEP8, pol, work, 0)
+    assert not uniform_loop.applies(STEP8, pol, dataclasses.replace(work, isl=workload.Lengths(500, 1000)), None)
+    assert not uniform_loop.applies(STEP8, dataclasses.replace(pol, chunked_prefill=False, max_tokens=999), work, None)
+    assert not uniform_loop.applies(dataclasses.replace(STEP8, window=4096), pol, work, None)
 
 
 @pytest.mark.slow

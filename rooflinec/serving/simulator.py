@@ -154,20 +154,36 @@ def schedule(model: sc.StepModel, policy: Policy, work: Workload, capacity_token
     if not work.closed:
         raise ValueError("an open loop's schedule depends on the step times: simulate it")
     capacity_tokens = kv_capacity_tokens(model, policy) if capacity_tokens is None else capacity_tokens
-    if uniform_loop.applies(model, policy, work, capacity_tokens, prefix_pool_fits(policy, work, capacity_tokens)):
-        return _counted(uniform_loop.run(policy, work, MAX_EVENTS), model, policy, work, capacity_tokens)
+    caching = prefix_pool_fits(policy, work, capacity_tokens)
+    hit = int(cacheable_tokens(work.isl.low, policy.kv_block_tokens)) if caching else None
+    if uniform_loop.applies(model, policy, work, hit):
+        peak = roomy_peak(policy, work, *work.lengths(), caching)
+        if peak <= capacity_tokens // policy.kv_block_tokens:
+            return _counted(uniform_loop.run(policy, work, MAX_EVENTS, hit), policy, work, capacity_tokens, peak, caching)
     return _Loop(model, policy, work, sc.BOUND, timed=False, capacity_tokens=capacity_tokens).run()
 
 
-def _counted(loop, model, policy, work, capacity_tokens) -> Result:
-    """`uniform_loop`'s schedule as `_Loop` gives it untimed: every time 0, its peak the
-    requests in flight at their whole length (`_Loop.roomy`)."""
+def roomy_peak(policy: Policy, work: Workload, isl: np.ndarray, osl: np.ndarray, caching: bool) -> int:
+    """KV blocks of the most requests in flight at their whole prompt and output, beside every
+    unique prompt's pool where prompts hit: a closed loop within them never meets the capacity
+    (`_Loop.roomy`)."""
+    b = policy.kv_block_tokens
+    most = min(work.concurrency or policy.max_batch, policy.max_batch)
+    whole = most * -(-int((isl + osl).max()) // b)
+    if caching:
+        first = np.unique(work.prompt_ids(), return_index=True)[1]
+        whole += int(cacheable_tokens(isl[first], b).sum()) // b
+    return whole
+
+
+def _counted(loop, policy, work, capacity_tokens, peak, caching) -> Result:
+    """`uniform_loop`'s schedule as `_Loop` gives it untimed: every time 0, its peak `roomy_peak`."""
     sched = Schedule(np.array(loop.x0), np.array(loop.nsteps), np.array(loop.growth, float).reshape(-1, len(sc.FEATURES)),
                      loop.arrived, loop.admitted, loop.first, loop.finished)
     zeros = np.zeros(work.total)
     return Result(work, policy, capacity_tokens, *work.lengths(), zeros, zeros, zeros,
                   np.arange(work.total) >= work.warmup, np.zeros(0), np.zeros(0), np.array(loop.timeline), sched, 0,
-                  sc.BOUND.request_latency_s, uniform_loop.peak_blocks(policy, work), False, 0, False)
+                  sc.BOUND.request_latency_s, peak, False, loop.hits, caching)
 
 
 class _Loop:
@@ -188,12 +204,11 @@ class _Loop:
         self.pool = 0                          # blocks of the cached prompts
         # tokens a decode step yields: 1, or a speculative step's expectation (speculative.py)
         self.adv = getattr(model, "tokens_per_step", 1)
-        # a closed loop whose most requests in flight fit at their whole prompt and output never
-        # meets the KV capacity: admission and decode skip their checks (the same schedule), the
-        # peak taken as that whole (a capacity at least it gives this schedule)
-        most = min(work.concurrency or policy.max_batch, policy.max_batch)
-        whole = most * int(self._blocks(self.isl + self.osl).max()) if work.closed and n else 0
-        self.roomy = work.closed and not prefilled and not self.caching and self.adv == 1 and whole <= self.cap_blocks
+        # a closed loop whose most requests in flight fit at their whole prompt and output, beside
+        # every unique prompt's pool, never meets the KV capacity: admission and decode skip their
+        # checks (the same schedule), the peak taken as that whole (a capacity at least it gives this schedule)
+        whole = roomy_peak(policy, work, self.isl, self.osl, self.caching) if work.closed and n else 0
+        self.roomy = work.closed and not prefilled and self.adv == 1 and whole <= self.cap_blocks
         if self.roomy:
             self.peak = whole
         self.cached = np.zeros(n, np.int64)    # a request's prompt tokens in the pool

@@ -2,13 +2,14 @@
 
 `simulator._Loop` keeps arrays over all requests, so each event costs a few dozen NumPy
 calls (about 90 us). Validation replays hundreds of closed loops whose requests all have one
-prompt and one output length; where, besides, no prompt is cached and the KV cache holds
-every request in flight at its whole length (`_Loop.roomy`), the FCFS scheduler keeps the
+prompt and one output length; where, besides, the KV cache holds every request in flight at
+its whole length beside the prefix cache's pool (`_Loop.roomy`), the FCFS scheduler keeps the
 requests in the order they were sent at every stage: admitted, prompt finished and output
 finished in id order (the budget goes to the prompts in progress first, in admission order,
 and every decode advances one token per step). The state is then a few counters, the prompts
 in progress and the decodes' cohorts (the requests whose first token came in one step move
-together), so an event is a few Python operations on integers. It is the same scheduler,
+together), a prompt's hit on the prefix cache a flag per request, so an event is a few
+Python operations on integers. It is the same scheduler,
 written twice for speed: `tests/test_simulator.py` checks under hypothesis that it gives
 `_Loop`'s schedule bit for bit, and `schedule` falls back to `_Loop` wherever a condition
 above does not hold (or a prompt could never be scheduled, whose message `_Loop` owns).
@@ -26,29 +27,21 @@ from rooflinec.serving.workload import Workload
 from rooflinec.serving.serving_model import Unpredictable
 
 
-def applies(model: sc.StepModel, policy: Policy, work: Workload, capacity_tokens: int, caching: bool) -> bool:
-    """The loop's conditions (module docstring); `caching`: some prompt can hit the prefix
-    cache (`simulator.prefix_pool_fits`)."""
+def applies(model: sc.StepModel, policy: Policy, work: Workload, hit_tokens: int | None) -> bool:
+    """The loop's own conditions (module docstring; the caller checks the capacity's room, as
+    `_Loop.roomy`): a closed loop of fixed lengths, no window, one token per decode step, a
+    prompt that fits a step where prompts are not chunked; `hit_tokens`: the tokens a prefix
+    hit skips (None: no prompt hits), at least a block (else `_Loop` owns its recount)."""
     if not work.closed or not work.total or model.window is not None or getattr(model, "tokens_per_step", 1) != 1:
         return False
-    if work.isl.low != work.isl.high or work.osl.low != work.osl.high:
+    if work.isl.low != work.isl.high or work.osl.low != work.osl.high or hit_tokens == 0:
         return False
-    if caching:
-        return False
-    if not policy.chunked_prefill and work.isl.low > min(policy.max_tokens, policy.chunk_tokens):
-        return False                  # never scheduled: _Loop's message
-    return peak_blocks(policy, work) <= capacity_tokens // policy.kv_block_tokens
+    return policy.chunked_prefill or work.isl.low <= min(policy.max_tokens, policy.chunk_tokens)
 
 
-def peak_blocks(policy: Policy, work: Workload) -> int:
-    """The requests in flight at their whole prompt and output (`_Loop.roomy`'s peak)."""
-    most = min(work.concurrency or policy.max_batch, policy.max_batch)
-    return most * -(-(work.isl.low + work.osl.low) // policy.kv_block_tokens)
-
-
-def run(policy: Policy, work: Workload, max_events: int) -> "_Counters":
+def run(policy: Policy, work: Workload, max_events: int, hit_tokens: int | None) -> "_Counters":
     """The loop's schedule, run to the last request (`applies` holds)."""
-    loop = _Counters(policy, work)
+    loop = _Counters(policy, work, hit_tokens)
     while loop.n_finished < work.total:
         if loop.runs >= max_events:
             raise Unpredictable(f"more than {max_events} scheduler events; shorten the workload")
@@ -57,8 +50,12 @@ def run(policy: Policy, work: Workload, max_events: int) -> "_Counters":
 
 
 class _Counters:
-    def __init__(self, policy: Policy, work: Workload):
-        self.pol, self.w = policy, work
+    def __init__(self, policy: Policy, work: Workload, hit_tokens: int | None):
+        self.pol, self.w, self.hit_tokens = policy, work, hit_tokens
+        self.pid = work.prompt_ids().tolist() if hit_tokens else None
+        self.computed = [False] * (work.unique_prompts or 0)   # a prompt's KV in the pool
+        self.hit = bytearray(work.total)                       # a request's prompt hit the pool
+        self.hits = 0                                          # measured requests that hit
         self.isl, self.osl = work.isl.low, work.osl.low
         n = work.total
         self.arrived, self.admitted, self.first, self.finished = (np.full(n, -1, np.int64) for _ in range(4))
@@ -106,14 +103,37 @@ class _Counters:
         if room <= 0 or limit <= 0 or m <= 0:
             return out
         # FCFS while the budget lasts: chunked, every admission that gets a token; else whole prompts
-        n = min(m, -(-limit // self.isl) if self.pol.chunked_prefill else limit // self.isl)
-        for i in range(n):
-            entry = [self.n_admitted + i, 0]
+        n, before = 0, 0
+        for r in range(self.n_admitted, self.n_admitted + m):
+            prefix = self._prefix(r)
+            left = self.isl - prefix
+            if self.pol.chunked_prefill:
+                size = min(left, limit - before)
+                if size <= 0:
+                    break
+            elif before + left > limit:
+                break
+            else:
+                size = left
+            entry = [r, prefix]
             self.partial.append(entry)
-            out.append((entry, 0, min(self.isl, limit - i * self.isl)))
+            out.append((entry, prefix, size))
+            before += left
+            n += 1
+        for r in range(self.n_admitted + n, self.n_admitted + m):
+            self._prefix(r)            # `_Loop._hit` looks at every candidate
         self.admitted[self.n_admitted:self.n_admitted + n] = self.runs
         self.n_admitted += n
         return out
+
+    def _prefix(self, r: int) -> int:
+        """Request r's prompt tokens in the prefix cache as a candidate for admission."""
+        if not self.hit_tokens:
+            return 0
+        if not self.hit[r] and self.computed[self.pid[r]]:
+            self.hit[r] = 1
+            self.hits += r >= self.w.warmup
+        return self.hit_tokens if self.hit[r] else 0
 
     def step(self):
         pol, n_running = self.pol, self.n_admitted - self.n_finished
@@ -162,7 +182,9 @@ class _Counters:
             entry[1] = p + c
         done = 0
         while self.partial and self.partial[0][1] == self.isl:    # prompts finish in admission order
-            self.partial.popleft()
+            r = self.partial.popleft()[0]
+            if self.hit_tokens and not self.hit[r]:
+                self.computed[self.pid[r]] = True                  # its prompt joins the pool
             done += 1
         if done:
             self.first[self.n_first:self.n_first + done] = run
