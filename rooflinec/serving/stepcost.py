@@ -357,7 +357,7 @@ def _routed_row(op, flops, traffic, model):
     linear in M (M k rows), its weights the distinct experts' E(1 - (1 - k/E)^M) times one
     expert's, and so any FLOPs over them (a weight-only GEMM dequantising each weight it reads)."""
     top_k, d = model.moe.top_k, distinct(model).xreplace(model_values(model))
-    per_expert = sp.simplify(traffic.get("weights", sp.Integer(0)) / d)
+    per_expert = sp.cancel(traffic.get("weights", sp.Integer(0)) / d)
     flops, dequant = _over_experts(sp.sympify(flops), d)
     others = sum((e for cls, e in traffic.items() if cls != "weights"), sp.Integer(0))
     out = []
