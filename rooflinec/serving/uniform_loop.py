@@ -120,14 +120,13 @@ class _Counters:
             out.append((entry, prefix, size))
             before += left
             n += 1
-        for r in range(self.n_admitted + n, self.n_admitted + m):
-            self._prefix(r)            # `_Loop._hit` looks at every candidate
         self.admitted[self.n_admitted:self.n_admitted + n] = self.runs
         self.n_admitted += n
         return out
 
     def _prefix(self, r: int) -> int:
-        """Request r's prompt tokens in the prefix cache as a candidate for admission."""
+        """Request r's prompt tokens in the prefix cache as a candidate for admission. `_Loop`
+        marks every candidate; a prompt's pool only grows, so the mark at admission is the same."""
         if not self.hit_tokens:
             return 0
         if not self.hit[r] and self.computed[self.pid[r]]:
