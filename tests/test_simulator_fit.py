@@ -48,12 +48,11 @@ def test_a_group_without_a_fit_takes_its_engines_times_and_its_kinds_compute_fra
     everything = set(P)
     # its own fit first
     assert calibration.resolve(("h200", "vllm", "moe"), lookup(everything)) == P["vllm-moe"]
-    # a dense model on (h200, vllm): the MoE group's host times, h200 dense models' fraction
+    # a dense model on (h200, vllm): the MoE group's host times, dense models' fraction on
+    # every device (a per-device kind, as older files hold, is not used)
     got = calibration.resolve(("h200", "vllm", "dense"), lookup(everything))
-    assert (got.per_layer_s, got.request_latency_s, got.compute_fraction) == (5e-5, 0.01, 0.8)
-    # no dense model on h200: dense models anywhere
-    got = calibration.resolve(("h200", "vllm", "dense"), lookup(everything - {"h200-dense"}))
-    assert (got.per_layer_s, got.compute_fraction) == (5e-5, 0.7)
+    assert (got.per_layer_s, got.request_latency_s, got.compute_fraction) == (5e-5, 0.01, 0.7)
+    assert calibration.resolve(("h200", "vllm", "dense"), lookup(everything - {"h200-dense"})) == got
     # a device without the engine's other group: the engine's pooled times
     got = calibration.resolve(("b200", "vllm", "dense"), lookup(everything))
     assert (got.per_layer_s, got.request_latency_s, got.compute_fraction) == (6e-5, 0.02, 0.7)
@@ -70,7 +69,7 @@ def test_the_experts_bandwidth_fraction_is_a_fraction_fitted_on_moe_rows_and_com
     # a composed group takes its kind's kernel efficiencies, both of them, and its engine's host times
     kind = sc.Parameters(compute_fraction=0.2, expert_bandwidth_fraction=0.4, per_layer_s=9e-5)
     host = sc.Parameters(compute_fraction=0.9, per_layer_s=5e-5, request_latency_s=0.01)
-    keys = {("engine", "vllm"): host, ("kind", "h200", "moe"): kind}
+    keys = {("engine", "vllm"): host, ("kind", None, "moe"): kind}
     got = calibration.resolve(("h200", "vllm", "moe"), keys.get)
     assert (got.compute_fraction, got.expert_bandwidth_fraction, got.per_layer_s, got.request_latency_s) == \
         (0.2, 0.4, 5e-5, 0.01)
@@ -85,9 +84,9 @@ def test_the_kinds_block_is_read_back_and_composes(tmp_path):
                    "kinds:\n- {device: h200-sxm, models: dense, parameters: {compute_fraction: 0.8}}\n"
                    "- {models: dense, parameters: {compute_fraction: 0.7}}\n")
     t = calibration.load(str(cal))
-    assert set(t.kinds) == {("h200-sxm", "dense"), (None, "dense")}
+    assert set(t.kinds) == {("h200-sxm", "dense"), (None, "dense")}    # an older file's per-device kind: read, unused
     got = t.of("h200-sxm", "vllm", "dense")
-    assert (got.compute_fraction, got.per_layer_s) == (0.8, 5e-5)
+    assert (got.compute_fraction, got.per_layer_s) == (0.7, 5e-5)
     assert t.of("h200-sxm", "vllm", "moe").compute_fraction == 0.2
     assert t.of("b200", "vllm", "dense").compute_fraction == 0.7 and t.of("b200", "sglang", "dense") == t.default
     cal.write_text("kind: simulator\ndefault:\n  parameters: {}\nkinds:\n- {models: sparse, parameters: {}}\n"

@@ -235,7 +235,7 @@ def fit(cases: list[Case], free=FITTED, scale: float = LOSS_SCALE) -> sc.Paramet
 
 class Fitter:
     """Fits on demand over `cases`: the rows of each key of `calibration.resolve`'s lookup
-    (a group, an engine, a kind on a device or anywhere, all), each fitted once.
+    (a group, an engine, a kind on every device, all), each fitted once.
 
     `shared`: fits by the rows they saw (the cases' identities, in order) and the parameters
     fitted, for Fitters over subsets of the same cases (the leave-one-group-out refits: a group
@@ -274,7 +274,7 @@ def fit_all(cases: list[Case], free=FITTED, shared: dict | None = None) -> calib
     if not f.cases:
         raise ValueError("no predictable rows to fit")
     groups = sorted({c.group for c in f.cases})
-    kinds = sorted({(d, k) for d, _, k in groups}) + sorted({(None, k) for _, _, k in groups})
+    kinds = sorted({(None, k) for _, _, k in groups})
     return calibration.Table(f.get(("default",)), {g: f.get(("group", *g)) for g in groups},
                              {e: f.get(("engine", e)) for e in sorted({g[1] for g in groups})}, f.free,
                              kinds={k: f.get(("kind", *k)) for k in kinds})

@@ -52,7 +52,7 @@ ASSUMPTIONS = (
     "row off by much more than 10% counts linearly, so rows measuring what the model lacks do not "
     "set a group's parameters). A group the calibration lacks (and a left-out one) takes its engine's "
     "host-side times (its other kind's group on that device, else the engine's fit) with the compute "
-    "fraction of models of its kind (on that device, else anywhere); an engine with no rows takes the "
+    "fraction of models of its kind on every device; an engine with no rows takes the "
     "pooled fit (calibration.resolve).",
     "Weights in the row's GEMM format (fp8-block read as fp8); the KV cache as the next line says; "
     "activations bf16. KV-cache capacity: the engine's memory fraction of the device "
@@ -329,10 +329,9 @@ def document(fits: calibration.Table, cases, source: str, ho: list[dict] | None 
         "groups": [{"device": g[0], "engine": g[1], "models": g[2], "parameters": params(fits.groups[g]),
                     "residuals": residuals([c for c in usable if c.group == g], own)}
                    for g in sorted(fits.groups)],
-        # the compute fraction of a kind of model on a device (and anywhere) for an engine's
-        # group of the other kind only (calibration.resolve)
-        "kinds": [{**({"device": d} if d else {}), "models": k, "parameters": params(fits.kinds[d, k])}
-                  for d, k in fits.kinds],
+        # the compute fraction of a kind of model on every device, for an engine's group of
+        # the other kind only (calibration.resolve)
+        "kinds": [{"models": k, "parameters": params(fits.kinds[d, k])} for d, k in fits.kinds],
         **_with_disaggregated(intervals.block(ho, usable), disaggregated),
     }
 
