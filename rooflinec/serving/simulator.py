@@ -44,7 +44,8 @@ TTFT median 28.8% -> 26.9%, TPOT 6.0% -> 5.8%, bench/simulator.py).
 In a closed loop every event falls on a step boundary, so the schedule (which steps run with
 which batch) does not depend on the step times: `Schedule` records it, and `retime` prices
 the same schedule under other parameters exactly (calibration re-times it instead of
-re-simulating). `Pool` lays many schedules' arrays side by side (a fit's rows): the growing
+re-simulating). A closed loop of identical requests that never meets the KV capacity is
+scheduled by `uniform_loop`'s counters instead, the same schedule bit for bit. `Pool` lays many schedules' arrays side by side (a fit's rows): the growing
 kernels' runs in one array (a one-step run, every step with a prompt chunk, is max of its two
 roofline terms, what the closed form gives it, so only longer runs take the closed form), the
 flat kernels' prefix sums in one gather, one model's routed experts in one call; each

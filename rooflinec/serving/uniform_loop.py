@@ -50,6 +50,9 @@ def run(policy: Policy, work: Workload, max_events: int, hit_tokens: int | None)
 
 
 class _Counters:
+    """The loop's state: counters over requests in id order, the prompts in progress and the
+    decodes' cohorts; the schedule's arrays as `_Loop` records them."""
+
     def __init__(self, policy: Policy, work: Workload, hit_tokens: int | None):
         self.pol, self.w, self.hit_tokens = policy, work, hit_tokens
         self.pid = work.prompt_ids().tolist() if hit_tokens else None
