@@ -250,7 +250,7 @@ class Fitter:
     def rows(self, key: tuple) -> list[Case]:
         level, *names = key
         keep = {"group": lambda g: g == tuple(names), "engine": lambda g: g[1] == names[0],
-                "kind": lambda g: g[2] == names[1] and names[0] in (None, g[0]),
+                "kind": lambda g: g[2] == names[1],       # ("kind", None, kind): every device's
                 "default": lambda g: True}[level]
         return [c for c in self.cases if keep(c.group)]
 

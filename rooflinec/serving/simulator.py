@@ -45,7 +45,8 @@ In a closed loop every event falls on a step boundary, so the schedule (which st
 which batch) does not depend on the step times: `Schedule` records it, and `retime` prices
 the same schedule under other parameters exactly (calibration re-times it instead of
 re-simulating). A closed loop of identical requests that never meets the KV capacity is
-scheduled by `uniform_loop`'s counters instead, the same schedule bit for bit. `Pool` lays many schedules' arrays side by side (a fit's rows): the growing
+scheduled by `uniform_loop`'s counters instead, the same schedule bit for bit. `Pool` lays
+many schedules' arrays side by side (a fit's rows): the growing
 kernels' runs in one array (a one-step run, every step with a prompt chunk, is max of its two
 roofline terms, what the closed form gives it, so only longer runs take the closed form), the
 flat kernels' prefix sums in one gather, one model's routed experts in one call; each
@@ -158,9 +159,11 @@ def schedule(model: sc.StepModel, policy: Policy, work: Workload, capacity_token
     caching = prefix_pool_fits(policy, work, capacity_tokens)
     hit = int(cacheable_tokens(work.isl.low, policy.kv_block_tokens)) if caching else None
     if uniform_loop.applies(model, policy, work, hit):
-        peak = roomy_peak(policy, work, *work.lengths(), caching)
+        lengths = work.lengths()
+        peak = roomy_peak(policy, work, *lengths, caching)
         if peak <= capacity_tokens // policy.kv_block_tokens:
-            return _counted(uniform_loop.run(policy, work, MAX_EVENTS, hit), policy, work, capacity_tokens, peak, caching)
+            loop = uniform_loop.run(policy, work, MAX_EVENTS, hit)
+            return _counted(loop, policy, work, lengths, capacity_tokens, peak, caching)
     return _Loop(model, policy, work, sc.BOUND, timed=False, capacity_tokens=capacity_tokens).run()
 
 
@@ -177,12 +180,12 @@ def roomy_peak(policy: Policy, work: Workload, isl: np.ndarray, osl: np.ndarray,
     return whole
 
 
-def _counted(loop, policy, work, capacity_tokens, peak, caching) -> Result:
+def _counted(loop, policy, work, lengths, capacity_tokens, peak, caching) -> Result:
     """`uniform_loop`'s schedule as `_Loop` gives it untimed: every time 0, its peak `roomy_peak`."""
     sched = Schedule(np.array(loop.x0), np.array(loop.nsteps), np.array(loop.growth, float).reshape(-1, len(sc.FEATURES)),
                      loop.arrived, loop.admitted, loop.first, loop.finished)
     zeros = np.zeros(work.total)
-    return Result(work, policy, capacity_tokens, *work.lengths(), zeros, zeros, zeros,
+    return Result(work, policy, capacity_tokens, *lengths, zeros, zeros, zeros,
                   np.arange(work.total) >= work.warmup, np.zeros(0), np.zeros(0), np.array(loop.timeline), sched, 0,
                   sc.BOUND.request_latency_s, peak, False, loop.hits, caching)
 

@@ -115,13 +115,13 @@ the first token back) that TTFT and E2E include and the scheduler never sees. At
 
 
 BOUND = Parameters()
+NAMES = tuple(f.name for f in fields(Parameters))
 
 
 def fixed_rates(p: Parameters) -> np.ndarray:
     """[4]: the fixed seconds per layer, per kernel, per step and per collective launch, in
     `StepModel.fixed_counts`' order."""
     return np.array([p.per_layer_s, p.per_kernel_s, p.per_step_s, p.per_collective_s])
-NAMES = tuple(f.name for f in fields(Parameters))
 
 
 class NotAffine(sm.Unpredictable):
