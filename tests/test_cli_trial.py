@@ -9,7 +9,9 @@ import io
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import yaml
 from hypothesis import given, settings
@@ -19,9 +21,10 @@ from rooflinec.base import yamlio
 from rooflinec.base.errors import Problem, SpecError, UsageError
 from rooflinec.base.yamlio import format_path
 from rooflinec.base.quantities import gib
+from rooflinec.cli import simulate as simulate_cli
 from rooflinec.cli.app import run
 from rooflinec.cli.plan import parse_slo
-from rooflinec.serving import calibration, engines, simulator
+from rooflinec.serving import calibration, engines, metrics, simulator
 from rooflinec.serving import stepcost as sc
 from rooflinec.serving.serving_model import Unpredictable
 from rooflinec.spec import catalog, hfimport, load as spec, validate
@@ -160,7 +163,7 @@ def test_simulate_says_the_cache_size_and_the_fraction_it_comes_from(engine):
     assert doc["kv_cache_tokens"] == int(cache // (per_token * block)) * block
     assert doc["kv_cache"] == {"fraction": policy.cache_fraction, "of": policy.cache_fraction_of}
     code, text, _ = cli("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", engine, *LOAD)
-    line = text.splitlines()[-1]
+    line = next(x for x in text.splitlines() if " steps, mean batch per step " in x)
     assert f"KV cache {doc['kv_cache_tokens']:,} tokens per device ({policy.name} gives" in line
     assert f"{policy.cache_fraction:g} of the memory" in line
 
@@ -362,18 +365,84 @@ OPEN = ("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "trtllm"
 
 
 @pytest.mark.slow
-def test_an_open_loop_past_capacity_says_it_is_overloaded():
+def test_an_open_loop_past_capacity_says_its_queue_grows():
     code, out, _ = cli(*OPEN, "--rate", "500", "--json")
     doc = json.loads(out)
-    assert code == 0 and doc["overloaded"]["offered_per_s"] == 500
-    assert doc["overloaded"]["completed_per_s"] == doc["requests_per_s"] < 0.8 * 500
+    grows = doc["backlog_grows"]
+    assert code == 0 and grows["completed_per_s"] < metrics.BACKLOG * grows["arrived_per_s"]
+    assert grows["arrived_per_s"] == pytest.approx(500, rel=0.25)      # 150 Poisson arrivals
     code, out, _ = cli(*OPEN, "--rate", "500")
-    assert "overloaded: " in out and "depends on --requests" in out
+    assert "the queue grows: " in out and "depends on --requests" in out
     code, out, _ = cli(*OPEN, "--rate", "5", "--json")   # well inside capacity: a steady state
-    assert code == 0 and "overloaded" not in json.loads(out)
+    assert code == 0 and "backlog_grows" not in json.loads(out)
+
+
+def _run(arrival, finish, rate=1.0):
+    return SimpleNamespace(arrival_s=np.asarray(arrival, float), finish_s=np.asarray(finish, float),
+                           workload=SimpleNamespace(rate=rate))
+
+
+def test_the_backlog_is_judged_on_the_second_half_of_the_arrivals():
+    """1000 arrivals 0.1 s apart (10/s); the second half's span runs from the 501st arrival
+    (50.0 s) to the last (99.9 s), 49.9 s with 499 arrivals after its start: 10/s. Each request
+    done 5 s after it arrives: a stable queue, 499 ends in the span (the final drain, after the
+    last arrival, does not count). Served one every 0.125 s from 0.5 s (8/s), request i ends at
+    0.5 + 0.125 (i + 1): in (50.0, 99.9] for i + 1 = 397 ... 795, 399 of them over 49.9 s
+    (8.0/s, under 0.95 x 10). Three requests are too few to rate; a second half at one
+    instant is a burst, rated at the workload's rate."""
+    t = np.arange(1000) * 0.1
+    assert metrics.backlog(_run(t, t + 5)) is None
+    got = metrics.backlog(_run(t, 0.5 + 0.125 * (np.arange(1000) + 1)))
+    assert got == {"arrived_per_s": pytest.approx(499 / 49.9), "completed_per_s": pytest.approx(399 / 49.9),
+                   "span_s": pytest.approx(49.9)}
+    assert metrics.backlog(_run([0, 1, 2], [10, 20, 30])) is None
+    assert metrics.backlog(_run([0, 0, 0, 0], [1, 2, 3, 4], rate=1e9)) == {"arrived_per_s": 1e9,
+                                                                          "completed_per_s": 0.0, "span_s": 0.0}
 
 
 def test_simulate_warns_past_the_model_max_context():
     code, out, err = cli("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "vllm", "--isl", "131000",
                          "--osl", "128", "--concurrency", "1", "--requests", "1", "--warmup", "0", "--json")
     assert "max_context: 131,128 tokens (--isl + --osl) run past the model's max_context, 131,072" in err
+
+
+# --- a third trial: the closed loop's front-end latency, the chart's path, the seed, wide figures --
+
+CLOSED = ("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "trtllm", "--isl", "1024", "--osl", "128",
+          "--concurrency", "1", "--requests", "3", "--warmup", "0")
+
+
+def test_a_closed_loop_says_its_front_end_latency_is_outside_the_clients_cycle():
+    """The shipped (h100-sxm, trtllm) fit has a front-end latency: TTFT and E2E carry it, the
+    replayed engine's cycle does not, so requests/s exceeds C / E2E and the text says why."""
+    code, out, _ = cli(*CLOSED, "--json")
+    doc = json.loads(out)
+    latency = doc["parameters"]["request_latency_s"]
+    assert code == 0 and doc["closed_loop"] and latency > 0
+    assert doc["requests_per_s"] > 1 / doc["e2e_s"]["mean"]
+    code, out, _ = cli(*CLOSED)
+    assert f"the front end's latency, {1e3 * latency:.1f} ms, is in TTFT and E2E but not in the clients' cycle" in out
+    code, out, _ = cli(*CLOSED[:-6], "--rate", "1", "--requests", "3")
+    assert code == 0 and "front end's latency" not in out      # an open loop's arrivals do not wait on it
+
+
+@pytest.mark.parametrize("chart, why", [("timeline.png", "does not end in .svg"), ("folder.svg", "is a folder")])
+def test_a_chart_path_that_cannot_be_written_is_refused_before_any_work(tmp_path, chart, why):
+    (tmp_path / "folder.svg").mkdir()
+    code, _, err = cli(*CLOSED, "--chart", str(tmp_path / chart))
+    assert code == 2 and why in err and sorted(p.name for p in tmp_path.iterdir()) == ["folder.svg"]
+
+
+def test_a_negative_seed_is_a_usage_error():
+    code, _, err = cli(*CLOSED, "--seed", "-5")
+    assert code == 2 and "--seed: -5 must be a whole number from 0 to 2^63 - 1" in err and "Traceback" not in err
+
+
+def test_latency_columns_stay_apart_however_wide_their_figures():
+    """A TTFT of 692,337.94 ms (9 characters) beside 676,603.62: every column is its widest
+    figure plus one space, so no two figures run together."""
+    wide = {k: {"mean": 692.33794, "p50": 676.60362, "p90": 1224.24933, "p99": 1360.20197} for k in
+            ("ttft_s", "tpot_s", "itl_s", "e2e_s")}
+    lines = simulate_cli._latency_table([(None, wide)])
+    assert lines[1].split() == ["TTFT", "692337.94", "676603.62", "1224249.33", "1360201.97"]
+    assert len({len(x) for x in lines[1:]}) == 1 and lines[0].endswith("p99  (ms)")

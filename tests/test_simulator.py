@@ -158,7 +158,7 @@ def test_a_bad_engine_field_is_located(tmp_path):
     bad.write_text(text)
     with pytest.raises(SpecError) as exc:
         engines.load(str(bad))
-    assert re.search(r"bad\.yaml:\d+:\d+: schedule: schedule: expected one of mixed, prefill_first", str(exc.value))
+    assert re.search(r"bad\.yaml:\d+:\d+: schedule: expected one of mixed, prefill_first", str(exc.value))
 
 
 def test_an_override_names_its_flag():

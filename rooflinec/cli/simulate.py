@@ -19,11 +19,13 @@ from rooflinec.serving.serving_model import Unpredictable
 from rooflinec.serving.measurements import Specs
 from rooflinec.serving.chart import timeline
 
-EPILOG = """\
+EPILOG = f"""\
 A closed loop (--concurrency C) replays the benchmark behind the measured rows: C clients
 start together, each sends its next request when its last one finished; 2C warm-up requests
 are not measured, then 20C are (aiperf --concurrency C --num-requests 20C
---warmup-request-count 2C). An open loop (--rate R) sends Poisson arrivals at R requests/s.
+--warmup-request-count 2C). An open loop (--rate R) sends Poisson arrivals at R requests/s;
+where the second half of its arrivals sees fewer than {metrics.BACKLOG:.0%} of them completed, the output says
+the queue grows (an overload, or a run too short for its steady state: raise --requests).
 Every step is timed as the roofline of that exact step (its decodes at their own contexts and
 the prompt chunks scheduled), with the calibration's efficiencies and overheads for the
 (device, engine). --bound: each request's least times under any schedule (TTFT: its prompt's
@@ -126,7 +128,7 @@ UNIQUE_HELP = ("distinct prompts, reused in shuffled passes, so the engine's pre
 
 def _positive(name: str, v, kind=int):
     if v is not None and not (v >= 1 if kind is int else 0 < v < float("inf")):
-        raise UsageError(f"--{name}: {v} must be {'at least 1' if kind is int else 'a positive number'}")
+        raise UsageError(f"--{name}: {v} must be " + ("at least 1" if kind is int else "a positive, finite number"))
     return v
 
 
@@ -138,6 +140,8 @@ def workload_of(args):
         v = getattr(args, name)
         if v is not None and not 0 <= v <= 10**7:
             raise UsageError(f"--{name}: {v} must be between 0 and 10^7")
+    if not 0 <= args.seed < 2**63:
+        raise UsageError(f"--seed: {args.seed} must be a whole number from 0 to 2^63 - 1")
     requests = args.requests if args.requests is not None else (20 * c if c else 1000)
     warmup = args.warmup if args.warmup is not None else (2 * c if c else 0)
     if requests < 1:
@@ -152,13 +156,12 @@ def _formats(value, flag):
     return value
 
 
-# An open loop that completes less than this share of its arrival rate is not in a steady state
-# (a stable queue completes what arrives; the last requests' drain alone costs a few percent).
-OVERLOAD = 0.8
-
-
 def cmd_simulate(args, stdout, stderr) -> int:
     work = workload_of(args)
+    if args.chart is not None:   # refused before any work, as every --out is
+        if not args.chart.lower().endswith(".svg"):
+            raise UsageError(f"--chart: {args.chart} does not end in .svg; the chart is written as SVG")
+        output.check_file_target(args.chart, "--chart")
     _positive("tp", args.tp)
     model, device = quick._model(args.model), quick._device(args.device)
     warned = quick.context_warning(args.model, model, work.isl.high + work.osl.high, "--isl + --osl")
@@ -204,7 +207,7 @@ def cmd_simulate(args, stdout, stderr) -> int:
     out = {"kind": "bound" if bound else "prediction", "model": model.name, "device": device.key,
            "tp": args.tp, **({"attention_dp": args.attention_dp, "ep": args.ep} if args.attention_dp > 1 or args.ep > 1 else {}),
            "engine": {"name": policy.name, "version": policy.version, "file": engine_key},
-           "workload": work.describe(), "parameters": {"source": where, **vars(params)},
+           "workload": work.describe(), "closed_loop": work.closed, "parameters": {"source": where, **vars(params)},
            "kv_cache": {"fraction": policy.cache_fraction, "of": policy.cache_fraction_of},
            "prefix_cache": {"on": policy.prefix_caching, "pool_fits": res.prefix_pool,
                             "measured_hits": res.prefix_hits},
@@ -223,8 +226,9 @@ def cmd_simulate(args, stdout, stderr) -> int:
             return {f"{w}_mean_s": [float(v) for v in intervals.interval(out[f"{w}_s"]["mean"], *q[w])]
                     for w in ("ttft", "tpot") if out[f"{w}_s"]["mean"] is not None}
         out["interval"] = {"level": band["level"], "band": band["band"], **means_within(band)}
-    if not work.closed and out["requests_per_s"] < OVERLOAD * work.rate:
-        out["overloaded"] = {"offered_per_s": work.rate, "completed_per_s": out["requests_per_s"]}
+    grows = None if work.closed else metrics.backlog(res)
+    if grows:
+        out["backlog_grows"] = grows
     if args.chart:
         svg = timeline(res, f"{model.name} on {args.tp} x {device.key}, {policy.name}: {work.describe()}")
         try:
@@ -296,6 +300,23 @@ def _disaggregated_interval(bands: dict, pools, policy, work, out: dict) -> dict
         for w in ("ttft", "tpot")}}}
 
 
+LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"))
+QUANTS = ("mean", "p50", "p90", "p99")
+
+
+def _latency_table(tables) -> list[str]:
+    """Rows of mean, p50, p90, p99 in ms under one header, each table after its caption; the
+    columns as wide as their widest figure."""
+    cells = [[["-" if r[key][q] is None else f"{1e3 * r[key][q]:.2f}" for q in QUANTS] for key, _ in LATENCIES]
+             for _, r in tables]
+    width = max(9, *(len(c) for t in cells for row in t for c in row)) + 1
+    lines = [f"{'':6}" + "".join(f"{q:>{width}}" for q in QUANTS) + "  (ms)"]
+    for (caption, _), rows in zip(tables, cells):
+        lines += [caption] if caption else []
+        lines += [f"{label:6}" + "".join(f"{c:>{width}}" for c in row) for (_, label), row in zip(LATENCIES, rows)]
+    return lines
+
+
 def text(out: dict) -> str:
     dp = out.get("attention_dp", 1)
     rank = ((f" (one of {dp} attention-DP ranks, ep {out['ep']}: its load, its requests/s)" if dp > 1
@@ -307,18 +328,9 @@ def text(out: dict) -> str:
                 "tokens per verification step expected"
                 + (" (the best case)" if out["speculation"]["tokens_per_step"] == out["speculation"]["k"] + 1
                    else " (a prediction at that alpha)")] if "speculation" in out else []),
-             "",
-             f"{'':6}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}  (ms)"]
-    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E")):
-        s = out[key]
-        lines.append(f"{label:6}" + "".join(f"{'-' if s[q] is None else f'{1e3 * s[q]:.2f}':>10}"
-                                            for q in ("mean", "p50", "p90", "p99")))
-    if "replay" in out:
-        r = out["replay"]
-        lines.append(f"{r['note']}:")
-        for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E")):
-            lines.append(f"{label:6}" + "".join(f"{'-' if r[key][q] is None else f'{1e3 * r[key][q]:.2f}':>10}"
-                                                for q in ("mean", "p50", "p90", "p99")))
+             ""]
+    tables = [(None, out)] + ([(out["replay"]["note"] + ":", out["replay"])] if "replay" in out else [])
+    lines += _latency_table(tables)
     if "interval" in out:
         iv = out["interval"]
         lines.append(f"{iv['level']:.0%} interval of the mean (a prediction; {iv['band']}): "
@@ -328,12 +340,18 @@ def text(out: dict) -> str:
     lines += ["", ("the replay's throughput (not a bound): " if "replay" in out else "")
               + f"output tokens/s per GPU {out['tokens_per_s_per_gpu']:.1f}, per user "
               f"{'-' if per_user is None else f'{per_user:.1f}'}; {out['requests_per_s']:.2f} requests/s",
-              f"{out['steps']} steps, mean batch {out['mean_batch']:.1f}, {out['preemptions']} preemptions, "
+              f"{out['steps']} steps, mean batch per step {out['mean_batch']:.1f}, {out['preemptions']} preemptions, "
               f"KV cache {out['kv_cache_tokens']:,} tokens per device ({_cache_share(out)})"]
-    if "overloaded" in out:
-        o = out["overloaded"]
-        lines.append(f"overloaded: {o['completed_per_s']:.2f} requests/s completed of the {o['offered_per_s']:.4g} "
-                     "offered, so the queue grows through the run and every latency above depends on --requests")
+    latency = out["parameters"].get("request_latency_s", 0.0)
+    if latency and out.get("closed_loop"):
+        lines.append(f"the front end's latency, {1e3 * latency:.1f} ms, is in TTFT and E2E but not in the clients' "
+                     "cycle (the calibration fits it so): the engine gets a client's next request as its last "
+                     "finishes, and requests/s is the engine's")
+    if "backlog_grows" in out:
+        o = out["backlog_grows"]
+        lines.append(f"the queue grows: over the second half of the arrivals {o['completed_per_s']:.2f} requests/s "
+                     f"completed of {o['arrived_per_s']:.4g}/s arrived (an overload, or a run too short to reach "
+                     "its steady state), so every latency above depends on --requests")
     return "\n".join(lines) + "\n"
 
 

@@ -90,7 +90,7 @@ def load(ref: str) -> Policy:
             continue
         v, bad = d[f.name], problem(f.name, d[f.name])
         if bad:
-            problems.append(doc.problem((f.name,), f"{f.name}: {bad}"))
+            problems.append(doc.problem((f.name,), bad))
         values[f.name] = v
     if problems:
         raise SpecError(problems)

@@ -6,7 +6,16 @@ requests (as aiperf and vLLM's benchmark do); TTFT and E2E include the front end
 per request (`Parameters.request_latency_s`); ITL is every gap between two tokens of a
 measured request, weighted per token; tokens/s per user is 1 / mean TPOT (a user's decode
 speed); per GPU, the measured requests' output tokens over the time from the first measured
-arrival to the last measured completion, divided by the devices.
+arrival to the last measured completion, divided by the devices. The throughput is the replayed
+engine's: the front end's latency is added to each request's TTFT and E2E after the replay, not
+put in a closed loop's cycle (the calibration fitted it so), so a closed loop's requests/s can
+exceed C / E2E.
+
+An open loop's queue is stable only if the engine completes what arrives (`backlog`): over
+the second half of the arrivals (the first half lets the system fill), requests completed
+against requests arrived in the same span. A finite run cannot tell an overload from a queue
+still filling near capacity; either way its latencies depend on the run's length, and that
+is what the check says.
 """
 
 from __future__ import annotations
@@ -50,3 +59,28 @@ def summary(res, devices: int) -> dict:
         "preemptions": res.preemptions,
         "kv_cache_tokens": res.capacity_tokens,
     }
+
+
+# a backlog grows where the second half of an open loop's arrivals sees fewer completions than
+# this share of them (a stable queue completes what arrives, within its occupancy's noise)
+BACKLOG = 0.95
+
+
+def backlog(res) -> dict | None:
+    """{arrived_per_s, completed_per_s, span_s} over the second half of the arrivals (every
+    request's, warm-up too: they load the engine alike) where fewer than BACKLOG of the arrivals
+    completed in that span, else None (and None below 4 requests: nothing to rate). A second
+    half that arrives at one instant is a burst: its rate the workload's, none completed."""
+    arrival = np.sort(res.arrival_s)
+    n = len(arrival)
+    if n < 4:
+        return None
+    start, stop = arrival[n // 2], arrival[-1]
+    span = float(stop - start)
+    if span <= 0:
+        return {"arrived_per_s": float(res.workload.rate), "completed_per_s": 0.0, "span_s": 0.0}
+    arrived = (n - n // 2 - 1) / span        # the arrivals after `start`, up to and with `stop`
+    completed = float(np.count_nonzero((res.finish_s > start) & (res.finish_s <= stop))) / span
+    if completed >= BACKLOG * arrived:
+        return None
+    return {"arrived_per_s": arrived, "completed_per_s": completed, "span_s": span}

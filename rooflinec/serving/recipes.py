@@ -92,7 +92,7 @@ def load(ref: str) -> Recipe | None:
                 continue
             bad = _problem(name, v)
             if bad:
-                problems.append(doc.problem((*at, name), f"{name}: {bad}"))
+                problems.append(doc.problem((*at, name), bad))
             settings[engine][name] = v
     if problems:
         raise SpecError(problems)
