@@ -446,3 +446,20 @@ def test_latency_columns_stay_apart_however_wide_their_figures():
     lines = simulate_cli._latency_table([(None, wide)])
     assert lines[1].split() == ["TTFT", "692337.94", "676603.62", "1224249.33", "1360201.97"]
     assert len({len(x) for x in lines[1:]}) == 1 and lines[0].endswith("p99  (ms)")
+
+
+@pytest.mark.parametrize("load", [("--concurrency", "8"), ("--rate", "10", "--requests", "400", "--warmup", "40")])
+def test_the_requests_in_the_engine_obey_littles_law(load):
+    """Time-averaged requests in the engine over the throughput's span against completed
+    requests/s x mean time in the engine (E2E less the front end's latency), within 3% (the
+    span's edges: warm-up requests inside it, the drain after the last arrival). A closed loop
+    holds its C clients in the engine all along (the latency is outside the cycle), the drain
+    aside; the queue wait is inside TTFT."""
+    code, out, _ = cli(*CLOSED[:-6], *load, "--json")
+    doc = json.loads(out)
+    held = doc["in_engine_mean"]["running"] + doc["in_engine_mean"]["waiting"]
+    in_engine = doc["e2e_s"]["mean"] - doc["parameters"]["request_latency_s"]
+    assert code == 0 and held == pytest.approx(doc["requests_per_s"] * in_engine, rel=0.03)
+    if load[0] == "--concurrency":
+        assert 0.9 * 8 <= held <= 8
+    assert 0 <= doc["queue_wait_s"]["mean"] <= doc["ttft_s"]["mean"] - doc["parameters"]["request_latency_s"]

@@ -336,6 +336,11 @@ def text(out: dict) -> str:
         lines.append(f"{iv['level']:.0%} interval of the mean (a prediction; {iv['band']}): "
                      + ", ".join(f"{w.upper()} {1e3 * iv[f'{w}_mean_s'][0]:.2f}-{1e3 * iv[f'{w}_mean_s'][1]:.2f} ms"
                                  for w in ("ttft", "tpot") if f"{w}_mean_s" in iv))
+    if "replay" not in out:
+        q, held = out["queue_wait_s"], out["in_engine_mean"]
+        lines.append(f"queue wait (arrival to the first step that schedules it, inside TTFT): mean {1e3 * q['mean']:.2f} ms, "
+                     f"p90 {1e3 * q['p90']:.2f} ms; in the engine on average {held['running']:.1f} running, "
+                     f"{held['waiting']:.1f} waiting")
     per_user = out["tokens_per_s_per_user"]
     lines += ["", ("the replay's throughput (not a bound): " if "replay" in out else "")
               + f"output tokens/s per GPU {out['tokens_per_s_per_gpu']:.1f}, per user "

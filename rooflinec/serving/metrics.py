@@ -6,7 +6,11 @@ requests (as aiperf and vLLM's benchmark do); TTFT and E2E include the front end
 per request (`Parameters.request_latency_s`); ITL is every gap between two tokens of a
 measured request, weighted per token; tokens/s per user is 1 / mean TPOT (a user's decode
 speed); per GPU, the measured requests' output tokens over the time from the first measured
-arrival to the last measured completion, divided by the devices. The throughput is the replayed
+arrival to the last measured completion, divided by the devices. The queue wait is a measured
+request's time from arrival to the step that first schedules it (part of its TTFT), and the
+requests in the engine (`occupancy`) are time averages over the same span as the throughput,
+so Little's law can be checked: running + waiting = completed requests/s x mean time in the
+engine (E2E less the front end's latency), up to the span's edges. The throughput is the replayed
 engine's: the front end's latency is added to each request's TTFT and E2E after the replay, not
 put in a closed loop's cycle (the calibration fitted it so), so a closed loop's requests/s can
 exceed C / E2E.
@@ -45,11 +49,14 @@ def summary(res, devices: int) -> dict:
     e2e = res.finish_s[m] - res.arrival_s[m] + res.latency_s
     long = m & (res.osl > 1)
     tpot = (res.finish_s[long] - res.first_s[long]) / (res.osl[long] - 1)
-    window = res.finish_s[m].max() - res.arrival_s[m].min()
+    start, stop = res.arrival_s[m].min(), res.finish_s[m].max()
+    window = stop - start
     tpot_stats = stats(tpot)
+    admitted = res.timeline[res.schedule.admitted, 0] if len(res.timeline) else res.arrival_s
     return {
         "ttft_s": stats(ttft), "tpot_s": tpot_stats, "itl_s": stats(res.itl_s, res.itl_weight),
-        "e2e_s": stats(e2e),
+        "e2e_s": stats(e2e), "queue_wait_s": stats(admitted[m] - res.arrival_s[m]),
+        "in_engine_mean": occupancy(res.arrival_s, admitted, res.finish_s, start, stop),
         "tokens_per_s_per_gpu": float(res.osl[m].sum() / window / devices),
         "tokens_per_s_per_user": 1 / tpot_stats["mean"] if tpot_stats["mean"] else None,
         "requests_per_s": float(m.sum() / window),
@@ -59,6 +66,15 @@ def summary(res, devices: int) -> dict:
         "preemptions": res.preemptions,
         "kv_cache_tokens": res.capacity_tokens,
     }
+
+
+def occupancy(arrival, admitted, finish, start, stop) -> dict:
+    """Requests in the engine averaged over [start, stop]: waiting from arrival to the step that
+    first schedules them, running from there to their last token (a preempted request counts
+    as running), every request's time inside the span summed over the span's length."""
+    def mean(a, b):
+        return float((np.clip(b, start, stop) - np.clip(a, start, stop)).sum() / (stop - start)) if stop > start else 0.0
+    return {"running": mean(admitted, finish), "waiting": mean(arrival, admitted)}
 
 
 # a backlog grows where the second half of an open loop's arrivals sees fewer completions than
