@@ -5,6 +5,7 @@ size and the engine's memory fraction, the model's name and MODEL's help."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import math
@@ -368,28 +369,36 @@ OPEN = ("simulate", "llama-3.1-8b", "--device", "h100-sxm", "--engine", "trtllm"
 def test_an_open_loop_past_capacity_says_its_queue_grows():
     code, out, _ = cli(*OPEN, "--rate", "500", "--json")
     doc = json.loads(out)
-    grows = doc["backlog_grows"]
-    assert code == 0 and grows["completed_per_s"] < metrics.BACKLOG * grows["arrived_per_s"]
+    grows = doc["backlog"]
+    assert code == 0 and grows["completed_per_s"] < 0.5 * grows["arrived_per_s"]
     assert grows["arrived_per_s"] == pytest.approx(500, rel=0.25)      # 150 Poisson arrivals
     code, out, _ = cli(*OPEN, "--rate", "500")
-    assert "the queue grows: " in out and "depends on --requests" in out
+    assert "not a steady state: " in out and "depends on --requests" in out
     code, out, _ = cli(*OPEN, "--rate", "5", "--json")   # well inside capacity: a steady state
-    assert code == 0 and "backlog_grows" not in json.loads(out)
+    assert code == 0 and "backlog" not in json.loads(out)
 
 
-def _run(arrival, finish, rate=1.0):
+def _run(arrival, finish, rate=1.0, admitted=None):
+    """A Result's fields `metrics.backlog` reads: each request admitted in a run of its own
+    (at its arrival unless `admitted` says when)."""
+    start = np.asarray(arrival if admitted is None else admitted, float)
+    timeline = np.zeros((len(start), 5))
+    timeline[:, 0] = start
     return SimpleNamespace(arrival_s=np.asarray(arrival, float), finish_s=np.asarray(finish, float),
-                           workload=SimpleNamespace(rate=rate))
+                           workload=SimpleNamespace(rate=rate), timeline=timeline,
+                           schedule=SimpleNamespace(admitted=np.arange(len(start))))
 
 
 def test_the_backlog_is_judged_on_the_second_half_of_the_arrivals():
     """1000 arrivals 0.1 s apart (10/s); the second half's span runs from the 501st arrival
-    (50.0 s) to the last (99.9 s), 49.9 s with 499 arrivals after its start: 10/s. Each request
-    done 5 s after it arrives: a stable queue, 499 ends in the span (the final drain, after the
-    last arrival, does not count). Served one every 0.125 s from 0.5 s (8/s), request i ends at
-    0.5 + 0.125 (i + 1): in (50.0, 99.9] for i + 1 = 397 ... 795, 399 of them over 49.9 s
-    (8.0/s, under 0.95 x 10). Three requests are too few to rate; a second half at one
-    instant is a burst, rated at the workload's rate."""
+    (50.0 s) to the last (99.9 s), 49.9 s with 499 arrivals after its start. Each request done
+    5 s after it arrives: 499 ends in the span (the final drain, after the last arrival, does
+    not count), no growth. Served one every 0.125 s from 0.5 s (8/s), request i ends at
+    0.5 + 0.125 (i + 1): in (50.0, 99.9] for i + 1 = 397 ... 795, 399 of them, a growth of 100
+    against the noise allowance 3 sqrt(2 r + 1), r the running count, here every request from
+    its arrival (104 in the engine at 50 s, 205 at 99.9 s: r about 155, an allowance near 53).
+    Three requests are too few to rate; a second half at one instant is a burst, rated at the
+    workload's rate."""
     t = np.arange(1000) * 0.1
     assert metrics.backlog(_run(t, t + 5)) is None
     got = metrics.backlog(_run(t, 0.5 + 0.125 * (np.arange(1000) + 1)))
@@ -398,6 +407,28 @@ def test_the_backlog_is_judged_on_the_second_half_of_the_arrivals():
     assert metrics.backlog(_run([0, 1, 2], [10, 20, 30])) is None
     assert metrics.backlog(_run([0, 0, 0, 0], [1, 2, 3, 4], rate=1e9)) == {"arrived_per_s": 1e9,
                                                                           "completed_per_s": 0.0, "span_s": 0.0}
+
+
+def test_a_steady_poisson_stream_is_not_called_growing_however_short():
+    """Poisson arrivals at 10/s, each request 1.2 s in the engine (a batching engine well below
+    capacity: the count in it is Poisson, mean 12): 200 seeds each of 20, 100 and 1000
+    requests, none past the noise allowance (3 standard deviations of the count's change,
+    about 1 in 700 by a normal tail). The same arrivals through one server of 8 requests/s
+    (FCFS: admitted at max(f_i-1, a_i), done 1/8 s later) are past it at 1000 requests in every
+    one of 20 seeds: about 500 arrive in the second half's 50 s and 400 complete, a growth near
+    100, while one runs at a time: an allowance of 3 sqrt(2 x 1 + 1) = 5.2."""
+    rng = np.random.default_rng(7)
+    for n in (20, 100, 1000):
+        for _ in range(200):
+            t = np.cumsum(rng.exponential(0.1, n))
+            assert metrics.backlog(_run(t, t + 1.2, rate=10)) is None
+    for _ in range(20):
+        t = np.cumsum(rng.exponential(0.1, 1000))
+        begun, served = np.empty(1000), np.empty(1000)
+        for i, a in enumerate(t):
+            begun[i] = max(served[i - 1] if i else 0.0, a)
+            served[i] = begun[i] + 1 / 8
+        assert metrics.backlog(_run(t, served, rate=10, admitted=begun)) is not None
 
 
 def test_simulate_warns_past_the_model_max_context():
@@ -435,7 +466,7 @@ def test_a_chart_path_that_cannot_be_written_is_refused_before_any_work(tmp_path
 
 def test_a_negative_seed_is_a_usage_error():
     code, _, err = cli(*CLOSED, "--seed", "-5")
-    assert code == 2 and "--seed: -5 must be a whole number from 0 to 2^63 - 1" in err and "Traceback" not in err
+    assert code == 2 and "--seed: -5 must be a whole number >= 0" in err and "Traceback" not in err
 
 
 def test_latency_columns_stay_apart_however_wide_their_figures():
@@ -450,16 +481,39 @@ def test_latency_columns_stay_apart_however_wide_their_figures():
 
 @pytest.mark.parametrize("load", [("--concurrency", "8"), ("--rate", "10", "--requests", "400", "--warmup", "40")])
 def test_the_requests_in_the_engine_obey_littles_law(load):
-    """Time-averaged requests in the engine over the throughput's span against completed
-    requests/s x mean time in the engine (E2E less the front end's latency), within 3% (the
-    span's edges: warm-up requests inside it, the drain after the last arrival). A closed loop
-    holds its C clients in the engine all along (the latency is outside the cycle), the drain
-    aside; the queue wait is inside TTFT."""
+    """The requests running and waiting on average over the throughput's span: their sum is
+    completed requests/s x mean time in the engine (E2E less the front end's latency), within
+    3% (warm-up requests inside the span; an identity otherwise, Little's law by construction).
+    The running count is checked against the timeline's own, each run's running requests over
+    its duration (to the next run's start, the last to the last token), clipped to the span:
+    the same without preemptions, the closed loop's C clients in the engine all along but the
+    drain; the queue wait is inside TTFT."""
     code, out, _ = cli(*CLOSED[:-6], *load, "--json")
     doc = json.loads(out)
     held = doc["in_engine_mean"]["running"] + doc["in_engine_mean"]["waiting"]
     in_engine = doc["e2e_s"]["mean"] - doc["parameters"]["request_latency_s"]
-    assert code == 0 and held == pytest.approx(doc["requests_per_s"] * in_engine, rel=0.03)
+    assert code == 0 and doc["preemptions"] == 0
+    assert held == pytest.approx(doc["requests_per_s"] * in_engine, rel=0.03)
+    assert doc["in_engine_mean"]["running"] == pytest.approx(_timeline_running(load), rel=1e-6)
     if load[0] == "--concurrency":
         assert 0.9 * 8 <= held <= 8
     assert 0 <= doc["queue_wait_s"]["mean"] <= doc["ttft_s"]["mean"] - doc["parameters"]["request_latency_s"]
+
+
+def _timeline_running(load) -> float:
+    """The time-averaged running batch from the simulator's timeline, over the measured span."""
+    from rooflinec.cli import quick
+    flags = dict(zip(load[::2], load[1::2]))
+    number = {k: int(flags[f"--{k}"]) if f"--{k}" in flags else None for k in ("concurrency", "requests", "warmup")}
+    work = simulate_cli.workload_of(argparse.Namespace(
+        **number, rate=float(flags["--rate"]) if "--rate" in flags else None, seed=0, isl="1024", osl="128",
+        unique_prompts=None))
+    policy = engines.load("trtllm")
+    model, device = quick._model("llama-3.1-8b"), quick._device("h100-sxm")
+    params = calibration.load(calibration.shipped()).of("h100-sxm", "trtllm", "dense")
+    res = simulator.simulate(sc.build(sc.Deployment(model, device, 1, "bf16", policy.kv_dtype())), policy, work, params)
+    m = res.measured
+    start, stop = res.arrival_s[m].min(), res.finish_s[m].max()
+    ends = np.append(res.timeline[1:, 0], res.finish_s.max())
+    dur = np.clip(ends, start, stop) - np.clip(res.timeline[:, 0], start, stop)
+    return float(dur @ res.timeline[:, 2] / (stop - start))

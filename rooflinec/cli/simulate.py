@@ -24,8 +24,8 @@ A closed loop (--concurrency C) replays the benchmark behind the measured rows: 
 start together, each sends its next request when its last one finished; 2C warm-up requests
 are not measured, then 20C are (aiperf --concurrency C --num-requests 20C
 --warmup-request-count 2C). An open loop (--rate R) sends Poisson arrivals at R requests/s;
-where the second half of its arrivals sees fewer than {metrics.BACKLOG:.0%} of them completed, the output says
-the queue grows (an overload, or a run too short for its steady state: raise --requests).
+where its second half of arrivals sees the requests in the engine grow past their noise, the
+output says it is not a steady state (an overload, or a run too short: raise --requests).
 Every step is timed as the roofline of that exact step (its decodes at their own contexts and
 the prompt chunks scheduled), with the calibration's efficiencies and overheads for the
 (device, engine). --bound: each request's least times under any schedule (TTFT: its prompt's
@@ -140,8 +140,8 @@ def workload_of(args):
         v = getattr(args, name)
         if v is not None and not 0 <= v <= 10**7:
             raise UsageError(f"--{name}: {v} must be between 0 and 10^7")
-    if not 0 <= args.seed < 2**63:
-        raise UsageError(f"--seed: {args.seed} must be a whole number from 0 to 2^63 - 1")
+    if args.seed < 0:
+        raise UsageError(f"--seed: {args.seed} must be a whole number >= 0")
     requests = args.requests if args.requests is not None else (20 * c if c else 1000)
     warmup = args.warmup if args.warmup is not None else (2 * c if c else 0)
     if requests < 1:
@@ -189,6 +189,8 @@ def cmd_simulate(args, stdout, stderr) -> int:
             q, which = intervals.band_for(table.intervals, new)
             band = q and {"level": table.intervals["level"], "band": which, **q}
     if args.prefill_workers is not None or args.decode_workers is not None:
+        if args.chart is not None:
+            raise UsageError("--chart: the disaggregated simulation draws no chart; leave out --chart")
         return _disaggregated(args, work, model, device, policy, params, where, stdout,
                               None if args.bound else (table.intervals or {}))
     work = _one_rank(work, _positive("attention-dp", args.attention_dp))
@@ -219,7 +221,9 @@ def cmd_simulate(args, stdout, stderr) -> int:
             least = request_bounds.summary(res, base, step.tokens_per_step if draft else 1.0)
         except Unpredictable as exc:
             raise RooflineError(f"cannot bound: {exc}") from None
-        out["replay"] = {"note": request_bounds.NOT_A_BOUND, **{k: out[k] for k in least}}
+        # the replay's latencies and queue beside the bounds, never at the top level with them
+        out["replay"] = {"note": request_bounds.NOT_A_BOUND, **{k: out[k] for k in least},
+                         **{k: out.pop(k) for k in ("queue_wait_s", "in_engine_mean")}}
         out.update(least)     # throughput and per-user tokens/s stay the replay's (the text says so)
     if band:
         def means_within(q):
@@ -228,7 +232,7 @@ def cmd_simulate(args, stdout, stderr) -> int:
         out["interval"] = {"level": band["level"], "band": band["band"], **means_within(band)}
     grows = None if work.closed else metrics.backlog(res)
     if grows:
-        out["backlog_grows"] = grows
+        out["backlog"] = grows
     if args.chart:
         svg = timeline(res, f"{model.name} on {args.tp} x {device.key}, {policy.name}: {work.describe()}")
         try:
@@ -336,7 +340,7 @@ def text(out: dict) -> str:
         lines.append(f"{iv['level']:.0%} interval of the mean (a prediction; {iv['band']}): "
                      + ", ".join(f"{w.upper()} {1e3 * iv[f'{w}_mean_s'][0]:.2f}-{1e3 * iv[f'{w}_mean_s'][1]:.2f} ms"
                                  for w in ("ttft", "tpot") if f"{w}_mean_s" in iv))
-    if "replay" not in out:
+    if "queue_wait_s" in out:
         q, held = out["queue_wait_s"], out["in_engine_mean"]
         lines.append(f"queue wait (arrival to the first step that schedules it, inside TTFT): mean {1e3 * q['mean']:.2f} ms, "
                      f"p90 {1e3 * q['p90']:.2f} ms; in the engine on average {held['running']:.1f} running, "
@@ -352,11 +356,11 @@ def text(out: dict) -> str:
         lines.append(f"the front end's latency, {1e3 * latency:.1f} ms, is in TTFT and E2E but not in the clients' "
                      "cycle (the calibration fits it so): the engine gets a client's next request as its last "
                      "finishes, and requests/s is the engine's")
-    if "backlog_grows" in out:
-        o = out["backlog_grows"]
-        lines.append(f"the queue grows: over the second half of the arrivals {o['completed_per_s']:.2f} requests/s "
-                     f"completed of {o['arrived_per_s']:.4g}/s arrived (an overload, or a run too short to reach "
-                     "its steady state), so every latency above depends on --requests")
+    if "backlog" in out:
+        o = out["backlog"]
+        lines.append(f"not a steady state: over the second half of the arrivals {o['completed_per_s']:.2f} requests/s "
+                     f"completed of {o['arrived_per_s']:.4g}/s arrived, so the requests in the engine grow (an "
+                     "overload, or a run too short to fill the engine) and every latency above depends on --requests")
     return "\n".join(lines) + "\n"
 
 

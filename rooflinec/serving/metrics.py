@@ -8,18 +8,19 @@ measured request, weighted per token; tokens/s per user is 1 / mean TPOT (a user
 speed); per GPU, the measured requests' output tokens over the time from the first measured
 arrival to the last measured completion, divided by the devices. The queue wait is a measured
 request's time from arrival to the step that first schedules it (part of its TTFT), and the
-requests in the engine (`occupancy`) are time averages over the same span as the throughput,
-so Little's law can be checked: running + waiting = completed requests/s x mean time in the
-engine (E2E less the front end's latency), up to the span's edges. The throughput is the replayed
+requests in the engine (`occupancy`) are time averages over the same span as the throughput:
+their sum is the requests' time in the engine within the span over its length, so it is
+completed requests/s x mean time in the engine (E2E less the front end's latency), Little's
+law, by construction, up to the warm-up requests' time inside the span. The throughput is the replayed
 engine's: the front end's latency is added to each request's TTFT and E2E after the replay, not
 put in a closed loop's cycle (the calibration fitted it so), so a closed loop's requests/s can
 exceed C / E2E.
 
-An open loop's queue is stable only if the engine completes what arrives (`backlog`): over
-the second half of the arrivals (the first half lets the system fill), requests completed
-against requests arrived in the same span. A finite run cannot tell an overload from a queue
-still filling near capacity; either way its latencies depend on the run's length, and that
-is what the check says.
+An open loop is in a steady state only if the engine completes what arrives (`backlog`): over
+the second half of the arrivals (the first half lets the engine fill), requests completed
+against requests arrived in the same span, beyond the noise of a steady count. A finite run
+cannot tell an overload from an engine still filling near capacity; either way its latencies
+depend on the run's length, and that is what the check says.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def summary(res, devices: int) -> dict:
     start, stop = res.arrival_s[m].min(), res.finish_s[m].max()
     window = stop - start
     tpot_stats = stats(tpot)
-    admitted = res.timeline[res.schedule.admitted, 0] if len(res.timeline) else res.arrival_s
+    admitted = res.timeline[res.schedule.admitted, 0]     # every request is admitted in some run
     return {
         "ttft_s": stats(ttft), "tpot_s": tpot_stats, "itl_s": stats(res.itl_s, res.itl_weight),
         "e2e_s": stats(e2e), "queue_wait_s": stats(admitted[m] - res.arrival_s[m]),
@@ -77,16 +78,17 @@ def occupancy(arrival, admitted, finish, start, stop) -> dict:
     return {"running": mean(admitted, finish), "waiting": mean(arrival, admitted)}
 
 
-# a backlog grows where the second half of an open loop's arrivals sees fewer completions than
-# this share of them (a stable queue completes what arrives, within its occupancy's noise)
-BACKLOG = 0.95
-
-
 def backlog(res) -> dict | None:
     """{arrived_per_s, completed_per_s, span_s} over the second half of the arrivals (every
-    request's, warm-up too: they load the engine alike) where fewer than BACKLOG of the arrivals
-    completed in that span, else None (and None below 4 requests: nothing to rate). A second
-    half that arrives at one instant is a burst: its rate the workload's, none completed."""
+    request's, warm-up too: they load the engine alike) where the requests in the engine grew
+    past their noise, else None (and None below 4 requests: nothing to rate). The growth is
+    the arrivals less the completions in the span, D = n(stop) - n(start). Below capacity a
+    batching engine runs what arrives, and the count it runs is about Poisson (M/G/inf: each
+    arrival of a lifetime still in it; variance its mean, r over the span), so D has a
+    standard deviation near sqrt(2 r), and the requests grow where D > 3 sqrt(2 r + 1). A
+    queue adds to the noise only near capacity, where a run of finite length is not steady
+    either. A second half that arrives at one instant is a burst: its rate the workload's,
+    none completed."""
     arrival = np.sort(res.arrival_s)
     n = len(arrival)
     if n < 4:
@@ -95,8 +97,9 @@ def backlog(res) -> dict | None:
     span = float(stop - start)
     if span <= 0:
         return {"arrived_per_s": float(res.workload.rate), "completed_per_s": 0.0, "span_s": 0.0}
-    arrived = (n - n // 2 - 1) / span        # the arrivals after `start`, up to and with `stop`
-    completed = float(np.count_nonzero((res.finish_s > start) & (res.finish_s <= stop))) / span
-    if completed >= BACKLOG * arrived:
+    arrived = n - n // 2 - 1                 # the arrivals after `start`, up to and with `stop`
+    completed = int(np.count_nonzero((res.finish_s > start) & (res.finish_s <= stop)))
+    running = occupancy(res.arrival_s, res.timeline[res.schedule.admitted, 0], res.finish_s, start, stop)["running"]
+    if arrived - completed <= 3 * np.sqrt(2 * running + 1):
         return None
-    return {"arrived_per_s": arrived, "completed_per_s": completed, "span_s": span}
+    return {"arrived_per_s": arrived / span, "completed_per_s": completed / span, "span_s": span}
