@@ -12,11 +12,26 @@ from rooflinec.base import yamlio
 from rooflinec.base.errors import Problem, SpecError
 
 
-def lines(file: str, max_bytes: int, what: str, expected: tuple[str, ...] = ()) -> list[list[str]]:
+class Table(list):
+    """The rows of cells, and the line each row starts on (a quoted cell may hold a line break,
+    so a row is not always one line)."""
+
+    def __init__(self, rows, starts):
+        super().__init__(rows)
+        self.starts = starts
+
+
+def lines(file: str, max_bytes: int, what: str, expected: tuple[str, ...] = ()) -> Table:
     """The file's rows of cells, the header first. utf-8-sig: a spreadsheet's BOM is fine."""
     raw = yamlio.read_bytes(file, max_bytes, what, "a UTF-8 CSV text file")
     try:
-        out = list(csv.reader(io.StringIO(raw.decode("utf-8-sig"), newline="")))
+        reader = csv.reader(io.StringIO(raw.decode("utf-8-sig"), newline=""))
+        rows, starts, ended = [], [], 0
+        for row in reader:
+            starts.append(ended + 1)
+            rows.append(row)
+            ended = reader.line_num
+        out = Table(rows, starts)
     except (UnicodeDecodeError, csv.Error) as exc:
         raise SpecError([Problem(file, 1, 1, "(file)", f"cannot read it as UTF-8 CSV: {exc}")]) from None
     if not out:
@@ -37,7 +52,8 @@ def data(file: str, table: list[list[str]], problems: list) -> Iterator[tuple[in
     """(line number, cells) of each data line that is not blank and has the header's width; a
     line of another width becomes a problem instead."""
     width = len(table[0])
-    for n, cells in enumerate(table[1:], start=2):
+    starts = getattr(table, "starts", range(1, len(table) + 1))
+    for n, cells in zip(starts[1:], table[1:]):
         if not any(c.strip() for c in cells):
             continue
         if len(cells) != width:

@@ -117,8 +117,10 @@ def cmd_calibrate(args, stdout, stderr) -> int:
                                  "says why each row is not predicted")]) from None
     doc = calibrate.document(cal, prepared, os.path.basename(args.csv))
     doc.update(intervals.block(validate_runs.holdouts(prepared, cal.fitted), [p for p in prepared if p.costs is not None]))
-    return output.write_command_file(args.out, "# rooflinec serving-model calibration, written by "
+    code = output.write_command_file(args.out, "# rooflinec serving-model calibration, written by "
                                      "`rooflinec calibrate`.\n" + yaml.safe_dump(doc, sort_keys=False, width=120), stdout)
+    sim.say_unfitted(args, stderr, len(prepared), sum(p.costs is not None for p in prepared))
+    return code
 
 
 def cmd_validate(args, stdout, stderr) -> int:
@@ -150,7 +152,8 @@ def cmd_validate(args, stdout, stderr) -> int:
         stdout.write(f"{len(rep['disaggregated'])} disaggregated rows predicted: median abs error TTFT "
                      f"{100 * d['ttft']['median_abs']:.1f}%, TPOT {100 * d['tpot']['median_abs']:.1f}%\n")
     if rep.get("unpredictable"):
-        stdout.write(f"{len(rep['unpredictable'])} rows not predicted: the report's 'Rows not predicted' says why\n")
+        n = len(rep["unpredictable"])
+        stdout.write(f"{n} row{'s' * (n != 1)} not predicted: the report's 'Rows not predicted' says why\n")
     return 0
 
 

@@ -132,20 +132,32 @@ def _positive(name: str, v, kind=int):
     return v
 
 
+LONGEST_S = 1e9     # an open loop's expected span: a double keeps 1e9 s to 2e-7 s, under a step's microseconds
+
+
 def workload_of(args):
     if (args.concurrency is None) == (args.rate is None):
         raise UsageError("--concurrency: give --concurrency C (closed loop) or --rate R (open loop), one of them")
     c, rate = _positive("concurrency", args.concurrency), _positive("rate", args.rate, float)
     for name in ("requests", "warmup"):
         v = getattr(args, name)
-        if v is not None and not 0 <= v <= 10**7:
-            raise UsageError(f"--{name}: {v} must be between 0 and 10^7")
+        if v is not None and not 0 <= v <= simulator.MAX_EVENTS:
+            raise UsageError(f"--{name}: {v} must be between 0 and {simulator.MAX_EVENTS:,}, the simulator's event budget")
     if args.seed < 0:
         raise UsageError(f"--seed: {args.seed} must be a whole number >= 0")
     requests = args.requests if args.requests is not None else (20 * c if c else 1000)
     warmup = args.warmup if args.warmup is not None else (2 * c if c else 0)
     if requests < 1:
         raise UsageError("--requests: at least one request is measured")
+    if rate is not None and (requests + warmup) / rate > LONGEST_S:
+        raise UsageError(f"--rate: {rate:g} requests/s spreads {requests + warmup:,} requests over "
+                         f"{(requests + warmup) / rate:.3g} s; past {LONGEST_S:g} s (about 30 years) a double "
+                         "loses the steps' microseconds against the arrival times")
+    if requests + warmup > simulator.MAX_EVENTS:
+        said = (f" (a closed loop of C clients sends 20C measured after 2C warm-up by default, here {c:,} "
+                "clients; give --requests and --warmup)" if c and (args.requests is None or args.warmup is None) else "")
+        raise UsageError(f"--requests: {requests:,} measured and {warmup:,} warm-up requests are past the "
+                         f"{simulator.MAX_EVENTS:,} the simulator's event budget replays{said}")
     return Workload(Lengths.parse(args.isl, "--isl"), Lengths.parse(args.osl, "--osl"),
                     requests, warmup, c, rate, args.seed, unique_prompts_of(args.unique_prompts, None))
 
@@ -383,9 +395,19 @@ def cmd_calibrate(args, stdout, stderr, specs_root) -> int:
     except ValueError as exc:   # located at the header, as calibrate without the simulator says it
         raise SpecError([Problem(args.csv, 1, 1, "(rows)", f"{exc}; `rooflinec validate` "
                                  "says why each row is not predicted")]) from None
-    return output.write_command_file(args.out, "# rooflinec serving-simulator calibration, written by "
+    code = output.write_command_file(args.out, "# rooflinec serving-simulator calibration, written by "
                                      "`rooflinec calibrate --simulate`.\n" + yaml.safe_dump(doc, sort_keys=False, width=120),
                                      stdout)
+    aggregated = [c for c in cases if c.row.mode != "disagg"]
+    say_unfitted(args, stderr, len(aggregated), sum(c.predicted for c in aggregated))
+    return code
+
+
+def say_unfitted(args, stderr, rows: int, fitted: int) -> None:
+    """One line on standard error (unless -q) where some aggregated rows were not fitted."""
+    if fitted < rows and not getattr(args, "quiet", False):
+        stderr.write(f"fitted on {fitted} of {rows} aggregated rows; `rooflinec validate` says why each "
+                     "other row is not predicted\n")
 
 
 COMMANDS = {"simulate": cmd_simulate}

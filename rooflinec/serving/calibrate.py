@@ -25,6 +25,16 @@ from rooflinec.base import yamlio
 from rooflinec.base.errors import SpecError
 
 FRACTIONS = ("bandwidth_fraction", "compute_fraction")
+MAX_TIME_S = measurements.MAX_MS / 1e3     # a week: no fitted time is longer than a measured run
+
+
+def parameter_problem(name: str, v, fractions=FRACTIONS) -> str:
+    """Why `v` is not a value of parameter `name` ('' where it is): a fraction in (0, 1], else
+    a time in seconds from 0 to a week (a finite time past it would overflow the steps' sums)."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if name in fractions:
+        return "" if ok and 0 < v <= 1 else "expected a fraction in (0, 1]"
+    return "" if ok and 0 <= v <= MAX_TIME_S else f"expected a time in seconds from 0 to {MAX_TIME_S:g} (a week)"
 FITTED = ("compute_fraction", "per_layer_s")
 TIME_UNIT = 1e-6
 ITERATIONS = 200
@@ -200,10 +210,10 @@ def load(file: str) -> Calibration:
         values = {}
         for name in PARAMETERS:
             v = ps.get(name)
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-            if not ok or (name in FRACTIONS and not 0 < v <= 1):
-                problems.append(doc.problem(path + ("parameters", name) if name in ps else path + ("parameters",),
-                                            f"{name}: expected {'a fraction in (0, 1]' if name in FRACTIONS else 'a time >= 0 in seconds'}"))
+            bad = parameter_problem(name, v)
+            if bad:
+                problems.append(doc.problem(path + ("parameters", name), bad) if name in ps
+                                else doc.problem(path + ("parameters",), f"{name}: {bad}"))
             values[name] = v
         unknown = sorted(set(ps) - set(PARAMETERS))
         if unknown:

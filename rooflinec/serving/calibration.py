@@ -146,10 +146,9 @@ def load(file: str) -> Table:
         values = {}
         for name in NAMES:
             v = ps.get(name, Parameters.__dataclass_fields__[name].default)
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-            if not ok or (name in FRACTIONS and not 0 < v <= 1):
-                problems.append(doc.problem(path + ("parameters", name), f"{name}: expected "
-                                            + ("a fraction in (0, 1]" if name in FRACTIONS else "a time >= 0 in seconds")))
+            bad = calibrate.parameter_problem(name, v, FRACTIONS)
+            if bad:
+                problems.append(doc.problem(path + ("parameters", name), bad))
             values[name] = v
         return values
 

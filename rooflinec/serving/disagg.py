@@ -249,6 +249,9 @@ def prefill_policy(pools: Pools, policy: engines.Policy, isl: int) -> engines.Po
     if not b:
         return policy
     budget = max(policy.max_tokens, b * isl)
+    if b > engines.MOST or budget > engines.MOST:    # the row's own figures, not a command line's
+        raise Unpredictable(f"a prefill batch of {b:,} prompts of {isl:,} tokens: past the {engines.MOST:,} "
+                            "tokens a step's budget may hold")
     return engines.override(policy, max_batch=b, max_tokens=budget, chunk_tokens=max(policy.chunk_tokens, budget))
 
 

@@ -102,7 +102,7 @@ def problem(name: str, v) -> str:
     if name in TEXTS:
         return "" if isinstance(v, str) and v.strip() else "expected text"
     if name in INTEGERS:
-        return "" if _whole(v) else "expected a whole number >= 1"
+        return "" if _whole(v) else f"expected a whole number from 1 to {MOST:,}"
     if name in ("chunked_prefill", "prefix_caching"):
         return "" if isinstance(v, bool) else "expected true or false"
     if name in ("cache_fraction", "admission_reserve_output"):
@@ -119,8 +119,11 @@ def problem(name: str, v) -> str:
     return ""
 
 
+MOST = 2**31      # a count a scheduler field may hold
+
+
 def _whole(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 2**31
+    return isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MOST
 
 
 def override(policy: Policy, **changes) -> Policy:

@@ -204,7 +204,7 @@ def read_layouts(file: str) -> list[tuple[Row | None, str, dict]]:
     header = lines[0]
     csvtable.require(file, header, LAYOUT_COLUMNS + ("row_id",))
     out = []
-    for n, cells in enumerate(lines[1:], start=2):
+    for n, cells in zip(lines.starts[1:], lines[1:]):
         if not any(c.strip() for c in cells):
             continue
         value = dict(zip(header, (c.strip() for c in cells)))

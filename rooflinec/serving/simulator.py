@@ -72,6 +72,14 @@ from rooflinec.base.quantities import gib
 MAX_EVENTS = 5_000_000    # a budget in events, so no workload runs away
 
 
+def within_budget(work: Workload) -> None:
+    """Unpredictable where the workload has more requests than the event budget (each takes
+    an event at least), before any array of them is drawn."""
+    if work.total > MAX_EVENTS:
+        raise Unpredictable(f"{work.total:,} requests ({work.warmup:,} warm-up, {work.requests:,} measured): "
+                            f"past the {MAX_EVENTS:,} events the simulator replays")
+
+
 @dataclass(frozen=True)
 class Schedule:
     """The runs, in order, and each request's run indices (arrival: runs finished before it came)."""
@@ -119,6 +127,7 @@ def prefix_pool_fits(policy: Policy, work: Workload, capacity_tokens: int) -> bo
     uncached tail and the output of min(C, max batch) requests at the longest lengths)."""
     if not (policy.prefix_caching and work.reused):
         return False
+    within_budget(work)
     b, isl, osl = policy.kv_block_tokens, *work.lengths()
     ids = work.prompt_ids()
     first = np.unique(ids, return_index=True)[1]
@@ -155,6 +164,7 @@ def schedule(model: sc.StepModel, policy: Policy, work: Workload, capacity_token
     `capacity_tokens`: `kv_capacity_tokens(model, policy)` where the caller has it."""
     if not work.closed:
         raise ValueError("an open loop's schedule depends on the step times: simulate it")
+    within_budget(work)
     capacity_tokens = kv_capacity_tokens(model, policy) if capacity_tokens is None else capacity_tokens
     caching = prefix_pool_fits(policy, work, capacity_tokens)
     hit = int(cacheable_tokens(work.isl.low, policy.kv_block_tokens)) if caching else None
@@ -198,6 +208,7 @@ class _Loop:
         self.m, self.pol, self.w, self.p, self.timed = model, policy, work, params, timed
         self.arrive_prefilled = prefilled
         self.peak, self.bound = 0, False
+        within_budget(work)
         self.isl, self.osl = work.lengths()
         n = work.total
         self.cap_tokens = kv_capacity_tokens(model, policy) if capacity_tokens is None else capacity_tokens

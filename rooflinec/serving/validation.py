@@ -23,6 +23,7 @@ from rooflinec.serving.calibrate import NEGLIGIBLE_S
 from rooflinec.serving import calibration, disagg, engines, fitting, intervals, recipes, request_bounds, rows, workload
 from rooflinec.serving import stepcost as sc
 from rooflinec.serving.serving_model import Unpredictable
+from rooflinec.cost import parallel
 
 WEAKEST = 8
 HOLDOUTS, LEVEL, WHATS = intervals.HOLDOUTS, intervals.LEVEL, intervals.WHATS
@@ -272,7 +273,7 @@ def _disaggregated(case, specs, params) -> dict:
         return {"row_id": r.row_id, "model": r.model, "device": r.device, "predicted": False, "reason": reason}
     try:
         return disagg.row_record(r, got, engines.load(r.engine), params)
-    except Unpredictable as exc:
+    except (Unpredictable, parallel.Unshardable) as exc:    # a pool's degrees the model cannot split
         return {"row_id": r.row_id, "model": r.model, "device": r.device, "predicted": False,
                 "reason": f"disaggregated: {exc}"}
 
