@@ -605,3 +605,19 @@ def test_a_quoted_line_break_does_not_shift_the_lines_after_it(tmp_path):
     f.write_text('a,b\n1,"x\ny"\n3,4\n', encoding="utf-8")
     table = csvtable.lines(str(f), 10**6, "table")
     assert list(csvtable.data(str(f), table, [])) == [(2, ["1", "x\ny"]), (4, ["3", "4"])]
+
+
+def test_an_unknown_mode_is_one_problem_and_control_characters_never_reach_the_page(tmp_path):
+    """A mode of 'hybrid' is said once, not with a problem for every prefill_* and decode_*
+    cell it leaves empty; a row id carrying ESC and NUL is spelled out in the HTML report
+    (\\x1b, \\x00), as in the Markdown one and on the terminal."""
+    def bad_mode(rows):
+        return [dict(rows[130], mode="hybrid")]
+    code, _, err = cli("validate", str(_v2_rows(tmp_path, "mode.csv", bad_mode)), "--out", str(tmp_path / "m"))
+    assert code == 1 and err.count("\n") == 1 and "mode: 'hybrid' is not agg or disagg" in err
+
+    def controls(rows):
+        return [dict(rows[130], row_id="run\x1b[31m\x00red")] + rows[131:133]
+    code, _, err = cli("validate", str(_v2_rows(tmp_path, "esc.csv", controls)), "--out", str(tmp_path / "e"))
+    page = (tmp_path / "e" / "serving.html").read_text(encoding="utf-8")
+    assert code == 0 and "run\\x1b[31m\\x00red" in page and "\x1b" not in page and "\x00" not in page

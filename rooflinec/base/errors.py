@@ -56,7 +56,12 @@ def _escaped(match) -> str:
 
 def one_line(text: str) -> str:
     """`text` with line breaks and other control characters escaped as in Python (\\n ...)."""
-    return _UNSAFE.sub(_escaped, text)
+    return spelled(text)
+
+
+def spelled(text: str, unsafe: re.Pattern = _UNSAFE) -> str:
+    """`text` with each character `unsafe` matches spelled as Python would (\\x1b, \\ud800)."""
+    return unsafe.sub(_escaped, text)
 
 
 class UsageError(RooflineError):

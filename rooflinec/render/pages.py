@@ -14,7 +14,7 @@ from markupsafe import Markup
 from markupsafe import escape
 
 from rooflinec.cost import bounds
-from rooflinec.base.errors import one_line
+from rooflinec.base.errors import one_line, spelled
 from rooflinec.render.formats import CHARTED, FORMATS
 from rooflinec.base.quantities import RESOLUTION_RULE, gib, resolved, seconds, si, sig
 from rooflinec.base.vocabulary import CATEGORIES
@@ -67,13 +67,14 @@ def symbol(name: str):
     return sp.Symbol(name)
 
 
-def _bytecode_cache(kind: str, filters: dict):
+def _bytecode_cache(kind: str, filters: dict, finalize=None):
     """Jinja's own cache of compiled templates (a private per-user temp folder, keyed by the
     template source's checksum): compiling the templates is ~0.05 s of every build. Compiled
-    code holds the environment's escaping (HTML, Markdown or terminal text) and which filters
-    take the context, so the file names carry both."""
+    code holds the environment's escaping (HTML, Markdown or terminal text), its finalize (a
+    call compiled in only where one is set) and which filters take the context, so the file
+    names carry all three."""
     passes = sorted((name, str(getattr(f, "jinja_pass_arg", ""))) for name, f in filters.items())
-    key = zlib.crc32(repr((kind, passes)).encode())
+    key = zlib.crc32(repr((kind, getattr(finalize, "__name__", None), passes)).encode())
     try:
         return jinja2.FileSystemBytecodeCache(pattern=f"__rooflinec_{key:08x}_%s.cache")
     except (OSError, RuntimeError):
@@ -104,6 +105,19 @@ def md_code(value) -> Verbatim:
     ticks = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return Verbatim(f"{ticks}{pad}{text}{pad}{ticks}")
+
+
+# characters an input's text may carry that no page shows as text: C0 controls but tab and the
+# line breaks, DEL, C1 (ESC, NUL and \x9b open terminal escapes), lone surrogates
+_HTML_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _finalize_html(value):
+    """HTML: a value's control characters spelled out (\\x1b) before it is escaped; markup a
+    filter made is the page's own, left as it is."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return spelled(value, _HTML_UNSAFE)
+    return value
 
 
 def _finalize_text(value):
@@ -156,7 +170,7 @@ def environment(autoescape: bool, markdown: bool = False) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("rooflinec.render", "templates"),
         autoescape=autoescape, undefined=jinja2.StrictUndefined,
-        finalize=None if autoescape else md_text if markdown else _finalize_text,
+        finalize=_finalize_html if autoescape else md_text if markdown else _finalize_text,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters.update(FILTERS)
     env.filters["for_section"] = for_section
@@ -173,7 +187,7 @@ def environment(autoescape: bool, markdown: bool = False) -> jinja2.Environment:
         env.globals.update({"identity": mathml.identity, "cancelled": mathml.cancelled,
                             "categories": CATEGORIES})
     env.bytecode_cache = _bytecode_cache("html" if autoescape else "md" if markdown else "text",
-                                         env.filters)
+                                         env.filters, env.finalize)
     return env
 
 

@@ -131,7 +131,7 @@ def _row(file, n, header, cells, problems) -> Row | None:
     before = len(problems)
     if value["mode"] not in ("agg", "disagg"):
         at("mode", f"'{value['mode']}' is not agg or disagg")
-    agg = value["mode"] == "agg"
+    agg = value["mode"] != "disagg"    # an unknown mode's row read as aggregated: its pools' cells are not asked for
     ints = {}
     for name in ("isl", "osl", "concurrency", *(AGG_INTEGERS if agg else ())):
         text = value[name]
