@@ -12,6 +12,7 @@ from rooflinec.render.formats import parse as parse_formats
 from rooflinec.serving import calibrate, calibration, intervals, measurements, opcurves, recipes, rows, validate_ops, validate_runs, validation, workload
 from rooflinec.base.errors import UsageError
 from rooflinec.cli import simulate as sim
+from rooflinec.cli.progress import Progress
 
 SHIPPED = "serving-visible.yaml"   # the project's fit of ../shared/measured/serving-visible.csv (docs/measurements.md)
 SIMULATE_HELP = ("replay each row's benchmark in the serving simulator (rooflinec simulate) instead of "
@@ -136,7 +137,7 @@ def cmd_validate(args, stdout, stderr) -> int:
         rep = validation.report(args.csv, _specs_folder(args.specs), args.calibration or calibration.shipped(),
                                 unique_prompts=workload.unique_prompts_of(args.unique_prompts,
                                                                           workload.BENCHMARK_UNIQUE_PROMPTS),
-                                recipe=recipes.load(args.recipe))
+                                recipe=recipes.load(args.recipe), progress=None if args.quiet else Progress(stderr))
     else:
         rep = validate_runs.report(args.csv, _specs_folder(args.specs), args.calibration or shipped_calibration())
     for target in output.write_reports(args.out, {"serving": validate_runs.render(rep, formats)}, say):

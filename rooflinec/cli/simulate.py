@@ -18,6 +18,7 @@ from rooflinec.serving import recipes, request_bounds, speculative, validation, 
 from rooflinec.serving.serving_model import Unpredictable
 from rooflinec.serving.measurements import Specs
 from rooflinec.serving.chart import timeline
+from rooflinec.cli.progress import Progress
 
 EPILOG = f"""\
 A closed loop (--concurrency C) replays the benchmark behind the measured rows: C clients
@@ -391,7 +392,8 @@ def cmd_calibrate(args, stdout, stderr, specs_root) -> int:
     cases = fitting.prepare(rows.read(args.csv), Specs(specs_root), unique_prompts_of(
         args.unique_prompts, workload.BENCHMARK_UNIQUE_PROMPTS), recipes.load(args.recipe))
     try:
-        doc = validation.calibrate(cases, os.path.basename(args.csv), Specs(specs_root))
+        doc = validation.calibrate(cases, os.path.basename(args.csv), Specs(specs_root),
+                                   None if getattr(args, "quiet", False) else Progress(stderr))
     except ValueError as exc:   # located at the header, as calibrate without the simulator says it
         raise SpecError([Problem(args.csv, 1, 1, "(rows)", f"{exc}; `rooflinec validate` "
                                  "says why each row is not predicted")]) from None

@@ -157,34 +157,39 @@ def _summaries(recs) -> dict:
     return {w: validate_runs.summary([r[f"{w}_error"] for r in recs]) for w in ("tpot", "ttft")}
 
 
-def holdouts(cases, free, shared: dict | None = None) -> list[dict]:
+def holdouts(cases, free, shared: dict | None = None, progress=None) -> list[dict]:
     """Each model, tp and engine left out in turn: the parameters its rows take
     (`calibration.resolve`: their group's, else composed from their engine's and their kind's,
     else the pooled one) refitted without them. `shared`: `fitting.Fitter`'s, the fits of the
-    same rows done once (a group the held-out rows are not in fits the same rows every time)."""
+    same rows done once (a group the held-out rows are not in fits the same rows every time).
+    `progress`: called with a line before each refit (the CLI's, after its first second)."""
     shared = {} if shared is None else shared
     usable = [c for c in cases if c.predicted]
     out = []
-    for by in HOLDOUTS:
-        for value in sorted({getattr(c.row, by) for c in usable}, key=str):
-            test = [c for c in usable if getattr(c.row, by) == value]
-            train = [c for c in usable if getattr(c.row, by) != value]
-            if not train:
-                continue
-            fitter, borrowed = fitting.Fitter(train, free, shared), set()
-            for g in {c.group for c in test}:
-                if fitter.get(("group", *g)) is None:
-                    borrowed.add(f"{g[0]}/{g[1]}")
-            recs = [_errors(c, fitter.of(c.group)) for c in test]
-            out.append({"by": by, "held_out": str(value), "fallback": sorted(borrowed), **_summaries(recs),
-                        "residuals": np.log1p([[r[f"{w}_error"] for w in WHATS] for r in recs])})
+    plan = [(by, value) for by in HOLDOUTS for value in sorted({getattr(c.row, by) for c in usable}, key=str)]
+    for i, (by, value) in enumerate(plan, start=1):
+        if progress:
+            progress(f"refitting without {by} {value} ({i} of {len(plan)} left-out groups)")
+        test = [c for c in usable if getattr(c.row, by) == value]
+        train = [c for c in usable if getattr(c.row, by) != value]
+        if not train:
+            continue
+        fitter, borrowed = fitting.Fitter(train, free, shared), set()
+        for g in {c.group for c in test}:
+            if fitter.get(("group", *g)) is None:
+                borrowed.add(f"{g[0]}/{g[1]}")
+        recs = [_errors(c, fitter.of(c.group)) for c in test]
+        out.append({"by": by, "held_out": str(value), "fallback": sorted(borrowed), **_summaries(recs),
+                    "residuals": np.log1p([[r[f"{w}_error"] for w in WHATS] for r in recs])})
     return out
 
 
 def report(csv_file: str, specs_root: str | None, calibration_file: str | None, with_holdouts=True,
-           unique_prompts=workload.BENCHMARK_UNIQUE_PROMPTS, recipe: recipes.Recipe | str | None = recipes.DEFAULT) -> dict:
+           unique_prompts=workload.BENCHMARK_UNIQUE_PROMPTS, recipe: recipes.Recipe | str | None = recipes.DEFAULT,
+           progress=None) -> dict:
     """`unique_prompts`: the prediction's distinct prompts (`workload.benchmark`); `recipe`: the
-    engine settings the rows' benchmark ran with (a Recipe or its name; None: the engines' defaults)."""
+    engine settings the rows' benchmark ran with (a Recipe or its name; None: the engines' defaults);
+    `progress`: called with a line at each stage (`holdouts`')."""
     recipe = recipes.load(recipe) if isinstance(recipe, str) else recipe
     specs = measurements.Specs(specs_root)
     cases = fitting.prepare(rows.read(csv_file), specs, unique_prompts, recipe)
@@ -198,7 +203,11 @@ def report(csv_file: str, specs_root: str | None, calibration_file: str | None, 
         of, fitted = (lambda c: fits.of(*c.group)), fitting.FITTED       # noqa: E731
         params = ({"default": fits.default, "groups": fits.groups, "engines": fits.engines} if fits
                   else {"default": sc.BOUND, "groups": {}, "engines": {}})
-    ho = holdouts(cases, fitted, shared) if with_holdouts else []
+    if progress:
+        progress(f"scheduled {len(cases)} rows ({sum(c.predicted for c in cases)} predictable)")
+    ho = holdouts(cases, fitted, shared, progress) if with_holdouts else []
+    if progress:
+        progress("predicting the rows and the disaggregated ones")
     measured = intervals.band_of(ho) if ho else None     # this run's bands, beside the coverage it measures
     band = band or measured
     disaggregated = [c for c in cases if c.row.mode == "disagg"]
@@ -288,7 +297,7 @@ def weakest(done) -> list[dict]:
                "ttft_error": r["ttft_error"], "tpot_error": r["tpot_error"]} for r in ranked[:WEAKEST]]
 
 
-def calibrate(cases, source: str, specs=None) -> dict:
+def calibrate(cases, source: str, specs=None, progress=None) -> dict:
     """`rooflinec calibrate --simulate`'s document: the fits of the rows, with the intervals
     from their left-out refits, and the disaggregated rows predicted with the fits (as
     `report` predicts them) for their own band. ValueError where no row is predicted."""
@@ -296,7 +305,7 @@ def calibrate(cases, source: str, specs=None) -> dict:
     fits = fitting.fit_all(cases, shared=shared)
     specs = specs or measurements.Specs()
     split = [_disaggregated(c, specs, fits.of(*c.group)) for c in cases if c.row.mode == "disagg"]
-    return document(fits, cases, source, holdouts(cases, fits.fitted, shared), split)
+    return document(fits, cases, source, holdouts(cases, fits.fitted, shared, progress), split)
 
 
 def document(fits: calibration.Table, cases, source: str, ho: list[dict] | None = None,
