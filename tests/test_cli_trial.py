@@ -621,3 +621,13 @@ def test_an_unknown_mode_is_one_problem_and_control_characters_never_reach_the_p
     code, _, err = cli("validate", str(_v2_rows(tmp_path, "esc.csv", controls)), "--out", str(tmp_path / "e"))
     page = (tmp_path / "e" / "serving.html").read_text(encoding="utf-8")
     assert code == 0 and "run\\x1b[31m\\x00red" in page and "\x1b" not in page and "\x00" not in page
+
+
+def test_a_misspelt_calibration_block_is_refused_at_its_key(tmp_path):
+    """'group' for 'groups' would read as a file with no groups: every group pooled, silently."""
+    cal = tmp_path / "cal.yaml"
+    cal.write_text("kind: simulator\ndefault:\n  parameters: {}\ngroup:\n- {}\n")
+    with pytest.raises(SpecError) as err:
+        calibration.load(str(cal))
+    assert str(err.value) == (f"{cal}:4:1: group: unknown key; known: kind, fitted_on, method, fitted, default, "
+                              "engines, groups, kinds, intervals")

@@ -51,6 +51,7 @@ FRACTIONS = ("bandwidth_fraction", "compute_fraction", "expert_bandwidth_fractio
 SHIPPED = "simulator-visible.yaml"
 KIND = "simulator"
 MODEL_KINDS = ("dense", "moe")
+TOP_KEYS = ("kind", "fitted_on", "method", "fitted", "default", "engines", "groups", "kinds", "intervals")
 
 
 def model_kind(model) -> str:
@@ -167,6 +168,8 @@ def load(file: str) -> Table:
                 found[tuple(g[k] for k in names) + ((g["models"],) if "models" in g else ())] = values
         return found
 
+    for key in sorted(set(d) - set(TOP_KEYS), key=str):    # a misspelt block would be read as absent
+        problems.append(doc.problem((key,), f"unknown key; known: {', '.join(TOP_KEYS)}", at_key=True))
     default = params(("default",), d["default"])
     groups, engines = entries("groups", ("device", "engine")), entries("engines", ("engine",))
     kinds = _kinds(doc, d.get("kinds"), params, problems)

@@ -103,14 +103,14 @@ def has_layout(file: str) -> bool:
 
 def read(file: str) -> list[Row]:
     """Every row of either CSV format; problems located as file:line:col: column: what."""
-    lines = csvtable.lines(file, measurements.MAX_BYTES, "measurements CSV", measurements.COLUMNS)
+    lines = csvtable.lines(file, measurements.MAX_BYTES, "measurements CSV", REQUIRED)
     if "mode" not in lines[0]:
         return [_from_old(r) for r in measurements.read(file)]
     header, problems, rows, seen = lines[0], [], [], {}
-    csvtable.require(file, header, REQUIRED)
-    repeated = measurements.repeated_columns(file, header, set(header))
+    repeated = measurements.repeated_columns(file, header, set(header))   # said first: a repeat may hide a missing one
     if repeated:
         raise SpecError(repeated)
+    csvtable.require(file, header, REQUIRED)
     for n, cells in csvtable.data(file, lines, problems):
         row = _row(file, n, header, cells, problems)
         if row is None:
