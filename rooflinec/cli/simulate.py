@@ -143,7 +143,8 @@ def workload_of(args):
     for name in ("requests", "warmup"):
         v = getattr(args, name)
         if v is not None and not 0 <= v <= simulator.MAX_EVENTS:
-            raise UsageError(f"--{name}: {v} must be between 0 and {simulator.MAX_EVENTS:,}, the simulator's event budget")
+            raise UsageError(f"--{name}: {v} must be between 0 and {simulator.MAX_EVENTS:,}, "
+                             "the simulator's event budget")
     if args.seed < 0:
         raise UsageError(f"--seed: {args.seed} must be a whole number >= 0")
     requests = args.requests if args.requests is not None else (20 * c if c else 1000)
@@ -155,8 +156,9 @@ def workload_of(args):
                          f"{(requests + warmup) / rate:.3g} s; past {LONGEST_S:g} s (about 30 years) a double "
                          "loses the steps' microseconds against the arrival times")
     if requests + warmup > simulator.MAX_EVENTS:
+        defaults = c and (args.requests is None or args.warmup is None)
         said = (f" (a closed loop of C clients sends 20C measured after 2C warm-up by default, here {c:,} "
-                "clients; give --requests and --warmup)" if c and (args.requests is None or args.warmup is None) else "")
+                "clients; give --requests and --warmup)" if defaults else "")
         raise UsageError(f"--requests: {requests:,} measured and {warmup:,} warm-up requests are past the "
                          f"{simulator.MAX_EVENTS:,} the simulator's event budget replays{said}")
     return Workload(Lengths.parse(args.isl, "--isl"), Lengths.parse(args.osl, "--osl"),
@@ -355,9 +357,9 @@ def text(out: dict) -> str:
                                  for w in ("ttft", "tpot") if f"{w}_mean_s" in iv))
     if "queue_wait_s" in out:
         q, held = out["queue_wait_s"], out["in_engine_mean"]
-        lines.append(f"queue wait (arrival to the first step that schedules it, inside TTFT): mean {1e3 * q['mean']:.2f} ms, "
-                     f"p90 {1e3 * q['p90']:.2f} ms; in the engine on average {held['running']:.1f} running, "
-                     f"{held['waiting']:.1f} waiting")
+        lines.append("queue wait (arrival to the first step that schedules it, inside TTFT): "
+                     f"mean {1e3 * q['mean']:.2f} ms, p90 {1e3 * q['p90']:.2f} ms; in the engine on average "
+                     f"{held['running']:.1f} running, {held['waiting']:.1f} waiting")
     per_user = out["tokens_per_s_per_user"]
     lines += ["", ("the replay's throughput (not a bound): " if "replay" in out else "")
               + f"output tokens/s per GPU {out['tokens_per_s_per_gpu']:.1f}, per user "

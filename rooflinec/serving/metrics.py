@@ -11,10 +11,10 @@ request's time from arrival to the step that first schedules it (part of its TTF
 requests in the engine (`occupancy`) are time averages over the same span as the throughput:
 their sum is the requests' time in the engine within the span over its length, so it is
 completed requests/s x mean time in the engine (E2E less the front end's latency), Little's
-law, by construction, up to the warm-up requests' time inside the span. The throughput is the replayed
-engine's: the front end's latency is added to each request's TTFT and E2E after the replay, not
-put in a closed loop's cycle (the calibration fitted it so), so a closed loop's requests/s can
-exceed C / E2E.
+law, by construction, up to the warm-up requests' time inside the span. The throughput is
+the replayed engine's: the front end's latency is added to each request's TTFT and E2E after
+the replay, not put in a closed loop's cycle (the calibration fitted it so), so a closed
+loop's requests/s can exceed C / E2E.
 
 An open loop is in a steady state only if the engine completes what arrives (`backlog`): over
 the second half of the arrivals (the first half lets the engine fill), requests completed
@@ -74,7 +74,9 @@ def occupancy(arrival, admitted, finish, start, stop) -> dict:
     first schedules them, running from there to their last token (a preempted request counts
     as running), every request's time inside the span summed over the span's length."""
     def mean(a, b):
-        return float((np.clip(b, start, stop) - np.clip(a, start, stop)).sum() / (stop - start)) if stop > start else 0.0
+        if not stop > start:
+            return 0.0
+        return float((np.clip(b, start, stop) - np.clip(a, start, stop)).sum() / (stop - start))
     return {"running": mean(admitted, finish), "waiting": mean(arrival, admitted)}
 
 
