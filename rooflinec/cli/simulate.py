@@ -25,8 +25,9 @@ A closed loop (--concurrency C) replays the benchmark behind the measured rows: 
 start together, each sends its next request when its last one finished; 2C warm-up requests
 are not measured, then 20C are (aiperf --concurrency C --num-requests 20C
 --warmup-request-count 2C). An open loop (--rate R) sends Poisson arrivals at R requests/s;
-where its second half of arrivals sees the requests in the engine grow past their noise, the
-output says it is not a steady state (an overload, or a run too short: raise --requests).
+where its second half of arrivals completes under {metrics.BACKLOG:.0%} of them, a growth past a
+steady count's noise, the output says it is not a steady state (an overload, or a run too
+short: raise --requests).
 Every step is timed as the roofline of that exact step (its decodes at their own contexts and
 the prompt chunks scheduled), with the calibration's efficiencies and overheads for the
 (device, engine). --bound: each request's least times under any schedule (TTFT: its prompt's
@@ -323,6 +324,12 @@ LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s",
 QUANTS = ("mean", "p50", "p90", "p99")
 
 
+def _rate(x: float) -> str:
+    """Requests per second to two decimals, or three significant digits below one (0.00 hides
+    a slow open loop)."""
+    return f"{x:.2f}" if x >= 1 or x == 0 else f"{x:.3g}"
+
+
 def _latency_table(tables) -> list[str]:
     """Rows of mean, p50, p90, p99 in ms under one header, each table after its caption; the
     columns as wide as their widest figure."""
@@ -363,7 +370,7 @@ def text(out: dict) -> str:
     per_user = out["tokens_per_s_per_user"]
     lines += ["", ("the replay's throughput (not a bound): " if "replay" in out else "")
               + f"output tokens/s per GPU {out['tokens_per_s_per_gpu']:.1f}, per user "
-              f"{'-' if per_user is None else f'{per_user:.1f}'}; {out['requests_per_s']:.2f} requests/s",
+              f"{'-' if per_user is None else f'{per_user:.1f}'}; {_rate(out['requests_per_s'])} requests/s",
               f"{out['steps']} steps, mean batch per step {out['mean_batch']:.1f}, {out['preemptions']} preemptions, "
               f"KV cache {out['kv_cache_tokens']:,} tokens per device ({_cache_share(out)})"]
     latency = out["parameters"].get("request_latency_s", 0.0)
@@ -373,7 +380,7 @@ def text(out: dict) -> str:
                      "finishes, and requests/s is the engine's")
     if "backlog" in out:
         o = out["backlog"]
-        lines.append(f"not a steady state: over the second half of the arrivals {o['completed_per_s']:.2f} requests/s "
+        lines.append(f"not a steady state: over the second half of the arrivals {_rate(o['completed_per_s'])} requests/s "
                      f"completed of {o['arrived_per_s']:.4g}/s arrived, so the requests in the engine grow (an "
                      "overload, or a run too short to fill the engine) and every latency above depends on --requests")
     return "\n".join(lines) + "\n"

@@ -18,7 +18,8 @@ loop's requests/s can exceed C / E2E.
 
 An open loop is in a steady state only if the engine completes what arrives (`backlog`): over
 the second half of the arrivals (the first half lets the engine fill), requests completed
-against requests arrived in the same span, beyond the noise of a steady count. A finite run
+against requests arrived in the same span, short by a material share and beyond the noise of
+a steady count. A finite run
 cannot tell an overload from an engine still filling near capacity; either way its latencies
 depend on the run's length, and that is what the check says.
 """
@@ -80,17 +81,23 @@ def occupancy(arrival, admitted, finish, start, stop) -> dict:
     return {"running": mean(admitted, finish), "waiting": mean(arrival, admitted)}
 
 
+# a shortfall that matters: fewer completions than this share of the arrivals
+BACKLOG = 0.95
+
+
 def backlog(res) -> dict | None:
     """{arrived_per_s, completed_per_s, span_s} over the second half of the arrivals (every
-    request's, warm-up too: they load the engine alike) where the requests in the engine grew
-    past their noise, else None (and None below 4 requests: nothing to rate). The growth is
-    the arrivals less the completions in the span, D = n(stop) - n(start). Below capacity a
-    batching engine runs what arrives, and the count it runs is about Poisson (M/G/inf: each
-    arrival of a lifetime still in it; variance its mean, r over the span), so D has a
-    standard deviation near sqrt(2 r), and the requests grow where D > 3 sqrt(2 r + 1). A
-    queue adds to the noise only near capacity, where a run of finite length is not steady
-    either. A second half that arrives at one instant is a burst: its rate the workload's,
-    none completed."""
+    request's, warm-up too: they load the engine alike) where the requests in the engine grew,
+    else None (and None below 4 requests: nothing to rate). The growth is the arrivals less
+    the completions in the span, D = n(stop) - n(start), and it counts where it is both
+    material and past its noise: under BACKLOG of the arrivals completed, and D > 3 sqrt(2 r +
+    1). Below capacity a batching engine runs what arrives and the count it runs is about
+    Poisson (M/G/inf: each arrival of a lifetime still in it; variance its mean, r over the
+    span), so D's standard deviation is near sqrt(2 r); the count's lifetimes vary with the
+    batch, which spreads it more (the engine's count at two instants of a run at a third of
+    capacity: 7 and 24, r 12), so the share alone keeps a long steady run from being called
+    growing on one such draw, and the noise alone a short one on a few requests. A second
+    half that arrives at one instant is a burst: its rate the workload's, none completed."""
     arrival = np.sort(res.arrival_s)
     n = len(arrival)
     if n < 4:
@@ -102,6 +109,6 @@ def backlog(res) -> dict | None:
     arrived = n - n // 2 - 1                 # the arrivals after `start`, up to and with `stop`
     completed = int(np.count_nonzero((res.finish_s > start) & (res.finish_s <= stop)))
     running = occupancy(res.arrival_s, res.timeline[res.schedule.admitted, 0], res.finish_s, start, stop)["running"]
-    if arrived - completed <= 3 * np.sqrt(2 * running + 1):
+    if completed >= BACKLOG * arrived or arrived - completed <= 3 * np.sqrt(2 * running + 1):
         return None
     return {"arrived_per_s": arrived / span, "completed_per_s": completed / span, "span_s": span}
