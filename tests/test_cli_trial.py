@@ -382,6 +382,13 @@ def test_an_open_loop_past_capacity_says_its_queue_grows():
     # but 96.6% of them: steady, as every other seed
     code, out, _ = cli(*OPEN[:-2], "--rate", "10", "--json")
     assert code == 0 and "backlog" not in json.loads(out)
+    # SGLang at 150% of its capacity (about 22.5/s): the running count pinned near 388, the growth
+    # waiting (183 on average over the second half, 97 over the run), 81 grown against a running
+    # count's noise of 84: the standing queue counts
+    sglang = [a if a != "trtllm" else "sglang" for a in OPEN[:-2]]
+    code, out, _ = cli(*sglang, "--rate", "33.75", "--seed", "1", "--json")
+    doc = json.loads(out)
+    assert code == 0 and "backlog" in doc and doc["in_engine_mean"]["waiting"] > 84
 
 
 def _run(arrival, finish, rate=1.0, admitted=None):

@@ -26,8 +26,8 @@ start together, each sends its next request when its last one finished; 2C warm-
 are not measured, then 20C are (aiperf --concurrency C --num-requests 20C
 --warmup-request-count 2C). An open loop (--rate R) sends Poisson arrivals at R requests/s;
 where its second half of arrivals completes under {metrics.BACKLOG:.0%} of them, a growth past a
-steady count's noise, the output says it is not a steady state (an overload, or a run too
-short: raise --requests).
+steady count's noise or held in a standing queue, the output says it is not a steady state
+(an overload, or a run too short: raise --requests).
 Every step is timed as the roofline of that exact step (its decodes at their own contexts and
 the prompt chunks scheduled), with the calibration's efficiencies and overheads for the
 (device, engine). --bound: each request's least times under any schedule (TTFT: its prompt's
@@ -365,8 +365,8 @@ def text(out: dict) -> str:
     if "queue_wait_s" in out:
         q, held = out["queue_wait_s"], out["in_engine_mean"]
         lines.append("queue wait (arrival to the first step that schedules it, inside TTFT): "
-                     f"mean {1e3 * q['mean']:.2f} ms, p90 {1e3 * q['p90']:.2f} ms; in the engine on average "
-                     f"{held['running']:.1f} running, {held['waiting']:.1f} waiting")
+                     f"mean {1e3 * q['mean']:.2f} ms, p90 {1e3 * q['p90']:.2f} ms, p99 {1e3 * q['p99']:.2f} ms; "
+                     f"in the engine on average {held['running']:.1f} running, {held['waiting']:.1f} waiting")
     per_user = out["tokens_per_s_per_user"]
     lines += ["", ("the replay's throughput (not a bound): " if "replay" in out else "")
               + f"output tokens/s per GPU {out['tokens_per_s_per_gpu']:.1f}, per user "
@@ -376,13 +376,14 @@ def text(out: dict) -> str:
     latency = out["parameters"].get("request_latency_s", 0.0)
     if latency and out.get("closed_loop"):
         lines.append(f"the front end's latency, {1e3 * latency:.1f} ms, is in TTFT and E2E but not in the clients' "
-                     "cycle (the calibration fits it so): the engine gets a client's next request as its last "
-                     "finishes, and requests/s is the engine's")
+                     "cycle (the calibration fits it so): the engine gets a client's next request the moment its "
+                     f"last one finishes there, so requests/s is C / (E2E - {1e3 * latency:.1f} ms), not C / E2E")
     if "backlog" in out:
         o = out["backlog"]
-        lines.append(f"not a steady state: over the second half of the arrivals {_rate(o['completed_per_s'])} requests/s "
-                     f"completed of {o['arrived_per_s']:.4g}/s arrived, so the requests in the engine grow (an "
-                     "overload, or a run too short to fill the engine) and every latency above depends on --requests")
+        lines.append(f"not a steady state: over the second half of the arrivals ({o['span_s']:.3g} s) "
+                     f"{_rate(o['completed_per_s'])} requests/s completed of {o['arrived_per_s']:.4g}/s arrived, so the "
+                     "requests in the engine grow (an overload, or a run too short to fill the engine) and every "
+                     "latency above depends on --requests")
     return "\n".join(lines) + "\n"
 
 
