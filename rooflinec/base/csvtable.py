@@ -48,12 +48,11 @@ def require(file: str, header: list[str], columns) -> None:
                                  f"expected: {','.join(columns)}")])
 
 
-def data(file: str, table: list[list[str]], problems: list) -> Iterator[tuple[int, list[str]]]:
+def data(file: str, table: Table, problems: list) -> Iterator[tuple[int, list[str]]]:
     """(line number, cells) of each data line that is not blank and has the header's width; a
     line of another width becomes a problem instead."""
     width = len(table[0])
-    starts = getattr(table, "starts", range(1, len(table) + 1))
-    for n, cells in zip(starts[1:], table[1:]):
+    for n, cells in zip(table.starts[1:], table[1:]):
         if not any(c.strip() for c in cells):
             continue
         if len(cells) != width:

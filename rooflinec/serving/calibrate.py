@@ -26,6 +26,9 @@ from rooflinec.base.errors import SpecError
 
 FRACTIONS = ("bandwidth_fraction", "compute_fraction")
 MAX_TIME_S = measurements.MAX_MS / 1e3     # a week: no fitted time is longer than a measured run
+FITTED = ("compute_fraction", "per_layer_s")
+TIME_UNIT = 1e-6
+ITERATIONS = 200
 
 
 def parameter_problem(name: str, v, fractions=FRACTIONS) -> str:
@@ -35,9 +38,6 @@ def parameter_problem(name: str, v, fractions=FRACTIONS) -> str:
     if name in fractions:
         return "" if ok and 0 < v <= 1 else "expected a fraction in (0, 1]"
     return "" if ok and 0 <= v <= MAX_TIME_S else f"expected a time in seconds from 0 to {MAX_TIME_S:g} (a week)"
-FITTED = ("compute_fraction", "per_layer_s")
-TIME_UNIT = 1e-6
-ITERATIONS = 200
 
 
 def efficiency(x: np.ndarray, free=PARAMETERS) -> Efficiency:

@@ -19,9 +19,8 @@ loop's requests/s can exceed C / E2E.
 An open loop is in a steady state only if the engine completes what arrives (`backlog`): over
 the second half of the arrivals (the first half lets the engine fill), requests completed
 against requests arrived in the same span, short by a material share and beyond the noise of
-a steady count. A finite run
-cannot tell an overload from an engine still filling near capacity; either way its latencies
-depend on the run's length, and that is what the check says.
+a steady count. A finite run cannot tell an overload from an engine still filling near
+capacity; either way its latencies depend on the run's length, and that is what the check says.
 """
 
 from __future__ import annotations
@@ -54,7 +53,7 @@ def summary(res, devices: int) -> dict:
     start, stop = res.arrival_s[m].min(), res.finish_s[m].max()
     window = stop - start
     tpot_stats = stats(tpot)
-    admitted = res.timeline[res.schedule.admitted, 0]     # every request is admitted in some run
+    admitted = admitted_s(res)
     return {
         "ttft_s": stats(ttft), "tpot_s": tpot_stats, "itl_s": stats(res.itl_s, res.itl_weight),
         "e2e_s": stats(e2e), "queue_wait_s": stats(admitted[m] - res.arrival_s[m]),
@@ -68,6 +67,12 @@ def summary(res, devices: int) -> dict:
         "preemptions": res.preemptions,
         "kv_cache_tokens": res.capacity_tokens,
     }
+
+
+def admitted_s(res) -> np.ndarray:
+    """Each request's admission time: the start of the run that first schedules it (every
+    request is admitted in some run)."""
+    return res.timeline[res.schedule.admitted, 0]
 
 
 def occupancy(arrival, admitted, finish, start, stop) -> dict:
@@ -112,7 +117,7 @@ def backlog(res) -> dict | None:
         return {"arrived_per_s": float(res.workload.rate), "completed_per_s": 0.0, "span_s": 0.0}
     arrived = n - n // 2 - 1                 # the arrivals after `start`, up to and with `stop`
     completed = int(np.count_nonzero((res.finish_s > start) & (res.finish_s <= stop)))
-    held = occupancy(res.arrival_s, res.timeline[res.schedule.admitted, 0], res.finish_s, start, stop)
+    held = occupancy(res.arrival_s, admitted_s(res), res.finish_s, start, stop)
     noise = 3 * np.sqrt(2 * held["running"] + 1)
     if completed >= BACKLOG * arrived or (arrived - completed <= noise and held["waiting"] <= noise):
         return None
