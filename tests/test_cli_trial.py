@@ -653,3 +653,31 @@ def test_a_misspelt_calibration_block_is_refused_at_its_key(tmp_path):
         calibration.load(str(cal))
     assert str(err.value) == (f"{cal}:4:1: group: unknown key; known: kind, fitted_on, method, fitted, default, "
                               "engines, groups, kinds, intervals")
+
+
+# --- a fifth trial: a harness that times the engine without the measured rows' front end --------
+
+def test_request_latency_replaces_the_fitted_front_end_in_ttft_and_e2e_only():
+    """The measured rows' TTFT carries their server's front end, fitted as the request latency;
+    a benchmark that times the engine alone sets it with --request-latency. An open loop's
+    schedule does not depend on it: TTFT and E2E move by the difference, TPOT not at all."""
+    load = (*CLOSED[:-6], "--rate", "2", "--requests", "50", "--json")
+    fitted, alone = (json.loads(cli(*load, *extra)[1]) for extra in ((), ("--request-latency", "0")))
+    shift = fitted["parameters"]["request_latency_s"]
+    assert shift > 0 and alone["parameters"]["request_latency_s"] == 0
+    assert "from --request-latency" in alone["parameters"]["source"]
+    for what in ("ttft_s", "e2e_s"):
+        assert alone[what]["mean"] == pytest.approx(fitted[what]["mean"] - shift, rel=1e-9)
+    assert alone["tpot_s"] == fitted["tpot_s"] and alone["steps"] == fitted["steps"]
+
+
+@pytest.mark.parametrize("value, why", [("-0.1", "expected a time in seconds from 0 to 604800"),
+                                        ("inf", "expected a time in seconds"), ("nan", "expected a time")])
+def test_a_request_latency_that_is_not_a_time_is_a_usage_error(value, why):
+    code, _, err = cli(*CLOSED, "--request-latency", value)
+    assert code == 2 and f"--request-latency: {value}: {why}" in err and "Traceback" not in err
+
+
+def test_a_bound_takes_no_request_latency():
+    code, _, err = cli(*CLOSED, "--bound", "--request-latency", "0.1")
+    assert code == 2 and "a bound takes no time outside the engine" in err

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import yaml
+from dataclasses import replace
 
 from rooflinec.cli import output
 from rooflinec.base.errors import Problem, RooflineError, SpecError, UsageError
@@ -13,7 +14,7 @@ from rooflinec.serving.workload import Lengths, Workload, unique_prompts_of
 from rooflinec.spec.load import DTYPE_BYTES
 from rooflinec.cli import quick, speculation
 from rooflinec.cli import storage as weight_flags
-from rooflinec.serving import calibration, disagg, engines, fitting, intervals, metrics, rows, simulator, stepcost as sc
+from rooflinec.serving import calibrate, calibration, disagg, engines, fitting, intervals, metrics, rows, simulator, stepcost as sc
 from rooflinec.serving import recipes, request_bounds, speculative, validation, workload
 from rooflinec.serving.serving_model import Unpredictable
 from rooflinec.serving.measurements import Specs
@@ -114,6 +115,11 @@ def register(sub, streams, parents=()) -> None:
     dis.add_argument("--prefill-batch", type=int, metavar="N", help="requests a prefill worker runs at once")
     s.add_argument("--calibration", metavar="FILE",
                    help="parameters per (device, engine) (default: the shipped simulator calibration)")
+    s.add_argument("--request-latency", type=float, metavar="S",
+                   help="seconds each request spends outside the engine (the server's front end, tokenizer and "
+                        "client), added to TTFT and E2E (default: the calibration's, fitted on the measured rows, "
+                        "whose benchmark went through the engine's server; 0 for a harness that times the engine "
+                        "alone)")
     s.add_argument("--bound", action="store_true",
                    help="each request's least TTFT, TPOT, ITL and E2E under any schedule (its prefill alone, "
                         "one sequence's decode steps, at the datasheet peaks); the replay at efficiencies 1, "
@@ -166,6 +172,13 @@ def workload_of(args):
                     requests, warmup, c, rate, args.seed, unique_prompts_of(args.unique_prompts, None))
 
 
+def _latency(v: float) -> float:
+    problem = calibrate.parameter_problem("request_latency_s", v)
+    if problem:
+        raise UsageError(f"--request-latency: {v:g}: {problem}")
+    return v
+
+
 def _formats(value, flag):
     if value is not None and value not in DTYPE_BYTES:
         raise UsageError(f"{flag}: unknown format '{value}'; known: {', '.join(DTYPE_BYTES)}")
@@ -194,11 +207,17 @@ def cmd_simulate(args, stdout, stderr) -> int:
     draft = speculation.draft_of(args, quick._model)
     band = table = None
     if args.bound:
+        if args.request_latency is not None:
+            raise UsageError("--request-latency: a bound takes no time outside the engine; leave out one of "
+                             "--bound and --request-latency")
         params, where = sc.BOUND, "bound: efficiencies 1, overheads 0"
     else:
         table = calibration.load(args.calibration or calibration.shipped())
         kind = calibration.model_kind(model)
         params, where = table.fit(device.key, engine_key, kind, policy.name)
+        if args.request_latency is not None:
+            params = replace(params, request_latency_s=_latency(args.request_latency))
+            where += f"; request latency {args.request_latency:g} s from --request-latency"
         if table.intervals:
             new = intervals.new_in(table.intervals.get("calibrated"), model.hf_id, args.tp, engine_key,
                                    (device.key, engine_key, kind) in table.groups or (device.key, engine_key) in table.groups)
