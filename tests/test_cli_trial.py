@@ -681,3 +681,17 @@ def test_a_request_latency_that_is_not_a_time_is_a_usage_error(value, why):
 def test_a_bound_takes_no_request_latency():
     code, _, err = cli(*CLOSED, "--bound", "--request-latency", "0.1")
     assert code == 2 and "a bound takes no time outside the engine" in err
+
+
+def test_plan_prices_ttft_with_the_request_latency_it_is_given():
+    """plan's TTFT holds the pooled fit's front-end latency; --request-latency 0 takes exactly
+    that latency off every TTFT and leaves TPOT, and the output says which latency it used."""
+    base = ("plan", "llama-3.1-8b", "--slo", "tpot<=30ms", "--devices", "h100-sxm", "--gpus", "1", "--isl", "1024",
+            "--osl", "128", "--concurrency", "8", "--aggregated", "--json")
+    fitted, alone = (json.loads(cli(*base, *extra)[1]) for extra in ((), ("--request-latency", "0")))
+    shift = calibration.load(calibration.shipped()).default.request_latency_s
+    one, other = (d["best_per_device"]["h100-sxm"][0]["prediction"] for d in (fitted, alone))
+    assert shift > 0 and alone["calibration"]["request_latency_s"] == 0
+    assert other["ttft_s"] == pytest.approx(one["ttft_s"] - shift, rel=1e-9) and other["tpot_s"] == one["tpot_s"]
+    code, out, _ = cli(*base[:-1], "--request-latency", "0")
+    assert code == 0 and "request latency 0 s from --request-latency" in out

@@ -17,6 +17,7 @@ from rooflinec.base.quantities import gib
 from rooflinec.base.units import QuantityError, parse_quantity
 from rooflinec.cli import quick, storage
 from rooflinec.cli.output import check_file_target, write_file
+from rooflinec.cli.simulate import add_request_latency, request_latency
 from rooflinec.cost import inverse
 from rooflinec.cost.deployment import Deployment
 from rooflinec.cost.parallel import Unshardable
@@ -86,6 +87,7 @@ def register(sub, streams, parents=()) -> None:
                         "`simulate` resolves a group it lacks); default: the pooled fit of every device and "
                         "engine, which may price faster than the engine that will serve. The output names the fit that priced each device")
     s.add_argument("--calibration", metavar="FILE", help="simulator calibration (default: the shipped one)")
+    add_request_latency(s)
     s.add_argument("--simulate", metavar="ENGINE", help="replay the frontier's single-group configurations and disaggregated pairs in the "
                    "serving simulator under an engine's scheduler (trtllm, vllm, sglang or a YAML); a budget "
                    "of simulated requests, not of time")
@@ -205,6 +207,8 @@ def cmd_plan(args, stdout, stderr) -> int:
         raise UsageError(str(exc).replace("--device:", "--devices:", 1)) from None
     weights, kv = _weight_choices(args.weights, model), _formats(args.kv_cache, DEFAULT_KV, "--kv-cache")
     table = calibration.load(args.calibration or calibration.shipped())
+    if args.request_latency is not None:
+        table = table.with_request_latency(request_latency(args.request_latency))
     engine = engines.key_of(args.engine or args.simulate) if args.engine or args.simulate else ""
     prices = plan_cost.load(plan_cost.default_file())
     if args.prices:
@@ -218,6 +222,8 @@ def cmd_plan(args, stdout, stderr) -> int:
                    table.source or os.path.basename(args.calibration or calibration.shipped()),
                    _band_of(table, model, engine, kind))
     out["calibration"]["priced_by"] = {d.key: _priced_by(table, d.key, engine, kind) for d in devices}
+    if args.request_latency is not None:
+        out["calibration"]["request_latency_s"] = args.request_latency
     if args.simulate:
         policy = engines.load(args.simulate)
         rows = [{**r, "isl": work.isl, "osl": work.osl} for r in out["frontier"]]
@@ -392,13 +398,18 @@ def _priced_by_line(priced_by: dict) -> str:
     return "; ".join(f"{', '.join(devs)}: {where}" for where, devs in devices.items())
 
 
+def _latency_said(cal: dict) -> str:
+    latency = cal.get("request_latency_s")
+    return "" if latency is None else f", request latency {latency:g} s from --request-latency"
+
+
 def text(out: dict) -> str:
     slo = ", ".join(f"{k[:-2].upper()} <= {v * 1e3:g} ms" for k, v in out["slo"].items() if v is not None)
     lines = [f"{out['model']}: isl {out['workload']['isl']}, osl {out['workload']['osl']}; {slo}; "
              f"at most {out['gpus_at_most']} GPUs over {', '.join(out['axes'])}"
              + ("" if out["aggregated_only"] else ", aggregated and disaggregated (prefill : decode workers)"),
              f"TPOT, TTFT and tokens/s are predictions (calibration: {out['calibration']['source']}, "
-             f"{out['calibration']['engine']}); '>= bound' and '<= bound' are bounds (datasheet peaks, no overheads);",
+             f"{out['calibration']['engine']}{_latency_said(out['calibration'])}); '>= bound' and '<= bound' are bounds (datasheet peaks, no overheads);",
              "priced by: " + _priced_by_line(out["calibration"]["priced_by"]),
              "J/tok: predicted, at the device's TDP (board power limit / predicted tokens/s per GPU; a prediction, not a bound); $ per million tokens from the price table ($/GPU-hour), blank where a device has no price", "",
              f"searched {out['searched']} configurations: {out['feasible']} meet the SLO "

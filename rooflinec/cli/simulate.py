@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import yaml
-from dataclasses import replace
 
 from rooflinec.cli import output
 from rooflinec.base.errors import Problem, RooflineError, SpecError, UsageError
@@ -115,11 +114,7 @@ def register(sub, streams, parents=()) -> None:
     dis.add_argument("--prefill-batch", type=int, metavar="N", help="requests a prefill worker runs at once")
     s.add_argument("--calibration", metavar="FILE",
                    help="parameters per (device, engine) (default: the shipped simulator calibration)")
-    s.add_argument("--request-latency", type=float, metavar="S",
-                   help="seconds each request spends outside the engine (the server's front end, tokenizer and "
-                        "client), added to TTFT and E2E (default: the calibration's, fitted on the measured rows, "
-                        "whose benchmark went through the engine's server; 0 for a harness that times the engine "
-                        "alone)")
+    add_request_latency(s)
     s.add_argument("--bound", action="store_true",
                    help="each request's least TTFT, TPOT, ITL and E2E under any schedule (its prefill alone, "
                         "one sequence's decode steps, at the datasheet peaks); the replay at efficiencies 1, "
@@ -172,7 +167,16 @@ def workload_of(args):
                     requests, warmup, c, rate, args.seed, unique_prompts_of(args.unique_prompts, None))
 
 
-def _latency(v: float) -> float:
+def add_request_latency(s) -> None:
+    s.add_argument("--request-latency", type=float, metavar="S",
+                   help="seconds each request spends outside the engine (the server's front end, tokenizer and "
+                        "client), added to TTFT and E2E (default: the calibration's, fitted on the measured rows, "
+                        "whose benchmark went through the engine's server; 0 for a harness that times the engine "
+                        "alone)")
+
+
+def request_latency(v: float) -> float:
+    """--request-latency's value, or a usage error: a time, as a calibration's parameter is."""
     problem = calibrate.parameter_problem("request_latency_s", v)
     if problem:
         raise UsageError(f"--request-latency: {v:g}: {problem}")
@@ -213,10 +217,11 @@ def cmd_simulate(args, stdout, stderr) -> int:
         params, where = sc.BOUND, "bound: efficiencies 1, overheads 0"
     else:
         table = calibration.load(args.calibration or calibration.shipped())
+        if args.request_latency is not None:
+            table = table.with_request_latency(request_latency(args.request_latency))
         kind = calibration.model_kind(model)
         params, where = table.fit(device.key, engine_key, kind, policy.name)
         if args.request_latency is not None:
-            params = replace(params, request_latency_s=_latency(args.request_latency))
             where += f"; request latency {args.request_latency:g} s from --request-latency"
         if table.intervals:
             new = intervals.new_in(table.intervals.get("calibrated"), model.hf_id, args.tp, engine_key,

@@ -110,6 +110,14 @@ class Table:
         params, where = resolved((device, engine, kind), self.get)
         return params, where.replace(f"{engine}'s engine-wide", f"{shown or engine}'s engine-wide")
 
+    def with_request_latency(self, seconds: float) -> Table:
+        """Every fit's front-end latency set to `seconds` (a harness that times the engine
+        without the measured rows' server front end: `simulate` and `plan --request-latency`)."""
+        def each(fits: dict) -> dict:
+            return {k: replace(v, request_latency_s=seconds) for k, v in fits.items()}
+        return replace(self, default=replace(self.default, request_latency_s=seconds), groups=each(self.groups),
+                       engines=each(self.engines), kinds=each(self.kinds))
+
     def get(self, key: tuple) -> Parameters | None:
         """`resolve`'s lookup: the parameters this file holds for `key`, or None."""
         level, *names = key
