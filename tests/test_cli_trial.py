@@ -695,3 +695,42 @@ def test_plan_prices_ttft_with_the_request_latency_it_is_given():
     assert other["ttft_s"] == pytest.approx(one["ttft_s"] - shift, rel=1e-9) and other["tpot_s"] == one["tpot_s"]
     code, out, _ = cli(*base[:-1], "--request-latency", "0")
     assert code == 0 and "request latency 0 s from --request-latency" in out
+
+
+# --- lengths drawn as aiperf draws them: normal, redrawn below 0, rounded up ---------------------
+
+def test_a_normal_length_has_the_mean_and_spread_asked_for():
+    """normal:1024,128 over 20,000 draws: mean 1024 + 0.5 (rounding up adds half a token on
+    average), within 3 standard errors (128 / sqrt(20000) = 0.91), its sd 128 within 2%."""
+    x = workload.Lengths.parse("normal:1024,128", "--isl").draw(20_000, np.random.default_rng(0))
+    assert x.dtype == np.int64 and abs(x.mean() - 1024.5) < 3 * 0.91 and abs(x.std() / 128 - 1) < 0.02
+
+
+def test_a_normal_length_is_truncated_at_zero_as_aiperf_redraws():
+    """normal:10,20 is redrawn below 0: the mean of a normal truncated at 0 is
+    mu + sigma phi(a) / (1 - Phi(a)), a = -mu / sigma = -0.5: 10 + 20 x 0.35207 / 0.69146
+    = 20.18, plus half a token for rounding up, within 3 standard errors (sd about 13.3)."""
+    x = workload.Lengths.parse("normal:10,20", "--isl").draw(20_000, np.random.default_rng(1))
+    phi, tail = math.exp(-0.125) / math.sqrt(2 * math.pi), 0.5 * (1 + math.erf(0.5 / math.sqrt(2)))
+    assert x.min() >= 1 and abs(x.mean() - (10 + 20 * phi / tail + 0.5)) < 3 * 13.3 / math.sqrt(20_000)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 10**6), st.floats(0.01, 1e6), st.integers(0, 2**32))
+def test_normal_lengths_are_whole_positive_and_the_seed_s(mean, sd, seed):
+    lengths = workload.Lengths(1, mean + math.ceil(workload.TAIL_SDS * sd), mean, sd)
+    one, two = (lengths.draw(500, np.random.default_rng(seed)) for _ in range(2))
+    assert (one >= 1).all() and (one <= lengths.high).all() and (one == two).all()
+
+
+@pytest.mark.parametrize("text, said", [("normal:1024,0", "ISL 1024,"), ("normal:512,64", "ISL normal mean 512, sd 64,")])
+def test_simulate_says_the_length_distribution_it_drew(text, said):
+    code, out, _ = cli(*CLOSED[:6], "--isl", text, "--osl", "8", "--rate", "1", "--requests", "20")
+    assert code == 0 and said in out
+
+
+@pytest.mark.parametrize("text, why", [("normal:1024", "is not a token count"), ("normal:0,5", "mean is at least 1"),
+                                       ("normal:1e3,5", "is not a token count"), ("normal:-5,2", "is not a token count")])
+def test_a_malformed_normal_length_is_a_usage_error(text, why):
+    code, _, err = cli(*CLOSED[:6], "--isl", text, "--osl", "8", "--rate", "1")
+    assert code == 2 and why in err and "Traceback" not in err

@@ -79,9 +79,12 @@ def register(sub, streams, parents=()) -> None:
     load = s.add_argument_group("workload")
     load.add_argument("--concurrency", type=int, metavar="C", help="closed loop of C clients")
     load.add_argument("--rate", type=float, metavar="R", help="open loop: Poisson arrivals per second")
-    load.add_argument("--isl", required=True, metavar="N|LO-HI",
-                      help="input tokens per request: fixed (1024) or uniform on a range (512-2048)")
-    load.add_argument("--osl", required=True, metavar="N|LO-HI", help="output tokens per request, as --isl")
+    load.add_argument("--isl", required=True, metavar="N|LO-HI|normal:MEAN,SD",
+                      help="input tokens per request: fixed (1024), uniform on a range (512-2048, as vLLM's and "
+                           "SGLang's random datasets draw), or normal (normal:1024,128, as aiperf draws "
+                           "--synthetic-input-tokens-mean/-stddev: redrawn below 0, rounded up)")
+    load.add_argument("--osl", required=True, metavar="N|LO-HI|normal:MEAN,SD",
+                      help="output tokens per request, as --isl")
     load.add_argument("--requests", type=int, metavar="N",
                       help="measured requests (default: 20C closed loop, 1000 open loop)")
     load.add_argument("--warmup", type=int, metavar="N",
@@ -197,7 +200,8 @@ def cmd_simulate(args, stdout, stderr) -> int:
         output.check_file_target(args.chart, "--chart")
     _positive("tp", args.tp)
     model, device = quick._model(args.model), quick._device(args.device)
-    warned = quick.context_warning(args.model, model, work.isl.high + work.osl.high, "--isl + --osl")
+    isl, osl = work.lengths()      # the longest request drawn (a normal has no longest)
+    warned = quick.context_warning(args.model, model, int((isl + osl).max()), "--isl + --osl")
     if warned:
         stderr.write(warned + "\n")
     policy = engines.override(engines.load(args.engine), max_batch=args.max_batch, max_tokens=args.max_tokens,

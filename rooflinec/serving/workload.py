@@ -7,7 +7,11 @@ measured; the measured phase starts when the warm-up has drained, all C clients 
 again (aiperf's warm-up guide, ai-dynamo/aiperf docs/tutorials/warmup.md: by default it waits
 for every warm-up response before the profiling phase starts).
 Open loop (the method of MLPerf's Server scenario): Poisson arrivals at a rate, from a seeded
-generator. Lengths are fixed, or drawn uniformly from a range, seeded.
+generator. Lengths are fixed, drawn uniformly from a range (vLLM's and SGLang's random
+datasets), or normal with a mean and a standard deviation as aiperf draws its synthetic
+prompts' and outputs' lengths (`--synthetic-input-tokens-mean/-stddev`, `--output-tokens-mean/
+-stddev`; ai-dynamo/aiperf's `sample_positive_normal_integer`: a normal redrawn below 0, then
+rounded up, at least 1), seeded.
 
 Prompts: aiperf's synthetic dataset holds `--num-dataset-entries` unique prompts, default 100
 (ai-dynamo/aiperf src/aiperf/common/config/config_defaults.py InputDefaults.NUM_DATASET_ENTRIES;
@@ -20,6 +24,8 @@ their prefill (`simulator`). `unique_prompts` None: every prompt distinct.
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,29 +41,61 @@ AIPERF_DATASET_ENTRIES = 100     # aiperf's --num-dataset-entries default
 BENCHMARK_UNIQUE_PROMPTS: int | None = None
 
 
+NORMAL = re.compile(r"normal:(\d{1,9}),(\d{1,9}(?:\.\d{1,9})?)")
+TAIL_SDS = 10      # a normal's support as the checks see it: mean + 10 sd (a draw past it: p ~ 1e-23)
+REDRAWS = 100      # a normal's redraws below 0 (aiperf's rejection limit), then the mean
+
+
 @dataclass(frozen=True)
 class Lengths:
-    """Token counts: `low` = `high` for a fixed length, else uniform on [low, high]."""
+    """Token counts: `low` = `high` for a fixed length, else uniform on [low, high]; with `sd`
+    > 0, normal with mean `mean` and that sd (aiperf's draw), `low`-`high` its support (1 to
+    mean + TAIL_SDS sd) for the checks that need one."""
 
     low: int
     high: int
+    mean: int = 0
+    sd: float = 0.0
 
     @staticmethod
     def parse(text: str, flag: str) -> Lengths:
+        normal = NORMAL.fullmatch(str(text))
+        if normal:
+            mean, sd = int(normal[1]), float(normal[2])
+            if mean < 1:
+                raise UsageError(f"{flag}: '{text}': a normal's mean is at least 1 token")
+            if sd == 0:
+                return Lengths(mean, mean)
+            return Lengths(1, mean + math.ceil(TAIL_SDS * sd), mean, sd)
         parts = str(text).split("-")
         if len(parts) not in (1, 2) or not all(p.isascii() and p.isdigit() and len(p) <= 9 for p in parts):
-            raise UsageError(f"{flag}: '{text}' is not a token count (e.g. 1024) or a range (e.g. 512-2048)")
+            raise UsageError(f"{flag}: '{text}' is not a token count (e.g. 1024), a range (e.g. 512-2048) or "
+                             "normal:MEAN,SD (e.g. normal:1024,128)")
         low, high = int(parts[0]), int(parts[-1])
         if low < 1 or high < low:
             raise UsageError(f"{flag}: '{text}': lengths are at least 1 and a range is low-high")
         return Lengths(low, high)
 
     def draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        if self.sd > 0:
+            return self._normal(n, rng)
         if self.low == self.high:
             return np.full(n, self.low, dtype=np.int64)
         return rng.integers(self.low, self.high + 1, size=n, dtype=np.int64)
 
+    def _normal(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        x = rng.normal(self.mean, self.sd, size=n)
+        for _ in range(REDRAWS):
+            low = x < 0
+            if not low.any():
+                break
+            x[low] = rng.normal(self.mean, self.sd, size=int(low.sum()))
+        x[x < 0] = self.mean
+        return np.clip(np.ceil(x), 1, self.high).astype(np.int64)
+
     def __str__(self) -> str:
+        if self.sd > 0:
+            return f"normal mean {self.mean}, sd {self.sd:g}"
         return str(self.low) if self.low == self.high else f"uniform {self.low}-{self.high}"
 
 
