@@ -17,7 +17,7 @@ from rooflinec.base.quantities import gib
 from rooflinec.base.units import QuantityError, parse_quantity
 from rooflinec.cli import quick, storage
 from rooflinec.cli.output import check_file_target, write_file
-from rooflinec.cli.simulate import add_request_latency, request_latency
+from rooflinec.cli.simulate import add_request_latency, calibration_of
 from rooflinec.cost import inverse
 from rooflinec.cost.deployment import Deployment
 from rooflinec.cost.parallel import Unshardable
@@ -194,6 +194,9 @@ def cmd_plan(args, stdout, stderr) -> int:
         check_file_target(args.out)
     model = quick._model(args.model)
     if args.solve:
+        if args.request_latency is not None:
+            raise UsageError("--request-latency: --solve solves the decode step, which has no front-end latency; "
+                             "leave out one of them")
         return _solve(args, model, slo, stdout)
     for name in ("gpus", "isl", "osl", "top"):
         _positive(name, getattr(args, name))
@@ -206,9 +209,7 @@ def cmd_plan(args, stdout, stderr) -> int:
     except UsageError as exc:
         raise UsageError(str(exc).replace("--device:", "--devices:", 1)) from None
     weights, kv = _weight_choices(args.weights, model), _formats(args.kv_cache, DEFAULT_KV, "--kv-cache")
-    table = calibration.load(args.calibration or calibration.shipped())
-    if args.request_latency is not None:
-        table = table.with_request_latency(request_latency(args.request_latency))
+    table = calibration_of(args)
     engine = engines.key_of(args.engine or args.simulate) if args.engine or args.simulate else ""
     prices = plan_cost.load(plan_cost.default_file())
     if args.prices:
@@ -222,8 +223,8 @@ def cmd_plan(args, stdout, stderr) -> int:
                    table.source or os.path.basename(args.calibration or calibration.shipped()),
                    _band_of(table, model, engine, kind))
     out["calibration"]["priced_by"] = {d.key: _priced_by(table, d.key, engine, kind) for d in devices}
-    if args.request_latency is not None:
-        out["calibration"]["request_latency_s"] = args.request_latency
+    if table.latency_set:
+        out["calibration"]["request_latency_s"] = table.default.request_latency_s
     if args.simulate:
         policy = engines.load(args.simulate)
         rows = [{**r, "isl": work.isl, "osl": work.osl} for r in out["frontier"]]
@@ -259,7 +260,8 @@ def _band_of(table, model, engine: str, kind: str):
     def band(dev, dep):
         fitted = (dev, engine, kind) in table.groups or (dev, engine) in table.groups
         new = intervals.new_in(table.intervals.get("calibrated"), model.hf_id, dep["tp"], engine or "(pooled)", fitted)
-        return intervals.band_for(table.intervals, new)
+        q, which = intervals.band_for(table.intervals, new)
+        return (q and {w: q[w] for w in table.banded}), which
     return band
 
 
@@ -269,7 +271,8 @@ def _interval(band, tpot: float, ttft: float, tpot_bound: float) -> dict | None:
         return None if band is None else {"band": band[1]}
     q, which = band
     return {"band": which, **{f"{w}_s": [float(v) for v in intervals.interval(y, *q[w], floor)]
-                              for w, y, floor in (("tpot", tpot, tpot_bound), ("ttft", ttft, 0.0))}}
+                              for w, y, floor in (("tpot", tpot, tpot_bound), ("ttft", ttft, 0.0)) if w in q},
+            **({} if "ttft" in q else {"ttft_no_interval": calibration.NO_TTFT_BAND})}
 
 
 def _row(model, t: dict, i: int, devices: dict, prices: dict, isl: int, osl: int, band=lambda dev, dep: None) -> dict:
@@ -400,7 +403,7 @@ def _priced_by_line(priced_by: dict) -> str:
 
 def _latency_said(cal: dict) -> str:
     latency = cal.get("request_latency_s")
-    return "" if latency is None else f", request latency {latency:g} s from --request-latency"
+    return "" if latency is None else f", request latency {latency!r} s from --request-latency"
 
 
 def text(out: dict) -> str:
@@ -449,7 +452,8 @@ def _interval_notes(out: dict) -> list[str]:
     return ["", "80%: the calibration's 80% interval of the predicted TPOT and TTFT (a prediction, not a bound), "
                 "measured on the simulator's replay of benchmark runs; the steady-state figures here are not "
                 "that replay, and pp, dp, ep and disaggregated pools were never held out. Bands:"] + \
-        [f"  {s}" for s in said]
+        [f"  {s}" for s in said] + ([f"  TTFT: -, {calibration.NO_TTFT_BAND.removeprefix('no TTFT interval: ')}"]
+                                    if out["calibration"].get("request_latency_s") is not None else [])
 
 
 def _weight_only_notes(out: dict) -> list[str]:

@@ -174,16 +174,21 @@ def add_request_latency(s) -> None:
     s.add_argument("--request-latency", type=float, metavar="S",
                    help="seconds each request spends outside the engine (the server's front end, tokenizer and "
                         "client), added to TTFT and E2E (default: the calibration's, fitted on the measured rows, "
-                        "whose benchmark went through the engine's server; 0 for a harness that times the engine "
-                        "alone)")
+                        "whose benchmark went through the engine's server; the fit also takes up TTFT the model "
+                        "lacks, so 0, for a harness that times the engine alone, is not validated and prints no "
+                        "TTFT interval)")
 
 
-def request_latency(v: float) -> float:
-    """--request-latency's value, or a usage error: a time, as a calibration's parameter is."""
-    problem = calibrate.parameter_problem("request_latency_s", v)
+def calibration_of(args) -> calibration.Table:
+    """--calibration's table (the shipped one by default), --request-latency's in every fit."""
+    table = calibration.load(args.calibration or calibration.shipped())
+    if args.request_latency is None:
+        return table
+    seconds = args.request_latency + 0.0      # -0 is 0
+    problem = calibrate.parameter_problem("request_latency_s", seconds)
     if problem:
-        raise UsageError(f"--request-latency: {v:g}: {problem}")
-    return v
+        raise UsageError(f"--request-latency: {seconds!r}: {problem}")
+    return table.with_request_latency(seconds)
 
 
 def _formats(value, flag):
@@ -200,10 +205,6 @@ def cmd_simulate(args, stdout, stderr) -> int:
         output.check_file_target(args.chart, "--chart")
     _positive("tp", args.tp)
     model, device = quick._model(args.model), quick._device(args.device)
-    isl, osl = work.lengths()      # the longest request drawn (a normal has no longest)
-    warned = quick.context_warning(args.model, model, int((isl + osl).max()), "--isl + --osl")
-    if warned:
-        stderr.write(warned + "\n")
     policy = engines.override(engines.load(args.engine), max_batch=args.max_batch, max_tokens=args.max_tokens,
                               chunked_prefill=args.chunked_prefill, chunk_tokens=args.chunk_tokens,
                               schedule=args.schedule, cache_fraction=args.cache_fraction,
@@ -215,18 +216,16 @@ def cmd_simulate(args, stdout, stderr) -> int:
     draft = speculation.draft_of(args, quick._model)
     band = table = None
     if args.bound:
-        if args.request_latency is not None:
+        if args.request_latency:     # 0 is what a bound takes
             raise UsageError("--request-latency: a bound takes no time outside the engine; leave out one of "
                              "--bound and --request-latency")
         params, where = sc.BOUND, "bound: efficiencies 1, overheads 0"
     else:
-        table = calibration.load(args.calibration or calibration.shipped())
-        if args.request_latency is not None:
-            table = table.with_request_latency(request_latency(args.request_latency))
+        table = calibration_of(args)
         kind = calibration.model_kind(model)
         params, where = table.fit(device.key, engine_key, kind, policy.name)
         if args.request_latency is not None:
-            where += f"; request latency {args.request_latency:g} s from --request-latency"
+            where += f"; request latency {params.request_latency_s!r} s from --request-latency"
         if table.intervals:
             new = intervals.new_in(table.intervals.get("calibrated"), model.hf_id, args.tp, engine_key,
                                    (device.key, engine_key, kind) in table.groups or (device.key, engine_key) in table.groups)
@@ -235,9 +234,11 @@ def cmd_simulate(args, stdout, stderr) -> int:
     if args.prefill_workers is not None or args.decode_workers is not None:
         if args.chart is not None:
             raise UsageError("--chart: the disaggregated simulation draws no chart; leave out --chart")
+        _warn_context(args, model, work, stderr)
         return _disaggregated(args, work, model, device, policy, params, where, stdout,
-                              None if args.bound else (table.intervals or {}))
+                              None if args.bound else (table.intervals or {}), table and table.banded)
     work = _one_rank(work, _positive("attention-dp", args.attention_dp))
+    _warn_context(args, model, work, stderr)
     layout = dict(attention_dp=args.attention_dp, moe_ep=_positive("ep", args.ep), moe_tp=_positive("moe-tp", args.moe_tp))
     # degrees that do not divide what they split are a command-line mistake, said as serve says it
     quick._check_tp(model, args.tp, {"attention_dp": args.attention_dp, "ep": args.ep, "moe_tp": args.moe_tp})
@@ -272,8 +273,8 @@ def cmd_simulate(args, stdout, stderr) -> int:
     if band:
         def means_within(q):
             return {f"{w}_mean_s": [float(v) for v in intervals.interval(out[f"{w}_s"]["mean"], *q[w])]
-                    for w in ("ttft", "tpot") if out[f"{w}_s"]["mean"] is not None}
-        out["interval"] = {"level": band["level"], "band": band["band"], **means_within(band)}
+                    for w in table.banded if out[f"{w}_s"]["mean"] is not None}
+        out["interval"] = {"level": band["level"], "band": band["band"], **means_within(band), **_unbanded(table)}
     grows = None if work.closed else metrics.backlog(res)
     if grows:
         out["backlog"] = grows
@@ -285,6 +286,15 @@ def cmd_simulate(args, stdout, stderr) -> int:
             raise RooflineError(f"{args.chart}: cannot write: {exc.strerror or exc}") from None
     stdout.write(json.dumps(out, indent=2) + "\n" if args.json else text(out))
     return 0
+
+
+def _warn_context(args, model, work: Workload, stderr) -> None:
+    """Warn where a request simulated, its prompt and output, runs past the model's context
+    (the requests drawn: a normal length has no longest)."""
+    isl, osl = work.lengths()
+    warned = quick.context_warning(args.model, model, int((isl + osl).max()), "--isl + --osl")
+    if warned:
+        stderr.write(warned + "\n")
 
 
 def _one_rank(work: Workload, dp: int) -> Workload:
@@ -299,8 +309,9 @@ def _one_rank(work: Workload, dp: int) -> Workload:
                     work.unique_prompts)
 
 
-def _disaggregated(args, work, model, device, policy, params, where, stdout, bands=None) -> int:
-    """`bands`: the calibration's intervals block ({} where it has none; None for a bound)."""
+def _disaggregated(args, work, model, device, policy, params, where, stdout, bands=None, banded=()) -> int:
+    """`bands`: the calibration's intervals block ({} where it has none; None for a bound);
+    `banded`: the figures it describes (`calibration.Table.banded`)."""
     if not work.closed or work.isl.low != work.isl.high or work.osl.low != work.osl.high:
         raise UsageError("--prefill-workers: two pools are simulated for a closed loop (--concurrency) of fixed --isl and --osl")
     names = ("prefill_workers", "decode_workers", "prefill_tp", "decode_tp", "prefill_batch",
@@ -329,12 +340,12 @@ def _disaggregated(args, work, model, device, policy, params, where, stdout, ban
                                                "each worker replays the benchmark (20 requests a client after 2)",
            "parameters": where, **out}
     if bands is not None:
-        out.update(_disaggregated_interval(bands, pools, policy, work, out))
+        out.update(_disaggregated_interval(bands, pools, policy, work, out, banded))
     stdout.write(json.dumps(out, indent=2) + "\n" if args.json else disagg.text(out))
     return 0
 
 
-def _disaggregated_interval(bands: dict, pools, policy, work, out: dict) -> dict:
+def _disaggregated_interval(bands: dict, pools, policy, work, out: dict, banded) -> dict:
     """{interval: {level, band, ttft_mean_s, tpot_mean_s}} (the aggregated JSON's shape) from the
     calibration's disaggregated rows' residuals, each end no lower than the pools' bound; or
     {no_interval: why} where the calibration has too few of them."""
@@ -345,7 +356,11 @@ def _disaggregated_interval(bands: dict, pools, policy, work, out: dict) -> dict
     floor = disagg.bound(pools, policy, work.isl.low, work.osl.low)
     return {"interval": {"level": level, "band": which, **{
         f"{w}_mean_s": [float(v) for v in intervals.interval(out[f"{w}_s"], *q[w], floor[f"{w}_s"])]
-        for w in ("ttft", "tpot")}}}
+        for w in banded}, **({} if "ttft" in banded else {"ttft_no_interval": calibration.NO_TTFT_BAND})}}
+
+
+def _unbanded(table) -> dict:
+    return {} if "ttft" in table.banded else {"ttft_no_interval": calibration.NO_TTFT_BAND}
 
 
 LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"))
@@ -387,9 +402,7 @@ def text(out: dict) -> str:
     lines += _latency_table(tables)
     if "interval" in out:
         iv = out["interval"]
-        lines.append(f"{iv['level']:.0%} interval of the mean (a prediction; {iv['band']}): "
-                     + ", ".join(f"{w.upper()} {1e3 * iv[f'{w}_mean_s'][0]:.2f}-{1e3 * iv[f'{w}_mean_s'][1]:.2f} ms"
-                                 for w in ("ttft", "tpot") if f"{w}_mean_s" in iv))
+        lines.append(intervals.mean_line(iv))
     if "queue_wait_s" in out:
         q, held = out["queue_wait_s"], out["in_engine_mean"]
         lines.append("queue wait (arrival to the first step that schedules it, inside TTFT): "
@@ -403,9 +416,13 @@ def text(out: dict) -> str:
               f"KV cache {out['kv_cache_tokens']:,} tokens per device ({_cache_share(out)})"]
     latency = out["parameters"].get("request_latency_s", 0.0)
     if latency and out.get("closed_loop"):
-        lines.append(f"the front end's latency, {1e3 * latency:.1f} ms, is in TTFT and E2E but not in the clients' "
+        lines.append(f"the front end's latency, {1e3 * latency:.3g} ms, is in TTFT and E2E but not in the clients' "
                      "cycle (the calibration fits it so): the engine gets a client's next request the moment its "
-                     f"last one finishes there, so requests/s is C / (E2E - {1e3 * latency:.1f} ms), not C / E2E")
+                     f"last one finishes there, so requests/s is about C / (E2E - {1e3 * latency:.3g} ms), not "
+                     "C / E2E (exactly so for fixed lengths over a long run)")
+    elif latency:
+        lines.append(f"the front end's latency, {1e3 * latency:.3g} ms, is in TTFT and E2E (--request-latency "
+                     "replaces it)")
     if "backlog" in out:
         o = out["backlog"]
         lines.append(f"not a steady state: over the second half of the arrivals ({o['span_s']:.3g} s) "

@@ -51,6 +51,8 @@ FRACTIONS = ("bandwidth_fraction", "compute_fraction", "expert_bandwidth_fractio
 SHIPPED = "simulator-visible.yaml"
 KIND = "simulator"
 MODEL_KINDS = ("dense", "moe")
+NO_TTFT_BAND = ("no TTFT interval: the calibration's TTFT band was measured with its fitted front-end latency, "
+                "which --request-latency replaced")
 TOP_KEYS = ("kind", "fitted_on", "method", "fitted", "default", "engines", "groups", "kinds", "intervals")
 
 
@@ -98,6 +100,13 @@ class Table:
     #                                 log(predicted / measured) quantiles, pooled and per kind of hold-out;
     #                                 newer files: disaggregated: {tpot_log_residuals, ttft_log_residuals}
     kinds: dict = field(default_factory=dict)   # (None, kind) -> Parameters; older files: (device, kind) too, unused
+    latency_set: bool = False   # every fit's front-end latency replaced (`with_request_latency`)
+
+    @property
+    def banded(self) -> tuple[str, ...]:
+        """The figures the file's intervals describe: TPOT and TTFT, or TPOT alone once the
+        front-end latency the TTFT band was measured with is replaced (NO_TTFT_BAND)."""
+        return ("tpot",) if self.latency_set else ("ttft", "tpot")
 
     def of(self, device: str, engine: str, kind: str = "dense") -> Parameters:
         return self.fit(device, engine, kind)[0]
@@ -111,12 +120,14 @@ class Table:
         return params, where.replace(f"{engine}'s engine-wide", f"{shown or engine}'s engine-wide")
 
     def with_request_latency(self, seconds: float) -> Table:
-        """Every fit's front-end latency set to `seconds` (a harness that times the engine
-        without the measured rows' server front end: `simulate` and `plan --request-latency`)."""
+        """Every fit's front-end latency set to `seconds` (`simulate` and `plan --request-latency`:
+        a harness without the measured rows' server front end). The fitted latency also carries
+        TTFT the model lacks, so the TTFT it leaves is not validated, and the file's TTFT band
+        (measured with the fitted latency) no longer applies: `banded`."""
         def each(fits: dict) -> dict:
             return {k: replace(v, request_latency_s=seconds) for k, v in fits.items()}
         return replace(self, default=replace(self.default, request_latency_s=seconds), groups=each(self.groups),
-                       engines=each(self.engines), kinds=each(self.kinds))
+                       engines=each(self.engines), kinds=each(self.kinds), latency_set=True)
 
     def get(self, key: tuple) -> Parameters | None:
         """`resolve`'s lookup: the parameters this file holds for `key`, or None."""

@@ -76,7 +76,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rooflinec.cost import collectives
-from rooflinec.serving import engines, rows, simulator
+from rooflinec.serving import engines, intervals, rows, simulator
 from rooflinec.serving import stepcost as sc
 from rooflinec.serving.serving_model import Unpredictable
 from rooflinec.serving.workload import benchmark
@@ -293,17 +293,15 @@ def text(out: dict) -> str:
               f"{1e3 * out['decode_wait_s']:.2f} + {out['first_token_steps']} decode step(s) before the first token "
               f"streams {1e3 * out['first_token_s']:.2f}",
               f"TPOT {1e3 * out['tpot_s']:.3f} ms (decode workers that never prefill)",
-              f"{out['requests_per_s']:.2f} requests/s, {out['tokens_per_s_per_gpu']:.1f} output tokens/s per GPU; "
+              f"{out['requests_per_s']:.2f} requests/s (the front end's latency is in each client's cycle here), "
+              f"{out['tokens_per_s_per_gpu']:.1f} output tokens/s per GPU; "
               f"prefill ranks {100 * out['prefill_utilisation']:.0f}% busy; clients per decode rank "
               f"{out['clients_per_decode_rank']}",
               f"capacity: prefill pool {out['prefill_capacity_per_s']:.2f} requests/s, decode pool "
               f"{out['decode_capacity_per_s']:.2f}; limited by {out['limited_by']}; balanced at "
               f"{out['balanced_prefill_per_decode']:.2f} prefill workers per decode worker"]
     if "interval" in out:
-        iv = out["interval"]
-        lines.append(f"{iv['level']:.0%} interval of the mean (a prediction; {iv['band']}): "
-                     + ", ".join(f"{w.upper()} {1e3 * iv[f'{w}_mean_s'][0]:.2f}-{1e3 * iv[f'{w}_mean_s'][1]:.2f} ms"
-                                 for w in ("ttft", "tpot")))
+        lines.append(intervals.mean_line(out["interval"]))
     elif "no_interval" in out:
         lines.append(f"no {out['no_interval']['level']:.0%} interval: {out['no_interval']['why']}")
     return "\n".join(lines) + "\n"

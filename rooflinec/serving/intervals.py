@@ -427,6 +427,15 @@ def new_in(calibrated: dict | None, model_id: str, tp: int, engine: str, fitted_
     return new + ["engine"] if not fitted_group and "engine" not in new else new
 
 
+def mean_line(iv: dict) -> str:
+    """An interval of the mean ({level, band, ttft_mean_s, tpot_mean_s}, each figure where it
+    has one, else ttft_no_interval: why) in words: `simulate`'s and the disaggregated one's."""
+    return (f"{iv['level']:.0%} interval of the mean (a prediction; {iv['band']}): "
+            + ", ".join(f"{w.upper()} {1e3 * iv[f'{w}_mean_s'][0]:.2f}-{1e3 * iv[f'{w}_mean_s'][1]:.2f} ms"
+                        for w in ("ttft", "tpot") if f"{w}_mean_s" in iv)
+            + (f"; {iv['ttft_no_interval']}" if "ttft_no_interval" in iv else ""))
+
+
 def band_for(band: dict, new: list[str] | None) -> tuple[dict | None, str]:
     """(quantiles {tpot: [lo, hi], ttft: [lo, hi]}, what they are) for a deployment new in
     `new`: calibrated in every respect, the pooled band; new in one, that kind's new-group

@@ -41,9 +41,9 @@ AIPERF_DATASET_ENTRIES = 100     # aiperf's --num-dataset-entries default
 BENCHMARK_UNIQUE_PROMPTS: int | None = None
 
 
-NORMAL = re.compile(r"normal:(\d{1,9}),(\d{1,9}(?:\.\d{1,9})?)")
+NORMAL = re.compile(r"normal:([0-9]{1,9}),([0-9]{1,9}(?:\.[0-9]{1,9})?)")
 TAIL_SDS = 10      # a normal's support as the checks see it: mean + 10 sd (a draw past it: p ~ 1e-23)
-REDRAWS = 100      # a normal's redraws below 0 (aiperf's rejection limit), then the mean
+REDRAWS = 10_000   # a normal's redraws below 0 (aiperf's rejection limit), then the mean
 
 
 @dataclass(frozen=True)
