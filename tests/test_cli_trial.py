@@ -778,3 +778,25 @@ def test_disaggregated_pools_refuse_a_normal_length_and_the_context_check_takes_
     assert "run past the model's max_context, 131,072" in err
     code, _, err = cli(*CLOSED[:6], "--isl", "normal:1024,64", "--osl", "8", "--rate", "1", "--requests", "20")
     assert code == 0 and "max_context" not in err
+
+
+def test_plan_says_when_the_front_end_latency_alone_misses_the_ttft_target():
+    """A TTFT target under the pooled fit's 177 ms front-end latency: nothing can meet it, and
+    the pruning reason says why instead of 'misses the SLO'; with --request-latency 0 it goes."""
+    base = ("plan", "llama-3.1-8b", "--devices", "h100-sxm", "--gpus", "1", "--isl", "1024", "--osl", "128",
+            "--concurrency", "8", "--aggregated", "--json")
+    latency = calibration.load(calibration.shipped()).default.request_latency_s
+    slo = f"ttft<={1e3 * latency / 2:.0f}ms,tpot<=30ms"
+    doc = json.loads(cli(*base, "--slo", slo)[1])
+    reason = f"prediction: the front end's latency alone, {1e3 * latency:.3g} ms, misses the TTFT target"
+    assert doc["feasible"] == 0 and any(r.startswith(reason) for r in doc["pruned"])
+    doc = json.loads(cli(*base, "--slo", slo, "--request-latency", "0")[1])
+    assert not any(r.startswith(reason) for r in doc["pruned"])
+
+
+def test_simulate_json_gives_the_workload_as_fields():
+    code, out, _ = cli(*CLOSED[:6], "--isl", "normal:512,64", "--osl", "16-32", "--rate", "2", "--requests", "20",
+                       "--json")
+    load = json.loads(out)["load"]
+    assert code == 0 and load["isl"] == {"normal": {"mean": 512, "sd": 64.0}} and load["osl"] == {"uniform": [16, 32]}
+    assert (load["closed_loop"], load["rate_per_s"], load["requests"], load["warmup"]) == (False, 2.0, 20, 0)

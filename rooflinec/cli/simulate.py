@@ -254,7 +254,7 @@ def cmd_simulate(args, stdout, stderr) -> int:
     out = {"kind": "bound" if bound else "prediction", "model": model.name, "device": device.key,
            "tp": args.tp, **({"attention_dp": args.attention_dp, "ep": args.ep} if args.attention_dp > 1 or args.ep > 1 else {}),
            "engine": {"name": policy.name, "version": policy.version, "file": engine_key},
-           "workload": work.describe(), "closed_loop": work.closed, "parameters": {"source": where, **vars(params)},
+           "workload": work.describe(), "load": work.fields(), "closed_loop": work.closed, "parameters": {"source": where, **vars(params)},
            "kv_cache": {"fraction": policy.cache_fraction, "of": policy.cache_fraction_of},
            "prefix_cache": {"on": policy.prefix_caching, "pool_fits": res.prefix_pool,
                             "measured_hits": res.prefix_hits},

@@ -332,7 +332,7 @@ def _evaluate(res, steps, model, device, dep, fmt, batch, xs, work, slo, p) -> N
     tpot = step.durations(steady_x, p) + hops
     ttft = step.durations(first_x, p) + hops + p.request_latency_s
     met = keep & (tpot <= slo.tpot_s) & (ttft <= slo.ttft_s)
-    res.count("prediction: misses the SLO", (keep & ~met).sum())
+    res.count(plan_step.misses(p, slo), (keep & ~met).sum())
     if met.any():
         inflight = batch * math.prod(dep[a.name] for a in AXES if a.in_flight)
         res.add(device.key, {**dep, **AGGREGATED}, fmt, batch, met, tpot, ttft, bound,

@@ -125,7 +125,7 @@ def _ratios(res, pools, combos, device, work, slo, p, batch, xs, fmt, at_one) ->
         res.count("rate: the prefill pool cannot keep B sequences on every decode worker", (keep & ~fed).sum())
         keep &= fed
         met = keep & (tpot <= slo.tpot_s) & (ttft <= slo.ttft_s)
-        res.count("prediction: misses the SLO", (keep & ~met).sum())
+        res.count(plan_step.misses(p, slo), (keep & ~met).sum())
         if met.any():
             gpus = workers_p * pre.deployment.tp + workers_d * dec.deployment.tp
             dep = {**at_one, "tp": dec.deployment.tp, "mode": "disagg", "prefill_tp": pre.deployment.tp,

@@ -108,6 +108,16 @@ class MoeStep:
         return np.maximum(compute, memory)
 
 
+def misses(p: sc.Parameters, slo) -> str:
+    """Why predictions miss `slo` (a pruning reason): the front end's fitted latency alone past
+    the TTFT target is said apart, since no deployment meets it (`--request-latency` sets it for
+    a harness without that front end)."""
+    if p.request_latency_s > slo.ttft_s:
+        return (f"prediction: the front end's latency alone, {1e3 * p.request_latency_s:.3g} ms, misses the "
+                "TTFT target (--request-latency sets it)")
+    return "prediction: misses the SLO"
+
+
 def step_for(dep: Deployment, memo: dict | None = None, contexts: tuple | None = None):
     """The planner's step model of `dep`: stepcost's for a dense tensor-parallel deployment,
     `MoeStep` for a mixture of experts (the seam the module describes). `memo` keeps the

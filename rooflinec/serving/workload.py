@@ -93,6 +93,12 @@ class Lengths:
         x[x < 0] = self.mean
         return np.clip(np.ceil(x), 1, self.high).astype(np.int64)
 
+    def fields(self) -> dict:
+        """The distribution for a script: {fixed: N}, {uniform: [low, high]} or {normal: {mean, sd}}."""
+        if self.sd > 0:
+            return {"normal": {"mean": self.mean, "sd": self.sd}}
+        return {"fixed": self.low} if self.low == self.high else {"uniform": [self.low, self.high]}
+
     def __str__(self) -> str:
         if self.sd > 0:
             return f"normal mean {self.mean}, sd {self.sd:g}"
@@ -146,6 +152,12 @@ class Workload:
         lengths', so the same seed gives the same lengths at any rate)."""
         rng = np.random.default_rng([self.seed, 1])
         return np.cumsum(rng.exponential(1 / self.rate, size=self.total))
+
+    def fields(self) -> dict:
+        """The workload for a script (`describe` says it in words)."""
+        return {"closed_loop": self.closed, "concurrency": self.concurrency, "rate_per_s": self.rate,
+                "isl": self.isl.fields(), "osl": self.osl.fields(), "requests": self.requests,
+                "warmup": self.warmup, "seed": self.seed, "unique_prompts": self.unique_prompts}
 
     def describe(self) -> str:
         load = (f"closed loop of {self.concurrency} clients" if self.closed
