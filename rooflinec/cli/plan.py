@@ -272,7 +272,7 @@ def _interval(band, tpot: float, ttft: float, tpot_bound: float) -> dict | None:
     q, which = band
     return {"band": which, **{f"{w}_s": [float(v) for v in intervals.interval(y, *q[w], floor)]
                               for w, y, floor in (("tpot", tpot, tpot_bound), ("ttft", ttft, 0.0)) if w in q},
-            **({} if "ttft" in q else {"ttft_no_interval": calibration.NO_TTFT_BAND})}
+            **calibration.unbanded(tuple(q))}
 
 
 def _row(model, t: dict, i: int, devices: dict, prices: dict, isl: int, osl: int, band=lambda dev, dep: None) -> dict:

@@ -274,7 +274,7 @@ def cmd_simulate(args, stdout, stderr) -> int:
         def means_within(q):
             return {f"{w}_mean_s": [float(v) for v in intervals.interval(out[f"{w}_s"]["mean"], *q[w])]
                     for w in table.banded if out[f"{w}_s"]["mean"] is not None}
-        out["interval"] = {"level": band["level"], "band": band["band"], **means_within(band), **_unbanded(table)}
+        out["interval"] = {"level": band["level"], "band": band["band"], **means_within(band), **calibration.unbanded(table.banded)}
     grows = None if work.closed else metrics.backlog(res)
     if grows:
         out["backlog"] = grows
@@ -356,11 +356,7 @@ def _disaggregated_interval(bands: dict, pools, policy, work, out: dict, banded)
     floor = disagg.bound(pools, policy, work.isl.low, work.osl.low)
     return {"interval": {"level": level, "band": which, **{
         f"{w}_mean_s": [float(v) for v in intervals.interval(out[f"{w}_s"], *q[w], floor[f"{w}_s"])]
-        for w in banded}, **({} if "ttft" in banded else {"ttft_no_interval": calibration.NO_TTFT_BAND})}}
-
-
-def _unbanded(table) -> dict:
-    return {} if "ttft" in table.banded else {"ttft_no_interval": calibration.NO_TTFT_BAND}
+        for w in banded}, **calibration.unbanded(banded)}}
 
 
 LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"))

@@ -139,6 +139,11 @@ class Table:
         return (self.groups if level == "group" else self.kinds).get(tuple(names))
 
 
+def unbanded(banded: tuple) -> dict:
+    """{ttft_no_interval: why} where the figures banded (`Table.banded`) leave TTFT out, else {}."""
+    return {} if "ttft" in banded else {"ttft_no_interval": NO_TTFT_BAND}
+
+
 def shipped() -> str:
     return str(resources.files("rooflinec.serving.calibrations").joinpath(SHIPPED))
 
