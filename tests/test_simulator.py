@@ -358,3 +358,40 @@ def test_a_roomy_closed_loop_skips_the_kv_checks_and_keeps_its_schedule(engine, 
     for f in ("x0", "steps", "arrived", "first", "finished"):
         assert np.array_equal(getattr(roomy.schedule, f), getattr(checked.schedule, f)), f
     assert roomy.peak_blocks == blocks >= checked.peak_blocks
+
+
+def test_vllm_admits_nothing_in_a_step_that_preempted_and_reserves_nothing_after():
+    """vLLM V1 (vllm/v1/core/sched/scheduler.py): when a running request cannot get a block the
+    last admitted one is preempted, no waiting request is scheduled in that step (`if not
+    preempted_reqs`), and admission reserves nothing ahead, before or after. The replay keeps
+    every step that followed a preemption free of admissions; a step without one admits again,
+    so more requests run than under SGLang's rule (after a retraction every admission reserves
+    the running requests' remaining output), on the same tight KV cache."""
+    vllm = engines.load("vllm")
+    assert vllm.after_preemption == "pause_admission" and vllm.admission_reserve_output == 0
+    tight = dataclasses.replace(vllm, cache_fraction=0.27)          # 8B on H100: about 5.6 GB of KV
+    work = workload.benchmark(64, 2000, 2000)
+    loop = simulator._Loop(STEP8, tight, work, sc.BOUND, timed=False)
+    calls, admissions = [], loop._admissions
+
+    def watched(m, limit):      # (paused when asked, admitted any)
+        was, got = loop.paused, admissions(m, limit)
+        calls.append((was, got is not None))
+        return got
+    loop._admissions = watched
+    paused = loop.run()
+    assert paused.preemptions > 0 and (True, False) in calls and (True, True) not in calls
+    assert (False, True) in calls[calls.index((True, False)):]         # admitting again after a step
+    reserving = simulator.schedule(STEP8, dataclasses.replace(tight, after_preemption="reserve_output"), work)
+    batch = lambda r: float((r.timeline[:, 1] * r.timeline[:, 2]).sum() / r.timeline[:, 1].sum())  # noqa: E731
+    assert reserving.preemptions > 0 and batch(paused) > batch(reserving)
+
+
+def test_an_engine_file_without_after_preemption_takes_its_stated_default(tmp_path):
+    text = open(catalog.path("engines", "vllm"), encoding="utf-8").read()
+    lines = [ln for ln in text.splitlines() if not ln.startswith("after_preemption:")]
+    (tmp_path / "e.yaml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert engines.load(str(tmp_path / "e.yaml")).after_preemption == engines.OPTIONAL["after_preemption"]
+    (tmp_path / "bad.yaml").write_text("\n".join(lines) + "\nafter_preemption: evict\n", encoding="utf-8")
+    with pytest.raises(SpecError, match="after_preemption: expected one of reserve_output, pause_admission"):
+        engines.load(str(tmp_path / "bad.yaml"))

@@ -2,7 +2,7 @@
 
 Each file states the engine's version, the source files its defaults come from, and the
 fields it does not know (`assumed`, each with what was assumed). Checked by hand here rather
-than by a JSON Schema: eleven scalar fields, each with a located message.
+than by a JSON Schema: a dozen scalar fields, each with a located message.
 """
 
 from __future__ import annotations
@@ -18,6 +18,11 @@ from rooflinec.spec.load import DTYPE_BYTES
 
 SCHEDULES = ("mixed", "prefill_first")
 PREEMPTION = ("recompute", "none")
+# after a preemption: admission reserves every request's whole remaining output (SGLang raises its
+# new-token ratio after a retraction), or reserves as before but admits nothing in the step that
+# preempted (vLLM V1's Scheduler.schedule: `if not preempted_reqs`)
+AFTER_PREEMPTION = ("reserve_output", "pause_admission")
+OPTIONAL = {"after_preemption": "reserve_output"}     # a field an engine file may leave out: its default
 FRACTION_OF = ("total", "free")
 AUTO = "auto"          # the KV cache in the activation dtype
 AUTO_DTYPE = "bf16"
@@ -41,6 +46,7 @@ class Policy:
     kv_cache: str
     prefix_caching: bool             # a prompt's cached full KV blocks are reused, not prefilled again
     assumed: dict                    # field -> what was assumed where no source states it
+    after_preemption: str = OPTIONAL["after_preemption"]     # AFTER_PREEMPTION
 
     def kv_dtype(self) -> str:
         return AUTO_DTYPE if self.kv_cache == AUTO else self.kv_cache
@@ -86,7 +92,8 @@ def load(ref: str) -> Policy:
         problems.append(doc.problem((key,), f"unknown field; known: {', '.join(sorted(known))}", at_key=True))
     for f in fields(Policy):
         if f.name not in d:
-            problems.append(doc.problem((), f"missing field '{f.name}'"))
+            if f.name not in OPTIONAL:
+                problems.append(doc.problem((), f"missing field '{f.name}'"))
             continue
         v, bad = d[f.name], problem(f.name, d[f.name])
         if bad:
@@ -110,7 +117,7 @@ def problem(name: str, v) -> str:
         ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and lo_ok(v) and v <= 1
         return "" if ok else "expected a fraction in (0, 1]" if name == "cache_fraction" else "expected a fraction in [0, 1]"
     choices = {"schedule": SCHEDULES, "preemption": PREEMPTION, "cache_fraction_of": FRACTION_OF,
-               "kv_cache": (AUTO, *DTYPE_BYTES)}.get(name)
+               "kv_cache": (AUTO, *DTYPE_BYTES), "after_preemption": AFTER_PREEMPTION}.get(name)
     if choices:
         return "" if v in choices else f"expected one of {', '.join(choices)}"
     if name == "assumed":

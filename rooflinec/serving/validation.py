@@ -37,8 +37,9 @@ ASSUMPTIONS = (
     "step; a busy engine admits at its next step every waiting request its budget takes.",
     "The engine's scheduler is its catalog file (catalog/engines/): token budget, batch limit, "
     "chunked prefill, mixed steps (TensorRT-LLM, vLLM) or prefill first (SGLang), KV blocks and "
-    "the memory fraction for the cache, admission reservation, preemption by recompute; each file "
-    "lists what it assumes. The runs' own settings are not published: where the rows' source "
+    "the memory fraction for the cache, admission reservation, preemption by recompute and what "
+    "admission does after it (SGLang reserves every running request's output, vLLM admits nothing in that "
+    "step); each file lists what it assumes. The runs' own settings are not published: where the rows' source "
     "states what its benchmark generator writes, the benchmark recipe below replaces the defaults.",
     "A step's time is the roofline of that step: the decodes at their own contexts and the prompt "
     "chunks scheduled (FlashAttention variant, fused QKV, epilogues fused), each kernel "
