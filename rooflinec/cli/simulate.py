@@ -103,6 +103,9 @@ def register(sub, streams, parents=()) -> None:
                      help="mixed: decodes beside prompt chunks; prefill_first: prefill steps pause decodes")
     eng.add_argument("--cache-fraction", type=float, metavar="F", help="memory fraction for the KV cache")
     eng.add_argument("--preemption", choices=("recompute", "none"), help="what happens when blocks run out")
+    eng.add_argument("--after-preemption", choices=engines.AFTER_PREEMPTION,
+                     help="admission after a preemption: reserve_output (every running request's remaining output, "
+                          "SGLang's) or pause_admission (none in the step that preempted, nothing reserved, vLLM V1's)")
     eng.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=None,
                      help="reuse a prompt's cached KV blocks (on in every engine file)")
     dis = s.add_argument_group("disaggregated prefill and decode (serving/disagg.py; a closed loop, fixed lengths)")
@@ -208,7 +211,8 @@ def cmd_simulate(args, stdout, stderr) -> int:
     policy = engines.override(engines.load(args.engine), max_batch=args.max_batch, max_tokens=args.max_tokens,
                               chunked_prefill=args.chunked_prefill, chunk_tokens=args.chunk_tokens,
                               schedule=args.schedule, cache_fraction=args.cache_fraction,
-                              preemption=args.preemption, kv_cache=_formats(args.kv_cache, "--kv-cache"),
+                              preemption=args.preemption, after_preemption=args.after_preemption,
+                              kv_cache=_formats(args.kv_cache, "--kv-cache"),
                               prefix_caching=args.prefix_caching)
     stored = weight_flags.weights(args.weights)
     args.weights, args.experts = stored.get("weights", "bf16"), stored.get("experts")

@@ -54,8 +54,8 @@ class Policy:
 
 INTEGERS = ("max_batch", "max_tokens", "chunk_tokens", "kv_block_tokens")
 TEXTS = ("name", "version", "source")
-OVERRIDABLE = INTEGERS + ("chunked_prefill", "schedule", "cache_fraction", "preemption", "kv_cache",
-                          "prefix_caching")
+OVERRIDABLE = INTEGERS + ("chunked_prefill", "schedule", "cache_fraction", "preemption", "after_preemption",
+                          "kv_cache", "prefix_caching")
 
 
 def names() -> list[str]:
