@@ -446,14 +446,15 @@ def text(out: dict) -> str:
 def _interval_notes(out: dict) -> list[str]:
     """What the 80% columns are: each band the rows took, once."""
     rows = [r for rows in out["best_per_device"].values() for r in rows] + out["frontier"]
-    said = dict.fromkeys(r["prediction"]["interval"]["band"] for r in rows if r["prediction"].get("interval"))
+    shown = [r["prediction"]["interval"] for r in rows if r["prediction"].get("interval")]
+    said = dict.fromkeys(iv["band"] for iv in shown)
+    unbanded = dict.fromkeys(iv["ttft_no_interval"] for iv in shown if "ttft_no_interval" in iv)
     if not said:
         return ["", "80%: - (the calibration carries no intervals)"]
     return ["", "80%: the calibration's 80% interval of the predicted TPOT and TTFT (a prediction, not a bound), "
                 "measured on the simulator's replay of benchmark runs; the steady-state figures here are not "
                 "that replay, and pp, dp, ep and disaggregated pools were never held out. Bands:"] + \
-        [f"  {s}" for s in said] + ([f"  TTFT: -, {calibration.NO_TTFT_BAND.removeprefix('no TTFT interval: ')}"]
-                                    if out["calibration"].get("request_latency_s") is not None else [])
+        [f"  {s}" for s in said] + [f"  TTFT: -, {why.removeprefix('no TTFT interval: ')}" for why in unbanded]
 
 
 def _weight_only_notes(out: dict) -> list[str]:

@@ -99,10 +99,10 @@ def register(sub, streams, parents=()) -> None:
     eng.add_argument("--chunked-prefill", action=argparse.BooleanOptionalAction, default=None,
                      help="split prompts over steps")
     eng.add_argument("--chunk-tokens", type=int, metavar="N", help="most prompt tokens per step")
-    eng.add_argument("--schedule", choices=("mixed", "prefill_first"),
+    eng.add_argument("--schedule", choices=engines.SCHEDULES,
                      help="mixed: decodes beside prompt chunks; prefill_first: prefill steps pause decodes")
     eng.add_argument("--cache-fraction", type=float, metavar="F", help="memory fraction for the KV cache")
-    eng.add_argument("--preemption", choices=("recompute", "none"), help="what happens when blocks run out")
+    eng.add_argument("--preemption", choices=engines.PREEMPTION, help="what happens when blocks run out")
     eng.add_argument("--after-preemption", choices=engines.AFTER_PREEMPTION,
                      help="admission after a preemption: reserve_output (every running request's remaining output, "
                           "SGLang's) or pause_admission (none in the step that preempted, nothing reserved, vLLM V1's)")

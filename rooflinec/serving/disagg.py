@@ -293,8 +293,9 @@ def text(out: dict) -> str:
               f"{1e3 * out['decode_wait_s']:.2f} + {out['first_token_steps']} decode step(s) before the first token "
               f"streams {1e3 * out['first_token_s']:.2f}",
               f"TPOT {1e3 * out['tpot_s']:.3f} ms (decode workers that never prefill)",
-              f"{out['requests_per_s']:.2f} requests/s (the front end's latency is in each client's cycle here), "
-              f"{out['tokens_per_s_per_gpu']:.1f} output tokens/s per GPU; "
+              f"{out['requests_per_s']:.2f} requests/s"
+              + (" (the front end's latency is in each client's cycle here), " if out["front_end_s"] else ", ")
+              + f"{out['tokens_per_s_per_gpu']:.1f} output tokens/s per GPU; "
               f"prefill ranks {100 * out['prefill_utilisation']:.0f}% busy; clients per decode rank "
               f"{out['clients_per_decode_rank']}",
               f"capacity: prefill pool {out['prefill_capacity_per_s']:.2f} requests/s, decode pool "
